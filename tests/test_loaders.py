@@ -185,13 +185,17 @@ def copy_with_damaged_shard(built, tmp_path, damage):
     return copy, shard
 
 
-def test_flipped_byte_fails_loudly_naming_the_shard(built, tmp_path):
-    flip = lambda data: data[:100] + bytes([data[100] ^ 0xFF]) + data[101:]  # noqa: E731
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_flipped_byte_fails_loudly_naming_the_shard(built, tmp_path, where):
+    offset = 100 if where == "first" else -10  # inside the first / the last record's data
+    flip = lambda data: data[:offset] + bytes([data[offset] ^ 0xFF]) + data[offset:][1:]  # noqa: E731
     copy, shard = copy_with_damaged_shard(built, tmp_path, flip)
+    expected = dataset_info(str(copy)).split("validation").shards[1].num_examples
+    readable = 0 if where == "first" else expected - 1
     dataset = load_dataset(str(copy), "validation", batch_size=4, image_size=SIZE)
     with pytest.raises(
         tf.errors.InvalidArgumentError,
-        match=f"corrupt or truncated shard .*{shard.name}: read 0 of",
+        match=f"corrupt or truncated shard .*{shard.name}: read {readable} of {expected} ",
     ):
         for _ in dataset:
             pass
