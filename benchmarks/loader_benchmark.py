@@ -2,14 +2,18 @@
 
     python -m beam_pipeline --input_dir bench_data/tree8k --output_dir bench_data/out8k \\
         --splits train --num_shards 16
-    python benchmarks/loader_benchmark.py bench_data/out8k
+    python benchmarks/loader_benchmark.py bench_data/out8k --tree bench_data/tree8k
 
 Rows (images/s, measured after a warm-up, all in one process so they share the machine state):
   decode limit       tf.data over the same JPEG bytes already in memory: decode + resize + batch
   ours (eval)        load_dataset(training=False): read shards, parse, decode, resize, batch
   ours (train)       load_dataset(training=True): + shuffles, fused random crop, flip
-  fit ...            model.fit of a small CNN fed by ours (train), by the decode limit, and by one
-                     cached batch (the model's own speed): medians of 3 alternating runs
+  baselines          with --tree, the loaders people write instead, over the tree's JPEG files
+                     (benchmarks/loader_baselines.py): a Keras PyDataset with Pillow,
+                     from_generator + py_function with Pillow, tf.data over the raw files
+  fit ...            model.fit of a small CNN fed by ours (train), by the decode limit, by the
+                     Keras PyDataset (with --tree) and by one cached batch (the model's own
+                     speed): medians of 3 alternating runs
 On a CPU-only machine the model and the decoder share the same cores: "fed by ours" close to
 "fed by the decode limit" means the pipeline adds nothing beyond the decoding it must do.
 """
@@ -24,6 +28,8 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
+import loader_baselines
+import numpy as np
 import tensorflow as tf
 
 from loaders import dataset_info, load_dataset
@@ -32,16 +38,28 @@ from schemas import features as F
 SIZE = (224, 224)
 
 
-def images_per_second(
-    dataset: tf.data.Dataset, batches: int, batch_size: int, warmup: int = 5
-) -> float:
-    iterator = iter(dataset)
-    for _ in range(warmup):
-        next(iterator)
-    start = time.perf_counter()
-    for _ in range(batches):
-        next(iterator)
-    return batches * batch_size / (time.perf_counter() - start)
+def images_per_second(batches, count: int, batch_size: int, warmup: int = 10) -> float:
+    """Rate of a fresh iterator over `count` batches after `warmup` (tf.data autotunes then)."""
+    iterator = iter(batches)
+    try:
+        for _ in range(warmup):
+            next(iterator)
+        start = time.perf_counter()
+        for _ in range(count):
+            next(iterator)
+        return count * batch_size / (time.perf_counter() - start)
+    finally:
+        if hasattr(iterator, "close"):
+            iterator.close()
+
+
+def consumer_rates(loops: dict, count: int, batch_size: int, repeats: int = 3) -> dict:
+    """Median rate per loader over alternating rounds (no order bias, noise damped)."""
+    runs = {name: [] for name in loops}
+    for _ in range(repeats):
+        for name, make in loops.items():
+            runs[name].append(images_per_second(make(), count, batch_size))
+    return {name: statistics.median(rates) for name, rates in runs.items()}
 
 
 def decode_limit(data_dir: str, batch_size: int, count: int) -> tf.data.Dataset:
@@ -92,40 +110,81 @@ def fit_rates(model, datasets: dict, steps: int, batch_size: int, repeats: int =
     return {name: statistics.median(rates) for name, rates in runs.items()}
 
 
+def baseline_feeds(tree: str, num_outputs: int, b: int) -> tuple[dict, keras.utils.PyDataset]:
+    """The baseline loaders over the tree's JPEG files, and the PyDataset for model.fit."""
+    files = loader_baselines.image_files(tree)
+    classes = np.random.default_rng(0).integers(0, num_outputs, len(files))
+    labels = np.eye(num_outputs, dtype=np.float32)[classes]
+    loops = {
+        "baseline: Keras PyDataset + Pillow, defaults (workers=1)": (
+            lambda: loader_baselines.keras_pydataset_batches(files, labels, b, SIZE)
+        ),
+        "baseline: Keras PyDataset + Pillow, workers=2 (threads)": (
+            lambda: loader_baselines.keras_pydataset_batches(files, labels, b, SIZE, workers=2)
+        ),
+        "baseline: from_generator + py_function (Pillow)": (
+            lambda: loader_baselines.generator_py_function(files, labels, b, SIZE)
+        ),
+        "baseline: tf.data over the raw JPEG files": (
+            lambda: loader_baselines.tfdata_raw_files(files, labels, b, SIZE)
+        ),
+    }
+    return loops, loader_baselines.PillowPyDataset(files, labels, b, SIZE, workers=2)
+
+
+def print_table(title: str, rows: dict, columns: dict) -> None:
+    print(f"| {title} | images/s | " + " | ".join(columns) + " |")
+    print("|---" * (2 + len(columns)) + "|")
+    for name, rate in rows.items():
+        ratios = " | ".join(f"{ratio(rate):.2f}" for ratio in columns.values())
+        print(f"| {name} | {rate:.0f} | {ratios} |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("data_dir")
+    parser.add_argument("--tree", help="the build's source tree: also run the baseline loaders")
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--batches", type=int, default=40)
     args = parser.parse_args()
     b, n = args.batch_size, args.batches
     info = dataset_info(args.data_dir)
+    num_outputs = info.num_classes + 1
     train = load_dataset(
         args.data_dir, "train", batch_size=b, image_size=SIZE, training=True, seed=0
     )
-    rows = {
-        "decode limit (bytes in memory)": images_per_second(
-            decode_limit(args.data_dir, b, 1024), n, b
-        ),
-        "ours (eval)": images_per_second(
-            load_dataset(args.data_dir, "train", batch_size=b, image_size=SIZE).repeat(), n, b
-        ),
-        "ours (train)": images_per_second(train.repeat(), n, b),
+    limit = decode_limit(args.data_dir, b, 1024)
+    evaluation = load_dataset(args.data_dir, "train", batch_size=b, image_size=SIZE).repeat()
+    loops = {
+        "decode limit (bytes in memory)": lambda: limit,
+        "ours (eval)": lambda: evaluation,
+        "ours (train)": lambda: train.repeat(),
     }
-    model = small_cnn(info.num_classes + 1)
     feeds = {
         "fit small CNN, fed by ours (train)": train.repeat(),
-        "fit small CNN, fed by the decode limit": decode_limit(args.data_dir, b, 1024).map(
-            lambda x: (x, tf.one_hot(tf.zeros([b], tf.int32), info.num_classes + 1))
+        "fit small CNN, fed by the decode limit": limit.map(
+            lambda x: (x, tf.one_hot(tf.zeros([b], tf.int32), num_outputs))
         ),
-        "fit small CNN, one cached batch": tf.data.Dataset.from_tensors(next(iter(train))).repeat(),
     }
-    rows.update(fit_rates(model, feeds, n // 2, b))
-    limit = rows["decode limit (bytes in memory)"]
-    print(f"| loader, {SIZE[0]}x{SIZE[1]}, batch {b} | images/s | vs decode limit |")
-    print("|---|---|---|")
-    for name, rate in rows.items():
-        print(f"| {name} | {rate:.0f} | {rate / limit:.2f} |")
+    if args.tree:
+        baseline_loops, pydataset = baseline_feeds(args.tree, num_outputs, b)
+        loops.update(baseline_loops)
+        feeds["fit small CNN, fed by the Keras PyDataset (workers=2)"] = pydataset
+    feeds["fit small CNN, one cached batch"] = tf.data.Dataset.from_tensors(
+        next(iter(train))
+    ).repeat()
+
+    rows = consumer_rates(loops, n, b)
+    limit, ours = rows["decode limit (bytes in memory)"], rows["ours (train)"]
+    print_table(
+        f"loader into a consumer loop, {SIZE[0]}x{SIZE[1]}, batch {b}",
+        rows,
+        {"vs decode limit": lambda r: r / limit, "ours (train) / this": lambda r: ours / r},
+    )
+    fits = fit_rates(small_cnn(num_outputs), feeds, n // 2, b)
+    cached = fits["fit small CNN, one cached batch"]
+    print()
+    print_table("model.fit, small CNN", fits, {"vs cached batch": lambda r: r / cached})
     return 0
 
 
