@@ -160,3 +160,38 @@ def test_resize_that_changes_nothing_keeps_bytes():
 def test_invalid_policies(kwargs):
     with pytest.raises(ValueError):
         ImagePolicy(**kwargs)
+
+
+def _full_decode_verdict(data: bytes) -> str:
+    """What a plain full-resolution Pillow decode says of the bytes: "ok" or an error."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.load()
+    except (OSError, SyntaxError, ValueError) as error:
+        return "truncated_image" if "truncated" in str(error).lower() else "corrupt_image"
+    return "ok"
+
+
+def _damaged_variants(data: bytes):
+    for fraction in (0.3, 0.6, 0.9, 0.98):
+        yield f"cut at {fraction}", data[: int(len(data) * fraction)]
+    for fraction in (0.3, 0.6, 0.9):
+        at = int(len(data) * fraction)
+        for junk in (b"\x00\x00\x00\x00", b"\xff\xc4\x00\x02", b"\xff\xd9", b"\xff\xff\xff\xff"):
+            yield f"{junk.hex()} at {fraction}", data[:at] + junk + data[at + len(junk) :]
+
+
+@pytest.mark.parametrize("name", ["pil_sample_rgb.jpg", "app13-multiple.jpg", "hopper.jpg"])
+def test_scaled_validation_decode_rejects_what_a_full_decode_rejects(name):
+    """Kept JPEGs are decoded at 1/8 scale; the verdict on damaged bytes must not change."""
+    verdicts = []
+    for label, damaged in _damaged_variants((PILLOW / name).read_bytes()):
+        expected = _full_decode_verdict(damaged)
+        try:
+            normalise_image(damaged, KEEP)
+            got = "ok"
+        except InputError as error:
+            got = error.reason
+        assert got == expected, label
+        verdicts.append(got)
+    assert verdicts.count("truncated_image") >= 4  # every cut is caught
