@@ -3,10 +3,17 @@
     python benchmarks/baselines.py naive    TREE OUT [--resize]   # one Python loop
     python benchmarks/baselines.py twoproc  TREE OUT [--resize]   # 2 processes, 8 shards each
     python benchmarks/baselines.py beam_gbk TREE OUT [--resize]   # Beam, image bytes shuffled
+    python benchmarks/baselines.py beam_gbk_defaults TREE OUT [--resize]  # same, runner defaults
+    python benchmarks/baselines.py limit    TREE OUT [--resize]   # image work only, 2 processes
 
 Each reads every image of an ILSVRC-DET train tree with its XML, fully decodes it (validation),
 keeps valid RGB JPEG bytes or converts/resizes with Pillow, labels it by its largest box, builds a
 `tf.train.Example` and writes 16 TFRecord shards (TensorFlow's writer, as such scripts do).
+
+`limit` is not a build: two processes load their half of the image bytes into memory, wait for
+each other, then only decode (pass-through) or decode + resize + re-encode (--resize) with Pillow,
+the same calls and settings as the builds; it prints `work_seconds=`, the time of that work alone.
+No build that uses Pillow on two cores can beat it.
 """
 
 from __future__ import annotations
@@ -48,15 +55,9 @@ def encode(pair: tuple[str, str | None], resize: bool) -> bytes:
         image.load()
     except OSError:
         return b""
-    width, height = image.size
+    width = image.width
     if resize or image.format != "JPEG" or image.mode != "RGB":
-        image = image.convert("RGB")
-        if resize:
-            scale = 256 / min(width, height)
-            image = image.resize((round(width * scale), round(height * scale)), Image.BICUBIC)
-        out = io.BytesIO()
-        image.save(out, format="JPEG", quality=95)
-        data = out.getvalue()
+        data = resized(image, resize)
     label, boxes = "background", []
     if xml_path:
         root = etree.parse(xml_path, etree.XMLParser(resolve_entities=False, no_network=True))
@@ -108,13 +109,64 @@ def twoproc(tree: str, out: str, resize: bool) -> None:
         pool.map(_worker, jobs)
 
 
-def beam_gbk(tree: str, out: str, resize: bool) -> None:
+def resized(image, resize: bool):
+    """The baselines' image work after decoding: RGB, shorter side to 256, JPEG quality 95."""
+    from PIL import Image
+
+    image = image.convert("RGB")
+    if resize:
+        scale = 256 / min(image.size)
+        size = (round(image.width * scale), round(image.height * scale))
+        image = image.resize(size, Image.BICUBIC)
+    out = io.BytesIO()
+    image.save(out, format="JPEG", quality=95)
+    return out.getvalue()
+
+
+_barrier = None
+
+
+def _limit_init(barrier) -> None:
+    global _barrier
+    _barrier = barrier
+
+
+def _limit_worker(args) -> tuple[float, float]:
+    import time
+
+    from PIL import Image
+
+    paths, resize = args
+    blobs = []
+    for path in paths:
+        with open(path, "rb") as f:
+            blobs.append(f.read())
+    _barrier.wait()
+    start = time.perf_counter()  # CLOCK_MONOTONIC: comparable across processes
+    for data in blobs:
+        image = Image.open(io.BytesIO(data))
+        image.load()
+        if resize:
+            resized(image, resize)
+    return start, time.perf_counter()
+
+
+def limit(tree: str, out: str, resize: bool) -> None:
+    paths = [image for image, _ in list_tree(tree)]
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(2)
+    with context.Pool(2, initializer=_limit_init, initargs=(barrier,)) as pool:
+        windows = pool.map(_limit_worker, [(paths[w::2], resize) for w in range(2)], chunksize=1)
+    seconds = max(end for _, end in windows) - min(start for start, _ in windows)
+    print(f"work_seconds={seconds:.3f}")
+
+
+def beam_gbk(tree: str, out: str, resize: bool, runner_defaults: bool = False) -> None:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    options = PipelineOptions(
-        ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
-    )
+    flags = ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
+    options = PipelineOptions([] if runner_defaults else flags)
     with beam.Pipeline(options=options) as pipeline:
         (
             pipeline
@@ -127,17 +179,24 @@ def beam_gbk(tree: str, out: str, resize: bool) -> None:
         )
 
 
+KINDS = {
+    "naive": naive,
+    "twoproc": twoproc,
+    "beam_gbk": beam_gbk,
+    "beam_gbk_defaults": lambda tree, out, resize: beam_gbk(tree, out, resize, True),
+    "limit": limit,
+}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("kind", choices=["naive", "twoproc", "beam_gbk"])
+    parser.add_argument("kind", choices=list(KINDS))
     parser.add_argument("tree")
     parser.add_argument("out")
     parser.add_argument("--resize", action="store_true")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    {"naive": naive, "twoproc": twoproc, "beam_gbk": beam_gbk}[args.kind](
-        args.tree, args.out, args.resize
-    )
+    KINDS[args.kind](args.tree, args.out, args.resize)
     return 0
 
 
