@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from beam_pipeline import layouts
 from beam_pipeline.discovery import BuildVocabulary, DiscoverImages, LabelImages, ParseAnnotations
@@ -201,6 +201,22 @@ def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollect
     )
 
 
+# Without --runner, Beam (>= 2.68) starts DirectRunner, which first tries Prism: a Go binary it
+# downloads at run time, which ignores --direct_running_mode and --direct_num_workers. Local builds
+# run on FnApiRunner instead, the engine DirectRunner used for batch pipelines until then (and
+# still falls back to when offline): the same on every machine, with or without a network.
+LOCAL_RUNNER = "FnApiRunner"
+
+
+def pipeline_options(argv: Sequence[str] | None = None) -> PipelineOptions:
+    """Beam's options from the command line; FnApiRunner when no --runner is given."""
+    options = PipelineOptions(argv)
+    standard = options.view_as(StandardOptions)
+    if standard.runner is None:
+        standard.runner = LOCAL_RUNNER
+    return options
+
+
 def run(argv: Sequence[str] | None = None) -> DatasetInfo:
     """Parses flags, builds and runs the pipeline, and returns the committed DatasetInfo.
 
@@ -210,7 +226,7 @@ def run(argv: Sequence[str] | None = None) -> DatasetInfo:
       RuntimeError: the pipeline failed; a message starting with 'BUILD FAILED:' when the
         build ran but could not be committed (error budget, empty split, lost images).
     """
-    options = PipelineOptions(argv)
+    options = pipeline_options(argv)
     config = BuildConfig.from_options(options)
     prepared = prepare(config)
     prepare_output(config)

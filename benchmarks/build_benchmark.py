@@ -24,7 +24,7 @@ import tempfile
 
 from measure import marginal_rate, run_measured
 
-LIMIT = "limit: Pillow image work alone, 2 processes, bytes in memory"
+LIMIT = "limit: Pillow image work alone (full decode), 2 processes, bytes in memory"
 _WORKERS = ["--direct_num_workers", "2"]
 MODES = {
     "ours, in_memory": ["--direct_running_mode", "in_memory"],

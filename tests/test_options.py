@@ -8,6 +8,7 @@ from apache_beam.options.pipeline_options import (
 )
 
 from beam_pipeline.options import BuildConfig, parse_image_size, parse_num_shards
+from beam_pipeline.pipeline import pipeline_options
 
 
 def config(*args):
@@ -52,6 +53,18 @@ def test_dataflow_flags_pass_through_next_to_ours():
     c = BuildConfig.from_options(options)
     assert c.input_dir == "gs://b/ILSVRC" and c.seed == 42
     assert c.num_shards_for("train") == 1024 and c.num_shards_for("validation") == 128
+
+
+@pytest.mark.parametrize(
+    "args, runner",
+    [([], "FnApiRunner"), (["--runner", "DataflowRunner"], "DataflowRunner")],
+    ids=["default", "chosen"],
+)
+def test_local_builds_pin_fnapi_runner_unless_a_runner_is_chosen(args, runner):
+    """DirectRunner would try Prism first: a binary downloaded at run time."""
+    options = pipeline_options(["--input_dir", "in", "--output_dir", "out", *args])
+    assert options.view_as(StandardOptions).runner == runner
+    assert options.get_all_options()["runner"] == runner
 
 
 def test_direct_runner_modes_pass_through():
