@@ -110,3 +110,25 @@ def test_parsers():
     assert parse_num_shards("train=4, val=2") == {"train": 4, "validation": 2}
     assert parse_num_shards(None) is None
     assert parse_image_size("original", None) == ()
+
+
+def test_malloc_tuning_reaches_worker_processes_and_yields_to_the_environment(monkeypatch):
+    import os
+    import subprocess
+    import sys
+
+    from beam_pipeline.cli import tune_malloc
+
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "4096")
+    tune_malloc()
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.environ['MALLOC_ARENA_MAX'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert child.stdout.strip() == "2"  # DirectRunner's worker processes inherit it
+    assert os.environ["MALLOC_TRIM_THRESHOLD_"] == str(1 << 20)
+    assert os.environ["MALLOC_MMAP_THRESHOLD_"] == "4096"
