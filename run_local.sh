@@ -13,8 +13,9 @@ set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/ensure_venv.sh
 
-# Two worker processes: the fastest DirectRunner mode on a 2-core machine (benchmarks/).
-DIRECT=(--runner DirectRunner --direct_running_mode multi_processing --direct_num_workers 2)
+# Two worker processes: the fastest local mode on a 2-core machine (benchmarks/). No --runner:
+# the builder then runs on FnApiRunner (DirectRunner would first try to download Prism).
+DIRECT=(--direct_running_mode multi_processing --direct_num_workers 2)
 
 if [ $# -gt 0 ]; then
   exec "$VENV_PYTHON" -m beam_pipeline "${DIRECT[@]}" "$@"
