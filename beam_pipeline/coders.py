@@ -9,6 +9,7 @@ FastPrimitivesCoder (~3x smaller); transforms declare their output types so Beam
 from __future__ import annotations
 
 import dataclasses
+import operator
 
 from apache_beam import coders
 
@@ -38,20 +39,28 @@ def _annotation_from(value) -> Annotation | None:
     )
 
 
-def _flat(value) -> tuple:
-    return dataclasses.astuple(value)
+def _fields_of(element_type) -> operator.attrgetter:
+    """The fields of a dataclass of primitives, as a tuple (no deep copy: `astuple` would copy
+    every value and cost ~0.2 ms an element over a build's stages)."""
+    return operator.attrgetter(*(field.name for field in dataclasses.fields(element_type)))
 
 
+_index_entry_fields = _fields_of(IndexEntry)
 _CONVERTERS = {
-    FileRef: (_flat, lambda t: FileRef(*t)),
-    IndexEntry: (_flat, lambda t: IndexEntry(*t)),
-    Rejection: (_flat, lambda t: Rejection(*t)),
+    FileRef: (_fields_of(FileRef), lambda t: FileRef(*t)),
+    IndexEntry: (_index_entry_fields, lambda t: IndexEntry(*t)),
+    Rejection: (_fields_of(Rejection), lambda t: Rejection(*t)),
     ParsedEntry: (
-        lambda p: (_flat(p.entry), _annotation_to(p.annotation)),
+        lambda p: (_index_entry_fields(p.entry), _annotation_to(p.annotation)),
         lambda t: ParsedEntry(IndexEntry(*t[0]), _annotation_from(t[1])),
     ),
     LabelledEntry: (
-        lambda e: (_flat(e.entry), _annotation_to(e.annotation), e.label, e.object_labels),
+        lambda e: (
+            _index_entry_fields(e.entry),
+            _annotation_to(e.annotation),
+            e.label,
+            e.object_labels,
+        ),
         lambda t: LabelledEntry(IndexEntry(*t[0]), _annotation_from(t[1]), t[2], tuple(t[3])),
     ),
 }

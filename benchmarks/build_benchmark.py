@@ -2,7 +2,8 @@
 
     python benchmarks/make_tree.py bench_data/tree2k --num_images 2000
     python benchmarks/make_tree.py bench_data/tree8k --num_images 8000
-    python benchmarks/build_benchmark.py bench_data/tree2k bench_data/tree8k [--resize] [--repeats 3]
+    python benchmarks/build_benchmark.py bench_data/tree2k bench_data/tree8k \\
+        [--resize] [--repeats 3]
 
 Prints, per contender: wall seconds at 2k and 8k, the marginal images/s between them, peak
 memory of the whole process tree at 2k and 8k, the 8k/2k memory ratio, and how many times faster
