@@ -13,7 +13,7 @@ keeps valid RGB JPEG bytes or converts/resizes with Pillow, labels it by its lar
 `limit` is not a build: two processes load their half of the image bytes into memory, wait for
 each other, then only decode (pass-through) or decode + resize + re-encode (--resize) with Pillow,
 the same calls and settings as the builds; it prints `work_seconds=`, the time of that work alone.
-No build that uses Pillow on two cores can beat it.
+No build that decodes at full resolution with Pillow on two cores can beat it.
 """
 
 from __future__ import annotations
