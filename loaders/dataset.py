@@ -24,18 +24,21 @@ def _tf_int(value: int) -> int:
     return tf.data.AUTOTUNE if value == AUTOTUNE else value
 
 
+# Starts the stand-in for a record a shard failed to yield (a serialised Example never does).
+_MISSING = "\x00"
+
+
 def read_shard(path: tf.Tensor, expected: tf.Tensor, guard_missing: bool = True) -> tf.data.Dataset:
-    """Exactly `expected` `(record, provenance)` pairs of one shard; `checked_record` unpacks them.
+    """Exactly `expected` records of one shard; `checked_record` refuses stand-ins for lost ones.
 
     TensorFlow's own error for a corrupt record does not name the file. Here the reader skips
-    unreadable frames (a checksum or a truncation) and the stream is padded with empty records up
-    to the count in dataset_info.json, so a damaged shard yields empty records that
-    `checked_record` refuses, naming the file and how many records were readable, instead of
-    training on a silently shortened epoch. Only dataset ops run per record (counting with `scan`
-    and `filter` functions cost ~5% of the read-and-parse rate). A file that vanished after
-    `load_dataset` checked it fails before it is opened (skipping the reader's errors on a
-    missing file would retry forever); `guard_missing` is off for directories whose names hold
-    glob characters, where that check cannot be exact.
+    unreadable frames (a checksum or a truncation) and the stream is padded up to the count in
+    dataset_info.json with a stand-in that names the shard, so `checked_record` fails with the
+    file's name instead of training on a silently shortened epoch. Only dataset ops run per
+    record: counting with `scan`/`filter` functions, or zipping an index on, halved the reading
+    rate. A file that vanished after `load_dataset` checked it fails before it is opened
+    (skipping the reader's errors on a missing file would retry forever); `guard_missing` is off
+    for directories whose names hold glob characters, where that check cannot be exact.
     """
     if guard_missing:
         found = tf.debugging.Assert(
@@ -44,34 +47,29 @@ def read_shard(path: tf.Tensor, expected: tf.Tensor, guard_missing: bool = True)
         )
         with tf.control_dependencies([found]):
             path = tf.identity(path)
-    padding = tf.data.Dataset.from_tensors(tf.constant(b"")).repeat()
-    records = tf.data.TFRecordDataset(path).ignore_errors().concatenate(padding).take(expected)
-    provenance = tf.data.Dataset.zip(
-        tf.data.Dataset.range(expected), tf.data.Dataset.from_tensors((path, expected)).repeat()
-    )
-    return tf.data.Dataset.zip(records, provenance)
+    stand_in = tf.strings.join([_MISSING, path, _MISSING, tf.strings.as_string(expected)])
+    padding = tf.data.Dataset.from_tensors(stand_in).repeat()
+    return tf.data.TFRecordDataset(path).ignore_errors().concatenate(padding).take(expected)
 
 
-def checked_record(record: tf.Tensor, provenance: tuple) -> tf.Tensor:
-    """The record, or an error naming the shard where `read_shard` padded a missing one."""
-    index, (path, expected) = provenance
+def checked_record(record: tf.Tensor) -> tf.Tensor:
+    """The record, or an error naming the shard where `read_shard` put a stand-in."""
 
     def fail():
+        _, path, expected = tf.unstack(tf.strings.split(record, _MISSING, maxsplit=2), num=3)
         message = tf.strings.join(
             [
                 "corrupt or truncated shard ",
                 path,
-                ": read ",
-                tf.strings.as_string(index),
-                " of ",
-                tf.strings.as_string(expected),
-                " records (python -m beam_pipeline.verify locates the damage)",
+                ": fewer than its ",
+                expected,
+                " records are readable (python -m beam_pipeline.verify locates the damage)",
             ]
         )
         with tf.control_dependencies([tf.debugging.Assert(False, [message])]):
             return tf.identity(record)
 
-    return tf.cond(tf.strings.length(record) > 0, lambda: record, fail)
+    return tf.cond(tf.strings.substr(record, 0, 1) == _MISSING, fail, lambda: record)
 
 
 def check_shards(info: Dataset, split: str) -> None:
@@ -193,12 +191,12 @@ def _parser(num_classes, image_size, training, label_mode, config):
             return label
         return tf.one_hot(label, num_classes + 1, dtype=tf.float32)
 
-    def parse_eval(record, provenance):
-        parsed = tf.io.parse_single_example(checked_record(record, provenance), spec)
+    def parse_eval(record):
+        parsed = tf.io.parse_single_example(checked_record(record), spec)
         return preprocess_for_eval(parsed[F.ENCODED], image_size, config), labels_of(parsed)
 
-    def parse_train(element, seed):
-        parsed = tf.io.parse_single_example(checked_record(*element), spec)
+    def parse_train(record, seed):
+        parsed = tf.io.parse_single_example(checked_record(record), spec)
         if not config.random_crop:
             image = preprocess_for_eval(parsed[F.ENCODED], image_size, config)
             if config.random_flip:

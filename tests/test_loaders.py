@@ -191,11 +191,10 @@ def test_flipped_byte_fails_loudly_naming_the_shard(built, tmp_path, where):
     flip = lambda data: data[:offset] + bytes([data[offset] ^ 0xFF]) + data[offset:][1:]  # noqa: E731
     copy, shard = copy_with_damaged_shard(built, tmp_path, flip)
     expected = dataset_info(str(copy)).split("validation").shards[1].num_examples
-    readable = 0 if where == "first" else expected - 1
     dataset = load_dataset(str(copy), "validation", batch_size=4, image_size=SIZE)
     with pytest.raises(
         tf.errors.InvalidArgumentError,
-        match=f"corrupt or truncated shard .*{shard.name}: read {readable} of {expected} ",
+        match=f"corrupt or truncated shard .*{shard.name}: fewer than its {expected} records ",
     ):
         for _ in dataset:
             pass
