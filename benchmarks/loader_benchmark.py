@@ -153,16 +153,16 @@ def main() -> int:
     train = load_dataset(
         args.data_dir, "train", batch_size=b, image_size=SIZE, training=True, seed=0
     )
-    limit = decode_limit(args.data_dir, b, 1024)
+    in_memory = decode_limit(args.data_dir, b, 1024)
     evaluation = load_dataset(args.data_dir, "train", batch_size=b, image_size=SIZE).repeat()
     loops = {
-        "decode limit (bytes in memory)": lambda: limit,
+        "decode limit (bytes in memory)": lambda: in_memory,
         "ours (eval)": lambda: evaluation,
         "ours (train)": lambda: train.repeat(),
     }
     feeds = {
         "fit small CNN, fed by ours (train)": train.repeat(),
-        "fit small CNN, fed by the decode limit": limit.map(
+        "fit small CNN, fed by the decode limit": in_memory.map(
             lambda x: (x, tf.one_hot(tf.zeros([b], tf.int32), num_outputs))
         ),
     }
