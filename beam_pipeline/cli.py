@@ -39,12 +39,13 @@ def tune_malloc() -> None:
     no measurable cost in throughput (benchmarks/RESULTS.md). A no-op where the C library is not
     glibc; values already in the environment win.
     """
+    for _, variable, value in _MALLOC_SETTINGS:
+        os.environ.setdefault(variable, str(value))
     try:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:
-        libc = None
-    for parameter, variable, value in _MALLOC_SETTINGS:
-        os.environ.setdefault(variable, str(value))
+        return
+    for parameter, variable, _ in _MALLOC_SETTINGS:
         with contextlib.suppress(AttributeError, ValueError):
             libc.mallopt(parameter, int(os.environ[variable]))
 

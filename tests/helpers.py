@@ -10,7 +10,7 @@ import pathlib
 import numpy as np
 from PIL import Image
 
-from beam_pipeline import pipeline
+from beam_pipeline import pipeline, sample_tree
 from beam_pipeline.tfrecord import read_records
 from schemas import DATASET_INFO_FILE, DEAD_LETTER_FILE, DatasetInfo
 from schemas import features as F
@@ -84,6 +84,15 @@ def build(input_dir, output_dir, *args) -> DatasetInfo:
     """Runs a DirectRunner build in this process and returns its DatasetInfo."""
     argv = ["--input_dir", str(input_dir), "--output_dir", str(output_dir), *map(str, args)]
     return pipeline.run(argv)
+
+
+def build_sample(tmp_path_factory, num_train, num_val, seed, num_shards) -> pathlib.Path:
+    """Builds a learnable sample tree once (for module fixtures); returns the output directory."""
+    tree = tmp_path_factory.mktemp("tree")
+    sample_tree.write_tree(str(tree), num_train=num_train, num_val=num_val, seed=seed)
+    out = tmp_path_factory.mktemp("out")
+    build(tree, out, "--num_shards", num_shards)
+    return out
 
 
 def _values(feature):

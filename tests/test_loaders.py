@@ -4,7 +4,7 @@ import io
 
 import numpy as np
 import pytest
-from helpers import build, read_split
+from helpers import build, build_sample, read_split
 from PIL import Image
 
 tf = pytest.importorskip("tensorflow")
@@ -26,11 +26,7 @@ SIZE = (32, 32)
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    tree = tmp_path_factory.mktemp("tree")
-    sample_tree.write_tree(str(tree), num_train=90, num_val=25, seed=1)
-    out = tmp_path_factory.mktemp("out")
-    build(tree, out, "--num_shards", "train=4,val=2")
-    return str(out)
+    return str(build_sample(tmp_path_factory, 90, 25, seed=1, num_shards="train=4,val=2"))
 
 
 def digest(image) -> str:

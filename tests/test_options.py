@@ -1,3 +1,7 @@
+import os
+import subprocess
+import sys
+
 import pytest
 from apache_beam.options.pipeline_options import (
     DirectOptions,
@@ -7,6 +11,7 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 
+from beam_pipeline.cli import tune_malloc
 from beam_pipeline.options import BuildConfig, parse_image_size, parse_num_shards
 from beam_pipeline.pipeline import pipeline_options
 
@@ -113,12 +118,6 @@ def test_parsers():
 
 
 def test_malloc_tuning_reaches_worker_processes_and_yields_to_the_environment(monkeypatch):
-    import os
-    import subprocess
-    import sys
-
-    from beam_pipeline.cli import tune_malloc
-
     monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "4096")

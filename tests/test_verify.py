@@ -3,9 +3,9 @@ import shutil
 import struct
 
 import pytest
-from helpers import build, jpeg_bytes
+from helpers import build_sample, jpeg_bytes
 
-from beam_pipeline import sample_tree, verify
+from beam_pipeline import verify
 from beam_pipeline.tfrecord import encode_record, read_records
 from schemas import DATASET_INFO_FILE, DatasetInfo
 from schemas import features as F
@@ -14,11 +14,7 @@ from schemas.example_proto import Example
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    tree = tmp_path_factory.mktemp("tree")
-    sample_tree.write_tree(str(tree), num_train=24, num_val=8, seed=2)
-    out = tmp_path_factory.mktemp("out")
-    build(tree, out, "--num_shards", "train=3,val=1")
-    return out
+    return build_sample(tmp_path_factory, 24, 8, seed=2, num_shards="train=3,val=1")
 
 
 @pytest.fixture
