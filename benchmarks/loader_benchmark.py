@@ -4,8 +4,10 @@
         --splits train --num_shards 16
     python benchmarks/loader_benchmark.py bench_data/out8k --tree bench_data/tree8k
 
-Rows (images/s, measured after a warm-up, all in one process so they share the machine state):
-  decode limit       tf.data over the same JPEG bytes already in memory: decode + resize + batch
+Rows (images/s, measured after a warm-up, all in one process so they share the machine state;
+each loop runs one epoch of the split by default, so every row sees the same images):
+  decode limit       tf.data over the split's own JPEG bytes, all held in memory: decode +
+                     resize + batch (the records are read once, before timing)
   ours (eval)        load_dataset(training=False): read shards, parse, decode, resize, batch
   ours (train)       load_dataset(training=True): + shuffles, fused random crop, flip
   baselines          with --tree, the loaders people write instead, over the tree's JPEG files
@@ -53,19 +55,19 @@ def images_per_second(batches, count: int, batch_size: int, warmup: int = 10) ->
             iterator.close()
 
 
-def consumer_rates(loops: dict, count: int, batch_size: int, repeats: int = 3) -> dict:
-    """Median rate per loader over alternating rounds (no order bias, noise damped)."""
+def consumer_rates(loops: dict, count: int, batch_size: int, repeats: int) -> dict:
+    """Each loader's rate in alternating rounds (no order bias), as a list per loader."""
     runs = {name: [] for name in loops}
     for _ in range(repeats):
         for name, make in loops.items():
             runs[name].append(images_per_second(make(), count, batch_size))
-    return {name: statistics.median(rates) for name, rates in runs.items()}
+    return runs
 
 
-def decode_limit(data_dir: str, batch_size: int, count: int) -> tf.data.Dataset:
-    """The same JPEG bytes held in memory: only decode + resize + batch remain."""
+def decode_limit(data_dir: str, batch_size: int) -> tf.data.Dataset:
+    """The split's own JPEG bytes held in memory: only decode + resize + batch remain."""
     info = dataset_info(data_dir)
-    records = tf.data.TFRecordDataset(info.shard_paths("train")).take(count)
+    records = tf.data.TFRecordDataset(info.shard_paths("train"))
     spec = {F.ENCODED: tf.io.FixedLenFeature([], tf.string)}
     encoded = [tf.io.parse_single_example(r, spec)[F.ENCODED].numpy() for r in records]
 
@@ -145,15 +147,19 @@ def main() -> int:
     parser.add_argument("data_dir")
     parser.add_argument("--tree", help="the build's source tree: also run the baseline loaders")
     parser.add_argument("--batch_size", type=int, default=64)
-    parser.add_argument("--batches", type=int, default=40)
+    parser.add_argument(
+        "--batches", type=int, help="batches per measurement (default: one epoch of the split)"
+    )
+    parser.add_argument("--repeats", type=int, default=5, help="alternating rounds per loader")
     args = parser.parse_args()
-    b, n = args.batch_size, args.batches
     info = dataset_info(args.data_dir)
+    b = args.batch_size
+    n = args.batches or info.split("train").num_examples // b
     num_outputs = info.num_classes + 1
     train = load_dataset(
         args.data_dir, "train", batch_size=b, image_size=SIZE, training=True, seed=0
     )
-    in_memory = decode_limit(args.data_dir, b, 1024)
+    in_memory = decode_limit(args.data_dir, b)
     evaluation = load_dataset(args.data_dir, "train", batch_size=b, image_size=SIZE).repeat()
     loops = {
         "decode limit (bytes in memory)": lambda: in_memory,
@@ -174,13 +180,20 @@ def main() -> int:
         next(iter(train))
     ).repeat()
 
-    rows = consumer_rates(loops, n, b)
+    runs = consumer_rates(loops, n, b, args.repeats)
+    rows = {name: statistics.median(rates) for name, rates in runs.items()}
     limit, ours = rows["decode limit (bytes in memory)"], rows["ours (train)"]
     print_table(
-        f"loader into a consumer loop, {SIZE[0]}x{SIZE[1]}, batch {b}",
+        f"loader into a consumer loop, {SIZE[0]}x{SIZE[1]}, batch {b}, {n} batches, "
+        f"medians of {args.repeats} rounds",
         rows,
         {"vs decode limit": lambda r: r / limit, "ours (train) / this": lambda r: ours / r},
     )
+    print()
+    limit_runs = runs["decode limit (bytes in memory)"]
+    for name in ("ours (eval)", "ours (train)"):
+        ratios = sorted(r / lim for r, lim in zip(runs[name], limit_runs, strict=True))
+        print(f"{name} / decode limit, round by round: " + " ".join(f"{x:.2f}" for x in ratios))
     fits = fit_rates(small_cnn(num_outputs), feeds, n // 2, b)
     cached = fits["fit small CNN, one cached batch"]
     print()

@@ -1,0 +1,120 @@
+"""Does the accelerator wait on input? A real model step fed by our loader vs a cached batch.
+
+    python benchmarks/input_bound_benchmark.py bench_data/out8k              # ResNet-50
+    python benchmarks/input_bound_benchmark.py bench_data/out8k --model small --batch_size 64
+
+Three rates (images/s), each the median of alternating `model.fit` runs after a warm-up that
+compiles the step:
+  loader alone     load_dataset(training=True) into a consumer loop: what the input can supply
+  fit, ours        model.fit fed by load_dataset(training=True)
+  fit, cached      model.fit fed by one batch already decoded, repeated: the model's own speed
+                   (the batch is still copied to the device every step, as ours is)
+"fit, ours / fit, cached" near 1.0 means the model never waits on input; well below 1.0 means it
+is input-bound by the loader's share of the host. On a GPU the model runs with mixed precision
+(`mixed_float16`) unless --no_mixed_precision; on a CPU-only host the model and the decoder share
+the same cores, so the comparison says less (benchmarks/loader_benchmark.py covers that case).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras
+import tensorflow as tf
+
+from loaders import dataset_info, load_dataset
+
+SIZE = (224, 224)
+
+
+def build_model(name: str, num_outputs: int) -> keras.Model:
+    """ResNet-50 (random weights) or a small CNN, compiled for training with SGD + momentum."""
+    inputs = keras.Input((*SIZE, 3))
+    if name == "resnet50":
+        backbone = keras.applications.ResNet50(
+            weights=None, include_top=False, pooling="avg", input_shape=(*SIZE, 3)
+        )
+        x = backbone(inputs)
+    else:
+        x = keras.layers.Conv2D(32, 3, strides=2, activation="relu")(inputs)
+        x = keras.layers.Conv2D(64, 3, strides=2, activation="relu")(x)
+        x = keras.layers.GlobalAveragePooling2D()(x)
+    # A float32 softmax: under mixed precision the loss's inputs stay in full precision.
+    outputs = keras.layers.Dense(num_outputs, activation="softmax", dtype="float32")(x)
+    model = keras.Model(inputs, outputs)
+    model.compile(
+        optimizer=keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
+        loss="categorical_crossentropy",
+    )
+    return model
+
+
+def loader_rate(dataset: tf.data.Dataset, steps: int, batch_size: int) -> float:
+    iterator = iter(dataset)
+    for _ in range(5):
+        next(iterator)
+    start = time.perf_counter()
+    for _ in range(steps):
+        next(iterator)
+    return steps * batch_size / (time.perf_counter() - start)
+
+
+def fit_rate(model: keras.Model, dataset: tf.data.Dataset, steps: int, batch_size: int) -> float:
+    start = time.perf_counter()
+    model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False)
+    return steps * batch_size / (time.perf_counter() - start)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("data_dir")
+    parser.add_argument("--model", choices=("resnet50", "small"), default="resnet50")
+    parser.add_argument("--batch_size", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=50, help="steps per timed run")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no_mixed_precision", action="store_true")
+    args = parser.parse_args()
+
+    gpus = tf.config.list_physical_devices("GPU")
+    mixed = bool(gpus) and not args.no_mixed_precision
+    if mixed:
+        keras.mixed_precision.set_global_policy("mixed_float16")
+    info = dataset_info(args.data_dir)
+    b = args.batch_size
+    ours = load_dataset(
+        args.data_dir, "train", batch_size=b, image_size=SIZE, training=True, seed=0
+    ).repeat()
+    cached = tf.data.Dataset.from_tensors(next(iter(ours))).repeat()
+    model = build_model(args.model, info.num_classes + 1)
+
+    print(
+        f"device: {', '.join(g.name for g in gpus) or 'CPU only'}; host cores: {os.cpu_count()}; "
+        f"model: {args.model}, batch {b}, mixed precision: {'on' if mixed else 'off'}"
+    )
+    loader = loader_rate(ours, args.steps, b)
+    feeds = {"fit, ours": ours, "fit, cached": cached}
+    for feed in feeds.values():  # compiles the step; warms tf.data's autotuning
+        fit_rate(model, feed, 3, b)
+    runs = {name: [] for name in feeds}
+    for _ in range(args.repeats):
+        for name, feed in feeds.items():
+            runs[name].append(fit_rate(model, feed, args.steps, b))
+    rates = {"loader alone": loader, **{n: statistics.median(r) for n, r in runs.items()}}
+    model_rate = rates["fit, cached"]
+    print(f"| {args.model}, batch {b} | images/s | vs fit, cached |")
+    print("|---|---|---|")
+    for name, rate in rates.items():
+        print(f"| {name} | {rate:.0f} | {rate / model_rate:.2f} |")
+    share = rates["fit, ours"] / model_rate
+    verdict = "waits on input" if share < 0.95 else "does not wait on input"
+    print(f"\nthe model {verdict}: fed by ours it runs at {share:.2f} of its cached-batch speed")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
