@@ -11,8 +11,11 @@ encoded records into a temp file that is renamed into place when complete.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
+import contextlib
 import hashlib
 import uuid
+from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
@@ -35,6 +38,44 @@ from schemas import shard_filename
 
 TEMP_DIR = ".tmp"
 PROGRESS_DIR = progress.PROGRESS_DIR
+
+# Image reads kept in flight ahead of the decoder by each shard writer, bounded by count and by
+# the files' listed sizes: an object store answers each read after tens of milliseconds, a cold
+# disk after a seek, and a writer that waited for each in turn would idle its core meanwhile.
+READ_AHEAD_FILES = 16
+READ_AHEAD_BYTES = 64 << 20
+
+
+def read_ahead(
+    paths: Iterable[tuple[str, int]],
+    executor: concurrent.futures.Executor,
+    max_files: int = READ_AHEAD_FILES,
+    max_bytes: int = READ_AHEAD_BYTES,
+) -> Iterator[concurrent.futures.Future]:
+    """Futures of `read_file(path)` for (path, expected size) pairs, yielded in order.
+
+    Up to `max_files` reads (and `max_bytes` of expected size, at least one read) run ahead of
+    the consumer. A read's InputError is raised by its future's `result()`. Reads still pending
+    when the consumer stops early are cancelled.
+    """
+    pending: collections.deque = collections.deque()
+    in_flight = 0
+    remaining = iter(paths)
+    try:
+        while True:
+            for path, size in remaining:
+                pending.append((executor.submit(read_file, path), size))
+                in_flight += size
+                if len(pending) >= max_files or in_flight >= max_bytes:
+                    break
+            if not pending:
+                return
+            future, size = pending.popleft()
+            in_flight -= size
+            yield future
+    finally:
+        for future, _ in pending:
+            future.cancel()
 
 
 def remove_work_dirs(output_dir: str) -> None:
@@ -149,9 +190,15 @@ class _WriteShardFn(beam.DoFn):
 
         # Our own max_pixels check refuses bombs; Pillow's must not be stricter than it.
         Image.MAX_IMAGE_PIXELS = max(Image.MAX_IMAGE_PIXELS or 0, self._policy.max_pixels)
+        self._reader = concurrent.futures.ThreadPoolExecutor(
+            READ_AHEAD_FILES, thread_name_prefix="read-ahead"
+        )
         self._written = Metrics.counter(METRICS_NAMESPACE, "images_written")
         self._reencoded = Metrics.counter(METRICS_NAMESPACE, "images_reencoded")
         self._kept = Metrics.counter(METRICS_NAMESPACE, "shards_kept_on_resume")
+
+    def teardown(self):
+        self._reader.shutdown(wait=False, cancel_futures=True)
 
     def process(self, element, vocabulary: Vocabulary, plans):
         (split, index), members = element
@@ -181,12 +228,15 @@ class _WriteShardFn(beam.DoFn):
         try:
             ensure_dir(temp_dir)
             out = FileSystems.create(temp_path, compression_type=CompressionTypes.UNCOMPRESSED)
-            with out:
-                for _, labelled in members:
+            paths = [
+                (join(self._input_dir, labelled.entry.filename), labelled.entry.num_bytes)
+                for _, labelled in members
+            ]
+            with out, contextlib.closing(read_ahead(paths, self._reader)) as reads:
+                for (_, labelled), (path, _), data in zip(members, paths, reads, strict=True):
                     try:
-                        record = self._encode(labelled, vocabulary)
+                        record = self._encode(labelled, data.result(), vocabulary)
                     except InputError as error:
-                        path = join(self._input_dir, labelled.entry.filename)
                         rejections.append(
                             Rejection.from_error(error, split=split, path=path, stage=IMAGE)
                         )
@@ -214,9 +264,8 @@ class _WriteShardFn(beam.DoFn):
         )
         return result, rejections
 
-    def _encode(self, labelled: LabelledEntry, vocabulary: Vocabulary) -> bytes:
-        path = join(self._input_dir, labelled.entry.filename)
-        image = normalise_image(read_file(path), self._policy)
+    def _encode(self, labelled: LabelledEntry, data: bytes, vocabulary: Vocabulary) -> bytes:
+        image = normalise_image(data, self._policy)
         if image.reencoded:
             self._reencoded.inc()
         return encode_record(build_example(labelled, image, vocabulary))

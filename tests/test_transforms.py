@@ -1,8 +1,10 @@
 """Each composite transform on its own, with TestPipeline."""
 
 import collections
+import concurrent.futures
 
 import apache_beam as beam
+import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from helpers import ilsvrc_image, jpeg_bytes, voc_xml, write
@@ -14,8 +16,8 @@ from beam_pipeline.entries import IndexEntry, LabelledEntry, ParsedEntry
 from beam_pipeline.images import ImagePolicy
 from beam_pipeline.labels import Vocabulary
 from beam_pipeline.pipeline import _has_files, _match
-from beam_pipeline.rejections import Rejection
-from beam_pipeline.writing import AssignShards, WriteShards
+from beam_pipeline.rejections import InputError, Rejection
+from beam_pipeline.writing import AssignShards, WriteShards, read_ahead
 
 
 def entry(key, split="train", annotation_filename=None, folder_class=None, filename=None):
@@ -211,3 +213,46 @@ def test_rejections_sort_deterministically():
     a = Rejection("train", "/b", "image", "x", "d")
     b = Rejection("train", "/a", "image", "x", "d")
     assert sorted([a, b]) == [b, a]
+
+
+class _CountingExecutor(concurrent.futures.ThreadPoolExecutor):
+    """A real thread pool that remembers how many reads were handed to it."""
+
+    def __init__(self):
+        super().__init__(4)
+        self.submitted = 0
+
+    def submit(self, *args, **kwargs):
+        self.submitted += 1
+        return super().submit(*args, **kwargs)
+
+
+def test_read_ahead_keeps_order_bounds_reads_in_flight_and_reports_each_failure(tmp_path):
+    paths = []
+    for i in range(10):
+        path = tmp_path / f"{i}.bin"
+        path.write_bytes(bytes([i]) * (i + 1))
+        paths.append((str(path), i + 1))
+    paths[4] = (str(tmp_path / "missing.bin"), 5)
+    with _CountingExecutor() as executor:
+        reads = read_ahead(paths, executor, max_files=3, max_bytes=1000)
+        first = next(reads)
+        assert executor.submitted == 3
+        assert first.result() == b"\x00"
+        futures = [first, *reads]
+        assert executor.submitted == 10
+    assert len(futures) == 10
+    for i, future in enumerate(futures):
+        if i == 4:
+            with pytest.raises(InputError) as failure:
+                future.result()
+            assert failure.value.reason == "read_error"
+            assert "missing.bin" in str(failure.value)
+        else:
+            assert future.result() == bytes([i]) * (i + 1)
+
+    with _CountingExecutor() as executor:
+        reads = read_ahead(paths, executor, max_files=8, max_bytes=6)
+        next(reads)
+        assert executor.submitted == 3  # 1 + 2 + 3 bytes reach the 6-byte bound
+        reads.close()
