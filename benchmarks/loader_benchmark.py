@@ -4,8 +4,9 @@
         --splits train --num_shards 16
     python benchmarks/loader_benchmark.py bench_data/out8k --tree bench_data/tree8k
 
-Rows (images/s, measured after a warm-up, all in one process so they share the machine state;
-each loop runs one epoch of the split by default, so every row sees the same images):
+Rows (images/s and CPU ms per image, measured after a warm-up, all in one process so they share
+the machine state; each loop runs one epoch of the split by default, so every row sees the same
+images):
   decode limit       tf.data over the split's own JPEG bytes, all held in memory: decode +
                      resize + batch (the records are read once, before timing)
   ours (eval)        load_dataset(training=False): read shards, parse, decode, resize, batch
@@ -40,23 +41,28 @@ from schemas import features as F
 SIZE = (224, 224)
 
 
-def images_per_second(batches, count: int, batch_size: int, warmup: int = 10) -> float:
-    """Rate of a fresh iterator over `count` batches after `warmup` (tf.data autotunes then)."""
+def images_per_second(batches, count: int, batch_size: int, warmup: int = 10):
+    """(images/s, CPU ms per image) of a fresh iterator over `count` batches after `warmup`.
+
+    The CPU time is the whole process's (every tf.data and worker thread): on a shared machine
+    it varies less than the wall-clock rate, because time stolen by neighbours is not in it.
+    """
     iterator = iter(batches)
     try:
         for _ in range(warmup):
             next(iterator)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         for _ in range(count):
             next(iterator)
-        return count * batch_size / (time.perf_counter() - start)
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+        return count * batch_size / seconds, 1000 * cpu / (count * batch_size)
     finally:
         if hasattr(iterator, "close"):
             iterator.close()
 
 
 def consumer_rates(loops: dict, count: int, batch_size: int, repeats: int) -> dict:
-    """Each loader's rate in alternating rounds (no order bias), as a list per loader."""
+    """Each loader's (rate, CPU ms per image) in alternating rounds (no order bias)."""
     runs = {name: [] for name in loops}
     for _ in range(repeats):
         for name, make in loops.items():
@@ -181,8 +187,10 @@ def main() -> int:
     ).repeat()
 
     runs = consumer_rates(loops, n, b, args.repeats)
-    rows = {name: statistics.median(rates) for name, rates in runs.items()}
-    limit, ours = rows["decode limit (bytes in memory)"], rows["ours (train)"]
+    rows = {name: statistics.median(rate for rate, _ in got) for name, got in runs.items()}
+    cpu = {name: statistics.median(ms for _, ms in got) for name, got in runs.items()}
+    limit_name = "decode limit (bytes in memory)"
+    limit, ours = rows[limit_name], rows["ours (train)"]
     print_table(
         f"loader into a consumer loop, {SIZE[0]}x{SIZE[1]}, batch {b}, {n} batches, "
         f"medians of {args.repeats} rounds",
@@ -190,9 +198,16 @@ def main() -> int:
         {"vs decode limit": lambda r: r / limit, "ours (train) / this": lambda r: ours / r},
     )
     print()
-    limit_runs = runs["decode limit (bytes in memory)"]
+    print("| CPU time per image (whole process) | ms | decode limit's / this |")
+    print("|---|---|---|")
+    for name, ms in cpu.items():
+        print(f"| {name} | {ms:.2f} | {cpu[limit_name] / ms:.2f} |")
+    print()
     for name in ("ours (eval)", "ours (train)"):
-        ratios = sorted(r / lim for r, lim in zip(runs[name], limit_runs, strict=True))
+        ratios = sorted(
+            rate / limit_rate
+            for (rate, _), (limit_rate, _) in zip(runs[name], runs[limit_name], strict=True)
+        )
         print(f"{name} / decode limit, round by round: " + " ".join(f"{x:.2f}" for x in ratios))
     fits = fit_rates(small_cnn(num_outputs), feeds, n // 2, b)
     cached = fits["fit small CNN, one cached batch"]
