@@ -198,7 +198,9 @@ class _WriteShardFn(beam.DoFn):
         self._kept = Metrics.counter(METRICS_NAMESPACE, "shards_kept_on_resume")
 
     def teardown(self):
-        self._reader.shutdown(wait=False, cancel_futures=True)
+        reader = getattr(self, "_reader", None)  # None when setup failed before creating it
+        if reader is not None:
+            reader.shutdown(wait=False, cancel_futures=True)
 
     def process(self, element, vocabulary: Vocabulary, plans):
         (split, index), members = element
