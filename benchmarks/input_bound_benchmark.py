@@ -20,12 +20,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
 import tensorflow as tf
+from loader_benchmark import fit_rate, images_per_second
 
 from loaders import dataset_info, load_dataset
 
@@ -54,22 +54,6 @@ def build_model(name: str, num_outputs: int) -> keras.Model:
     return model
 
 
-def loader_rate(dataset: tf.data.Dataset, steps: int, batch_size: int) -> float:
-    iterator = iter(dataset)
-    for _ in range(5):
-        next(iterator)
-    start = time.perf_counter()
-    for _ in range(steps):
-        next(iterator)
-    return steps * batch_size / (time.perf_counter() - start)
-
-
-def fit_rate(model: keras.Model, dataset: tf.data.Dataset, steps: int, batch_size: int) -> float:
-    start = time.perf_counter()
-    model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False)
-    return steps * batch_size / (time.perf_counter() - start)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("data_dir")
@@ -96,7 +80,7 @@ def main() -> int:
         f"device: {', '.join(g.name for g in gpus) or 'CPU only'}; host cores: {os.cpu_count()}; "
         f"model: {args.model}, batch {b}, mixed precision: {'on' if mixed else 'off'}"
     )
-    loader = loader_rate(ours, args.steps, b)
+    loader, _ = images_per_second(ours, args.steps, b, warmup=5)
     feeds = {"fit, ours": ours, "fit, cached": cached}
     for feed in feeds.values():  # compiles the step; warms tf.data's autotuning
         fit_rate(model, feed, 3, b)
