@@ -25,27 +25,23 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
 import tensorflow as tf
-from loader_benchmark import fit_rate, images_per_second
+from loader_benchmark import SIZE, fit_rate, images_per_second, small_cnn
 
 from loaders import dataset_info, load_dataset
 
-SIZE = (224, 224)
-
 
 def build_model(name: str, num_outputs: int) -> keras.Model:
-    """ResNet-50 (random weights) or a small CNN, compiled for training with SGD + momentum."""
+    """ResNet-50 (random weights, SGD with momentum), or loader_benchmark's small CNN."""
+    if name == "small":
+        return small_cnn(num_outputs)
     inputs = keras.Input((*SIZE, 3))
-    if name == "resnet50":
-        backbone = keras.applications.ResNet50(
-            weights=None, include_top=False, pooling="avg", input_shape=(*SIZE, 3)
-        )
-        x = backbone(inputs)
-    else:
-        x = keras.layers.Conv2D(32, 3, strides=2, activation="relu")(inputs)
-        x = keras.layers.Conv2D(64, 3, strides=2, activation="relu")(x)
-        x = keras.layers.GlobalAveragePooling2D()(x)
+    backbone = keras.applications.ResNet50(
+        weights=None, include_top=False, pooling="avg", input_shape=(*SIZE, 3)
+    )
     # A float32 softmax: under mixed precision the loss's inputs stay in full precision.
-    outputs = keras.layers.Dense(num_outputs, activation="softmax", dtype="float32")(x)
+    outputs = keras.layers.Dense(num_outputs, activation="softmax", dtype="float32")(
+        backbone(inputs)
+    )
     model = keras.Model(inputs, outputs)
     model.compile(
         optimizer=keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),

@@ -96,7 +96,9 @@ def small_cnn(num_outputs: int) -> keras.Model:
     x = keras.layers.Conv2D(32, 3, strides=2, activation="relu")(x)
     x = keras.layers.Conv2D(64, 3, strides=2, activation="relu")(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
-    model = keras.Model(inputs, keras.layers.Dense(num_outputs, activation="softmax")(x))
+    # A float32 softmax, so the model also trains under a mixed-precision policy.
+    outputs = keras.layers.Dense(num_outputs, activation="softmax", dtype="float32")(x)
+    model = keras.Model(inputs, outputs)
     model.compile("adam", "categorical_crossentropy")
     return model
 
