@@ -33,12 +33,13 @@ def read_shard(path: tf.Tensor, expected: tf.Tensor, guard_missing: bool = True)
 
     TensorFlow's own error for a corrupt record does not name the file. Here the reader skips
     unreadable frames (a checksum or a truncation) and the stream is padded up to the count in
-    dataset_info.json with a stand-in that names the shard, so `checked_record` fails with the
-    file's name instead of training on a silently shortened epoch. Only dataset ops run per
-    record: counting with `scan`/`filter` functions, or zipping an index on, halved the reading
-    rate. A file that vanished after `load_dataset` checked it fails before it is opened
-    (skipping the reader's errors on a missing file would retry forever); `guard_missing` is off
-    for directories whose names hold glob characters, where that check cannot be exact.
+    dataset_info.json with a stand-in holding an error message that names the shard, so
+    `checked_record` fails with it instead of training on a silently shortened epoch. Only
+    dataset ops run per record: counting with `scan`/`filter` functions, or zipping an index
+    on, halved the reading rate. A file that vanished after `load_dataset` checked it fails
+    before it is opened (skipping the reader's errors on a missing file would retry forever);
+    `guard_missing` is off for directories whose names hold glob characters, where that check
+    cannot be exact.
     """
     if guard_missing:
         found = tf.debugging.Assert(
@@ -47,29 +48,30 @@ def read_shard(path: tf.Tensor, expected: tf.Tensor, guard_missing: bool = True)
         )
         with tf.control_dependencies([found]):
             path = tf.identity(path)
-    stand_in = tf.strings.join([_MISSING, path, _MISSING, tf.strings.as_string(expected)])
+    stand_in = tf.strings.join(
+        [
+            _MISSING,
+            "corrupt or truncated shard ",
+            path,
+            ": fewer than its ",
+            tf.strings.as_string(expected),
+            " records are readable (python -m beam_pipeline.verify locates the damage)",
+        ]
+    )
     padding = tf.data.Dataset.from_tensors(stand_in).repeat()
     return tf.data.TFRecordDataset(path).ignore_errors().concatenate(padding).take(expected)
 
 
 def checked_record(record: tf.Tensor) -> tf.Tensor:
-    """The record, or an error naming the shard where `read_shard` put a stand-in."""
+    """The record; fails with the stand-in's message where `read_shard` put one.
 
-    def fail():
-        _, path, expected = tf.unstack(tf.strings.split(record, _MISSING, maxsplit=2), num=3)
-        message = tf.strings.join(
-            [
-                "corrupt or truncated shard ",
-                path,
-                ": fewer than its ",
-                expected,
-                " records are readable (python -m beam_pipeline.verify locates the damage)",
-            ]
-        )
-        with tf.control_dependencies([tf.debugging.Assert(False, [message])]):
-            return tf.identity(record)
-
-    return tf.cond(tf.strings.substr(record, 0, 1) == _MISSING, fail, lambda: record)
+    One `Assert` on the first byte: the message is the record itself, so nothing is built per
+    record (a `tf.cond` that formatted the message cost ~20 us of CPU per record, ~1% of the
+    loader's work at 224x224).
+    """
+    valid = tf.debugging.Assert(tf.strings.substr(record, 0, 1) != _MISSING, [record])
+    with tf.control_dependencies([valid]):
+        return tf.identity(record)
 
 
 def check_shards(info: Dataset, split: str) -> None:
