@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
 import tensorflow as tf
-from loader_benchmark import SIZE, fit_rate, images_per_second, small_cnn
+from loader_benchmark import SIZE, fit_rates, images_per_second, small_cnn
 
 from loaders import dataset_info, load_dataset
 
@@ -78,13 +77,7 @@ def main() -> int:
     )
     loader, _ = images_per_second(ours, args.steps, b, warmup=5)
     feeds = {"fit, ours": ours, "fit, cached": cached}
-    for feed in feeds.values():  # compiles the step; warms tf.data's autotuning
-        fit_rate(model, feed, 3, b)
-    runs = {name: [] for name in feeds}
-    for _ in range(args.repeats):
-        for name, feed in feeds.items():
-            runs[name].append(fit_rate(model, feed, args.steps, b))
-    rates = {"loader alone": loader, **{n: statistics.median(r) for n, r in runs.items()}}
+    rates = {"loader alone": loader, **fit_rates(model, feeds, args.steps, b, args.repeats)}
     model_rate = rates["fit, cached"]
     print(f"| {args.model}, batch {b} | images/s | vs fit, cached |")
     print("|---|---|---|")
