@@ -1,10 +1,12 @@
-"""Pascal VOC / ILSVRC annotation XML → `Annotation`, safely.
+"""Pascal VOC / ILSVRC annotation XML → `Annotation`, safely; and the one writer of such XML.
 
 ILSVRC (DET and CLS-LOC) uses the Pascal VOC XML format, so one parser serves every layout.
 Parsing never resolves entities, loads a DTD or touches the network, and a document that
 declares entities is refused outright (billion laughs, quadratic blow-up, XXE). Only the
 geometry and class fields are read; `<filename>`, `<folder>` and `<path>` are ignored on
 purpose (they lie, and may hold `%s` or `../`): images are paired by their relative path.
+
+`voc_xml` writes the same format; the sample tree, the benchmark trees and the tests all use it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
+from collections.abc import Iterable, Sequence
+from xml.sax.saxutils import escape
 
 from lxml import etree
 
@@ -157,3 +161,38 @@ def _flag(node: etree._Element, tag: str, where: str) -> bool:
         return float(text) != 0
     except ValueError:
         raise InputError("annotation_bad_object", f"{where}: <{tag}> is {text!r}") from None
+
+
+def voc_xml(
+    objects: Iterable[Sequence] = (),
+    size: tuple[int, int] | None = None,
+    *,
+    folder: str = "",
+    filename: str = "",
+    extra: str = "",
+) -> str:
+    """A Pascal VOC annotation document, as `parse_annotation` reads it.
+
+    Args:
+      objects: (name, xmin, ymin, xmax, ymax[, difficult, truncated]) each. Coordinates and
+        flags are written as given (so a test can write a malformed one); flags default to 0.
+      size: (width, height) for `<size>`, or None to leave it out.
+      folder, filename: written as given (escaped); the parser ignores both.
+      extra: markup appended inside `<annotation>`, as is.
+    """
+    parts = [
+        f"<annotation><folder>{escape(folder)}</folder><filename>{escape(filename)}</filename>"
+    ]
+    if size is not None:
+        parts.append(
+            f"<size><width>{size[0]}</width><height>{size[1]}</height><depth>3</depth></size>"
+        )
+    for name, xmin, ymin, xmax, ymax, *flags in objects:
+        difficult, truncated = [*flags, 0, 0][:2]
+        parts.append(
+            f"<object><name>{escape(str(name))}</name><difficult>{difficult}</difficult>"
+            f"<truncated>{truncated}</truncated><bndbox><xmin>{xmin}</xmin><ymin>{ymin}</ymin>"
+            f"<xmax>{xmax}</xmax><ymax>{ymax}</ymax></bndbox></object>"
+        )
+    parts.append(f"{extra}</annotation>\n")
+    return "".join(parts)

@@ -12,12 +12,8 @@ from collections.abc import Sequence
 
 from beam_pipeline.layouts import LayoutError
 from beam_pipeline.options import BuildOptions
-from beam_pipeline.pipeline import (
-    OutputExistsError,
-    OutputNotWritableError,
-    failure_message,
-    run,
-)
+from beam_pipeline.output import OutputExistsError, OutputNotWritableError
+from beam_pipeline.pipeline import failure_message, run
 from schemas import DEAD_LETTER_FILE
 
 # glibc mallopt parameters, and the environment variables that set them in child processes.

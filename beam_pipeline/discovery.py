@@ -1,8 +1,8 @@
-"""Beam stages from a tree to labelled index entries: list, pair, parse, build vocabulary, label.
+"""The first stage, from a tree to index entries: list every directory of the plan, pair files.
 
-Element types between stages (none holds pixels):
-  ListingTask → (kind, FileRef) → IndexEntry → ParsedEntry → LabelledEntry
-Every stage has a `rejected` output of `Rejection`s.
+Element types (none holds pixels):
+  ListingTask → (kind, FileRef) → grouped by key with the VOC split memberships → IndexEntry
+Rejections go to the `rejected` output.
 """
 
 from __future__ import annotations
@@ -12,21 +12,10 @@ from apache_beam.metrics import Metrics
 from apache_beam.typehints import Tuple
 
 import beam_pipeline.coders  # noqa: F401 - registers the compact element coders
-from beam_pipeline import layouts
-from beam_pipeline.annotations import parse_annotation
-from beam_pipeline.entries import FileRef, IndexEntry, LabelledEntry, ParsedEntry
-from beam_pipeline.fileio import read_file
-from beam_pipeline.labels import Vocabulary, image_label
+from beam_pipeline import layouts, pairing
+from beam_pipeline.entries import FileRef, IndexEntry
 from beam_pipeline.listing import Unlisted, list_tree
-from beam_pipeline.rejections import ANNOTATION, LABEL, InputError, Rejection
-
-METRICS_NAMESPACE = "imagenet_tfrecords"
-REJECTED = "rejected"
-
-
-def count_rejection(rejection: Rejection) -> Rejection:
-    Metrics.counter(METRICS_NAMESPACE, f"rejected_{rejection.reason}").inc()
-    return rejection
+from beam_pipeline.rejections import METRICS_NAMESPACE, REJECTED, Rejection, count_rejection
 
 
 class _ListFilesFn(beam.DoFn):
@@ -35,9 +24,9 @@ class _ListFilesFn(beam.DoFn):
     def process(self, task: layouts.ListingTask):
         for listed in list_tree(task.directory):
             if isinstance(listed, Unlisted):
-                item = layouts.unlisted_rejection(task, listed.path, listed.reason, listed.detail)
+                item = pairing.unlisted_rejection(task, listed.path, listed.reason, listed.detail)
             else:
-                item = layouts.classify(task, listed.path, listed.num_bytes)
+                item = pairing.classify(task, listed.path, listed.num_bytes)
             if isinstance(item, Rejection):
                 yield beam.pvalue.TaggedOutput(REJECTED, count_rejection(item))
             else:
@@ -52,7 +41,7 @@ class _PairFn(beam.DoFn):
 
     def process(self, element):
         key, grouped = element
-        entries, rejections = layouts.pair_files(
+        entries, rejections = pairing.pair_files(
             key, grouped["images"], grouped["annotations"], grouped["splits"], self._root
         )
         for rejection in rejections:
@@ -101,100 +90,3 @@ class DiscoverImages(beam.PTransform):
         )
         rejected = (listed[REJECTED], paired[REJECTED]) | "FlattenRejected" >> beam.Flatten()
         return paired.entries, rejected
-
-
-class _ParseAnnotationFn(beam.DoFn):
-    def __init__(self, root: str):
-        self._root = root
-
-    def process(self, entry: IndexEntry):
-        if entry.annotation_filename is None:
-            yield ParsedEntry(entry, None)
-            return
-        path = layouts.join(self._root, entry.annotation_filename)
-        try:
-            annotation = parse_annotation(read_file(path))
-        except InputError as error:
-            rejection = Rejection.from_error(error, split=entry.split, path=path, stage=ANNOTATION)
-            yield beam.pvalue.TaggedOutput(REJECTED, count_rejection(rejection))
-            return
-        yield ParsedEntry(entry, annotation)
-
-
-class ParseAnnotations(beam.PTransform):
-    """IndexEntry → ParsedEntry (annotation parsed); output (parsed, rejected)."""
-
-    def __init__(self, root: str):
-        super().__init__()
-        self._root = root
-
-    def expand(self, entries):
-        result = entries | "Parse" >> beam.ParDo(_ParseAnnotationFn(self._root)).with_output_types(
-            ParsedEntry
-        ).with_outputs(REJECTED, main="parsed")
-        return result.parsed, result[REJECTED]
-
-
-def _class_names(parsed: ParsedEntry):
-    if parsed.annotation is not None:
-        yield from (obj.name for obj in parsed.annotation.objects)
-    if parsed.entry.folder_class is not None:
-        yield parsed.entry.folder_class
-
-
-def _vocabulary_from_names(names) -> Vocabulary:
-    if not names:
-        raise ValueError(
-            "the train split names no class (no <object> and no synset folder); pass --labels_file"
-        )
-    return Vocabulary.from_names(names)
-
-
-class BuildVocabulary(beam.PTransform):
-    """ParsedEntry of the train split → a single Vocabulary (sorted distinct class names)."""
-
-    def __init__(self, train_split: str):
-        super().__init__()
-        self._train_split = train_split
-
-    def expand(self, parsed):
-        split = self._train_split
-        return (
-            parsed
-            | "TrainOnly" >> beam.Filter(lambda p: p.entry.split == split)
-            | "ClassNames" >> beam.FlatMap(_class_names)
-            | "Distinct" >> beam.Distinct()
-            | "Collect" >> beam.combiners.ToList()
-            | "ToVocabulary" >> beam.Map(_vocabulary_from_names)
-        )
-
-
-class _LabelFn(beam.DoFn):
-    def __init__(self, root: str):
-        self._root = root
-
-    def process(self, parsed: ParsedEntry, vocabulary: Vocabulary):
-        entry = parsed.entry
-        try:
-            label, object_labels = image_label(parsed.annotation, entry.folder_class, vocabulary)
-        except InputError as error:
-            path = layouts.join(self._root, entry.annotation_filename or entry.filename)
-            rejection = Rejection.from_error(error, split=entry.split, path=path, stage=LABEL)
-            yield beam.pvalue.TaggedOutput(REJECTED, count_rejection(rejection))
-            return
-        yield LabelledEntry(entry, parsed.annotation, label, object_labels)
-
-
-class LabelImages(beam.PTransform):
-    """ParsedEntry → LabelledEntry (vocabulary as side input); output (labelled, rejected)."""
-
-    def __init__(self, vocabulary, root: str):
-        super().__init__()
-        self._vocabulary = vocabulary
-        self._root = root
-
-    def expand(self, parsed):
-        result = parsed | "Label" >> beam.ParDo(
-            _LabelFn(self._root), vocabulary=beam.pvalue.AsSingleton(self._vocabulary)
-        ).with_output_types(LabelledEntry).with_outputs(REJECTED, main="labelled")
-        return result.labelled, result[REJECTED]

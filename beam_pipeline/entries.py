@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from beam_pipeline.annotations import Annotation
+from schemas import ShardInfo
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,13 +64,16 @@ class LabelledEntry:
 
 @dataclasses.dataclass(frozen=True)
 class ShardResult:
-    """What a shard writer reports once its file is in place."""
+    """What a shard writer reports once its file is in place.
+
+    Attributes:
+      split, index, num_shards: which shard of which split.
+      shard: the file as recorded in dataset_info.json (name, examples, bytes, SHA-256).
+      class_counts: (label, examples) pairs, sorted by label.
+    """
 
     split: str
     index: int
     num_shards: int
-    file: str
-    num_examples: int
-    num_bytes: int
-    sha256: str
+    shard: ShardInfo
     class_counts: tuple[tuple[int, int], ...]

@@ -68,7 +68,7 @@ def build_example(labelled: LabelledEntry, image: NormalisedImage, vocabulary: V
         F.FILENAME: [entry.filename.encode("utf-8")],
         F.SOURCE_ID: [entry.key.encode("utf-8")],
         F.LABEL: [labelled.label],
-        F.LABEL_TEXT: [vocabulary.text(labelled.label).encode("utf-8")],
+        F.LABEL_TEXT: [vocabulary.name(labelled.label).encode("utf-8")],
         F.ONE_HOT: vocabulary.one_hot(labelled.label),
         F.BBOX_XMIN: [box[0] for box in boxes],
         F.BBOX_YMIN: [box[1] for box in boxes],
@@ -82,11 +82,5 @@ def build_example(labelled: LabelledEntry, image: NormalisedImage, vocabulary: V
     example = Example()
     feature_map = example.features.feature
     for feature in F.FEATURES:
-        target = feature_map[feature.key]
-        if feature.dtype == "bytes":
-            target.bytes_list.value.extend(values[feature.key])
-        elif feature.dtype == "int64":
-            target.int64_list.value.extend(values[feature.key])
-        else:
-            target.float_list.value.extend(values[feature.key])
+        getattr(feature_map[feature.key], feature.proto_kind).value.extend(values[feature.key])
     return example.SerializeToString(deterministic=True)

@@ -1,14 +1,22 @@
-"""File helpers over Beam's FileSystems (local paths and gs:// alike)."""
+"""Reading and finding files over Beam's FileSystems (local paths and gs:// alike).
+
+Paths are joined with `schemas.paths.join`. Writing into the output directory is
+`beam_pipeline.output`'s concern.
+"""
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import hashlib
-import uuid
+from collections.abc import Iterable, Iterator
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from beam_pipeline.listing import Listed, list_tree
 from beam_pipeline.rejections import InputError
+from schemas.paths import is_local, join
 
 
 def read_file(path: str) -> bytes:
@@ -20,12 +28,18 @@ def read_file(path: str) -> bytes:
         raise InputError("read_error", f"{type(error).__name__}: {error}") from None
 
 
-def write_atomic(path: str, data: bytes) -> None:
-    """Writes `path` through a temp name in the same directory and a rename."""
-    temp = f"{path}.tmp-{uuid.uuid4().hex}"
-    with FileSystems.create(temp, compression_type=CompressionTypes.UNCOMPRESSED) as out:
-        out.write(data)
-    FileSystems.rename([temp], [path])
+def has_files(directory: str) -> bool:
+    """Whether any file lies below `directory` (a path, or a glob pattern)."""
+    if "*" in directory or not is_local(directory):
+        (result,) = FileSystems.match([join(directory, "**")], limits=[1])
+        return bool(result.metadata_list)
+    return any(isinstance(item, Listed) for item in list_tree(directory))
+
+
+def match(pattern: str) -> list[str]:
+    """The sorted paths that match a glob pattern."""
+    (result,) = FileSystems.match([pattern])
+    return sorted(m.path for m in result.metadata_list)
 
 
 def ensure_dir(path: str) -> None:
@@ -47,3 +61,42 @@ def sha256_of(path: str, chunk: int = 1 << 22) -> tuple[str, int]:
             digest.update(block)
             size += len(block)
     return digest.hexdigest(), size
+
+
+# Image reads kept in flight ahead of the decoder by each shard writer, bounded by count and by
+# the files' listed sizes: an object store answers each read after tens of milliseconds, a cold
+# disk after a seek, and a writer that waited for each in turn would idle its core meanwhile.
+READ_AHEAD_FILES = 16
+READ_AHEAD_BYTES = 64 << 20
+
+
+def read_ahead(
+    paths: Iterable[tuple[str, int]],
+    executor: concurrent.futures.Executor,
+    max_files: int = READ_AHEAD_FILES,
+    max_bytes: int = READ_AHEAD_BYTES,
+) -> Iterator[concurrent.futures.Future]:
+    """Futures of `read_file(path)` for (path, expected size) pairs, yielded in order.
+
+    Up to `max_files` reads (and `max_bytes` of expected size, at least one read) run ahead of
+    the consumer. A read's InputError is raised by its future's `result()`. Reads still pending
+    when the consumer stops early are cancelled.
+    """
+    pending: collections.deque = collections.deque()
+    in_flight = 0
+    remaining = iter(paths)
+    try:
+        while True:
+            for path, size in remaining:
+                pending.append((executor.submit(read_file, path), size))
+                in_flight += size
+                if len(pending) >= max_files or in_flight >= max_bytes:
+                    break
+            if not pending:
+                return
+            future, size = pending.popleft()
+            in_flight -= size
+            yield future
+    finally:
+        for future, _ in pending:
+            future.cancel()

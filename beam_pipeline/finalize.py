@@ -3,8 +3,9 @@
 `assemble_info` is the pure part: it turns shard results, rejections and discovery counts into a
 `DatasetInfo`, or raises `BuildFailed` when the build cannot be trusted (a split is empty, a shard
 is missing, an image is unaccounted for, or the error budget is exceeded). `Finalize` writes the
-dead-letter file first (so a failed build still explains itself), then `labels.txt`, and
-`dataset_info.json` last: that file is the commit marker the loader looks for.
+dead-letter file first (so a failed build still explains itself), checks that every shard is in
+place, and commits (`output.commit`: `labels.txt`, then `dataset_info.json`, the marker the
+loader looks for).
 """
 
 from __future__ import annotations
@@ -15,26 +16,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 
+from beam_pipeline import output
 from beam_pipeline.entries import ShardResult
 from beam_pipeline.failures import BuildFailed
-from beam_pipeline.fileio import write_atomic
 from beam_pipeline.labels import Vocabulary
-from beam_pipeline.layouts import join
 from beam_pipeline.rejections import DISCOVER, Rejection
 from beam_pipeline.sharding import SplitPlan
-from beam_pipeline.writing import remove_work_dirs
-from schemas import (
-    DATASET_INFO_FILE,
-    DEAD_LETTER_FILE,
-    LABELS_FILE,
-    SCHEMA_VERSION,
-    SHARD_SUFFIX,
-    DatasetInfo,
-    ShardInfo,
-    SplitInfo,
-)
+from schemas import DEAD_LETTER_FILE, SCHEMA_VERSION, DatasetInfo, SplitInfo
+from schemas.paths import join
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,29 +92,18 @@ def _split_info(split, plan, results, vocabulary, discovered, rejected) -> Split
     if indices != list(range(plan.num_shards)):
         missing = sorted(set(range(plan.num_shards)) - set(indices))
         raise BuildFailed(f"split {split!r}: shards {missing} missing or duplicated ({indices})")
-    written = sum(r.num_examples for r in results)
+    written = sum(r.shard.num_examples for r in results)
     if written + rejected != discovered:
         raise BuildFailed(
             f"split {split!r}: {discovered} images discovered but {written} written and "
             f"{rejected} rejected; {discovered - written - rejected} unaccounted for"
         )
-    class_counts = [0] * (vocabulary.num_classes + 1)
+    class_counts = [0] * vocabulary.one_hot_length
     for result in results:
         for label, count in result.class_counts:
             class_counts[label] += count
-    shards = tuple(ShardInfo(r.file, r.num_examples, r.num_bytes, r.sha256) for r in results)
+    shards = tuple(r.shard for r in results)
     return SplitInfo(written, discovered, rejected, tuple(class_counts), shards)
-
-
-def _check_files(output_dir: str, info: DatasetInfo) -> None:
-    """Every shard is in place with its recorded size (one listing of the directory)."""
-    (match,) = FileSystems.match([join(output_dir, "*" + SHARD_SUFFIX)])
-    sizes = {m.path.rsplit("/", 1)[-1]: m.size_in_bytes for m in match.metadata_list}
-    for split_info in info.splits.values():
-        for shard in split_info.shards:
-            if sizes.get(shard.file) != shard.num_bytes:
-                found = sizes.get(shard.file, "no file")
-                raise BuildFailed(f"{shard.file}: expected {shard.num_bytes} bytes, found {found}")
 
 
 class _FinalizeFn(beam.DoFn):
@@ -134,14 +113,10 @@ class _FinalizeFn(beam.DoFn):
     def process(self, _, vocabulary, plans, index_counts, results, rejections):
         spec = self._spec
         rejections = sorted(set(rejections))
-        dead_letter = "".join(r.to_json() + "\n" for r in rejections)
-        write_atomic(join(spec.output_dir, DEAD_LETTER_FILE), dead_letter.encode("utf-8"))
+        output.write_dead_letter(spec.output_dir, rejections)
         info = assemble_info(spec, vocabulary, plans, index_counts, results, rejections)
-        _check_files(spec.output_dir, info)
-        labels = "".join(name + "\n" for name in vocabulary.classes)
-        write_atomic(join(spec.output_dir, LABELS_FILE), labels.encode("utf-8"))
-        write_atomic(join(spec.output_dir, DATASET_INFO_FILE), info.to_json().encode("utf-8"))
-        remove_work_dirs(spec.output_dir)
+        output.check_shard_files(spec.output_dir, info)
+        output.commit(spec.output_dir, info)
         yield info
 
 

@@ -110,7 +110,7 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
     A JPEG is decoded at the smallest DCT scale the output allows (1/8 when its bytes are kept
     as they are): libjpeg still reads and entropy-decodes every coefficient of the stream, which
     is where truncated and corrupt data are found, but skips the inverse DCT and colour
-    conversion of pixels that would be thrown away (1.45x faster per image).
+    conversion of pixels that would be thrown away (benchmarks/RESULTS.md has the figures).
 
     Raises:
       InputError: `empty_file`, `not_an_image`, `decompression_bomb`, `truncated_image`,

@@ -13,17 +13,15 @@ from collections.abc import Iterable
 
 from beam_pipeline.annotations import Annotation, Box
 from beam_pipeline.rejections import InputError
+from schemas.classes import ClassList
 
 
 @dataclasses.dataclass(frozen=True)
-class Vocabulary:
-    """The ordered class names; index `len(classes)` is the background class."""
-
-    classes: tuple[str, ...]
+class Vocabulary(ClassList):
+    """The build's class list (background after the classes) with a name → label lookup."""
 
     def __post_init__(self):
-        if len(set(self.classes)) != len(self.classes):
-            raise ValueError("the class list has duplicate names")
+        super().__post_init__()
         object.__setattr__(self, "_index", {name: i for i, name in enumerate(self.classes)})
 
     @classmethod
@@ -31,29 +29,14 @@ class Vocabulary:
         """The sorted set of names (the default when no labels file is given)."""
         return cls(tuple(sorted(set(names))))
 
-    @property
-    def num_classes(self) -> int:
-        return len(self.classes)
-
-    @property
-    def background_index(self) -> int:
-        return len(self.classes)
-
     def index(self, name: str) -> int:
+        """The label of a class name; raises InputError(unknown_class) outside the vocabulary."""
         try:
             return self._index[name]
         except KeyError:
             raise InputError(
                 "unknown_class", f"class {name!r} is not in the vocabulary of {len(self.classes)}"
             ) from None
-
-    def text(self, index: int) -> str:
-        return "background" if index == self.background_index else self.classes[index]
-
-    def one_hot(self, index: int) -> list[int]:
-        vector = [0] * (self.num_classes + 1)
-        vector[index] = 1
-        return vector
 
 
 def parse_labels_file(text: str) -> tuple[str, ...]:

@@ -1,13 +1,14 @@
-"""The three tree layouts: detection, what to list, and how a listed path becomes a pairing key.
+"""The three tree layouts: detecting one, and planning what to list for the requested splits.
 
 ILSVRC DET       ROOT/Data/DET/<split>/...X.JPEG       ROOT/Annotations/DET/<split>/...X.xml
 ILSVRC CLS-LOC   ROOT/Data/CLS-LOC/<split>/...X.JPEG   ROOT/Annotations/CLS-LOC/<split>/...X.xml
                  (train: ROOT/Data/CLS-LOC/train/<synset>/X.JPEG; the folder names the class)
 Pascal VOC       ROOT[/VOC2007]/{JPEGImages,Annotations,ImageSets/Main/<split>.txt}
 
-An image and its XML pair when their paths relative to the image and annotation directories
-are equal without the extension. File-system access is injected (`has_files`, `match`,
-`read_text`) so this module stays pure and testable; the pipeline passes Beam's FileSystems.
+A plan is a list of directories to walk (`ListingTask`s) and, for VOC, the split lists' image
+ids; `pairing` turns what the walks find into index entries. File-system access is injected
+(`has_files`, `match`, `read_text`) so this module stays pure and testable; the pipeline passes
+`beam_pipeline.fileio`'s.
 """
 
 from __future__ import annotations
@@ -15,10 +16,9 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 
-from beam_pipeline.entries import FileRef, IndexEntry
-from beam_pipeline.rejections import DISCOVER, Rejection
+from schemas.paths import join
 
 ILSVRC_DET = "ilsvrc_det"
 ILSVRC_CLS_LOC = "ilsvrc_cls_loc"
@@ -26,13 +26,10 @@ VOC = "voc"
 LAYOUTS = (ILSVRC_DET, ILSVRC_CLS_LOC, VOC)
 AUTO = "auto"
 
+# What a ListingTask's directory holds.
 IMAGES = "images"
 ANNOTATIONS = "annotations"
 
-IMAGE_EXTENSIONS = frozenset(
-    {".jpeg", ".jpg", ".jpe", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"}
-)
-ANNOTATION_EXTENSION = ".xml"
 DEFAULT_SPLITS = ("train", "val")
 
 # Input split directory or list name → output split name.
@@ -47,11 +44,6 @@ class LayoutError(ValueError):
 def output_split(name: str) -> str:
     """Output name of an input split (`val` → `validation`); other names are kept."""
     return _OUTPUT_SPLITS.get(name, name)
-
-
-def join(base: str, *parts: str) -> str:
-    """Joins with '/', for local paths and `gs://` URLs alike."""
-    return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts if p)])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,132 +174,3 @@ def parse_split_list(text: str) -> list[str]:
         if line:
             ids.append(line.split()[0])
     return ids
-
-
-def _is_image_name(task: ListingTask, path: str) -> bool:
-    return task.kind == IMAGES and posixpath.splitext(path)[1].lower() in IMAGE_EXTENSIONS
-
-
-def printable_path(path: str) -> str:
-    """The path with undecodable bytes (surrogate escapes) shown as \\udcXX."""
-    return path.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def unlisted_rejection(task: ListingTask, path: str, reason: str, detail: str) -> Rejection:
-    """A Rejection for something the listing could not read; an image if named like one."""
-    return Rejection(
-        task.split,
-        printable_path(path),
-        DISCOVER,
-        reason,
-        detail,
-        is_image=_is_image_name(task, path),
-    )
-
-
-def classify(task: ListingTask, path: str, num_bytes: int) -> FileRef | Rejection:
-    """Turns one listed file into a FileRef, or a Rejection for a file that cannot be one."""
-    relative = path[len(task.directory.rstrip("/")) + 1 :]
-    stem, extension = posixpath.splitext(relative)
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        return unlisted_rejection(
-            task, path, "undecodable_path", "the file name is not valid UTF-8"
-        )
-    wanted = _is_image_name(task, path) or (
-        task.kind == ANNOTATIONS and extension.lower() == ANNOTATION_EXTENSION
-    )
-    if not wanted:
-        reason = "not_an_image_file" if task.kind == IMAGES else "not_an_annotation_file"
-        return Rejection(
-            task.split,
-            path,
-            DISCOVER,
-            reason,
-            f"unexpected extension {extension!r} in {task.directory}",
-            is_image=False,
-        )
-    folder_class = None
-    if task.folder_classes and "/" in relative:
-        folder_class = relative.split("/", 1)[0]
-    return FileRef(
-        relative_path=path[len(task.root) + 1 :],
-        key=join(task.key_prefix, stem),
-        split=task.split,
-        num_bytes=num_bytes,
-        folder_class=folder_class,
-    )
-
-
-def pair_files(
-    key: str,
-    images: Iterable[FileRef],
-    annotations: Iterable[FileRef],
-    listed_splits: Iterable[str],
-    root: str,
-) -> tuple[list[IndexEntry], list[Rejection]]:
-    """Pairs the files that share one key into index entries (one per split).
-
-    `listed_splits` are the splits whose lists name the key (VOC); for ILSVRC the split comes
-    from the files' own directory. Rejections name full paths (under `root`).
-    """
-    images = sorted(images, key=_relative_path)
-    annotations = sorted(annotations, key=_relative_path)
-    splits = sorted(set(listed_splits) | {ref.split for ref in images + annotations if ref.split})
-    rejections = []
-    if len(images) > 1 or len(annotations) > 1:
-        paths = [join(root, ref.relative_path) for ref in images + annotations]
-        for split in splits:
-            for ref in images:
-                rejections.append(
-                    Rejection(
-                        split,
-                        join(root, ref.relative_path),
-                        DISCOVER,
-                        "ambiguous_key",
-                        f"several files share the key {key!r}: {paths}",
-                    )
-                )
-        return [], rejections
-    annotation = annotations[0] if annotations else None
-    if not images:
-        if annotation is not None and annotation.split:
-            rejections.append(
-                Rejection(
-                    annotation.split,
-                    join(root, annotation.relative_path),
-                    DISCOVER,
-                    "annotation_without_image",
-                    f"no image with the key {key!r}",
-                    is_image=False,
-                )
-            )
-        for split in set(listed_splits):
-            rejections.append(
-                Rejection(
-                    split,
-                    key,
-                    DISCOVER,
-                    "image_missing",
-                    f"the {split} list names {key!r} but no image has that key",
-                )
-            )
-        return [], rejections
-    image = images[0]
-    entries = [
-        IndexEntry(
-            split=split,
-            key=key,
-            filename=image.relative_path,
-            annotation_filename=annotation.relative_path if annotation else None,
-            folder_class=image.folder_class,
-            num_bytes=image.num_bytes,
-        )
-        for split in splits
-    ]
-    return entries, rejections
-
-
-def _relative_path(ref: FileRef) -> str:
-    return ref.relative_path

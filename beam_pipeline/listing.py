@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.layouts import join
+from schemas.paths import is_local, join
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,10 +31,6 @@ class Unlisted:
     path: str
     reason: str
     detail: str
-
-
-def is_local(path: str) -> bool:
-    return "://" not in path
 
 
 def list_tree(directory: str) -> Iterator[Listed | Unlisted]:

@@ -148,10 +148,6 @@ class BuildConfig:
             resume=flags.resume,
         )
 
-    @property
-    def output_splits(self) -> tuple[str, ...]:
-        return tuple(output_split(s) for s in self.splits)
-
     def num_shards_for(self, split: str) -> int | None:
         """Requested shard count of an output split, or None for the size-based default."""
         if isinstance(self.num_shards, dict):

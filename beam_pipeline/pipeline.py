@@ -6,8 +6,10 @@
         --runner DataflowRunner --project P --region R --temp_location gs://b/tmp \\
         --setup_file ./setup.py
 
-Discover → ParseAnnotations → BuildVocabulary → LabelImages → AssignShards → WriteShards →
-Finalize. See DESIGN.md for the contracts.
+Stages, each in its own module: DiscoverImages (`discovery`) → ParseAnnotations,
+BuildVocabulary, LabelImages (`labelling`) → AssignShards, WriteShards (`writing`) → Finalize
+(`finalize`). Before the pipeline is built, `prepare` checks the tree and `output.prepare_output`
+the output directory, so bad flags and trees fail before anything is written.
 """
 
 from __future__ import annotations
@@ -16,41 +18,25 @@ import dataclasses
 import logging
 import platform
 import re
-import uuid
 from collections.abc import Sequence
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from beam_pipeline import layouts
-from beam_pipeline.discovery import BuildVocabulary, DiscoverImages, LabelImages, ParseAnnotations
+from beam_pipeline.discovery import DiscoverImages
 from beam_pipeline.failures import BUILD_FAILED_MARKER
-from beam_pipeline.fileio import ensure_dir, read_file
+from beam_pipeline.fileio import has_files, match, read_file
 from beam_pipeline.finalize import Finalize, FinalizeSpec
+from beam_pipeline.labelling import BuildVocabulary, LabelImages, ParseAnnotations
 from beam_pipeline.labels import Vocabulary, parse_labels_file
-from beam_pipeline.listing import Listed, is_local, list_tree
 from beam_pipeline.options import BuildConfig
-from beam_pipeline.writing import AssignShards, WriteShards, remove_work_dirs
-from schemas import (
-    DATASET_INFO_FILE,
-    DEAD_LETTER_FILE,
-    LABELS_FILE,
-    DatasetInfo,
-    is_shard_filename,
-)
+from beam_pipeline.output import prepare_output
+from beam_pipeline.writing import AssignShards, WriteShards
+from schemas import DATASET_INFO_FILE, DatasetInfo
+from schemas.paths import join
 
 logger = logging.getLogger(__name__)
-
-_PROBE_PREFIX = ".write-probe-"
-
-
-class OutputExistsError(RuntimeError):
-    """The output directory holds a complete build and --overwrite was not given."""
-
-
-class OutputNotWritableError(RuntimeError):
-    """The output location cannot be written (read-only, not a directory, no permission...)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,31 +48,18 @@ class Prepared:
     classes: tuple[str, ...] | None
 
 
-def _has_files(directory: str) -> bool:
-    """Whether any file lies below `directory` (a path, or a glob pattern)."""
-    if "*" in directory or not is_local(directory):
-        (result,) = FileSystems.match([layouts.join(directory, "**")], limits=[1])
-        return bool(result.metadata_list)
-    return any(isinstance(item, Listed) for item in list_tree(directory))
-
-
-def _match(pattern: str) -> list[str]:
-    (result,) = FileSystems.match([pattern])
-    return sorted(m.path for m in result.metadata_list)
-
-
 def prepare(config: BuildConfig) -> Prepared:
     """Detects the layout, plans discovery and reads the labels file; raises on bad input."""
     layout = config.layout
     if layout == layouts.AUTO:
-        layout = layouts.detect_layout(config.input_dir, _has_files)
+        layout = layouts.detect_layout(config.input_dir, has_files)
         logger.info("Detected layout %s in %s", layout, config.input_dir)
     plan = layouts.plan_discovery(
         config.input_dir,
         layout,
         config.splits,
-        _has_files,
-        _match,
+        has_files,
+        match,
         lambda path: read_file(path).decode("utf-8"),
     )
     classes = None
@@ -95,52 +68,6 @@ def prepare(config: BuildConfig) -> Prepared:
     elif "train" not in plan.splits:
         raise ValueError("without the train split the vocabulary is unknown: pass --labels_file")
     return Prepared(dataclasses.replace(config, layout=layout), plan, classes)
-
-
-def prepare_output(config: BuildConfig) -> None:
-    """Refuses to replace a complete build without --overwrite; clears our own stale files.
-
-    The commit marker is removed first, so a crash during the rebuild leaves nothing complete.
-    With --resume the shards and progress records of an interrupted build are kept.
-    """
-    info_path = layouts.join(config.output_dir, DATASET_INFO_FILE)
-    if FileSystems.exists(info_path):
-        if not config.overwrite:
-            raise OutputExistsError(
-                f"{config.output_dir} already holds a complete build; "
-                "pass --overwrite to replace it"
-            )
-        FileSystems.delete([info_path])
-    _check_writable(config.output_dir)
-    if config.resume:
-        return
-    (listing,) = FileSystems.match([layouts.join(config.output_dir, "*")])
-    names = {m.path: m.path.rsplit("/", 1)[-1] for m in listing.metadata_list}
-    stale = [
-        path
-        for path, name in names.items()
-        if is_shard_filename(name) or name in (LABELS_FILE, DEAD_LETTER_FILE)
-    ]
-    if stale:
-        logger.info("Removing %d files of an earlier build from %s", len(stale), config.output_dir)
-        FileSystems.delete(stale)
-    remove_work_dirs(config.output_dir)
-
-
-def _check_writable(output_dir: str) -> None:
-    """Creates the directory and writes and deletes a probe file, so a bad location fails now.
-
-    Probes left by a run killed at this very moment are deleted too.
-    """
-    probe = layouts.join(output_dir, f"{_PROBE_PREFIX}{uuid.uuid4().hex}")
-    try:
-        ensure_dir(output_dir)
-        with FileSystems.create(probe) as stream:
-            stream.write(b"probe")
-        (found,) = FileSystems.match([layouts.join(output_dir, _PROBE_PREFIX + "*")])
-        FileSystems.delete(sorted({probe, *(m.path for m in found.metadata_list)}))
-    except Exception as error:  # noqa: BLE001 - every file system raises its own errors
-        raise OutputNotWritableError(f"cannot write to {output_dir}: {error}") from None
 
 
 def _versions() -> dict[str, str]:
@@ -222,17 +149,18 @@ def run(argv: Sequence[str] | None = None) -> DatasetInfo:
 
     Raises:
       ValueError, layouts.LayoutError: bad flags or input tree (before anything is written).
-      OutputExistsError: a complete build is in the way.
+      output.OutputExistsError: a complete build is in the way.
+      output.OutputNotWritableError: the output location cannot be written.
       RuntimeError: the pipeline failed; a message starting with 'BUILD FAILED:' when the
         build ran but could not be committed (error budget, empty split, lost images).
     """
     options = pipeline_options(argv)
     config = BuildConfig.from_options(options)
     prepared = prepare(config)
-    prepare_output(config)
+    prepare_output(config.output_dir, overwrite=config.overwrite, resume=config.resume)
     with beam.Pipeline(options=options) as pipeline:
         build_pipeline(pipeline, prepared)
-    info_path = layouts.join(config.output_dir, DATASET_INFO_FILE)
+    info_path = join(config.output_dir, DATASET_INFO_FILE)
     return DatasetInfo.from_json(read_file(info_path).decode("utf-8"))
 
 

@@ -7,7 +7,8 @@ result, and the inputs the writer rejected. On `--resume` a shard is kept only i
 exists, its fingerprint matches the new plan and the file still has the recorded size and
 SHA-256; otherwise it is written again. Image bytes themselves are not fingerprinted: resuming
 assumes the input files did not change since the interrupted run (their sizes are checked).
-Finalize deletes the records once the build is committed.
+A record that cannot be read as one (another version's, a damaged one) counts as absent.
+Finalize deletes the records once the build is committed; `output` owns their directory.
 """
 
 from __future__ import annotations
@@ -16,19 +17,19 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.coders import LabelledEntryCoder
 from beam_pipeline.entries import LabelledEntry, ShardResult
-from beam_pipeline.fileio import sha256_of, write_atomic
+from beam_pipeline.fileio import sha256_of
 from beam_pipeline.images import ImagePolicy
 from beam_pipeline.labels import Vocabulary
-from beam_pipeline.layouts import join
+from beam_pipeline.output import PROGRESS_DIR, write_atomic
 from beam_pipeline.rejections import Rejection
-from schemas import SCHEMA_VERSION
-
-PROGRESS_DIR = ".progress"
+from schemas import SCHEMA_VERSION, ShardInfo
+from schemas.paths import join
 
 
 def fingerprint(
@@ -51,36 +52,51 @@ def fingerprint(
     return digest.hexdigest()
 
 
-def _record_path(output_dir: str, shard_file: str) -> str:
-    return join(output_dir, PROGRESS_DIR, f"{shard_file}.json")
+def _record_name(shard_file: str) -> str:
+    return f"{PROGRESS_DIR}/{shard_file}.json"
 
 
 def save(
     output_dir: str, shard_fingerprint: str, result: ShardResult, rejections: Sequence[Rejection]
 ) -> None:
+    """Records a shard that is in place, with the rejections its writer made."""
     record = {
         "fingerprint": shard_fingerprint,
         "result": dataclasses.asdict(result),
         "rejections": [dataclasses.asdict(r) for r in rejections],
     }
-    write_atomic(_record_path(output_dir, result.file), json.dumps(record).encode("utf-8"))
+    data = json.dumps(record).encode("utf-8")
+    write_atomic(output_dir, _record_name(result.shard.file), data)
+
+
+def _result_from(fields: dict[str, Any]) -> ShardResult:
+    return ShardResult(
+        split=fields["split"],
+        index=fields["index"],
+        num_shards=fields["num_shards"],
+        shard=ShardInfo(**fields["shard"]),
+        class_counts=tuple(tuple(pair) for pair in fields["class_counts"]),
+    )
 
 
 def load_completed(
     output_dir: str, shard_file: str, shard_fingerprint: str
 ) -> tuple[ShardResult, list[Rejection]] | None:
     """The recorded result and rejections of an intact shard with this fingerprint, or None."""
-    path = _record_path(output_dir, shard_file)
+    path = join(output_dir, _record_name(shard_file))
     shard = join(output_dir, shard_file)
     if not FileSystems.exists(path) or not FileSystems.exists(shard):
         return None
     with FileSystems.open(path) as stream:
-        record = json.loads(stream.read().decode("utf-8"))
-    if record.get("fingerprint") != shard_fingerprint:
+        data = stream.read()
+    try:
+        record = json.loads(data.decode("utf-8"))
+        if record.get("fingerprint") != shard_fingerprint:
+            return None
+        result = _result_from(record["result"])
+        rejections = [Rejection(**r) for r in record["rejections"]]
+    except (ValueError, TypeError, KeyError, AttributeError):
         return None
-    fields = dict(record["result"])
-    fields["class_counts"] = tuple(tuple(pair) for pair in fields["class_counts"])
-    result = ShardResult(**fields)
-    if sha256_of(shard) != (result.sha256, result.num_bytes):
+    if sha256_of(shard) != (result.shard.sha256, result.shard.num_bytes):
         return None
-    return result, [Rejection(**r) for r in record["rejections"]]
+    return result, rejections

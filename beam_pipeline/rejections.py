@@ -1,13 +1,20 @@
 """Rejected inputs as data: the dead-letter record and the error that produces it.
 
 Every file the build does not turn into an example becomes one `Rejection` with a stable
-`reason` code (counted in `dataset_info.json` and Beam metrics) and a human `detail`.
+`reason` code (counted in `dataset_info.json` and Beam metrics) and a human `detail`. Each
+stage sends its rejections to a tagged output named `REJECTED`, through `count_rejection`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+
+from apache_beam.metrics import Metrics
+
+# The one namespace of the build's Beam metrics, and the tag of every stage's rejected output.
+METRICS_NAMESPACE = "imagenet_tfrecords"
+REJECTED = "rejected"
 
 # Stages, in pipeline order.
 DISCOVER = "discover"
@@ -52,3 +59,9 @@ class Rejection:
     @classmethod
     def from_error(cls, error: InputError, *, split: str, path: str, stage: str) -> Rejection:
         return cls(split=split, path=path, stage=stage, reason=error.reason, detail=error.detail)
+
+
+def count_rejection(rejection: Rejection) -> Rejection:
+    """Counts a rejection in the Beam metric `rejected_<reason>`; returns it."""
+    Metrics.counter(METRICS_NAMESPACE, f"rejected_{rejection.reason}").inc()
+    return rejection

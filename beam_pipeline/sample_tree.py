@@ -21,6 +21,8 @@ from collections.abc import Sequence
 import numpy as np
 from PIL import Image, ImageDraw
 
+from beam_pipeline.annotations import voc_xml
+
 CLASSES = ("circle", "cross", "square", "triangle")
 _COLOURS = {
     "circle": (220, 40, 40),
@@ -110,20 +112,6 @@ def plan_images(split: str, count: int, rng: np.random.Generator) -> list[Sample
     return images
 
 
-def _xml(image: SampleImage) -> str:
-    objects = "".join(
-        f"<object><name>{o.name}</name><bndbox><xmin>{o.box[0]}</xmin><ymin>{o.box[1]}</ymin>"
-        f"<xmax>{o.box[2]}</xmax><ymax>{o.box[3]}</ymax></bndbox><difficult>0</difficult>"
-        f"<truncated>0</truncated></object>"
-        for o in image.objects
-    )
-    return (
-        f"<annotation><folder>{image.split}</folder><filename>{image.relative_stem}</filename>"
-        f"<size><width>{image.width}</width><height>{image.height}</height><depth>3</depth></size>"
-        f"{objects}</annotation>\n"
-    )
-
-
 def render(image: SampleImage, rng: np.random.Generator) -> bytes:
     """JPEG bytes of one planned image."""
     picture = _background(rng, image.width, image.height)
@@ -152,7 +140,14 @@ def write_tree(
             )
             os.makedirs(os.path.dirname(xml_path), exist_ok=True)
             with open(xml_path, "w", encoding="utf-8") as f:
-                f.write(_xml(image))
+                f.write(
+                    voc_xml(
+                        [(o.name, *o.box) for o in image.objects],
+                        (image.width, image.height),
+                        folder=image.split,
+                        filename=image.relative_stem,
+                    )
+                )
     return images
 
 

@@ -2,7 +2,7 @@
 
 Each record is `uint64 length | uint32 masked_crc(length) | data | uint32 masked_crc(data)`,
 all little-endian. CRC32C comes from `google-crc32c` (a C extension); Beam's own TFRecord sink
-goes through `crcmod`, which silently falls back to pure Python and runs ~100x slower.
+goes through `crcmod`, which silently falls back to pure Python, orders of magnitude slower.
 """
 
 from __future__ import annotations

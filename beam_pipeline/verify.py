@@ -25,13 +25,12 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from PIL import Image
 
-from beam_pipeline.layouts import join
 from beam_pipeline.tfrecord import CorruptRecordError, read_records
 from schemas import DATASET_INFO_FILE, FEATURES, DatasetInfo, ShardInfo
 from schemas import features as F
 from schemas.example_proto import Example
+from schemas.paths import join
 
-_KINDS = {"bytes": "bytes_list", "int64": "int64_list", "float": "float_list"}
 _OBJECT_KEYS = [f.key for f in FEATURES if f.length is None]
 
 
@@ -75,10 +74,10 @@ def check_example(record: bytes, num_classes: int, decode: bool = True) -> str |
         if spec.key not in features:
             return f"missing feature {spec.key}"
         kind = features[spec.key].WhichOneof("kind")
-        if kind != _KINDS[spec.dtype]:
-            return f"{spec.key} is {kind}, expected {_KINDS[spec.dtype]}"
+        if kind != spec.proto_kind:
+            return f"{spec.key} is {kind}, expected {spec.proto_kind}"
         values[spec.key] = list(getattr(features[spec.key], kind).value)
-        length = num_classes + 1 if spec.length == F.ONE_HOT_LENGTH else spec.length
+        length = spec.num_values(num_classes)
         if length is not None and len(values[spec.key]) != length:
             return f"{spec.key} has {len(values[spec.key])} values, expected {length}"
     label = values[F.LABEL][0]

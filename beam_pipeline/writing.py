@@ -1,11 +1,12 @@
-"""Beam stages from labelled entries to committed output: assign shards, write shards, finalize.
+"""The writing stages, from labelled entries to shard files: assign shards, write shards.
 
 Element types:
   LabelledEntry → ((split, bucket), (sort key, LabelledEntry)) → grouped buckets, each sorted
                 → ((split, shard), (rank, LabelledEntry)) → ShardResult
   and, beside it, ((split, bucket), (count, bytes)) → (split, SplitPlan) as a side input.
 Only index records are grouped; the shard writer reads each image itself and streams the
-encoded records into a temp file that is renamed into place when complete.
+encoded records into a temp file that is renamed into place when complete
+(`output.incomplete_file`).
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ import collections
 import concurrent.futures
 import contextlib
 import hashlib
-import uuid
-from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
@@ -24,70 +23,24 @@ from apache_beam.metrics import Metrics
 from apache_beam.typehints import Tuple
 
 from beam_pipeline import progress, sharding
-from beam_pipeline.discovery import METRICS_NAMESPACE, REJECTED, count_rejection
 from beam_pipeline.entries import LabelledEntry, ShardResult
 from beam_pipeline.examples import build_example
 from beam_pipeline.failures import BuildFailed
-from beam_pipeline.fileio import ensure_dir, read_file
+from beam_pipeline.fileio import READ_AHEAD_FILES, read_ahead
 from beam_pipeline.images import ImagePolicy, normalise_image
 from beam_pipeline.labels import Vocabulary
-from beam_pipeline.layouts import join
-from beam_pipeline.rejections import IMAGE, InputError, Rejection
+from beam_pipeline.output import incomplete_file
+from beam_pipeline.rejections import (
+    IMAGE,
+    METRICS_NAMESPACE,
+    REJECTED,
+    InputError,
+    Rejection,
+    count_rejection,
+)
 from beam_pipeline.tfrecord import encode_record
-from schemas import shard_filename
-
-TEMP_DIR = ".tmp"
-PROGRESS_DIR = progress.PROGRESS_DIR
-
-# Image reads kept in flight ahead of the decoder by each shard writer, bounded by count and by
-# the files' listed sizes: an object store answers each read after tens of milliseconds, a cold
-# disk after a seek, and a writer that waited for each in turn would idle its core meanwhile.
-READ_AHEAD_FILES = 16
-READ_AHEAD_BYTES = 64 << 20
-
-
-def read_ahead(
-    paths: Iterable[tuple[str, int]],
-    executor: concurrent.futures.Executor,
-    max_files: int = READ_AHEAD_FILES,
-    max_bytes: int = READ_AHEAD_BYTES,
-) -> Iterator[concurrent.futures.Future]:
-    """Futures of `read_file(path)` for (path, expected size) pairs, yielded in order.
-
-    Up to `max_files` reads (and `max_bytes` of expected size, at least one read) run ahead of
-    the consumer. A read's InputError is raised by its future's `result()`. Reads still pending
-    when the consumer stops early are cancelled.
-    """
-    pending: collections.deque = collections.deque()
-    in_flight = 0
-    remaining = iter(paths)
-    try:
-        while True:
-            for path, size in remaining:
-                pending.append((executor.submit(read_file, path), size))
-                in_flight += size
-                if len(pending) >= max_files or in_flight >= max_bytes:
-                    break
-            if not pending:
-                return
-            future, size = pending.popleft()
-            in_flight -= size
-            yield future
-    finally:
-        for future, _ in pending:
-            future.cancel()
-
-
-def remove_work_dirs(output_dir: str) -> None:
-    """Deletes the temp files of failed attempts, the progress records and their directories."""
-    for name in (TEMP_DIR, PROGRESS_DIR):
-        directory = join(output_dir, name)
-        (match,) = FileSystems.match([join(directory, "**")])
-        leftovers = [m.path for m in match.metadata_list]
-        if leftovers:
-            FileSystems.delete(leftovers)
-        if FileSystems.exists(directory):
-            FileSystems.delete([directory])
+from schemas import ShardInfo, shard_filename
+from schemas.paths import join
 
 
 def _bucket(labelled: LabelledEntry, seed: int):
@@ -223,32 +176,29 @@ class _WriteShardFn(beam.DoFn):
 
     def _write(self, split, index, num_shards, name, members, vocabulary):
         """Streams the shard into a temp file and renames it into place."""
-        temp_dir = join(self._output_dir, TEMP_DIR)
-        temp_path = join(temp_dir, f"{name}.{uuid.uuid4().hex}")
         digest, num_bytes, num_examples = hashlib.sha256(), 0, 0
         class_counts, rejections = collections.Counter(), []
+        paths = [
+            (join(self._input_dir, labelled.entry.filename), labelled.entry.num_bytes)
+            for _, labelled in members
+        ]
         try:
-            ensure_dir(temp_dir)
-            out = FileSystems.create(temp_path, compression_type=CompressionTypes.UNCOMPRESSED)
-            paths = [
-                (join(self._input_dir, labelled.entry.filename), labelled.entry.num_bytes)
-                for _, labelled in members
-            ]
-            with out, contextlib.closing(read_ahead(paths, self._reader)) as reads:
-                for (_, labelled), (path, _), data in zip(members, paths, reads, strict=True):
-                    try:
-                        record = self._encode(labelled, data.result(), vocabulary)
-                    except InputError as error:
-                        rejections.append(
-                            Rejection.from_error(error, split=split, path=path, stage=IMAGE)
-                        )
-                        continue
-                    out.write(record)
-                    digest.update(record)
-                    num_bytes += len(record)
-                    num_examples += 1
-                    class_counts[labelled.label] += 1
-            FileSystems.rename([temp_path], [join(self._output_dir, name)])
+            with incomplete_file(self._output_dir, name) as temp_path:
+                out = FileSystems.create(temp_path, compression_type=CompressionTypes.UNCOMPRESSED)
+                with out, contextlib.closing(read_ahead(paths, self._reader)) as reads:
+                    for (_, labelled), (path, _), data in zip(members, paths, reads, strict=True):
+                        try:
+                            record = self._encode(labelled, data.result(), vocabulary)
+                        except InputError as error:
+                            rejections.append(
+                                Rejection.from_error(error, split=split, path=path, stage=IMAGE)
+                            )
+                            continue
+                        out.write(record)
+                        digest.update(record)
+                        num_bytes += len(record)
+                        num_examples += 1
+                        class_counts[labelled.label] += 1
         except OSError as error:  # the output's fault, not the input's: fail the build, loudly
             raise BuildFailed(
                 f"cannot write shard {name} to {self._output_dir}: {error}"
@@ -258,10 +208,7 @@ class _WriteShardFn(beam.DoFn):
             split=split,
             index=index,
             num_shards=num_shards,
-            file=name,
-            num_examples=num_examples,
-            num_bytes=num_bytes,
-            sha256=digest.hexdigest(),
+            shard=ShardInfo(name, num_examples, num_bytes, digest.hexdigest()),
             class_counts=tuple(sorted(class_counts.items())),
         )
         return result, rejections

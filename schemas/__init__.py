@@ -1,5 +1,6 @@
 """The one contract between the builder (`beam_pipeline`) and the reader (`loaders`)."""
 
+from schemas.classes import BACKGROUND, ClassList, one_hot_length
 from schemas.features import FEATURES, SCHEMA_VERSION, Feature, tf_feature_spec
 from schemas.metadata import (
     DATASET_INFO_FILE,
@@ -14,17 +15,20 @@ from schemas.metadata import (
 )
 
 __all__ = [
+    "BACKGROUND",
     "DATASET_INFO_FILE",
     "DEAD_LETTER_FILE",
     "FEATURES",
     "LABELS_FILE",
     "SCHEMA_VERSION",
     "SHARD_SUFFIX",
+    "ClassList",
     "DatasetInfo",
     "Feature",
     "ShardInfo",
     "SplitInfo",
     "is_shard_filename",
+    "one_hot_length",
     "shard_filename",
     "tf_feature_spec",
 ]

@@ -1,7 +1,7 @@
 """`tf.train.Example` message classes without importing TensorFlow.
 
 The builder's workers only need to serialise Examples; importing TensorFlow for that costs
-seconds and hundreds of MB per worker process (and a ~600 MB install on every Dataflow worker).
+seconds and hundreds of MB per worker process (and a large install on every Dataflow worker).
 These classes are built with protobuf's descriptor API from the same definitions as
 tensorflow/core/example/{example,feature}.proto (same field numbers, proto3, packed scalars),
 so they produce the same bytes; a test pins that against `tf.train.Example`. They live in their
@@ -64,4 +64,3 @@ _POOL = descriptor_pool.DescriptorPool()
 _POOL.Add(_file_descriptor())
 
 Example = message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"{_PACKAGE}.Example"))
-Feature = message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"{_PACKAGE}.Feature"))

@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from schemas.classes import one_hot_length
+
 SCHEMA_VERSION = "1.0.0"
 
 ENCODED = "image/encoded"
@@ -53,8 +55,18 @@ class Feature:
     dtype: str
     length: int | None
 
+    @property
+    def proto_kind(self) -> str:
+        """The `tf.train.Feature` field that holds the values: `bytes_list`, `int64_list`, ..."""
+        return PROTO_KINDS[self.dtype]
+
+    def num_values(self, num_classes: int) -> int | None:
+        """The fixed number of values in a build of `num_classes` classes; None if variable."""
+        return one_hot_length(num_classes) if self.length == ONE_HOT_LENGTH else self.length
+
 
 ONE_HOT_LENGTH = -1
+PROTO_KINDS = {"bytes": "bytes_list", "int64": "int64_list", "float": "float_list"}
 
 FEATURES: tuple[Feature, ...] = (
     Feature(ENCODED, "bytes", 1),
@@ -84,8 +96,7 @@ def tf_feature_spec(num_classes: int, keys: tuple[str, ...] | None = None) -> di
     """Returns the `tf.io.parse_example` spec for the given keys (all keys by default).
 
     Args:
-      num_classes: number of real classes; the one-hot vector has `num_classes + 1` entries,
-        the last one being the background class.
+      num_classes: number of real classes (the one-hot label also has the background class).
       keys: the subset of keys to parse.
     """
     import tensorflow as tf
@@ -95,10 +106,9 @@ def tf_feature_spec(num_classes: int, keys: tuple[str, ...] | None = None) -> di
     for key in keys or tuple(FEATURES_BY_KEY):
         feature = FEATURES_BY_KEY[key]
         dtype = dtypes[feature.dtype]
-        if feature.length is None:
+        length = feature.num_values(num_classes)
+        if length is None:
             spec[key] = tf.io.VarLenFeature(dtype)
         else:
-            length = num_classes + 1 if feature.length == ONE_HOT_LENGTH else feature.length
-            shape = [] if length == 1 else [length]
-            spec[key] = tf.io.FixedLenFeature(shape, dtype)
+            spec[key] = tf.io.FixedLenFeature([] if length == 1 else [length], dtype)
     return spec

@@ -12,6 +12,7 @@ import json
 import re
 from typing import Any
 
+from schemas.classes import ClassList
 from schemas.features import SCHEMA_VERSION
 
 DATASET_INFO_FILE = "dataset_info.json"
@@ -72,14 +73,19 @@ class DatasetInfo:
     versions: dict[str, str]
 
     @property
+    def class_list(self) -> ClassList:
+        """The classes with the background class after them."""
+        return ClassList(self.classes)
+
+    @property
     def num_classes(self) -> int:
         """Number of real classes, background excluded."""
-        return len(self.classes)
+        return self.class_list.num_classes
 
     @property
     def background_index(self) -> int:
         """Index of the background class: the last one."""
-        return len(self.classes)
+        return self.class_list.background_index
 
     def to_json(self) -> str:
         payload = {

@@ -39,25 +39,6 @@ def png_bytes(width=32, height=32, mode="RGB") -> bytes:
     return out.getvalue()
 
 
-def voc_xml(objects=(), size=None, extra="") -> str:
-    """A VOC annotation; objects are (name, xmin, ymin, xmax, ymax[, difficult, truncated])."""
-    parts = ["<annotation><folder>x</folder><filename>lies.jpg</filename>"]
-    if size is not None:
-        parts.append(
-            f"<size><width>{size[0]}</width><height>{size[1]}</height><depth>3</depth></size>"
-        )
-    for obj in objects:
-        name, xmin, ymin, xmax, ymax, *flags = obj
-        difficult, truncated = [*flags, 0, 0][:2]
-        parts.append(
-            f"<object><name>{name}</name><difficult>{difficult}</difficult>"
-            f"<truncated>{truncated}</truncated><bndbox><xmin>{xmin}</xmin><ymin>{ymin}</ymin>"
-            f"<xmax>{xmax}</xmax><ymax>{ymax}</ymax></bndbox></object>"
-        )
-    parts.append(extra + "</annotation>")
-    return "".join(parts)
-
-
 def write(path: pathlib.Path, data: bytes | str) -> pathlib.Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(data, str):

@@ -1,7 +1,7 @@
 import pytest
-from helpers import CORPUS, voc_xml
+from helpers import CORPUS
 
-from beam_pipeline.annotations import Box, parse_annotation
+from beam_pipeline.annotations import Box, parse_annotation, voc_xml
 from beam_pipeline.labels import main_object_index
 from beam_pipeline.rejections import InputError
 

@@ -5,8 +5,9 @@ import threading
 
 import numpy as np
 import pytest
-from helpers import CORPUS, build, dead_letters, decode, jpeg_bytes, read_split, voc_xml, write
+from helpers import CORPUS, build, dead_letters, decode, jpeg_bytes, read_split, write
 
+from beam_pipeline.annotations import voc_xml
 from schemas import features as F
 
 PILLOW = CORPUS / "images" / "pillow"
@@ -124,9 +125,7 @@ def case_table(port, secret_path):
         ),
         "filename_lies": (
             jpeg_bytes(),
-            voc_xml(box).replace(
-                "<filename>lies.jpg</filename>", "<filename>../../etc/%s.jpg</filename>"
-            ),
+            voc_xml(box, filename="../../etc/%s.jpg"),
             "kept",
         ),
         "no_xml": (jpeg_bytes(), None, "kept"),

@@ -15,13 +15,13 @@ from helpers import (
     ilsvrc_image,
     jpeg_bytes,
     read_split,
-    voc_xml,
 )
 from PIL import Image
 
 from beam_pipeline import cli, sample_tree
+from beam_pipeline.annotations import voc_xml
 from beam_pipeline.layouts import LayoutError
-from beam_pipeline.pipeline import OutputExistsError
+from beam_pipeline.output import OutputExistsError
 from schemas import DATASET_INFO_FILE, LABELS_FILE
 from schemas import features as F
 

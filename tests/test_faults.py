@@ -9,7 +9,7 @@ import time
 import pytest
 from helpers import build
 
-from beam_pipeline import cli, sample_tree, writing
+from beam_pipeline import cli, fileio, sample_tree, writing
 from schemas import DATASET_INFO_FILE
 
 
@@ -39,7 +39,7 @@ def test_retried_bundle_leaves_exactly_one_copy_of_each_shard(tree, tmp_path, mo
     build(tree, reference, "--num_shards", "train=3,val=2")
 
     real_process = writing._WriteShardFn.process
-    real_read = writing.read_file
+    real_read = fileio.read_file
     attempts = []
 
     def failing_read(path):
@@ -50,12 +50,12 @@ def test_retried_bundle_leaves_exactly_one_copy_of_each_shard(tree, tmp_path, mo
     def process_with_retry(self, element, *args, **kwargs):
         victim = any(e.entry.filename.endswith("train_000007.JPEG") for _, e in element[1])
         if victim:
-            monkeypatch.setattr(writing, "read_file", failing_read)
+            monkeypatch.setattr(fileio, "read_file", failing_read)
             try:
                 list(real_process(self, element, *args, **kwargs))  # attempt 1: outputs discarded
             except RuntimeError as error:
                 attempts.append(str(error))
-            monkeypatch.setattr(writing, "read_file", real_read)
+            monkeypatch.setattr(fileio, "read_file", real_read)
         yield from real_process(self, element, *args, **kwargs)  # the retried attempt
 
     monkeypatch.setattr(writing._WriteShardFn, "process", process_with_retry)

@@ -40,7 +40,7 @@ def test_no_objects_is_background_which_is_the_last_index():
     assert image_label(None, None, VOCAB) == (3, ())
     assert VOCAB.background_index == 3
     assert VOCAB.one_hot(3) == [0, 0, 0, 1]
-    assert VOCAB.text(3) == "background"
+    assert VOCAB.name(3) == "background"
 
 
 def test_folder_class_labels_images_without_objects():

@@ -1,9 +1,9 @@
 import pytest
 from helpers import CORPUS, ilsvrc_image, jpeg_bytes, write
 
-from beam_pipeline import layouts
+from beam_pipeline import layouts, pairing
 from beam_pipeline.entries import FileRef
-from beam_pipeline.pipeline import _has_files, _match
+from beam_pipeline.fileio import has_files, match
 from beam_pipeline.rejections import Rejection
 
 VOC1 = CORPUS / "datumaro/voc_dataset/voc_dataset1"
@@ -15,28 +15,28 @@ def read_text(path):
 
 
 def plan(root, layout, splits=("train", "val")):
-    return layouts.plan_discovery(str(root), layout, splits, _has_files, _match, read_text)
+    return layouts.plan_discovery(str(root), layout, splits, has_files, match, read_text)
 
 
 def test_detects_each_layout(tmp_path):
     ilsvrc_image(tmp_path / "det", "train", "a/x", b"x")
     ilsvrc_image(tmp_path / "cls", "train", "n01/x", b"x", task="CLS-LOC")
-    assert layouts.detect_layout(str(tmp_path / "det"), _has_files) == layouts.ILSVRC_DET
-    assert layouts.detect_layout(str(tmp_path / "cls"), _has_files) == layouts.ILSVRC_CLS_LOC
-    assert layouts.detect_layout(str(VOC1), _has_files) == layouts.VOC
-    assert layouts.detect_layout(str(VOC1.parent), _has_files) == layouts.VOC  # a VOCdevkit
+    assert layouts.detect_layout(str(tmp_path / "det"), has_files) == layouts.ILSVRC_DET
+    assert layouts.detect_layout(str(tmp_path / "cls"), has_files) == layouts.ILSVRC_CLS_LOC
+    assert layouts.detect_layout(str(VOC1), has_files) == layouts.VOC
+    assert layouts.detect_layout(str(VOC1.parent), has_files) == layouts.VOC  # a VOCdevkit
 
 
 def test_empty_unknown_and_ambiguous_trees_are_refused(tmp_path):
     with pytest.raises(layouts.LayoutError, match="holds no files"):
-        layouts.detect_layout(str(tmp_path), _has_files)
+        layouts.detect_layout(str(tmp_path), has_files)
     write(tmp_path / "photos" / "a.jpg", b"x")
     with pytest.raises(layouts.LayoutError, match="not an ILSVRC"):
-        layouts.detect_layout(str(tmp_path), _has_files)
+        layouts.detect_layout(str(tmp_path), has_files)
     ilsvrc_image(tmp_path, "train", "a", b"x")
     ilsvrc_image(tmp_path, "train", "b", b"x", task="CLS-LOC")
     with pytest.raises(layouts.LayoutError, match="--layout"):
-        layouts.detect_layout(str(tmp_path), _has_files)
+        layouts.detect_layout(str(tmp_path), has_files)
 
 
 def test_ilsvrc_plan_lists_image_and_annotation_dirs_per_split(tmp_path):
@@ -76,7 +76,7 @@ def test_voc_devkit_with_several_years_prefixes_keys(tmp_path):
 
 def test_classify_builds_keys_relative_paths_and_folder_classes():
     task = layouts.ListingTask("images", "/r/Data/CLS-LOC/train", "train", "train", "/r", True)
-    ref = layouts.classify(task, "/r/Data/CLS-LOC/train/n01440764/n01440764_1.JPEG", 10)
+    ref = pairing.classify(task, "/r/Data/CLS-LOC/train/n01440764/n01440764_1.JPEG", 10)
     assert ref == FileRef(
         relative_path="Data/CLS-LOC/train/n01440764/n01440764_1.JPEG",
         key="train/n01440764/n01440764_1",
@@ -88,14 +88,14 @@ def test_classify_builds_keys_relative_paths_and_folder_classes():
 
 def test_classify_rejects_stray_files_and_undecodable_names():
     task = layouts.ListingTask("images", "/r/JPEGImages", "", "VOC2007", "/r")
-    stray = layouts.classify(task, "/r/JPEGImages/notes.txt", 3)
+    stray = pairing.classify(task, "/r/JPEGImages/notes.txt", 3)
     assert isinstance(stray, Rejection) and stray.reason == "not_an_image_file"
     assert stray.is_image is False
-    bad = layouts.classify(task, "/r/JPEGImages/caf\udce9.jpg", 3)
+    bad = pairing.classify(task, "/r/JPEGImages/caf\udce9.jpg", 3)
     assert bad.reason == "undecodable_path" and bad.path == "/r/JPEGImages/caf\\udce9.jpg"
     annotations = layouts.ListingTask("annotations", "/r/Annotations", "", "VOC2007", "/r")
     assert (
-        layouts.classify(annotations, "/r/Annotations/x.txt", 1).reason == "not_an_annotation_file"
+        pairing.classify(annotations, "/r/Annotations/x.txt", 1).reason == "not_an_annotation_file"
     )
 
 
@@ -104,21 +104,21 @@ def ref(path, key, split="train"):
 
 
 def test_pairing_by_key_and_negatives():
-    entries, rejections = layouts.pair_files(
+    entries, rejections = pairing.pair_files(
         "train/x", [ref("d/x.JPEG", "train/x")], [ref("a/x.xml", "train/x")], [], "/r"
     )
     assert rejections == []
     assert (entries[0].filename, entries[0].annotation_filename) == ("d/x.JPEG", "a/x.xml")
-    entries, _ = layouts.pair_files("train/y", [ref("d/y.JPEG", "train/y")], [], [], "/r")
+    entries, _ = pairing.pair_files("train/y", [ref("d/y.JPEG", "train/y")], [], [], "/r")
     assert entries[0].annotation_filename is None and entries[0].split == "train"
 
 
 def test_annotation_without_image_and_listed_image_missing():
-    _, rejections = layouts.pair_files("train/z", [], [ref("a/z.xml", "train/z")], [], "/r")
+    _, rejections = pairing.pair_files("train/z", [], [ref("a/z.xml", "train/z")], [], "/r")
     assert [(r.path, r.reason, r.is_image) for r in rejections] == [
         ("/r/a/z.xml", "annotation_without_image", False)
     ]
-    _, rejections = layouts.pair_files("VOC/9", [], [], ["train"], "/r")
+    _, rejections = pairing.pair_files("VOC/9", [], [], ["train"], "/r")
     assert [(r.reason, r.is_image, r.split) for r in rejections] == [
         ("image_missing", True, "train")
     ]
@@ -126,13 +126,13 @@ def test_annotation_without_image_and_listed_image_missing():
 
 def test_two_images_with_one_key_are_both_rejected():
     images = [ref("d/x.JPEG", "train/x"), ref("d/x.png", "train/x")]
-    entries, rejections = layouts.pair_files("train/x", images, [], [], "/r")
+    entries, rejections = pairing.pair_files("train/x", images, [], [], "/r")
     assert entries == [] and {r.path for r in rejections} == {"/r/d/x.JPEG", "/r/d/x.png"}
     assert {r.reason for r in rejections} == {"ambiguous_key"}
 
 
 def test_voc_image_in_no_requested_split_is_not_an_entry():
-    entries, rejections = layouts.pair_files(
+    entries, rejections = pairing.pair_files(
         "VOC/7", [ref("d/7.jpg", "VOC/7", split="")], [], [], "/r"
     )
     assert entries == [] and rejections == []

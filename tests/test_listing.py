@@ -1,8 +1,9 @@
 import os
 
 import pytest
-from helpers import build, dead_letters, ilsvrc_image, jpeg_bytes, read_split, voc_xml, write
+from helpers import build, dead_letters, ilsvrc_image, jpeg_bytes, read_split, write
 
+from beam_pipeline.annotations import voc_xml
 from beam_pipeline.listing import Listed, Unlisted, list_tree
 from schemas import features as F
 

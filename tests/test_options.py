@@ -24,7 +24,7 @@ def config(*args):
 
 def test_defaults():
     c = config()
-    assert c.splits == ("train", "val") and c.output_splits == ("train", "validation")
+    assert c.splits == ("train", "val")
     assert c.num_shards is None and c.seed == 0 and c.image_policy.mode == "original"
     assert c.max_bad_fraction == 0.01 and c.overwrite is False
 

@@ -7,17 +7,18 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
-from helpers import ilsvrc_image, jpeg_bytes, voc_xml, write
+from helpers import ilsvrc_image, jpeg_bytes, write
 
 from beam_pipeline import layouts
-from beam_pipeline.annotations import AnnotatedObject, Annotation, Box
-from beam_pipeline.discovery import BuildVocabulary, DiscoverImages, LabelImages, ParseAnnotations
+from beam_pipeline.annotations import AnnotatedObject, Annotation, Box, voc_xml
+from beam_pipeline.discovery import DiscoverImages
 from beam_pipeline.entries import IndexEntry, LabelledEntry, ParsedEntry
+from beam_pipeline.fileio import has_files, match, read_ahead
 from beam_pipeline.images import ImagePolicy
+from beam_pipeline.labelling import BuildVocabulary, LabelImages, ParseAnnotations
 from beam_pipeline.labels import Vocabulary
-from beam_pipeline.pipeline import _has_files, _match
 from beam_pipeline.rejections import InputError, Rejection
-from beam_pipeline.writing import AssignShards, WriteShards, read_ahead
+from beam_pipeline.writing import AssignShards, WriteShards
 
 
 def entry(key, split="train", annotation_filename=None, folder_class=None, filename=None):
@@ -30,7 +31,7 @@ def test_discover_images_pairs_files_and_reports_strays(tmp_path):
     write(tmp_path / "Annotations/DET/train/s/orphan.xml", voc_xml())
     write(tmp_path / "Data/DET/train/s/readme.txt", "hello")
     plan = layouts.plan_discovery(
-        str(tmp_path), layouts.ILSVRC_DET, ("train",), _has_files, _match, None
+        str(tmp_path), layouts.ILSVRC_DET, ("train",), has_files, match, None
     )
     root = str(tmp_path)
     with TestPipeline() as p:
@@ -191,7 +192,7 @@ def test_write_shards_streams_records_and_rejects_bad_images(tmp_path):
             str(tmp_path), str(out), ImagePolicy(), vocabulary, plans
         )
         assert_that(
-            results | beam.Map(lambda r: (r.file, r.num_examples, r.class_counts)),
+            results | beam.Map(lambda r: (r.shard.file, r.shard.num_examples, r.class_counts)),
             equal_to([("train-00000-of-00001.tfrecord", 1, ((1, 1),))]),
             label="results",
         )

@@ -1,0 +1,173 @@
+"""The output directory: preparing it, writing into it safely, and committing a build.
+
+    OUT/<split>-<i>-of-<n>.tfrecord   shards          written by the shard writers
+    OUT/.tmp/                         temp files      every file is written here, then renamed
+    OUT/.progress/<shard>.json        resume records  one per shard in place (see progress.py)
+    OUT/rejected.jsonl                dead letters    written first by Finalize, even on failure
+    OUT/labels.txt                    class names     written once the build checks out
+    OUT/dataset_info.json             commit marker   written last
+
+Every file reaches its final name by a rename from `.tmp/` (`incomplete_file`, after TFDS's
+`utils.incomplete_file`), so a crash never leaves a file under a final name that is not whole,
+and the leftovers of failed attempts are in one place that the commit clears. Paths may be
+local or `gs://`; all access goes through Beam's FileSystems.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import posixpath
+import uuid
+from collections.abc import Iterable, Iterator
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from beam_pipeline.failures import BuildFailed
+from beam_pipeline.fileio import ensure_dir
+from beam_pipeline.rejections import Rejection
+from schemas import (
+    DATASET_INFO_FILE,
+    DEAD_LETTER_FILE,
+    LABELS_FILE,
+    SHARD_SUFFIX,
+    DatasetInfo,
+    is_shard_filename,
+)
+from schemas.paths import join
+
+logger = logging.getLogger(__name__)
+
+TEMP_DIR = ".tmp"
+PROGRESS_DIR = ".progress"
+_PROBE_PREFIX = ".write-probe-"
+
+
+class OutputExistsError(RuntimeError):
+    """The output directory holds a complete build and --overwrite was not given."""
+
+
+class OutputNotWritableError(RuntimeError):
+    """The output location cannot be written (read-only, not a directory, no permission...)."""
+
+
+def prepare_output(output_dir: str, *, overwrite: bool, resume: bool) -> None:
+    """Refuses to replace a complete build without --overwrite; clears our own stale files.
+
+    The commit marker is removed first, so a crash during the rebuild leaves nothing complete.
+    With --resume the shards and progress records of an interrupted build are kept.
+
+    Raises:
+      OutputExistsError: a complete build is there and `overwrite` is off.
+      OutputNotWritableError: the location cannot be created or written.
+    """
+    info_path = join(output_dir, DATASET_INFO_FILE)
+    if FileSystems.exists(info_path):
+        if not overwrite:
+            raise OutputExistsError(
+                f"{output_dir} already holds a complete build; pass --overwrite to replace it"
+            )
+        FileSystems.delete([info_path])
+    check_writable(output_dir)
+    if resume:
+        return
+    (listing,) = FileSystems.match([join(output_dir, "*")])
+    names = {m.path: m.path.rsplit("/", 1)[-1] for m in listing.metadata_list}
+    stale = [
+        path
+        for path, name in names.items()
+        if is_shard_filename(name) or name in (LABELS_FILE, DEAD_LETTER_FILE)
+    ]
+    if stale:
+        logger.info("Removing %d files of an earlier build from %s", len(stale), output_dir)
+        FileSystems.delete(stale)
+    remove_work_dirs(output_dir)
+
+
+def check_writable(output_dir: str) -> None:
+    """Creates the directory and writes and deletes a probe file, so a bad location fails now.
+
+    Probes left by a run killed at this very moment are deleted too.
+    """
+    probe = join(output_dir, f"{_PROBE_PREFIX}{uuid.uuid4().hex}")
+    try:
+        ensure_dir(output_dir)
+        with FileSystems.create(probe) as stream:
+            stream.write(b"probe")
+        (found,) = FileSystems.match([join(output_dir, _PROBE_PREFIX + "*")])
+        FileSystems.delete(sorted({probe, *(m.path for m in found.metadata_list)}))
+    except Exception as error:  # noqa: BLE001 - every file system raises its own errors
+        raise OutputNotWritableError(f"cannot write to {output_dir}: {error}") from None
+
+
+def remove_work_dirs(output_dir: str) -> None:
+    """Deletes the temp files of failed attempts, the progress records and their directories."""
+    for name in (TEMP_DIR, PROGRESS_DIR):
+        directory = join(output_dir, name)
+        (match,) = FileSystems.match([join(directory, "**")])
+        leftovers = [m.path for m in match.metadata_list]
+        if leftovers:
+            FileSystems.delete(leftovers)
+        if FileSystems.exists(directory):
+            FileSystems.delete([directory])
+
+
+@contextlib.contextmanager
+def incomplete_file(output_dir: str, name: str) -> Iterator[str]:
+    """Yields a temp path to write `OUT/name` through; renames it into place on success.
+
+    The temp file is `OUT/.tmp/<base name>.<random hex>`: unique per attempt, so a retried
+    bundle never collides with the attempt it replaces. When the block raises, the temp file is
+    deleted (best effort; the commit clears `.tmp/` anyway) and the error propagates.
+    """
+    temp_dir = join(output_dir, TEMP_DIR)
+    final = join(output_dir, name)
+    temp = join(temp_dir, f"{posixpath.basename(name)}.{uuid.uuid4().hex}")
+    ensure_dir(temp_dir)
+    try:
+        yield temp
+        ensure_dir(posixpath.dirname(final))
+        FileSystems.rename([temp], [final])
+    except BaseException:
+        with contextlib.suppress(Exception):
+            if FileSystems.exists(temp):
+                FileSystems.delete([temp])
+        raise
+
+
+def write_atomic(output_dir: str, name: str, data: bytes) -> None:
+    """Writes `OUT/name` whole, through `incomplete_file`."""
+    with (
+        incomplete_file(output_dir, name) as temp,
+        FileSystems.create(temp, compression_type=CompressionTypes.UNCOMPRESSED) as out,
+    ):
+        out.write(data)
+
+
+def write_dead_letter(output_dir: str, rejections: Iterable[Rejection]) -> None:
+    """Writes `rejected.jsonl` (a JSON line per rejection); first, so a failed build explains."""
+    dead_letter = "".join(r.to_json() + "\n" for r in rejections)
+    write_atomic(output_dir, DEAD_LETTER_FILE, dead_letter.encode("utf-8"))
+
+
+def check_shard_files(output_dir: str, info: DatasetInfo) -> None:
+    """Raises BuildFailed unless every shard of `info` is in place with its recorded size.
+
+    One listing of the directory, whatever the number of shards.
+    """
+    (match,) = FileSystems.match([join(output_dir, "*" + SHARD_SUFFIX)])
+    sizes = {m.path.rsplit("/", 1)[-1]: m.size_in_bytes for m in match.metadata_list}
+    for split_info in info.splits.values():
+        for shard in split_info.shards:
+            if sizes.get(shard.file) != shard.num_bytes:
+                found = sizes.get(shard.file, "no file")
+                raise BuildFailed(f"{shard.file}: expected {shard.num_bytes} bytes, found {found}")
+
+
+def commit(output_dir: str, info: DatasetInfo) -> None:
+    """Writes `labels.txt` and, last, `dataset_info.json` (the commit marker); clears work dirs."""
+    labels = "".join(name + "\n" for name in info.classes)
+    write_atomic(output_dir, LABELS_FILE, labels.encode("utf-8"))
+    write_atomic(output_dir, DATASET_INFO_FILE, info.to_json().encode("utf-8"))
+    remove_work_dirs(output_dir)

@@ -1,0 +1,169 @@
+"""From listed files to index entries: classify each path, then pair images with annotations.
+
+`classify` turns one listed path into a `FileRef` with its pairing key (the path below its
+image or annotation directory without the extension, prefixed so keys are unique across splits
+and VOC years), or a `Rejection` for a file that cannot be one. `pair_files` turns the files
+that share a key into one `IndexEntry` per split. Images and XML are never paired by the XML's
+`<filename>`.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterable, Sequence
+
+from beam_pipeline.entries import FileRef, IndexEntry
+from beam_pipeline.layouts import ANNOTATIONS, IMAGES, ListingTask
+from beam_pipeline.rejections import DISCOVER, Rejection
+from schemas.paths import join
+
+IMAGE_EXTENSIONS = frozenset(
+    {".jpeg", ".jpg", ".jpe", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"}
+)
+ANNOTATION_EXTENSION = ".xml"
+
+
+def _is_image_name(task: ListingTask, path: str) -> bool:
+    return task.kind == IMAGES and posixpath.splitext(path)[1].lower() in IMAGE_EXTENSIONS
+
+
+def printable_path(path: str) -> str:
+    """The path with undecodable bytes (surrogate escapes) shown as \\udcXX."""
+    return path.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def unlisted_rejection(task: ListingTask, path: str, reason: str, detail: str) -> Rejection:
+    """A Rejection for something the listing could not read; an image if named like one."""
+    return Rejection(
+        task.split,
+        printable_path(path),
+        DISCOVER,
+        reason,
+        detail,
+        is_image=_is_image_name(task, path),
+    )
+
+
+def classify(task: ListingTask, path: str, num_bytes: int) -> FileRef | Rejection:
+    """Turns one listed file into a FileRef, or a Rejection for a file that cannot be one."""
+    relative = path[len(task.directory.rstrip("/")) + 1 :]
+    stem, extension = posixpath.splitext(relative)
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return unlisted_rejection(
+            task, path, "undecodable_path", "the file name is not valid UTF-8"
+        )
+    wanted = _is_image_name(task, path) or (
+        task.kind == ANNOTATIONS and extension.lower() == ANNOTATION_EXTENSION
+    )
+    if not wanted:
+        reason = "not_an_image_file" if task.kind == IMAGES else "not_an_annotation_file"
+        return Rejection(
+            task.split,
+            path,
+            DISCOVER,
+            reason,
+            f"unexpected extension {extension!r} in {task.directory}",
+            is_image=False,
+        )
+    folder_class = None
+    if task.folder_classes and "/" in relative:
+        folder_class = relative.split("/", 1)[0]
+    return FileRef(
+        relative_path=path[len(task.root) + 1 :],
+        key=join(task.key_prefix, stem),
+        split=task.split,
+        num_bytes=num_bytes,
+        folder_class=folder_class,
+    )
+
+
+def pair_files(
+    key: str,
+    images: Iterable[FileRef],
+    annotations: Iterable[FileRef],
+    listed_splits: Iterable[str],
+    root: str,
+) -> tuple[list[IndexEntry], list[Rejection]]:
+    """Pairs the files that share one key into index entries (one per split).
+
+    `listed_splits` are the splits whose lists name the key (VOC); for ILSVRC the split comes
+    from the files' own directory. Rejections name full paths (under `root`).
+    """
+    images = sorted(images, key=_relative_path)
+    annotations = sorted(annotations, key=_relative_path)
+    listed_splits = sorted(set(listed_splits))
+    splits = sorted(set(listed_splits) | {ref.split for ref in images + annotations if ref.split})
+    if len(images) > 1 or len(annotations) > 1:
+        return [], _ambiguous_key(key, images, annotations, splits, root)
+    annotation = annotations[0] if annotations else None
+    if not images:
+        return [], _without_image(key, annotation, listed_splits, root)
+    return [_entry(split, key, images[0], annotation) for split in splits], []
+
+
+def _ambiguous_key(
+    key: str,
+    images: Sequence[FileRef],
+    annotations: Sequence[FileRef],
+    splits: Sequence[str],
+    root: str,
+) -> list[Rejection]:
+    """Every image of a key that several images or annotations share, rejected in each split."""
+    paths = [join(root, ref.relative_path) for ref in (*images, *annotations)]
+    return [
+        Rejection(
+            split,
+            join(root, ref.relative_path),
+            DISCOVER,
+            "ambiguous_key",
+            f"several files share the key {key!r}: {paths}",
+        )
+        for split in splits
+        for ref in images
+    ]
+
+
+def _without_image(
+    key: str, annotation: FileRef | None, listed_splits: Sequence[str], root: str
+) -> list[Rejection]:
+    """An annotation whose image is missing (reported), and each split list naming no image."""
+    rejections = []
+    if annotation is not None and annotation.split:
+        rejections.append(
+            Rejection(
+                annotation.split,
+                join(root, annotation.relative_path),
+                DISCOVER,
+                "annotation_without_image",
+                f"no image with the key {key!r}",
+                is_image=False,
+            )
+        )
+    for split in listed_splits:
+        rejections.append(
+            Rejection(
+                split,
+                key,
+                DISCOVER,
+                "image_missing",
+                f"the {split} list names {key!r} but no image has that key",
+            )
+        )
+    return rejections
+
+
+def _entry(split: str, key: str, image: FileRef, annotation: FileRef | None) -> IndexEntry:
+    return IndexEntry(
+        split=split,
+        key=key,
+        filename=image.relative_path,
+        annotation_filename=annotation.relative_path if annotation else None,
+        folder_class=image.folder_class,
+        num_bytes=image.num_bytes,
+    )
+
+
+def _relative_path(ref: FileRef) -> str:
+    return ref.relative_path

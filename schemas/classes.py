@@ -1,0 +1,64 @@
+"""The class rule shared by the builder, the metadata and the loader.
+
+A build's classes are an ordered list of names; label `i` is class `i`. One more class follows
+them: the background class (images without objects), whose index is the number of classes and
+whose name is `BACKGROUND`. One-hot labels therefore have `num_classes + 1` entries. This is
+the only place that rule is spelled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+BACKGROUND = "background"
+
+
+def one_hot_length(num_classes: int) -> int:
+    """Entries of a one-hot label: every class, then the background class."""
+    return num_classes + 1
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassList:
+    """The ordered class names of a build, with the background class after them.
+
+    Attributes:
+      classes: the real classes' names; class `i` has label `i`.
+    """
+
+    classes: tuple[str, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "classes", tuple(self.classes))
+        if len(set(self.classes)) != len(self.classes):
+            raise ValueError("the class list has duplicate names")
+
+    @property
+    def num_classes(self) -> int:
+        """Number of real classes, background excluded."""
+        return len(self.classes)
+
+    @property
+    def background_index(self) -> int:
+        """Label of the background class: the last one."""
+        return len(self.classes)
+
+    @property
+    def one_hot_length(self) -> int:
+        return one_hot_length(self.num_classes)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every label's name in label order, background last."""
+        return (*self.classes, BACKGROUND)
+
+    def name(self, label: int) -> str:
+        """The name of one label, `BACKGROUND` for the background class."""
+        if not 0 <= label <= self.background_index:
+            raise IndexError(f"label {label} outside [0, {self.background_index}]")
+        return BACKGROUND if label == self.background_index else self.classes[label]
+
+    def one_hot(self, label: int) -> list[int]:
+        vector = [0] * self.one_hot_length
+        vector[label] = 1
+        return vector
