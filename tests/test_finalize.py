@@ -1,0 +1,150 @@
+"""`assemble_info`, the pure core of Finalize: every way a build is refused, and what it commits."""
+
+import pytest
+
+from beam_pipeline.entries import ShardResult
+from beam_pipeline.failures import BuildFailed
+from beam_pipeline.finalize import FinalizeSpec, assemble_info
+from beam_pipeline.labels import Vocabulary
+from beam_pipeline.rejections import DISCOVER, IMAGE, Rejection
+from beam_pipeline.sharding import SplitPlan
+from schemas import SCHEMA_VERSION, ShardInfo
+
+VOCAB = Vocabulary(("cat", "dog"))
+
+
+def spec(splits=("train",), max_bad_fraction=0.5) -> FinalizeSpec:
+    return FinalizeSpec(
+        output_dir="/out",
+        splits=splits,
+        max_bad_fraction=max_bad_fraction,
+        options={"seed": 0},
+        source={"input_dir": "/tree"},
+        versions={"python": "3"},
+    )
+
+
+def plan(num_examples, num_shards) -> SplitPlan:
+    return SplitPlan(num_examples, num_shards, bucket_offsets=(0,))
+
+
+def result(index, num_shards, num_examples, class_counts, split="train") -> ShardResult:
+    name = f"{split}-{index:05d}-of-{num_shards:05d}.tfrecord"
+    shard = ShardInfo(name, num_examples, 100 * num_examples, f"sha{index}")
+    return ShardResult(split, index, num_shards, shard, tuple(class_counts))
+
+
+def rejection(path, reason="truncated_image", stage=IMAGE, split="train", is_image=True):
+    return Rejection(split, path, stage, reason, "detail", is_image=is_image)
+
+
+def test_a_complete_build_is_described_exactly():
+    results = [result(1, 2, 2, [(1, 2)]), result(0, 2, 3, [(0, 1), (2, 2)])]
+    rejections = [
+        rejection("/tree/bad.JPEG"),
+        rejection("/tree/x.txt", "not_an_image_file", DISCOVER, is_image=False),
+        rejection("/tree/unreadable.JPEG", "broken_symlink", DISCOVER),
+    ]
+    # 6 entries were paired; the broken symlink never became one but is an image all the same.
+    info = assemble_info(spec(), VOCAB, {"train": plan(5, 2)}, {"train": 6}, results, rejections)
+
+    split = info.splits["train"]
+    assert (split.num_examples, split.num_discovered, split.num_rejected) == (5, 7, 2)
+    assert split.class_counts == (1, 2, 2)  # cat, dog, background
+    assert [s.file for s in split.shards] == [
+        "train-00000-of-00002.tfrecord",
+        "train-00001-of-00002.tfrecord",
+    ]
+    assert split.shards[0] == ShardInfo("train-00000-of-00002.tfrecord", 3, 300, "sha0")
+    assert info.failures == {"truncated_image": 1, "not_an_image_file": 1, "broken_symlink": 1}
+    assert info.classes == ("cat", "dog") and info.schema_version == SCHEMA_VERSION
+    assert (info.options, info.source, info.versions) == (
+        {"seed": 0},
+        {"input_dir": "/tree"},
+        {"python": "3"},
+    )
+
+
+def test_a_duplicated_result_from_a_retried_bundle_counts_once():
+    once = result(0, 1, 2, [(0, 2)])
+    info = assemble_info(spec(), VOCAB, {"train": plan(2, 1)}, {"train": 2}, [once, once], [])
+    assert info.splits["train"].num_examples == 2
+
+
+def test_a_split_without_images_is_refused():
+    with pytest.raises(BuildFailed, match="BUILD FAILED: split 'validation' has no images"):
+        assemble_info(
+            spec(("train", "validation")),
+            VOCAB,
+            {"train": plan(1, 1)},
+            {"train": 1},
+            [result(0, 1, 1, [(0, 1)])],
+            [],
+        )
+
+
+def test_a_split_whose_images_were_all_rejected_is_refused():
+    rejections = [rejection(f"/tree/{i}.JPEG") for i in range(3)]
+    with pytest.raises(BuildFailed, match="split 'train': all 3 images were rejected"):
+        assemble_info(spec(max_bad_fraction=1.0), VOCAB, {}, {"train": 3}, [], rejections)
+
+
+@pytest.mark.parametrize(
+    "indices, missing",
+    [((0,), "shards \\[1\\] missing or duplicated \\(\\[0\\]\\)"), ((0, 0, 1), "\\[0, 0, 1\\]")],
+)
+def test_a_missing_or_extra_shard_is_refused(indices, missing):
+    results = [result(i, 2, 1, [(0, 1)], split="train") for i in indices]
+    if len(indices) == 3:  # two different results for shard 0
+        results[1] = result(0, 2, 2, [(0, 2)])
+    with pytest.raises(BuildFailed, match=missing):
+        assemble_info(spec(), VOCAB, {"train": plan(2, 2)}, {"train": 2}, results, [])
+
+
+def test_an_image_neither_written_nor_rejected_is_refused():
+    with pytest.raises(
+        BuildFailed,
+        match="split 'train': 4 images discovered but 2 written and 1 rejected; 1 unaccounted for",
+    ):
+        assemble_info(
+            spec(),
+            VOCAB,
+            {"train": plan(3, 1)},
+            {"train": 4},
+            [result(0, 1, 2, [(0, 2)])],
+            [rejection("/tree/bad.JPEG")],
+        )
+
+
+def test_more_rejections_than_the_budget_fail_the_build_and_name_the_dead_letter_file():
+    rejections = [rejection("/tree/a.JPEG"), rejection("/tree/b.JPEG", "corrupt_image")]
+    with pytest.raises(BuildFailed) as caught:
+        assemble_info(
+            spec(max_bad_fraction=0.25),
+            VOCAB,
+            {"train": plan(3, 1)},
+            {"train": 5},
+            [result(0, 1, 3, [(0, 3)])],
+            rejections,
+        )
+    assert str(caught.value) == (
+        "BUILD FAILED: 2 of 5 images rejected (40.00%), more than --max_bad_fraction=0.25; "
+        "reasons {'truncated_image': 1, 'corrupt_image': 1}; see /out/rejected.jsonl"
+    )
+
+
+def test_files_that_are_not_images_do_not_count_against_the_budget():
+    rejections = [
+        rejection(f"/tree/{i}.xml", "annotation_without_image", DISCOVER, is_image=False)
+        for i in range(10)
+    ]
+    info = assemble_info(
+        spec(max_bad_fraction=0.0),
+        VOCAB,
+        {"train": plan(1, 1)},
+        {"train": 1},
+        [result(0, 1, 1, [(2, 1)])],
+        rejections,
+    )
+    assert info.splits["train"].num_rejected == 0
+    assert info.failures == {"annotation_without_image": 10}

@@ -1,0 +1,88 @@
+"""The output directory's helpers: temp-then-rename, the commit files, the shard check."""
+
+import pytest
+
+from beam_pipeline import output
+from beam_pipeline.failures import BuildFailed
+from beam_pipeline.rejections import IMAGE, Rejection
+from schemas import DatasetInfo, ShardInfo, SplitInfo
+
+
+def test_incomplete_file_renames_into_place_only_when_the_block_completes(tmp_path):
+    with output.incomplete_file(str(tmp_path), "train-00000-of-00001.tfrecord") as temp:
+        assert temp.startswith(f"{tmp_path}/.tmp/train-00000-of-00001.tfrecord.")
+        with open(temp, "wb") as f:
+            f.write(b"records")
+        assert not (tmp_path / "train-00000-of-00001.tfrecord").exists()
+    assert (tmp_path / "train-00000-of-00001.tfrecord").read_bytes() == b"records"
+    assert list((tmp_path / ".tmp").iterdir()) == []
+
+
+def test_incomplete_file_removes_its_temp_file_when_the_block_fails(tmp_path):
+    with (
+        pytest.raises(RuntimeError, match="disk on fire"),
+        output.incomplete_file(str(tmp_path), "labels.txt") as temp,
+    ):
+        with open(temp, "wb") as f:
+            f.write(b"half")
+        raise RuntimeError("disk on fire")
+    assert not (tmp_path / "labels.txt").exists()
+    assert list((tmp_path / ".tmp").iterdir()) == []
+
+
+def test_each_attempt_has_its_own_temp_name(tmp_path):
+    with output.incomplete_file(str(tmp_path), "a") as first:
+        with output.incomplete_file(str(tmp_path), "a") as second:
+            assert first != second
+            open(second, "wb").close()
+        open(first, "wb").close()
+
+
+def test_write_atomic_creates_subdirectories_and_replaces_whole(tmp_path):
+    output.write_atomic(str(tmp_path), ".progress/x.json", b"one")
+    output.write_atomic(str(tmp_path), ".progress/x.json", b"two")
+    assert (tmp_path / ".progress" / "x.json").read_bytes() == b"two"
+
+
+def info(*shards: ShardInfo) -> DatasetInfo:
+    split = SplitInfo(sum(s.num_examples for s in shards), 1, 0, (1, 0), shards)
+    return DatasetInfo("1.0.0", ("cat",), {"train": split}, {}, {}, {}, {})
+
+
+def test_check_shard_files_names_a_missing_or_resized_shard(tmp_path):
+    (tmp_path / "train-00000-of-00002.tfrecord").write_bytes(b"12345")
+    (tmp_path / "train-00001-of-00002.tfrecord").write_bytes(b"123")
+    good = ShardInfo("train-00000-of-00002.tfrecord", 1, 5, "x")
+    output.check_shard_files(str(tmp_path), info(good))
+    with pytest.raises(
+        BuildFailed, match=r"train-00001-of-00002\.tfrecord: expected 4 bytes, found 3"
+    ):
+        output.check_shard_files(
+            str(tmp_path), info(good, ShardInfo("train-00001-of-00002.tfrecord", 1, 4, "y"))
+        )
+    with pytest.raises(
+        BuildFailed, match=r"train-00000-of-00001\.tfrecord: expected 5 bytes, found no file"
+    ):
+        output.check_shard_files(
+            str(tmp_path), info(ShardInfo("train-00000-of-00001.tfrecord", 1, 5, "z"))
+        )
+
+
+def test_commit_writes_labels_then_the_marker_and_clears_the_work_dirs(tmp_path):
+    output.write_dead_letter(
+        str(tmp_path), [Rejection("train", "/t/a.JPEG", IMAGE, "truncated_image", "cut")]
+    )
+    output.write_atomic(str(tmp_path), ".progress/s.json", b"{}")
+    committed = info(ShardInfo("train-00000-of-00001.tfrecord", 1, 5, "x"))
+    output.commit(str(tmp_path), committed)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "dataset_info.json",
+        "labels.txt",
+        "rejected.jsonl",
+    ]
+    assert (tmp_path / "labels.txt").read_text() == "cat\n"
+    assert DatasetInfo.from_json((tmp_path / "dataset_info.json").read_text()) == committed
+    assert (tmp_path / "rejected.jsonl").read_text() == (
+        '{"detail": "cut", "is_image": true, "path": "/t/a.JPEG", "reason": "truncated_image", '
+        '"split": "train", "stage": "image"}\n'
+    )
