@@ -66,15 +66,7 @@ def assemble_info(
         splits[split] = _split_info(
             split, plans[split], by_split[split], vocabulary, discovered, rejected_images[split]
         )
-    total = sum(s.num_discovered for s in splits.values())
-    bad = sum(s.num_rejected for s in splits.values())
-    if bad > spec.max_bad_fraction * total:
-        reasons = collections.Counter(r.reason for r in rejections if r.is_image)
-        raise BuildFailed(
-            f"{bad} of {total} images rejected ({bad / total:.2%}), more than "
-            f"--max_bad_fraction={spec.max_bad_fraction}; reasons {dict(reasons.most_common())}; "
-            f"see {join(spec.output_dir, DEAD_LETTER_FILE)}"
-        )
+    _check_error_budget(spec, splits, rejections)
     return DatasetInfo(
         schema_version=SCHEMA_VERSION,
         classes=vocabulary.classes,
@@ -84,6 +76,21 @@ def assemble_info(
         source=spec.source,
         versions=spec.versions,
     )
+
+
+def _check_error_budget(
+    spec: FinalizeSpec, splits: Mapping[str, SplitInfo], rejections: list[Rejection]
+) -> None:
+    """Raises BuildFailed when more than --max_bad_fraction of all discovered images failed."""
+    total = sum(s.num_discovered for s in splits.values())
+    bad = sum(s.num_rejected for s in splits.values())
+    if bad > spec.max_bad_fraction * total:
+        reasons = collections.Counter(r.reason for r in rejections if r.is_image)
+        raise BuildFailed(
+            f"{bad} of {total} images rejected ({bad / total:.2%}), more than "
+            f"--max_bad_fraction={spec.max_bad_fraction}; reasons {dict(reasons.most_common())}; "
+            f"see {join(spec.output_dir, DEAD_LETTER_FILE)}"
+        )
 
 
 def _split_info(split, plan, results, vocabulary, discovered, rejected) -> SplitInfo:
