@@ -7,6 +7,13 @@ import dataclasses
 AUTOTUNE = -1  # tf.data.AUTOTUNE, without importing TensorFlow here
 
 
+def tf_data_value(value: int) -> int:
+    """A knob as a tf.data argument: `AUTOTUNE` becomes `tf.data.AUTOTUNE`."""
+    import tensorflow as tf  # here, so that importing the config does not import TensorFlow
+
+    return tf.data.AUTOTUNE if value == AUTOTUNE else value
+
+
 @dataclasses.dataclass(frozen=True)
 class ReadConfig:
     """How shards become batches.

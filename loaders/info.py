@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import tensorflow as tf
 
-from schemas import DATASET_INFO_FILE, DatasetInfo, SplitInfo
+from schemas import DATASET_INFO_FILE, ClassList, DatasetInfo, SplitInfo
+from schemas.paths import join
 
 
 class IncompleteDatasetError(FileNotFoundError):
@@ -17,13 +19,12 @@ class CorruptDatasetError(ValueError):
     """A committed build whose shards no longer match its dataset_info.json."""
 
 
-def _join(data_dir: str, name: str) -> str:
-    return data_dir.rstrip("/") + "/" + name
-
-
 @dataclasses.dataclass(frozen=True)
-class Dataset:
-    """A committed build: its metadata plus the directory it lives in."""
+class BuildInfo:
+    """A committed build: its metadata plus the directory it lives in.
+
+    Not a `tf.data.Dataset`: `load_dataset` turns a split of it into one.
+    """
 
     data_dir: str
     info: DatasetInfo
@@ -33,13 +34,18 @@ class Dataset:
         return self.info.classes
 
     @property
+    def class_list(self) -> ClassList:
+        """The label rule: every label's name and the one-hot length."""
+        return self.info.class_list
+
+    @property
     def num_classes(self) -> int:
-        """Number of real classes; labels have `num_classes + 1` entries (background last)."""
-        return self.info.num_classes
+        """Number of real classes; one-hot labels have `class_list.one_hot_length` entries."""
+        return self.class_list.num_classes
 
     @property
     def background_index(self) -> int:
-        return self.info.background_index
+        return self.class_list.background_index
 
     @property
     def splits(self) -> tuple[str, ...]:
@@ -55,17 +61,17 @@ class Dataset:
         return self.split(split).num_examples
 
     def class_counts(self, split: str) -> dict[str, int]:
-        """Examples per class name (background included) in a split."""
-        names = (*self.classes, "background")
-        return dict(zip(names, self.split(split).class_counts, strict=True))
+        """Examples per label name (`class_list.names`, every label) in a split."""
+        return dict(zip(self.class_list.names, self.split(split).class_counts, strict=True))
 
     def shard_paths(self, split: str) -> list[str]:
-        return [_join(self.data_dir, shard.file) for shard in self.split(split).shards]
+        return [join(self.data_dir, shard.file) for shard in self.split(split).shards]
 
     def class_weight(self, split: str = "train") -> dict[int, float]:
         """Keras `class_weight`: weight n / (k * count_i) for each of the k classes present.
 
-        Balances background-heavy data; classes absent from the split get weight 1.0.
+        Balances data where a few labels (often images without objects) dominate; classes
+        absent from the split get weight 1.0.
         """
         counts = self.split(split).class_counts
         present = [c for c in counts if c > 0]
@@ -76,18 +82,30 @@ class Dataset:
         }
 
 
-def dataset_info(data_dir: str) -> Dataset:
+def dataset_info(data_dir: str) -> BuildInfo:
     """Reads `data_dir/dataset_info.json` (local or gs://).
 
     Raises:
       IncompleteDatasetError: the directory has no committed build (still running, crashed,
         failed its error budget, or never built).
     """
-    path = _join(data_dir, DATASET_INFO_FILE)
+    path = join(data_dir, DATASET_INFO_FILE)
     if not tf.io.gfile.exists(path):
         raise IncompleteDatasetError(
             f"{data_dir} holds no complete build: {DATASET_INFO_FILE} is missing (the build is "
             "still running, crashed or failed; shards without it are never read)"
         )
     with tf.io.gfile.GFile(path, "r") as f:
-        return Dataset(data_dir.rstrip("/"), DatasetInfo.from_json(f.read()))
+        return BuildInfo(data_dir.rstrip("/"), DatasetInfo.from_json(f.read()))
+
+
+def __getattr__(name: str) -> type[BuildInfo]:
+    """PEP 562: the old name `Dataset` still works for one release, with a warning."""
+    if name == "Dataset":
+        warnings.warn(
+            "loaders.info.Dataset is renamed loaders.info.BuildInfo; the old name will be removed",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return BuildInfo
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -58,7 +58,7 @@ def train(
         config=SAMPLE_READ_CONFIG,
     )
     val_ds = load_dataset(data_dir, "validation", batch_size=batch_size, image_size=image_size)
-    model = small_cnn(info.num_classes + 1, image_size)
+    model = small_cnn(info.class_list.one_hot_length, image_size)
     model.compile(
         optimizer=keras.optimizers.Adam(3e-3),
         loss="categorical_crossentropy",

@@ -11,6 +11,7 @@ tf = pytest.importorskip("tensorflow")
 
 from beam_pipeline import sample_tree  # noqa: E402
 from loaders import (  # noqa: E402
+    BuildInfo,
     CorruptDatasetError,
     IncompleteDatasetError,
     ReadConfig,
@@ -18,7 +19,7 @@ from loaders import (  # noqa: E402
     load_dataset,
     preprocess_for_eval,
 )
-from schemas import DATASET_INFO_FILE  # noqa: E402
+from schemas import BACKGROUND, DATASET_INFO_FILE  # noqa: E402
 from schemas import features as F  # noqa: E402
 
 SIZE = (32, 32)
@@ -129,7 +130,7 @@ def test_dataset_info_counts_and_class_weight(built):
     assert info.classes == sample_tree.CLASSES and info.background_index == 4
     assert info.num_examples("train") == 90
     counts = info.class_counts("train")
-    assert sum(counts.values()) == 90 and set(counts) == {*sample_tree.CLASSES, "background"}
+    assert sum(counts.values()) == 90 and set(counts) == {*sample_tree.CLASSES, BACKGROUND}
     weights = info.class_weight()
     present = [c for c in info.split("train").class_counts if c]
     for index, count in enumerate(info.split("train").class_counts):
@@ -138,6 +139,19 @@ def test_dataset_info_counts_and_class_weight(built):
     assert sum(weights[i] * c for i, c in enumerate(info.split("train").class_counts)) == (
         pytest.approx(90)
     )
+
+
+def test_dataset_info_returns_build_info_and_the_old_name_still_works(built):
+    import loaders.info
+
+    assert isinstance(dataset_info(built), BuildInfo)
+    with pytest.warns(DeprecationWarning, match=r"loaders\.Dataset is renamed loaders\.BuildInfo"):
+        from loaders import Dataset
+    assert Dataset is BuildInfo
+    with pytest.warns(DeprecationWarning, match=r"loaders\.info\.BuildInfo"):
+        assert loaders.info.Dataset is BuildInfo
+    with pytest.raises(AttributeError, match="Nothing"):
+        loaders.info.Nothing  # noqa: B018
 
 
 def test_model_fit_on_a_tiny_model(built):
@@ -158,7 +172,7 @@ def test_model_fit_on_a_tiny_model(built):
             keras.Input((*SIZE, 3)),
             keras.layers.Conv2D(4, 3, activation="relu"),
             keras.layers.GlobalAveragePooling2D(),
-            keras.layers.Dense(info.num_classes + 1, activation="softmax"),
+            keras.layers.Dense(info.class_list.one_hot_length, activation="softmax"),
         ]
     )
     model.compile("adam", "categorical_crossentropy", metrics=["accuracy"])

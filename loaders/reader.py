@@ -1,0 +1,164 @@
+"""The file-level record reader: a split's shards as one input pipeline's serialised Examples.
+
+file list and counts (from dataset_info.json, checked against the files) → per-epoch file
+shuffle (training) → files per input pipeline → parallel interleave of `read_shard` → every n-th
+record per input pipeline when there are fewer files than pipelines. Like TFDS's
+`core/reader.py`, it deals in files and counts only; `loaders.dataset` turns the records into
+batches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import tensorflow as tf
+
+from loaders.config import AUTOTUNE, ReadConfig, tf_data_value
+from loaders.info import BuildInfo, CorruptDatasetError
+
+# Starts the stand-in for a record a shard failed to yield (a serialised Example never does).
+_MISSING = "\x00"
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitRecords:
+    """What the record reader hands the examples step.
+
+    Attributes:
+      records: scalar `tf.string` elements: serialised `tf.train.Example`s, or `read_shard`'s
+        stand-ins for lost ones, which `checked_record` refuses.
+      num_examples: records per epoch in this input pipeline.
+    """
+
+    records: tf.data.Dataset
+    num_examples: int
+
+
+def read_records(
+    info: BuildInfo,
+    split: str,
+    *,
+    training: bool = False,
+    seed: int | None = None,
+    input_context: tf.distribute.InputContext | None = None,
+    config: ReadConfig = ReadConfig(),
+) -> SplitRecords:
+    """One input pipeline's records of a split, and how many it yields per epoch.
+
+    Each input pipeline reads its own files, or every n-th record when there are fewer files
+    than pipelines. Training shuffles the files every epoch.
+
+    Raises:
+      KeyError: unknown split.
+      CorruptDatasetError: a shard is missing or has another size than recorded.
+    """
+    check_shards(info, split)
+    files = info.shard_paths(split)
+    counts = [shard.num_examples for shard in info.split(split).shards]
+    num_pipelines = input_context.num_input_pipelines if input_context else 1
+    index = input_context.input_pipeline_id if input_context else 0
+    by_file = len(files) >= num_pipelines
+
+    dataset = tf.data.Dataset.from_tensor_slices((files, tf.constant(counts, tf.int64)))
+    if num_pipelines > 1 and by_file:
+        dataset = dataset.shard(num_pipelines, index)
+    if training:
+        # Element sharding needs every pipeline to walk the files in the same order.
+        file_seed = seed if seed is not None or by_file else 0
+        dataset = dataset.shuffle(len(files), seed=file_seed, reshuffle_each_iteration=True)
+    dataset = _interleave_shards(
+        dataset,
+        len(files),
+        guard_missing=not any(char in info.data_dir for char in "*?["),
+        deterministic=True if seed is not None or not by_file else None,
+        config=config,
+    )
+    if num_pipelines > 1 and not by_file:
+        dataset = dataset.shard(num_pipelines, index)
+    return SplitRecords(dataset, _per_pipeline_count(counts, num_pipelines, index, by_file))
+
+
+def _interleave_shards(
+    files: tf.data.Dataset,
+    num_files: int,
+    *,
+    guard_missing: bool,
+    deterministic: bool | None,
+    config: ReadConfig,
+) -> tf.data.Dataset:
+    """The records of `files`' `(path, expected count)` elements, several files at a time."""
+    cycle_length = num_files if config.cycle_length == AUTOTUNE else config.cycle_length
+    return files.interleave(
+        lambda path, expected: read_shard(path, expected, guard_missing),
+        cycle_length=max(1, min(cycle_length, num_files)),
+        num_parallel_calls=tf_data_value(config.num_parallel_calls),
+        deterministic=deterministic,
+    )
+
+
+def _per_pipeline_count(counts: list[int], num_pipelines: int, index: int, by_file: bool) -> int:
+    """Examples one input pipeline sees: its files' counts, or every num-th element."""
+    if num_pipelines == 1:
+        return sum(counts)
+    if by_file:
+        return sum(counts[index::num_pipelines])
+    return (sum(counts) - index + num_pipelines - 1) // num_pipelines
+
+
+def read_shard(path: tf.Tensor, expected: tf.Tensor, guard_missing: bool = True) -> tf.data.Dataset:
+    """Exactly `expected` records of one shard; `checked_record` refuses stand-ins for lost ones.
+
+    TensorFlow's own error for a corrupt record does not name the file. Here the reader skips
+    unreadable frames (a checksum or a truncation) and the stream is padded up to the count in
+    dataset_info.json with a stand-in holding an error message that names the shard, so
+    `checked_record` fails with it instead of training on a silently shortened epoch. Only
+    dataset ops run per record: counting with `scan`/`filter` functions, or zipping an index
+    on, runs a function per record and slows reading markedly (see benchmarks/RESULTS.md). A
+    file that vanished after `load_dataset` checked it fails before it is opened (skipping the
+    reader's errors on a missing file would retry forever); `guard_missing` is off for
+    directories whose names hold glob characters, where that check cannot be exact.
+    """
+    if guard_missing:
+        found = tf.debugging.Assert(
+            tf.size(tf.io.matching_files(path)) > 0,
+            [tf.strings.join(["shard ", path, " is missing"])],
+        )
+        with tf.control_dependencies([found]):
+            path = tf.identity(path)
+    stand_in = tf.strings.join(
+        [
+            _MISSING,
+            "corrupt or truncated shard ",
+            path,
+            ": fewer than its ",
+            tf.strings.as_string(expected),
+            " records are readable (python -m beam_pipeline.verify locates the damage)",
+        ]
+    )
+    padding = tf.data.Dataset.from_tensors(stand_in).repeat()
+    return tf.data.TFRecordDataset(path).ignore_errors().concatenate(padding).take(expected)
+
+
+def checked_record(record: tf.Tensor) -> tf.Tensor:
+    """The record; fails with the stand-in's message where `read_shard` put one.
+
+    One `Assert` on the first byte: the message is the record itself, so nothing is built per
+    record (a `tf.cond` that formatted the message cost measurable CPU on every record).
+    """
+    valid = tf.debugging.Assert(tf.strings.substr(record, 0, 1) != _MISSING, [record])
+    with tf.control_dependencies([valid]):
+        return tf.identity(record)
+
+
+def check_shards(info: BuildInfo, split: str) -> None:
+    """Raises CorruptDatasetError, naming the file, when a shard is missing or has another size."""
+    for path, shard in zip(info.shard_paths(split), info.split(split).shards, strict=True):
+        try:
+            size = tf.io.gfile.stat(path).length
+        except tf.errors.NotFoundError:
+            raise CorruptDatasetError(f"shard {path} is missing") from None
+        if size != shard.num_bytes:
+            raise CorruptDatasetError(
+                f"shard {path} has {size} bytes, dataset_info.json says {shard.num_bytes} "
+                "(truncated or replaced; python -m beam_pipeline.verify checks every record)"
+            )

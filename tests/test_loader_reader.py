@@ -1,0 +1,74 @@
+"""The loader's two steps on their own: `loaders.reader.read_records` and `batch_examples`."""
+
+import collections
+
+import pytest
+from helpers import build_sample
+
+tf = pytest.importorskip("tensorflow")
+
+from loaders import dataset_info  # noqa: E402
+from loaders.dataset import batch_examples  # noqa: E402
+from loaders.reader import checked_record, read_records, read_shard  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    return str(build_sample(tmp_path_factory, 30, 10, seed=2, num_shards="train=3,val=2"))
+
+
+def raw_records(info, split):
+    return [r.numpy() for r in tf.data.TFRecordDataset(info.shard_paths(split))]
+
+
+@pytest.mark.parametrize(
+    "split, pipelines", [("train", 1), ("train", 2), ("train", 3), ("validation", 3)]
+)
+def test_each_pipeline_reads_its_count_and_together_every_record_once(built, split, pipelines):
+    # train: 3 files (sharded by file); validation: 2 files over 3 pipelines (by record).
+    info = dataset_info(built)
+    seen = []
+    for index in range(pipelines):
+        context = tf.distribute.InputContext(pipelines, index, 1)
+        part = read_records(info, split, input_context=context)
+        records = [r.numpy() for r in part.records]
+        assert len(records) == part.num_examples
+        seen += records
+    assert collections.Counter(seen) == collections.Counter(raw_records(info, split))
+
+
+def test_training_shuffles_files_every_epoch_and_a_seed_repeats_the_order(built):
+    info = dataset_info(built)
+
+    def epochs(seed):
+        records = read_records(info, "train", training=True, seed=seed).records
+        return [[r.numpy() for r in records] for _ in range(4)]
+
+    first = epochs(5)
+    assert first == epochs(5)
+    assert any(epoch != first[0] for epoch in first[1:])
+    assert all(sorted(epoch) == sorted(raw_records(info, "train")) for epoch in first)
+
+
+def test_a_short_shard_is_padded_with_stand_ins_that_checked_record_refuses(built):
+    info = dataset_info(built)
+    path = info.shard_paths("validation")[0]
+    stored = info.split("validation").shards[0].num_examples
+    records = list(read_shard(tf.constant(path), tf.constant(stored + 2, tf.int64)))
+    assert len(records) == stored + 2
+    for record in records[:stored]:
+        assert checked_record(record).numpy() == record.numpy()
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"fewer than its {stored + 2} rec"):
+        checked_record(records[stored])
+
+
+def test_batch_examples_counts_batches_from_the_reader(built):
+    info = dataset_info(built)
+    records = read_records(info, "validation")
+    batches = batch_examples(records, info.num_classes, batch_size=4, image_size=(16, 16))
+    assert batches.cardinality().numpy() == 3  # 10 → 4 + 4 + 2
+    assert [x.shape[0] for x, _ in batches] == [4, 4, 2]
+    with pytest.raises(ValueError, match="label_mode"):
+        batch_examples(records, info.num_classes, batch_size=4, label_mode="sparse")
+    with pytest.raises(ValueError, match="batch_size"):
+        batch_examples(records, info.num_classes, batch_size=0)
