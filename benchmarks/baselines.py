@@ -1,10 +1,10 @@
 """The builds a user would write instead, doing the same work as ours, for same-run comparisons.
 
-    python benchmarks/baselines.py naive    TREE OUT [--resize]   # one Python loop
-    python benchmarks/baselines.py twoproc  TREE OUT [--resize]   # 2 processes, 8 shards each
-    python benchmarks/baselines.py beam_gbk TREE OUT [--resize]   # Beam, image bytes shuffled
-    python benchmarks/baselines.py beam_gbk_defaults TREE OUT [--resize]  # same, 1 worker
-    python benchmarks/baselines.py limit    TREE OUT [--resize]   # image work only, 2 processes
+    python -m benchmarks.baselines naive    TREE OUT [--resize]   # one Python loop
+    python -m benchmarks.baselines twoproc  TREE OUT [--resize]   # 2 processes, 8 shards each
+    python -m benchmarks.baselines beam_gbk TREE OUT [--resize]   # Beam, image bytes shuffled
+    python -m benchmarks.baselines beam_gbk_defaults TREE OUT [--resize]  # same, 1 worker
+    python -m benchmarks.baselines limit    TREE OUT [--resize]   # image work only, 2 processes
 
 Each reads every image of an ILSVRC-DET train tree with its XML, fully decodes it (validation),
 keeps valid RGB JPEG bytes or converts/resizes with Pillow, labels it by its largest box, builds a
@@ -22,7 +22,6 @@ import argparse
 import io
 import multiprocessing
 import os
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -97,6 +96,11 @@ def naive(tree: str, out: str, resize: bool) -> None:
     write_shards(list_tree(tree), out, list(range(NUM_SHARDS)), resize)
 
 
+# The pools below spawn fresh interpreters, which unpickle `_worker` and `_limit_worker` by
+# module name: each re-imports this module the way the parent runs it (`python -m
+# benchmarks.baselines`), through the sys.path that spawn hands over from the parent. Beam's
+# workers get `encode` pickled by value, as a function of `__main__`. So no sys.path edit is
+# needed, only `-m` from the repository root.
 def _worker(args) -> None:
     pairs, out, shard_ids, resize = args
     write_shards(pairs, out, shard_ids, resize)
@@ -203,5 +207,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     raise SystemExit(main())

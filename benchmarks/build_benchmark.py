@@ -1,13 +1,13 @@
 """Build throughput and peak memory: our pipeline and the baselines, 2k vs 8k images, one run.
 
-    python benchmarks/make_tree.py bench_data/tree2k --num_images 2000
-    python benchmarks/make_tree.py bench_data/tree8k --num_images 8000
-    python benchmarks/build_benchmark.py bench_data/tree2k bench_data/tree8k \\
-        [--resize] [--repeats 3]
+    python -m benchmarks.make_tree bench_data/tree2k --num_images 2000
+    python -m benchmarks.make_tree bench_data/tree8k --num_images 8000
+    python -m benchmarks.build_benchmark bench_data/tree2k bench_data/tree8k \\
+        [--resize] [--repeats 3] [--contenders "NAME;NAME"]
 
 Prints, per contender: wall seconds at 2k and 8k, the marginal images/s between them, peak
 memory of the whole process tree at 2k and 8k, the 8k/2k memory ratio, and how many times faster
-our multi-process build is. Baselines (benchmarks/baselines.py): a naive single loop, a
+our multi-process build is. Baselines (benchmarks.baselines): a naive single loop, a
 hand-written 2-process sharded writer, Beam with the image bytes through the shuffle (given two
 worker processes, and with the runner's defaults: in memory, one worker), and the limit:
 Pillow's image work alone on two processes over bytes in memory (its rate uses the work time
@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import shutil
 import sys
 import tempfile
 
-from measure import marginal_rate, run_measured
+from benchmarks.measure import marginal_rate, run_measured
 
 LIMIT = "limit: Pillow image work alone (full decode), 2 processes, bytes in memory"
 _WORKERS = ["--direct_num_workers", "2"]
@@ -42,7 +43,6 @@ BASELINES = {
     LIMIT: "limit",
 }
 OURS = "ours, multi_processing x2"
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def count_images(tree: str) -> int:
@@ -50,16 +50,10 @@ def count_images(tree: str) -> int:
 
 
 def command(name: str, tree: str, out: str, resize: bool) -> list[str]:
+    """The command line that builds `tree` into `out` as contender `name`."""
     if name in BASELINES:
-        script = os.path.join(HERE, "baselines.py")
-        return [
-            sys.executable,
-            script,
-            BASELINES[name],
-            tree,
-            out,
-            *(["--resize"] if resize else []),
-        ]
+        baselines = [sys.executable, "-m", "benchmarks.baselines"]
+        return [*baselines, BASELINES[name], tree, out, *(["--resize"] if resize else [])]
     return ours(tree, out, MODES[name], resize)
 
 
@@ -84,6 +78,44 @@ def ours(tree: str, out: str, mode: list[str], resize: bool) -> list[str]:
     return command
 
 
+def measure(name: str, trees: list[str], resize: bool, repeats: int, work: str) -> list:
+    """Contender `name`'s fastest run on each tree, the trees alternating in each repeat."""
+    runs = [[] for _ in trees]
+    for _ in range(repeats):
+        for tree, measured in zip(trees, runs, strict=True):
+            out = os.path.join(work, "out")
+            run = run_measured(command(name, tree, out, resize))
+            if name == LIMIT:  # the image work alone, as the script reports it
+                seconds = float(run.output.split("work_seconds=")[1].split()[0])
+                run = dataclasses.replace(run, seconds=seconds)
+            measured.append(run)
+            shutil.rmtree(out, ignore_errors=True)
+    # Fastest of the repeats: noise on a shared machine only ever adds time.
+    return [min(measured, key=lambda m: m.seconds) for measured in runs]
+
+
+def _number(value: float, spec: str) -> str:
+    """`value` formatted, or "-" where there is no figure (NaN: see `marginal_rate`)."""
+    return "-" if math.isnan(value) else format(value, spec)
+
+
+def print_table(n_small: int, n_large: int, rows: dict) -> None:
+    """One row per contender: {name: (small run, large run, marginal rate)}."""
+    ours_rate = rows[OURS][2] if OURS in rows else math.nan
+    print(
+        f"| contender | {n_small} imgs s | {n_large} imgs s | marginal img/s | peak MiB {n_small} "
+        f"| peak MiB {n_large} | mem ratio | ours x2 / this |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for name, (small, large, rate) in rows.items():
+        m_small, m_large = small.peak_rss_bytes, large.peak_rss_bytes
+        print(
+            f"| {name} | {small.seconds:.1f} | {large.seconds:.1f} | {_number(rate, '.0f')} "
+            f"| {m_small / 2**20:.0f} | {m_large / 2**20:.0f} | {m_large / m_small:.2f} "
+            f"| {_number(ours_rate / rate, '.2f')} |"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("small_tree")
@@ -94,51 +126,25 @@ def main() -> int:
         "--contenders", default=";".join([*MODES, *BASELINES]), help="Names separated by ;."
     )
     args = parser.parse_args()
-    sizes = {tree: count_images(tree) for tree in (args.small_tree, args.large_tree)}
+    names = args.contenders.split(";")
+    unknown = [name for name in names if name not in MODES and name not in BASELINES]
+    if unknown:
+        parser.error(f"unknown contenders {unknown}; known: {[*MODES, *BASELINES]}")
+    n_small, n_large = count_images(args.small_tree), count_images(args.large_tree)
+    if n_large <= n_small:
+        parser.error(f"large_tree has {n_large} images, small_tree {n_small}: it needs more")
     work = tempfile.mkdtemp(prefix="bench-")
-    rows = []
+    rows = {}
     try:
-        for name in args.contenders.split(";"):
-            runs = {tree: [] for tree in (args.small_tree, args.large_tree)}
-            for _ in range(args.repeats):
-                for tree in runs:
-                    out = os.path.join(work, "out")
-                    run = run_measured(command(name, tree, out, args.resize))
-                    if name == LIMIT:  # the image work alone, as the script reports it
-                        seconds = float(run.output.split("work_seconds=")[1].split()[0])
-                        run = dataclasses.replace(run, seconds=seconds)
-                    runs[tree].append(run)
-                    shutil.rmtree(out, ignore_errors=True)
-            # Fastest of the repeats: noise on a shared machine only ever adds time.
-            runs = {tree: min(measured, key=lambda m: m.seconds) for tree, measured in runs.items()}
-            small, large = runs[args.small_tree], runs[args.large_tree]
-            rate = marginal_rate(sizes[args.small_tree], small, sizes[args.large_tree], large)
-            rows.append(
-                (
-                    name,
-                    small.seconds,
-                    large.seconds,
-                    rate,
-                    small.peak_rss_bytes,
-                    large.peak_rss_bytes,
-                )
+        for name in names:
+            small, large = measure(
+                name, [args.small_tree, args.large_tree], args.resize, args.repeats, work
             )
+            rows[name] = small, large, marginal_rate(n_small, small, n_large, large)
             print(f"done: {name}", file=sys.stderr)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    n_small, n_large = sizes[args.small_tree], sizes[args.large_tree]
-    ours_rate = next((row[3] for row in rows if row[0] == OURS), None)
-    print(
-        f"| contender | {n_small} imgs s | {n_large} imgs s | marginal img/s | peak MiB {n_small} "
-        f"| peak MiB {n_large} | mem ratio | ours x2 / this |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
-    for name, s_small, s_large, rate, m_small, m_large in rows:
-        speedup = f"{ours_rate / rate:.2f}" if ours_rate else "-"
-        print(
-            f"| {name} | {s_small:.1f} | {s_large:.1f} | {rate:.0f} | {m_small / 2**20:.0f} "
-            f"| {m_large / 2**20:.0f} | {m_large / m_small:.2f} | {speedup} |"
-        )
+    print_table(n_small, n_large, rows)
     return 0
 
 

@@ -1,7 +1,7 @@
 """Does the accelerator wait on input? A real model step fed by our loader vs a cached batch.
 
-    python benchmarks/input_bound_benchmark.py bench_data/out8k              # ResNet-50
-    python benchmarks/input_bound_benchmark.py bench_data/out8k --model small --batch_size 64
+    python -m benchmarks.input_bound_benchmark bench_data/out8k              # ResNet-50
+    python -m benchmarks.input_bound_benchmark bench_data/out8k --model small --batch_size 64
 
 Three rates (images/s), each the median of alternating `model.fit` runs after a warm-up that
 compiles the step:
@@ -12,7 +12,7 @@ compiles the step:
 "fit, ours / fit, cached" near 1.0 means the model never waits on input; well below 1.0 means it
 is input-bound by the loader's share of the host. On a GPU the model runs with mixed precision
 (`mixed_float16`) unless --no_mixed_precision; on a CPU-only host the model and the decoder share
-the same cores, so the comparison says less (benchmarks/loader_benchmark.py covers that case).
+the same cores, so the comparison says less (benchmarks.loader_benchmark covers that case).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
 import tensorflow as tf
-from loader_benchmark import SIZE, fit_rates, images_per_second, small_cnn
 
+from benchmarks.loader_benchmark import SIZE, fit_rates, images_per_second, small_cnn
 from loaders import dataset_info, load_dataset
 
 
@@ -69,7 +69,7 @@ def main() -> int:
         args.data_dir, "train", batch_size=b, image_size=SIZE, training=True, seed=0
     ).repeat()
     cached = tf.data.Dataset.from_tensors(next(iter(ours))).repeat()
-    model = build_model(args.model, info.num_classes + 1)
+    model = build_model(args.model, info.class_list.one_hot_length)
 
     print(
         f"device: {', '.join(g.name for g in gpus) or 'CPU only'}; host cores: {os.cpu_count()}; "

@@ -2,7 +2,7 @@
 
     python -m beam_pipeline --input_dir bench_data/tree8k --output_dir bench_data/out8k \\
         --splits train --num_shards 16
-    python benchmarks/loader_benchmark.py bench_data/out8k --tree bench_data/tree8k
+    python -m benchmarks.loader_benchmark bench_data/out8k --tree bench_data/tree8k
 
 Rows (images/s and CPU ms per image, measured after a warm-up, all in one process so they share
 the machine state; each loop runs one epoch of the split by default, so every row sees the same
@@ -12,11 +12,11 @@ images):
   ours (eval)        load_dataset(training=False): read shards, parse, decode, resize, batch
   ours (train)       load_dataset(training=True): + shuffles, fused random crop, flip
   baselines          with --tree, the loaders people write instead, over the tree's JPEG files
-                     (benchmarks/loader_baselines.py): a Keras PyDataset with Pillow,
+                     (benchmarks.loader_baselines): a Keras PyDataset with Pillow,
                      from_generator + py_function with Pillow, tf.data over the raw files
   fit ...            model.fit of a small CNN fed by ours (train), by the decode limit, by the
                      Keras PyDataset (with --tree) and by one cached batch (the model's own
-                     speed): medians of 3 alternating runs
+                     speed): medians of alternating runs (--fit_repeats)
 On a CPU-only machine the model and the decoder share the same cores: "fed by ours" close to
 "fed by the decode limit" means the pipeline adds nothing beyond the decoding it must do.
 """
@@ -31,10 +31,10 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
-import loader_baselines
 import numpy as np
 import tensorflow as tf
 
+from benchmarks import loader_baselines
 from loaders import dataset_info, load_dataset
 from schemas import features as F
 
@@ -159,11 +159,12 @@ def main() -> int:
         "--batches", type=int, help="batches per measurement (default: one epoch of the split)"
     )
     parser.add_argument("--repeats", type=int, default=5, help="alternating rounds per loader")
+    parser.add_argument("--fit_repeats", type=int, default=3, help="alternating model.fit runs")
     args = parser.parse_args()
     info = dataset_info(args.data_dir)
     b = args.batch_size
     n = args.batches or info.split("train").num_examples // b
-    num_outputs = info.num_classes + 1
+    num_outputs = info.class_list.one_hot_length
     train = load_dataset(
         args.data_dir, "train", batch_size=b, image_size=SIZE, training=True, seed=0
     )
@@ -211,7 +212,7 @@ def main() -> int:
             for (rate, _), (limit_rate, _) in zip(runs[name], runs[limit_name], strict=True)
         )
         print(f"{name} / decode limit, round by round: " + " ".join(f"{x:.2f}" for x in ratios))
-    fits = fit_rates(small_cnn(num_outputs), feeds, n // 2, b)
+    fits = fit_rates(small_cnn(num_outputs), feeds, max(1, n // 2), b, args.fit_repeats)
     cached = fits["fit small CNN, one cached batch"]
     print()
     print_table("model.fit, small CNN", fits, {"vs cached batch": lambda r: r / cached})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import subprocess
 import sys
@@ -58,5 +59,10 @@ def run_measured(
 
 
 def marginal_rate(small_n: int, small: Measurement, large_n: int, large: Measurement) -> float:
-    """Images per second between two sizes, so fixed start-up cost does not count."""
-    return (large_n - small_n) / max(large.seconds - small.seconds, 1e-9)
+    """Images per second between two sizes, so fixed start-up cost does not count.
+
+    NaN when the larger tree did not take longer: the trees are too close in size for the
+    difference to rise above the noise, and any rate would be made up.
+    """
+    seconds = large.seconds - small.seconds
+    return (large_n - small_n) / seconds if seconds > 0 else math.nan

@@ -1,9 +1,9 @@
 """Where a build's CPU time goes, per image: `perf` samples by library, 2k vs 8k images.
 
-    python benchmarks/profile_build.py bench_data/tree2k bench_data/tree8k \\
+    python -m benchmarks.profile_build bench_data/tree2k bench_data/tree8k \\
         [--contender "ours, multi_processing x2"] [--resize]
 
-Runs the contender (any name `build_benchmark.py` knows) under `perf record` on both trees
+Runs the contender (any name `benchmarks.build_benchmark` knows) under `perf record` on both trees
 and prints, per library (DSO) group, the CPU milliseconds per image between the two sizes, so
 fixed start-up does not count: (CPU at 8k - CPU at 2k) / (8k - 2k images). Each tree is built
 twice: without the profiler for the CPU seconds of the whole process tree (the kernel's exact
@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 
-from build_benchmark import OURS, command, count_images
+from benchmarks.build_benchmark import BASELINES, MODES, OURS, command, count_images
 
 # First match wins; a DSO matching none is "other".
 GROUPS = [
@@ -43,6 +43,25 @@ GROUPS = [
     ("OpenBLAS (numpy's threads)", r"openblas"),
     ("JPEG encode / resize", r"libturbojpeg|libimagequant"),
 ]
+
+
+PERF_MISSING = (
+    "needs Linux perf on the PATH: install the package `linux-perf` (Debian: apt-get install "
+    "linux-perf) or `linux-tools-common linux-tools-$(uname -r)` (Ubuntu)"
+)
+PARANOID = "/proc/sys/kernel/perf_event_paranoid"
+
+
+def perf_problem() -> str | None:
+    """Why `perf record` cannot sample here, or None: checked before any build starts."""
+    if shutil.which("perf") is None:
+        return PERF_MISSING
+    if os.geteuid() != 0 and os.path.exists(PARANOID):
+        with open(PARANOID) as f:
+            level = int(f.read())
+        if level > 1:
+            return f"perf may not sample other processes: run as root or set {PARANOID} <= 1"
+    return None
 
 
 def group_of(dso: str) -> str:
@@ -93,49 +112,66 @@ def profile(argv: list[str], frequency: int, work: str) -> dict[str, float]:
     return {group: n / total for group, n in samples.items()}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("small_tree")
-    parser.add_argument("large_tree")
-    parser.add_argument("--contender", default=OURS)
-    parser.add_argument("--resize", action="store_true", help="Shorter side to 256.")
-    parser.add_argument("--frequency", type=int, default=999, help="perf samples per second")
-    args = parser.parse_args()
-    if shutil.which("perf") is None:
-        parser.error("needs Linux perf (linux-tools) on the PATH")
-    trees = (args.small_tree, args.large_tree)
-    sizes = {tree: count_images(tree) for tree in trees}
+def profile_trees(contender: str, trees: list[str], resize: bool, frequency: int) -> list:
+    """[(CPU seconds, {group: share of the samples})] of the contender's build of each tree."""
     work = tempfile.mkdtemp(prefix="profile-")
-    measured = {}
+    measured = []
     try:
         for tree in trees:
             out = os.path.join(work, "out")
-            argv = command(args.contender, tree, out, args.resize)
+            argv = command(contender, tree, out, resize)
             cpu = cpu_seconds(argv)
             shutil.rmtree(out, ignore_errors=True)
-            measured[tree] = cpu, profile(argv, args.frequency, work)
+            measured.append((cpu, profile(argv, frequency, work)))
             shutil.rmtree(out, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    (cpu_s, share_s), (cpu_l, share_l) = measured[args.small_tree], measured[args.large_tree]
-    extra = sizes[args.large_tree] - sizes[args.small_tree]
+    return measured
+
+
+def print_profile(contender: str, sizes: list[int], measured: list) -> None:
+    """The marginal CPU per image by group, between the two trees."""
+    (cpu_s, share_s), (cpu_l, share_l) = measured
+    extra = sizes[1] - sizes[0]
     rows = {
         group: 1000 * (cpu_l * share_l.get(group, 0) - cpu_s * share_s.get(group, 0)) / extra
         for group in {*share_s, *share_l}
     }
     total = 1000 * (cpu_l - cpu_s) / extra
-    print(
-        f"{args.contender}: CPU {cpu_s:.1f} s at {sizes[args.small_tree]} images, "
-        f"{cpu_l:.1f} s at {sizes[args.large_tree]}"
-    )
+    print(f"{contender}: CPU {cpu_s:.1f} s at {sizes[0]} images, {cpu_l:.1f} s at {sizes[1]}")
     print("| where (by library) | CPU ms per image (marginal) | share |")
     print("|---|---|---|")
+    # No shares (nor a rate) when start-up noise outweighed the extra images' CPU.
+    share = (lambda ms: f"{ms / total:.0%}") if total > 0 else (lambda ms: "-")
     for group, ms in sorted(rows.items(), key=lambda item: -item[1]):
         if abs(ms) >= 0.005:
-            print(f"| {group} | {ms:.3f} | {ms / total:.0%} |")
-    print(f"| total | {total:.3f} | 100% |")
+            print(f"| {group} | {ms:.3f} | {share(ms)} |")
+    print(f"| total | {total:.3f} | {share(total)} |")
+    if total <= 0:
+        print("The larger tree took no more CPU: the trees are too close in size to tell.")
+        return
     cores = os.cpu_count() or 1
     print(f"All {cores} cores busy on this work would build {1000 * cores / total:.0f} images/s.")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("small_tree")
+    parser.add_argument("large_tree")
+    parser.add_argument("--contender", default=OURS, choices=[*MODES, *BASELINES])
+    parser.add_argument("--resize", action="store_true", help="Shorter side to 256.")
+    parser.add_argument("--frequency", type=int, default=999, help="perf samples per second")
+    args = parser.parse_args()
+    problem = perf_problem()
+    if problem:
+        parser.error(problem)
+    trees = [args.small_tree, args.large_tree]
+    sizes = [count_images(tree) for tree in trees]
+    if sizes[1] <= sizes[0]:
+        parser.error(f"large_tree has {sizes[1]} images, small_tree {sizes[0]}: it needs more")
+    print_profile(
+        args.contender, sizes, profile_trees(args.contender, trees, args.resize, args.frequency)
+    )
     return 0
 
 

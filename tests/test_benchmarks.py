@@ -1,0 +1,253 @@
+"""Smoke tests of `benchmarks/`: every script runs for real on a tiny tree and prints its tables.
+
+Nothing is timed here (figures belong in benchmarks/RESULTS.md, taken on full-size trees): each
+test runs a script as a user does, `python -m benchmarks.<name>` from the repository root, with
+the smallest arguments that still go through all of its code, and checks that it exits cleanly
+and prints the rows and columns it promises, or writes the files it promises.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from beam_pipeline.tfrecord import read_records
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SMALL, LARGE = 24, 48
+OURS = "ours, multi_processing x2"
+LIMIT = "limit: Pillow image work alone (full decode), 2 processes, bytes in memory"
+NUMBER = re.compile(r"-?\d+(\.\d+)?%?")
+
+
+def run_benchmark(name: str, *args, env: dict | None = None, check: bool = True):
+    """Runs `python -m benchmarks.<name> ARGS` from the repository root."""
+    done = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{name}", *map(str, args)],
+        cwd=ROOT,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if check:
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    return done
+
+
+def tables(output: str) -> list[dict[str, list[str]]]:
+    """Each Markdown table in `output`, in order: {first cell: the other cells}, header included."""
+    found, current = [], None
+    for line in output.splitlines():
+        if not line.startswith("|"):
+            current = None
+        elif not line.startswith("|---"):
+            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            if current is None:
+                current = {}
+                found.append(current)
+            current[cells[0]] = cells[1:]
+    return found
+
+
+def assert_numbers(cells: list[str], allow_missing: bool = False) -> None:
+    for cell in cells:
+        assert NUMBER.fullmatch(cell) or (allow_missing and cell == "-"), cells
+
+
+def perf_can_sample() -> bool:
+    """Whether `perf record` may sample other processes here (what profile_build checks)."""
+    if shutil.which("perf") is None:
+        return False
+    paranoid = pathlib.Path("/proc/sys/kernel/perf_event_paranoid")
+    return os.geteuid() == 0 or not paranoid.exists() or int(paranoid.read_text()) <= 1
+
+
+def jpegs(tree: pathlib.Path) -> list[pathlib.Path]:
+    return sorted(tree.rglob("*.JPEG"))
+
+
+@pytest.fixture(scope="module")
+def trees(tmp_path_factory) -> dict:
+    """{"small": path, "large": path, "printed": make_tree's outputs}: the same seed, two sizes."""
+    root = tmp_path_factory.mktemp("bench")
+    made = {"printed": {}}
+    for name, size in (("small", SMALL), ("large", LARGE)):
+        made[name] = root / f"tree{size}"
+        done = run_benchmark("make_tree", made[name], "--num_images", size)
+        made["printed"][name] = done.stdout
+    return made
+
+
+@pytest.fixture(scope="module")
+def built(trees, tmp_path_factory) -> pathlib.Path:
+    """The large tree built by the project's own CLI, for the loader benchmarks."""
+    out = tmp_path_factory.mktemp("built")
+    flags = ["--splits", "train", "--num_shards", "2", "--direct_running_mode", "in_memory"]
+    dirs = ["--input_dir", trees["large"], "--output_dir", out]
+    subprocess.run(
+        [sys.executable, "-m", "beam_pipeline", *dirs, *flags],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    return out
+
+
+def test_make_tree_writes_a_deterministic_prefix_of_the_larger_tree(trees):
+    assert re.fullmatch(rf"{SMALL} images, mean \d+ KB, in .*\n", trees["printed"]["small"])
+    small, large = jpegs(trees["small"]), jpegs(trees["large"])
+    assert (len(small), len(large)) == (SMALL, LARGE)
+    assert list(trees["small"].rglob("*.xml"))
+    for path in small:  # the small tree is the first images of the large one, byte for byte
+        twin = trees["large"] / path.relative_to(trees["small"])
+        assert filecmp.cmp(path, twin, shallow=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "kind, flags",
+    [("naive", []), ("twoproc", ["--resize"]), ("beam_gbk", []), ("beam_gbk_defaults", [])],
+)
+def test_baseline_builds_write_every_image_into_16_shards(trees, tmp_path, kind, flags):
+    run_benchmark("baselines", kind, trees["small"], tmp_path, *flags)
+    shards = sorted(tmp_path.glob("train-*-of-00016*"))
+    assert len(shards) == 16
+    records = 0
+    for shard in shards:
+        with open(shard, "rb") as f:
+            records += sum(1 for _ in read_records(f))
+    assert records == SMALL
+
+
+@pytest.mark.parametrize("flags", [[], ["--resize"]])
+def test_limit_baseline_reports_its_work_time(trees, tmp_path, flags):
+    done = run_benchmark("baselines", "limit", trees["small"], tmp_path, *flags)
+    assert re.search(r"^work_seconds=\d+\.\d+$", done.stdout, re.M), done.stdout
+
+
+@pytest.mark.slow
+def test_build_benchmark_prints_a_row_per_contender(trees):
+    done = run_benchmark(
+        "build_benchmark", trees["small"], trees["large"], "--contenders", f"{OURS};{LIMIT}"
+    )
+    (rows,) = tables(done.stdout)
+    assert rows["contender"] == [
+        f"{SMALL} imgs s",
+        f"{LARGE} imgs s",
+        "marginal img/s",
+        f"peak MiB {SMALL}",
+        f"peak MiB {LARGE}",
+        "mem ratio",
+        "ours x2 / this",
+    ]
+    assert set(rows) == {"contender", OURS, LIMIT}
+    for name in (OURS, LIMIT):
+        cells = rows[name]
+        assert_numbers(cells[0:2] + cells[3:6])  # seconds, peak memory, memory ratio
+        # On trees this small the larger may not take longer: then there is no rate ("-").
+        assert_numbers([cells[2], cells[6]], allow_missing=True)
+    assert rows[OURS][6] in {"1.00", "-"}
+
+
+def test_build_benchmark_refuses_unknown_contenders_before_building(trees):
+    done = run_benchmark(
+        "build_benchmark", trees["small"], trees["large"], "--contenders", "ours", check=False
+    )
+    assert done.returncode == 2
+    assert "unknown contenders ['ours']" in done.stderr
+
+
+def test_profile_build_without_perf_says_what_to_install(trees, tmp_path):
+    # An empty PATH hides perf; the interpreter is started by its absolute path.
+    done = run_benchmark(
+        "profile_build", trees["small"], trees["large"], env={"PATH": str(tmp_path)}, check=False
+    )
+    assert done.returncode == 2
+    assert "needs Linux perf on the PATH" in done.stderr
+    assert "apt-get install linux-perf" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not perf_can_sample(), reason="Linux perf is absent or may not sample")
+def test_profile_build_splits_the_marginal_cpu_by_library(trees):
+    # The limit with --resize: the cheapest contender with real image work per image.
+    done = run_benchmark(
+        "profile_build", trees["small"], trees["large"], "--contender", LIMIT, "--resize"
+    )
+    (rows,) = tables(done.stdout)
+    assert rows["where (by library)"] == ["CPU ms per image (marginal)", "share"]
+    assert "JPEG decode (libjpeg-turbo)" in rows
+    assert rows["total"][1] in {"100%", "-"}
+    for name, (ms, share) in rows.items():
+        if name != "where (by library)":
+            # On trees this small, start-up noise may outweigh the extra images: no shares.
+            assert_numbers([ms])
+            assert_numbers([share], allow_missing=True)
+    busy = r"^All \d+ cores busy on this work would build \d+ images/s\.$"
+    too_close = "The larger tree took no more CPU: the trees are too close in size to tell."
+    assert re.search(busy, done.stdout, re.M) or too_close in done.stdout
+
+
+@pytest.mark.slow
+def test_loader_benchmark_prints_every_loader_and_fit(trees, built):
+    done = run_benchmark(
+        "loader_benchmark",
+        built,
+        "--tree",
+        trees["large"],
+        *("--batch_size", 8, "--batches", 2, "--repeats", 1, "--fit_repeats", 1),
+    )
+    loops, cpu, fits = tables(done.stdout)
+    loaders = [
+        "decode limit (bytes in memory)",
+        "ours (eval)",
+        "ours (train)",
+        "baseline: Keras PyDataset + Pillow, defaults (workers=1)",
+        "baseline: Keras PyDataset + Pillow, workers=2 (threads)",
+        "baseline: from_generator + py_function (Pillow)",
+        "baseline: tf.data over the raw JPEG files",
+    ]
+    assert list(loops)[1:] == loaders
+    assert loops[next(iter(loops))] == ["images/s", "vs decode limit", "ours (train) / this"]
+    assert list(cpu) == ["CPU time per image (whole process)", *loaders]
+    for name in loaders:
+        assert_numbers(loops[name] + cpu[name])
+    assert list(fits) == [
+        "model.fit, small CNN",
+        "fit small CNN, fed by ours (train)",
+        "fit small CNN, fed by the decode limit",
+        "fit small CNN, fed by the Keras PyDataset (workers=2)",
+        "fit small CNN, one cached batch",
+    ]
+    for cells in list(fits.values())[1:]:
+        assert_numbers(cells)
+    assert fits["fit small CNN, one cached batch"][1] == "1.00"
+    for name in ("ours (eval)", "ours (train)"):
+        line = rf"^{re.escape(name)} / decode limit, round by round: [\d.]+$"
+        assert re.search(line, done.stdout, re.M)
+
+
+@pytest.mark.slow
+def test_input_bound_benchmark_says_whether_the_model_waits(built):
+    done = run_benchmark(
+        "input_bound_benchmark",
+        built,
+        *("--model", "small", "--batch_size", 8, "--steps", 2, "--repeats", 1),
+    )
+    (rows,) = tables(done.stdout)
+    assert rows["small, batch 8"] == ["images/s", "vs fit, cached"]
+    for name in ("loader alone", "fit, ours", "fit, cached"):
+        assert_numbers(rows[name])
+    assert rows["fit, cached"][1] == "1.00"
+    device = r"^device: .*; model: small, batch 8, mixed precision: (on|off)$"
+    assert re.search(device, done.stdout, re.M)
+    assert re.search(r"the model (waits|does not wait) on input", done.stdout)
