@@ -14,7 +14,8 @@ from beam_pipeline.layouts import LayoutError
 from beam_pipeline.options import BuildOptions
 from beam_pipeline.output import OutputExistsError, OutputNotWritableError
 from beam_pipeline.pipeline import failure_message, run
-from schemas import DEAD_LETTER_FILE
+from schemas import DEAD_LETTER_FILE, LABEL_SOURCES, SplitInfo
+from schemas.classes import FROM_BACKGROUND, FROM_FOLDER, FROM_NOTHING, FROM_XML
 
 # glibc mallopt parameters, and the environment variables that set them in child processes.
 _MALLOC_SETTINGS = (
@@ -46,6 +47,26 @@ def tune_malloc() -> None:
             libc.mallopt(parameter, int(os.environ[variable]))
 
 
+_SOURCE_WORDS = {
+    FROM_XML: "from XML",
+    FROM_FOLDER: "from the class folder",
+    FROM_BACKGROUND: "background",
+    FROM_NOTHING: "unlabelled (label -1)",
+}
+
+
+def label_summary(split: SplitInfo) -> str:
+    """Where a split's labels came from, e.g. `900 from XML, 100 background`."""
+    parts = [
+        f"{split.label_sources[source]} {_SOURCE_WORDS[source]}"
+        for source in LABEL_SOURCES
+        if split.label_sources.get(source)
+    ]
+    if split.folder_disagreements:
+        parts.append(f"{split.folder_disagreements} whose XML and folder name different classes")
+    return ", ".join(parts) or "none"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs a build; returns the process exit code (0 ok, 2 bad arguments or tree, 1 failed)."""
     tune_malloc()
@@ -72,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, split in sorted(info.splits.items()):
         print(
             f"{name}: {split.num_examples} examples in {split.num_shards} shards "
-            f"({split.num_rejected} of {split.num_discovered} images rejected)"
+            f"({split.num_rejected} of {split.num_discovered} images rejected); "
+            f"labels: {label_summary(split)}"
         )
     print(f"{info.num_classes} classes + background (index {info.background_index})")
     if info.failures:

@@ -60,8 +60,12 @@ _CONVERTERS = {
             _annotation_to(e.annotation),
             e.label,
             e.object_labels,
+            e.source,
+            e.folder_disagrees,
         ),
-        lambda t: LabelledEntry(IndexEntry(*t[0]), _annotation_from(t[1]), t[2], tuple(t[3])),
+        lambda t: LabelledEntry(
+            IndexEntry(*t[0]), _annotation_from(t[1]), t[2], tuple(t[3]), t[4], t[5]
+        ),
     ),
 }
 

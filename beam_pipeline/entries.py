@@ -54,12 +54,20 @@ class ParsedEntry:
 
 @dataclasses.dataclass(frozen=True)
 class LabelledEntry:
-    """An entry with its image label and the label of each annotated object."""
+    """An entry with its image label and the label of each annotated object.
+
+    Attributes:
+      label: the image's label; -1 (`schemas.UNLABELLED`) in a split without annotations.
+      source: where the label came from, one of `schemas.LABEL_SOURCES`.
+      folder_disagrees: the XML's main object names another class than the image's folder.
+    """
 
     entry: IndexEntry
     annotation: Annotation | None
     label: int
     object_labels: tuple[int, ...]
+    source: str
+    folder_disagrees: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +77,9 @@ class ShardResult:
     Attributes:
       split, index, num_shards: which shard of which split.
       shard: the file as recorded in dataset_info.json (name, examples, bytes, SHA-256).
-      class_counts: (label, examples) pairs, sorted by label.
+      class_counts: (label, examples) pairs, sorted by label; unlabelled examples in none.
+      label_sources: (label source, examples) pairs, sorted.
+      folder_disagreements: examples whose XML and folder name different classes.
     """
 
     split: str
@@ -77,3 +87,5 @@ class ShardResult:
     num_shards: int
     shard: ShardInfo
     class_counts: tuple[tuple[int, int], ...]
+    label_sources: tuple[tuple[str, int], ...] = ()
+    folder_disagreements: int = 0

@@ -106,11 +106,21 @@ def _split_info(split, plan, results, vocabulary, discovered, rejected) -> Split
             f"{rejected} rejected; {discovered - written - rejected} unaccounted for"
         )
     class_counts = [0] * vocabulary.one_hot_length
+    sources = collections.Counter()
     for result in results:
         for label, count in result.class_counts:
             class_counts[label] += count
+        sources.update(dict(result.label_sources))
     shards = tuple(r.shard for r in results)
-    return SplitInfo(written, discovered, rejected, tuple(class_counts), shards)
+    return SplitInfo(
+        written,
+        discovered,
+        rejected,
+        tuple(class_counts),
+        shards,
+        label_sources=dict(sorted(sources.items())),
+        folder_disagreements=sum(r.folder_disagreements for r in results),
+    )
 
 
 class _FinalizeFn(beam.DoFn):

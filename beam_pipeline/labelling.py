@@ -1,20 +1,23 @@
 """The labelling stage, from index entries to labelled entries: parse XML, build the vocabulary
-(unless a labels file gives it), label each image by the rule in `labels.py`.
+(unless a labels file gives it), decide how each split is labelled, label each image by the rule
+in `labels.py`.
 
 Element types (none holds pixels):
-  IndexEntry → ParsedEntry → LabelledEntry, with the Vocabulary as a side input
+  IndexEntry → ParsedEntry → LabelledEntry, with the Vocabulary and (split, kind) side inputs
 Each step sends its rejections to a `rejected` output.
 """
 
 from __future__ import annotations
 
 import apache_beam as beam
+from apache_beam.typehints import Tuple
 
 import beam_pipeline.coders  # noqa: F401 - registers the compact element coders
 from beam_pipeline.annotations import parse_annotation
 from beam_pipeline.entries import IndexEntry, LabelledEntry, ParsedEntry
+from beam_pipeline.failures import BuildFailed
 from beam_pipeline.fileio import read_file
-from beam_pipeline.labels import Vocabulary, image_label
+from beam_pipeline.labels import Vocabulary, image_label, split_kind
 from beam_pipeline.rejections import (
     ANNOTATION,
     LABEL,
@@ -67,10 +70,16 @@ def _class_names(parsed: ParsedEntry):
 
 def _vocabulary_from_names(names) -> Vocabulary:
     if not names:
-        raise ValueError(
+        raise BuildFailed(
             "the train split names no class (no <object> and no synset folder); pass --labels_file"
         )
-    return Vocabulary.from_names(names)
+    try:
+        return Vocabulary.from_names(names)
+    except ValueError as error:
+        raise BuildFailed(
+            f"the train split's annotations or folders: {error}; or pass --labels_file with the "
+            "classes to keep"
+        ) from None
 
 
 class BuildVocabulary(beam.PTransform):
@@ -92,32 +101,72 @@ class BuildVocabulary(beam.PTransform):
         )
 
 
+def _split_marks(entry: IndexEntry):
+    return entry.split, (entry.annotation_filename is not None, entry.folder_class is not None)
+
+
+def _any_marks(marks):
+    has_annotations = has_class_folders = False
+    for annotated, in_folder in marks:
+        has_annotations |= annotated
+        has_class_folders |= in_folder
+    return has_annotations, has_class_folders
+
+
+class ClassifySplits(beam.PTransform):
+    """IndexEntry → (split, kind): how each split is labelled (`labels.split_kind`)."""
+
+    def expand(self, entries):
+        return (
+            entries
+            | "SplitMarks"
+            >> beam.Map(_split_marks).with_output_types(Tuple[str, Tuple[bool, bool]])
+            | "AnyPerSplit" >> beam.CombinePerKey(_any_marks)
+            | "SplitKind" >> beam.MapTuple(lambda split, marks: (split, split_kind(*marks)))
+        )
+
+
 class _LabelFn(beam.DoFn):
     def __init__(self, root: str):
         self._root = root
 
-    def process(self, parsed: ParsedEntry, vocabulary: Vocabulary):
+    def process(self, parsed: ParsedEntry, vocabulary: Vocabulary, kinds):
         entry = parsed.entry
         try:
-            label, object_labels = image_label(parsed.annotation, entry.folder_class, vocabulary)
+            found = image_label(
+                parsed.annotation, entry.folder_class, vocabulary, kinds[entry.split]
+            )
         except InputError as error:
             path = join(self._root, entry.annotation_filename or entry.filename)
             rejection = Rejection.from_error(error, split=entry.split, path=path, stage=LABEL)
             yield beam.pvalue.TaggedOutput(REJECTED, count_rejection(rejection))
             return
-        yield LabelledEntry(entry, parsed.annotation, label, object_labels)
+        yield LabelledEntry(
+            entry,
+            parsed.annotation,
+            found.label,
+            found.object_labels,
+            found.source,
+            found.folder_disagrees,
+        )
 
 
 class LabelImages(beam.PTransform):
-    """ParsedEntry → LabelledEntry (vocabulary as side input); output (labelled, rejected)."""
+    """ParsedEntry → LabelledEntry; output (labelled, rejected).
 
-    def __init__(self, vocabulary, root: str):
+    Side inputs: the Vocabulary, and (split, kind) pairs from ClassifySplits.
+    """
+
+    def __init__(self, vocabulary, split_kinds, root: str):
         super().__init__()
         self._vocabulary = vocabulary
+        self._split_kinds = split_kinds
         self._root = root
 
     def expand(self, parsed):
         result = parsed | "Label" >> beam.ParDo(
-            _LabelFn(self._root), vocabulary=beam.pvalue.AsSingleton(self._vocabulary)
+            _LabelFn(self._root),
+            vocabulary=beam.pvalue.AsSingleton(self._vocabulary),
+            kinds=beam.pvalue.AsDict(self._split_kinds),
         ).with_output_types(LabelledEntry).with_outputs(REJECTED, main="labelled")
         return result.labelled, result[REJECTED]

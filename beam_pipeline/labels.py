@@ -13,7 +13,20 @@ from collections.abc import Iterable
 
 from beam_pipeline.annotations import Annotation, Box
 from beam_pipeline.rejections import InputError
-from schemas.classes import ClassList
+from schemas.classes import (
+    BACKGROUND,
+    FROM_BACKGROUND,
+    FROM_FOLDER,
+    FROM_NOTHING,
+    FROM_XML,
+    UNLABELLED,
+    ClassList,
+)
+
+# How a split is labelled.
+ANNOTATED = "annotated"  # by XML; an image without one is background (DET negatives)
+CLASS_FOLDERS = "class_folders"  # its images sit in class folders (CLS-LOC train, often val)
+UNLABELLED_SPLIT = "unlabelled"  # no XML and no class folder anywhere in it (a test split)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,6 +35,11 @@ class Vocabulary(ClassList):
 
     def __post_init__(self):
         super().__post_init__()
+        if BACKGROUND in self.classes:
+            raise ValueError(
+                f"a class is named {BACKGROUND!r}, the name of the background class "
+                f"(label {len(self.classes)}, images without objects); rename or drop it"
+            )
         object.__setattr__(self, "_index", {name: i for i, name in enumerate(self.classes)})
 
     @classmethod
@@ -77,18 +95,51 @@ def main_object_index(annotation: Annotation) -> int | None:
     return best
 
 
+def split_kind(has_annotations: bool, has_class_folders: bool) -> str:
+    """How a split is labelled, from whether any of its images has an XML or a class folder."""
+    if has_class_folders:
+        return CLASS_FOLDERS
+    return ANNOTATED if has_annotations else UNLABELLED_SPLIT
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageLabel:
+    """An image's label, the label of each of its objects, and where the label came from."""
+
+    label: int
+    object_labels: tuple[int, ...]
+    source: str
+    folder_disagrees: bool = False
+
+
 def image_label(
-    annotation: Annotation | None, folder_class: str | None, vocabulary: Vocabulary
-) -> tuple[int, tuple[int, ...]]:
-    """Returns (image label index, label index of every object).
+    annotation: Annotation | None,
+    folder_class: str | None,
+    vocabulary: Vocabulary,
+    kind: str = ANNOTATED,
+) -> ImageLabel:
+    """Applies the label rule (see the module docstring) to one image of a split of `kind`.
 
     Raises:
-      InputError: `unknown_class` when an object or the folder names a class outside the vocabulary.
+      InputError: `unknown_class` when an object or the folder names a class outside the
+        vocabulary; `no_class` for an image outside any class folder in a CLASS_FOLDERS split.
     """
     objects = annotation.objects if annotation is not None else ()
     object_labels = tuple(vocabulary.index(obj.name) for obj in objects)
     if object_labels:
-        return object_labels[main_object_index(annotation)], object_labels
+        main = main_object_index(annotation)
+        disagrees = folder_class is not None and folder_class != objects[main].name
+        return ImageLabel(object_labels[main], object_labels, FROM_XML, disagrees)
     if folder_class is not None:
-        return vocabulary.index(folder_class), object_labels
-    return vocabulary.background_index, object_labels
+        return ImageLabel(vocabulary.index(folder_class), (), FROM_FOLDER)
+    if annotation is not None:
+        return ImageLabel(vocabulary.background_index, (), FROM_BACKGROUND)
+    if kind == CLASS_FOLDERS:
+        raise InputError(
+            "no_class",
+            "the image lies outside any class folder in a split whose images sit in class "
+            "folders, and has no XML; move it into its class's folder or remove it",
+        )
+    if kind == UNLABELLED_SPLIT:
+        return ImageLabel(UNLABELLED, (), FROM_NOTHING)
+    return ImageLabel(vocabulary.background_index, (), FROM_BACKGROUND)

@@ -2,7 +2,7 @@
 
 ILSVRC DET       ROOT/Data/DET/<split>/...X.JPEG       ROOT/Annotations/DET/<split>/...X.xml
 ILSVRC CLS-LOC   ROOT/Data/CLS-LOC/<split>/...X.JPEG   ROOT/Annotations/CLS-LOC/<split>/...X.xml
-                 (train: ROOT/Data/CLS-LOC/train/<synset>/X.JPEG; the folder names the class)
+                 (train, and often val: <split>/<synset>/X.JPEG; the folder names the class)
 Pascal VOC       ROOT[/VOC2007]/{JPEGImages,Annotations,ImageSets/Main/<split>.txt}
 
 A plan is a list of directories to walk (`ListingTask`s) and, for VOC, the split lists' image
@@ -56,7 +56,8 @@ class ListingTask:
       split: the output split for everything under it, or "" when split lists decide (VOC).
       key_prefix: prepended to every key so keys are unique across splits and VOC years.
       root: the input root, for the file name stored in the record.
-      folder_classes: the first directory below `directory` names the class (CLS-LOC train).
+      folder_classes: the first directory below `directory`, if any, names the class (CLS-LOC,
+        every split: many copies move `val` into synset folders).
     """
 
     kind: str
@@ -134,7 +135,7 @@ def plan_discovery(
         if not has_files(image_dir):
             raise LayoutError(f"split {split!r} has no images: {image_dir} is empty or missing")
         name = output_split(split)
-        folder_classes = layout == ILSVRC_CLS_LOC and split == "train"
+        folder_classes = layout == ILSVRC_CLS_LOC
         tasks.append(ListingTask(IMAGES, image_dir, name, split, root, folder_classes))
         tasks.append(
             ListingTask(ANNOTATIONS, join(root, "Annotations", subdir, split), name, split, root)

@@ -28,7 +28,12 @@ from beam_pipeline.discovery import DiscoverImages
 from beam_pipeline.failures import BUILD_FAILED_MARKER
 from beam_pipeline.fileio import has_files, match, read_file
 from beam_pipeline.finalize import Finalize, FinalizeSpec
-from beam_pipeline.labelling import BuildVocabulary, LabelImages, ParseAnnotations
+from beam_pipeline.labelling import (
+    BuildVocabulary,
+    ClassifySplits,
+    LabelImages,
+    ParseAnnotations,
+)
 from beam_pipeline.labels import Vocabulary, parse_labels_file
 from beam_pipeline.options import BuildConfig
 from beam_pipeline.output import prepare_output
@@ -65,6 +70,10 @@ def prepare(config: BuildConfig) -> Prepared:
     classes = None
     if config.labels_file:
         classes = parse_labels_file(read_file(config.labels_file).decode("utf-8"))
+        try:
+            Vocabulary(classes)
+        except ValueError as error:
+            raise ValueError(f"--labels_file {config.labels_file}: {error}") from None
     elif "train" not in plan.splits:
         raise ValueError("without the train split the vocabulary is unknown: pass --labels_file")
     return Prepared(dataclasses.replace(config, layout=layout), plan, classes)
@@ -91,7 +100,10 @@ def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollect
         vocabulary = pipeline | "Vocabulary" >> beam.Create([Vocabulary(prepared.classes)])
     else:
         vocabulary = parsed | "BuildVocabulary" >> BuildVocabulary("train")
-    labelled, label_rejected = parsed | "LabelImages" >> LabelImages(vocabulary, plan.root)
+    split_kinds = entries | "ClassifySplits" >> ClassifySplits()
+    labelled, label_rejected = parsed | "LabelImages" >> LabelImages(
+        vocabulary, split_kinds, plan.root
+    )
     num_shards = {split: config.num_shards_for(split) for split in plan.splits}
     assigned, plans = labelled | "AssignShards" >> AssignShards(
         config.seed, num_shards, config.target_shard_bytes

@@ -76,6 +76,8 @@ def _result_from(fields: dict[str, Any]) -> ShardResult:
         num_shards=fields["num_shards"],
         shard=ShardInfo(**fields["shard"]),
         class_counts=tuple(tuple(pair) for pair in fields["class_counts"]),
+        label_sources=tuple(tuple(pair) for pair in fields["label_sources"]),
+        folder_disagreements=fields["folder_disagreements"],
     )
 
 

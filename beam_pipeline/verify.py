@@ -26,7 +26,7 @@ from apache_beam.io.filesystems import FileSystems
 from PIL import Image
 
 from beam_pipeline.tfrecord import CorruptRecordError, read_records
-from schemas import DATASET_INFO_FILE, FEATURES, DatasetInfo, ShardInfo
+from schemas import DATASET_INFO_FILE, FEATURES, UNLABELLED, DatasetInfo, ShardInfo
 from schemas import features as F
 from schemas.example_proto import Example
 from schemas.paths import join
@@ -62,8 +62,10 @@ class _HashingReader:
         return data
 
 
-def check_example(record: bytes, num_classes: int, decode: bool = True) -> str | None:
-    """What is wrong with one serialised Example, or None."""
+def check_example(
+    record: bytes, num_classes: int, decode: bool = True, labelled: bool = True
+) -> str | None:
+    """What is wrong with one serialised Example (of a labelled split or not), or None."""
     try:
         example = Example.FromString(record)
     except Exception as error:  # noqa: BLE001 - protobuf raises its own DecodeError
@@ -81,10 +83,13 @@ def check_example(record: bytes, num_classes: int, decode: bool = True) -> str |
         if length is not None and len(values[spec.key]) != length:
             return f"{spec.key} has {len(values[spec.key])} values, expected {length}"
     label = values[F.LABEL][0]
-    if not 0 <= label <= num_classes:
-        return f"label {label} outside [0, {num_classes}]"
     one_hot = values[F.ONE_HOT]
-    if sum(one_hot) != 1 or one_hot[label] != 1:
+    if not labelled:
+        if label != UNLABELLED or any(one_hot):
+            return f"label {label} in an unlabelled split (expected {UNLABELLED}, one-hot all 0)"
+    elif not 0 <= label <= num_classes:
+        return f"label {label} outside [0, {num_classes}]"
+    elif sum(one_hot) != 1 or one_hot[label] != 1:
         return f"one-hot does not encode label {label}"
     lengths = {len(values[key]) for key in _OBJECT_KEYS}
     if len(lengths) != 1:
@@ -119,7 +124,7 @@ def _check_image(data: bytes, width: int, height: int) -> str | None:
 
 
 def verify_shard(
-    data_dir: str, shard: ShardInfo, num_classes: int, decode: bool = True
+    data_dir: str, shard: ShardInfo, num_classes: int, decode: bool = True, labelled: bool = True
 ) -> Problem | None:
     """Checks one shard; returns its first problem or None."""
     path = join(data_dir, shard.file)
@@ -130,7 +135,7 @@ def verify_shard(
         reader = _HashingReader(stream)
         try:
             for count, record in enumerate(read_records(reader), start=1):
-                problem = check_example(record, num_classes, decode)
+                problem = check_example(record, num_classes, decode, labelled)
                 if problem:
                     return Problem(shard.file, count - 1, problem)
         except CorruptRecordError as error:
@@ -155,8 +160,12 @@ def verify(data_dir: str, workers: int = 1, decode: bool = True) -> tuple[int, l
         )
     with FileSystems.open(info_path) as stream:
         info = DatasetInfo.from_json(stream.read().decode("utf-8"))
-    shards = [shard for _, split in sorted(info.splits.items()) for shard in split.shards]
-    args = [(data_dir, shard, info.num_classes, decode) for shard in shards]
+    shards = [
+        (shard, split.labelled)
+        for _, split in sorted(info.splits.items())
+        for shard in split.shards
+    ]
+    args = [(data_dir, shard, info.num_classes, decode, labelled) for shard, labelled in shards]
     if workers > 1:
         with concurrent.futures.ProcessPoolExecutor(workers) as pool:
             results = list(pool.map(verify_shard, *zip(*args, strict=True)))

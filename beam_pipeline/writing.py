@@ -39,7 +39,7 @@ from beam_pipeline.rejections import (
     count_rejection,
 )
 from beam_pipeline.tfrecord import encode_record
-from schemas import ShardInfo, shard_filename
+from schemas import UNLABELLED, ShardInfo, shard_filename
 from schemas.paths import join
 
 
@@ -177,7 +177,8 @@ class _WriteShardFn(beam.DoFn):
     def _write(self, split, index, num_shards, name, members, vocabulary):
         """Streams the shard into a temp file and renames it into place."""
         digest, num_bytes, num_examples = hashlib.sha256(), 0, 0
-        class_counts, rejections = collections.Counter(), []
+        class_counts, sources, disagreements = collections.Counter(), collections.Counter(), 0
+        rejections = []
         paths = [
             (join(self._input_dir, labelled.entry.filename), labelled.entry.num_bytes)
             for _, labelled in members
@@ -198,7 +199,10 @@ class _WriteShardFn(beam.DoFn):
                         digest.update(record)
                         num_bytes += len(record)
                         num_examples += 1
-                        class_counts[labelled.label] += 1
+                        if labelled.label != UNLABELLED:
+                            class_counts[labelled.label] += 1
+                        sources[labelled.source] += 1
+                        disagreements += labelled.folder_disagrees
         except OSError as error:  # the output's fault, not the input's: fail the build, loudly
             raise BuildFailed(
                 f"cannot write shard {name} to {self._output_dir}: {error}"
@@ -210,6 +214,8 @@ class _WriteShardFn(beam.DoFn):
             num_shards=num_shards,
             shard=ShardInfo(name, num_examples, num_bytes, digest.hexdigest()),
             class_counts=tuple(sorted(class_counts.items())),
+            label_sources=tuple(sorted(sources.items())),
+            folder_disagreements=disagreements,
         )
         return result, rejections
 

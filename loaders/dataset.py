@@ -58,11 +58,17 @@ def load_dataset(
       IncompleteDatasetError: `data_dir` holds no committed build.
       CorruptDatasetError: a shard is missing or has another size than recorded.
       KeyError: unknown split.
+      ValueError: bad arguments, or an unlabelled split (label -1, e.g. `test`).
       tf.errors.InvalidArgumentError (while iterating): a shard whose records are corrupt; the
         message names the file.
     """
     _check_batching(batch_size, label_mode)
     info = dataset_info(data_dir)
+    if not info.split(split).labelled:
+        raise ValueError(
+            f"split {split!r} of {data_dir} is unlabelled (its tree has no annotations and no "
+            f"class folders; every record has label -1): label_mode={label_mode!r} needs labels"
+        )
     records = read_records(
         info, split, training=training, seed=seed, input_context=input_context, config=config
     )

@@ -1,6 +1,12 @@
 """The one contract between the builder (`beam_pipeline`) and the reader (`loaders`)."""
 
-from schemas.classes import BACKGROUND, ClassList, one_hot_length
+from schemas.classes import (
+    BACKGROUND,
+    LABEL_SOURCES,
+    UNLABELLED,
+    ClassList,
+    one_hot_length,
+)
 from schemas.features import FEATURES, SCHEMA_VERSION, Feature, tf_feature_spec
 from schemas.metadata import (
     DATASET_INFO_FILE,
@@ -20,8 +26,10 @@ __all__ = [
     "DEAD_LETTER_FILE",
     "FEATURES",
     "LABELS_FILE",
+    "LABEL_SOURCES",
     "SCHEMA_VERSION",
     "SHARD_SUFFIX",
+    "UNLABELLED",
     "ClassList",
     "DatasetInfo",
     "Feature",

@@ -2,8 +2,12 @@
 
 A build's classes are an ordered list of names; label `i` is class `i`. One more class follows
 them: the background class (images without objects), whose index is the number of classes and
-whose name is `BACKGROUND`. One-hot labels therefore have `num_classes + 1` entries. This is
-the only place that rule is spelled.
+whose name is `BACKGROUND`. One-hot labels therefore have `num_classes + 1` entries. An image of
+a split that has no annotations at all is unlabelled: label `UNLABELLED` (-1, as TFDS writes for
+ImageNet's test split) and an all-zero one-hot. This is the only place these rules are spelled.
+
+Every example also records where its label came from (`LABEL_SOURCES`); `dataset_info.json`
+counts them per split.
 """
 
 from __future__ import annotations
@@ -11,6 +15,15 @@ from __future__ import annotations
 import dataclasses
 
 BACKGROUND = "background"
+UNLABELLED = -1
+
+# Where an image's label came from: its XML's largest object, its class folder, the background
+# class (an XML without objects, or an image without XML in an annotated split), or nowhere.
+FROM_XML = "xml"
+FROM_FOLDER = "folder"
+FROM_BACKGROUND = "background"
+FROM_NOTHING = "unlabelled"
+LABEL_SOURCES = (FROM_XML, FROM_FOLDER, FROM_BACKGROUND, FROM_NOTHING)
 
 
 def one_hot_length(num_classes: int) -> int:
@@ -53,12 +66,16 @@ class ClassList:
         return (*self.classes, BACKGROUND)
 
     def name(self, label: int) -> str:
-        """The name of one label, `BACKGROUND` for the background class."""
+        """The name of one label: `BACKGROUND` for the background class, "" when unlabelled."""
+        if label == UNLABELLED:
+            return ""
         if not 0 <= label <= self.background_index:
             raise IndexError(f"label {label} outside [0, {self.background_index}]")
         return BACKGROUND if label == self.background_index else self.classes[label]
 
     def one_hot(self, label: int) -> list[int]:
+        """The one-hot vector of a label; all zeros when unlabelled."""
         vector = [0] * self.one_hot_length
-        vector[label] = 1
+        if label != UNLABELLED:
+            vector[label] = 1
         return vector

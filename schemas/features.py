@@ -15,7 +15,8 @@ from typing import Any
 
 from schemas.classes import one_hot_length
 
-SCHEMA_VERSION = "1.0.0"
+# 1.1: splits record their label sources and whether they are labelled; label -1 = unlabelled.
+SCHEMA_VERSION = "1.1.0"
 
 ENCODED = "image/encoded"
 FORMAT = "image/format"

@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from schemas.classes import ClassList
+from schemas.classes import FROM_NOTHING, ClassList
 from schemas.features import SCHEMA_VERSION
 
 DATASET_INFO_FILE = "dataset_info.json"
@@ -46,7 +46,10 @@ class SplitInfo:
     """One split: what was found, what was written and where.
 
     `num_discovered == num_examples + num_rejected` always holds for a committed build.
-    `class_counts[i]` counts examples whose label is class `i` (the last entry is background).
+    `class_counts[i]` counts examples whose label is class `i` (the last entry is background;
+    unlabelled examples are in none). `label_sources` counts examples by where their label came
+    from (`schemas.classes.LABEL_SOURCES`; builds before schema 1.1 recorded none), and
+    `folder_disagreements` the examples whose XML names another class than their folder.
     """
 
     num_examples: int
@@ -54,10 +57,17 @@ class SplitInfo:
     num_rejected: int
     class_counts: tuple[int, ...]
     shards: tuple[ShardInfo, ...]
+    label_sources: dict[str, int] = dataclasses.field(default_factory=dict)
+    folder_disagreements: int = 0
 
     @property
     def num_shards(self) -> int:
         return len(self.shards)
+
+    @property
+    def labelled(self) -> bool:
+        """False for a split without annotations, whose examples all carry label -1."""
+        return not (self.num_examples and self.label_sources.get(FROM_NOTHING) == self.num_examples)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +109,9 @@ class DatasetInfo:
                     "num_discovered": split.num_discovered,
                     "num_rejected": split.num_rejected,
                     "num_shards": split.num_shards,
+                    "labelled": split.labelled,
+                    "label_sources": dict(sorted(split.label_sources.items())),
+                    "folder_disagreements": split.folder_disagreements,
                     "class_counts": list(split.class_counts),
                     "shards": [dataclasses.asdict(shard) for shard in split.shards],
                 }
@@ -128,6 +141,8 @@ class DatasetInfo:
                 num_rejected=split["num_rejected"],
                 class_counts=tuple(split["class_counts"]),
                 shards=tuple(ShardInfo(**shard) for shard in split["shards"]),
+                label_sources=dict(split.get("label_sources", {})),
+                folder_disagreements=split.get("folder_disagreements", 0),
             )
             for name, split in payload["splits"].items()
         }

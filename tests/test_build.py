@@ -345,8 +345,11 @@ def test_voc_tree_from_the_corpus(tmp_path):
     assert train[F.LABEL] == [0] and train[F.OBJECT_TEXT] == [b"cat", b"person"]
     assert train[F.BBOX_XMIN] == pytest.approx([1 / 20, 4 / 20])
     assert decode(train).shape == (10, 20, 3)
+    # The test split has no annotation at all: unlabelled (-1), not a background negative.
     (test,) = read_split(tmp_path / "out", "test")
-    assert test[F.LABEL] == [2] and test[F.SOURCE_ID] == [b"voc_dataset1/2007_000002"]
+    assert test[F.LABEL] == [-1] and test[F.SOURCE_ID] == [b"voc_dataset1/2007_000002"]
+    assert test[F.ONE_HOT] == [0, 0, 0]
+    assert not info.splits["test"].labelled and info.splits["train"].labelled
 
 
 def test_resize_policy_and_labels_file(tmp_path):

@@ -24,8 +24,9 @@ ELEMENTS = [
     Rejection("", "stray.txt", "discover", "not_an_image_file", "", is_image=False),
     ParsedEntry(ENTRY, ANNOTATION),
     ParsedEntry(ENTRY, None),
-    LabelledEntry(ENTRY, ANNOTATION, 7, (7, 3)),
-    LabelledEntry(ENTRY, None, 200, ()),
+    LabelledEntry(ENTRY, ANNOTATION, 7, (7, 3), "xml", True),
+    LabelledEntry(ENTRY, None, 200, (), "folder"),
+    LabelledEntry(ENTRY, None, -1, (), "unlabelled"),
 ]
 
 

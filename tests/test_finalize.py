@@ -148,3 +148,23 @@ def test_files_that_are_not_images_do_not_count_against_the_budget():
     )
     assert info.splits["train"].num_rejected == 0
     assert info.failures == {"annotation_without_image": 10}
+
+
+def test_label_sources_and_folder_disagreements_are_summed_over_shards():
+    results = [
+        ShardResult(
+            "train", 0, 2, ShardInfo("a", 3, 1, "x"), ((0, 3),), (("folder", 2), ("xml", 1)), 1
+        ),
+        ShardResult("train", 1, 2, ShardInfo("b", 2, 1, "y"), ((1, 2),), (("folder", 2),), 0),
+    ]
+    info = assemble_info(spec(), VOCAB, {"train": plan(5, 2)}, {"train": 5}, results, [])
+    split = info.splits["train"]
+    assert split.label_sources == {"folder": 4, "xml": 1}
+    assert split.folder_disagreements == 1 and split.labelled
+
+
+def test_a_split_of_unlabelled_examples_is_marked_unlabelled():
+    results = [ShardResult("test", 0, 1, ShardInfo("t", 2, 1, "x"), (), (("unlabelled", 2),), 0)]
+    info = assemble_info(spec(("test",)), VOCAB, {"test": plan(2, 1)}, {"test": 2}, results, [])
+    assert not info.splits["test"].labelled
+    assert info.splits["test"].class_counts == (0, 0, 0)

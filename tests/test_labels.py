@@ -2,11 +2,16 @@ import pytest
 
 from beam_pipeline.annotations import AnnotatedObject, Annotation, Box
 from beam_pipeline.labels import (
+    ANNOTATED,
+    CLASS_FOLDERS,
+    UNLABELLED_SPLIT,
+    ImageLabel,
     Vocabulary,
     clamped_area,
     image_label,
     main_object_index,
     parse_labels_file,
+    split_kind,
 )
 from beam_pipeline.rejections import InputError
 
@@ -20,33 +25,36 @@ def obj(name, xmin, ymin, xmax, ymax):
 def test_main_object_is_the_largest_box():
     annotation = Annotation(100, 100, (obj("cat", 0, 0, 10, 10), obj("dog", 0, 0, 30, 20)))
     assert main_object_index(annotation) == 1
-    assert image_label(annotation, None, VOCAB) == (1, (0, 1))
+    assert image_label(annotation, None, VOCAB) == ImageLabel(1, (0, 1), "xml")
 
 
 def test_tie_goes_to_the_first_object_in_the_file():
     annotation = Annotation(100, 100, (obj("dog", 0, 0, 10, 10), obj("cat", 50, 50, 60, 60)))
-    assert image_label(annotation, None, VOCAB)[0] == 1
+    assert image_label(annotation, None, VOCAB).label == 1
 
 
 def test_area_is_clamped_to_the_annotated_image():
     # The cat box is huge but mostly outside a 50x50 image: 50*10 inside vs dog 40*40.
     annotation = Annotation(50, 50, (obj("cat", 0, 0, 1000, 10), obj("dog", 0, 0, 40, 40)))
     assert clamped_area(annotation.objects[0].box, 50, 50) == 500
-    assert image_label(annotation, None, VOCAB)[0] == 1
+    assert image_label(annotation, None, VOCAB).label == 1
 
 
 def test_no_objects_is_background_which_is_the_last_index():
-    assert image_label(Annotation(10, 10, ()), None, VOCAB) == (3, ())
-    assert image_label(None, None, VOCAB) == (3, ())
+    assert image_label(Annotation(10, 10, ()), None, VOCAB) == ImageLabel(3, (), "background")
+    assert image_label(None, None, VOCAB) == ImageLabel(3, (), "background")
     assert VOCAB.background_index == 3
     assert VOCAB.one_hot(3) == [0, 0, 0, 1]
     assert VOCAB.name(3) == "background"
 
 
 def test_folder_class_labels_images_without_objects():
-    assert image_label(None, "n01440764", VOCAB) == (2, ())
-    # An XML object still wins over the folder.
-    assert image_label(Annotation(9, 9, (obj("cat", 0, 0, 5, 5),)), "n01440764", VOCAB)[0] == 0
+    assert image_label(None, "n01440764", VOCAB) == ImageLabel(2, (), "folder")
+    # An XML object still wins over the folder; that they disagree is recorded.
+    found = image_label(Annotation(9, 9, (obj("cat", 0, 0, 5, 5),)), "n01440764", VOCAB)
+    assert found == ImageLabel(0, (0,), "xml", folder_disagrees=True)
+    agreeing = image_label(Annotation(9, 9, (obj("dog", 0, 0, 5, 5),)), "dog", VOCAB)
+    assert agreeing == ImageLabel(1, (1,), "xml", folder_disagrees=False)
 
 
 def test_unknown_class_is_an_input_error():
@@ -80,3 +88,39 @@ def test_real_imagenet_label_list():
 
     classes = parse_labels_file((CORPUS / "imagenet/tfds_imagenet2012_labels.txt").read_text())
     assert len(classes) == 1000 and classes[0] == "n01440764"
+
+
+def test_a_split_is_labelled_by_class_folders_by_xml_or_not_at_all():
+    assert split_kind(has_annotations=True, has_class_folders=True) == CLASS_FOLDERS
+    assert split_kind(has_annotations=False, has_class_folders=True) == CLASS_FOLDERS
+    assert split_kind(has_annotations=True, has_class_folders=False) == ANNOTATED
+    assert split_kind(has_annotations=False, has_class_folders=False) == UNLABELLED_SPLIT
+
+
+def test_an_image_without_xml_or_folder_depends_on_its_split():
+    assert image_label(None, None, VOCAB, ANNOTATED) == ImageLabel(3, (), "background")
+    assert image_label(None, None, VOCAB, UNLABELLED_SPLIT) == ImageLabel(-1, (), "unlabelled")
+    with pytest.raises(InputError) as error:
+        image_label(None, None, VOCAB, CLASS_FOLDERS)
+    assert error.value.reason == "no_class"
+    assert "outside any class folder" in error.value.detail
+
+
+def test_in_a_class_folder_split_xml_and_folders_still_label():
+    assert image_label(None, "dog", VOCAB, CLASS_FOLDERS) == ImageLabel(1, (), "folder")
+    with_objects = Annotation(9, 9, (obj("cat", 0, 0, 5, 5),))
+    assert image_label(with_objects, None, VOCAB, CLASS_FOLDERS) == ImageLabel(0, (0,), "xml")
+    # An XML without objects is an explicit negative, wherever it lies.
+    empty = Annotation(9, 9, ())
+    assert image_label(empty, None, VOCAB, CLASS_FOLDERS) == ImageLabel(3, (), "background")
+
+
+def test_unlabelled_is_minus_one_with_an_all_zero_one_hot_and_no_name():
+    assert VOCAB.one_hot(-1) == [0, 0, 0, 0]
+    assert VOCAB.name(-1) == ""
+
+
+@pytest.mark.parametrize("names", [("cat", "background"), ("background",)])
+def test_a_class_named_like_the_background_class_is_refused(names):
+    with pytest.raises(ValueError, match="a class is named 'background', the name of the back"):
+        Vocabulary(names)

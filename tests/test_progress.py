@@ -22,7 +22,7 @@ DATA = b"the shard's bytes"
 def member(rank, stem, label=0):
     entry = IndexEntry("train", f"train/{stem}", f"Data/{stem}.JPEG", None, None, 1000 + rank)
     objects = (AnnotatedObject("cat", Box(1, 2, 30, 40), False, False),)
-    return rank, LabelledEntry(entry, Annotation(64, 48, objects), label, (0,))
+    return rank, LabelledEntry(entry, Annotation(64, 48, objects), label, (0,), "xml")
 
 
 MEMBERS = [member(0, "a"), member(1, "b", label=2)]

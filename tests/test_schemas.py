@@ -16,7 +16,7 @@ def labelled(objects=(), label=2, size=(40, 20)):
     entry = IndexEntry("train", "train/a/x", "Data/DET/train/a/x.JPEG", None, None, 9)
     annotation = Annotation(size[0], size[1], tuple(objects)) if objects else None
     object_labels = tuple(VOCAB.index(o.name) for o in objects)
-    return LabelledEntry(entry, annotation, label, object_labels)
+    return LabelledEntry(entry, annotation, label, object_labels, "xml")
 
 
 IMAGE = NormalisedImage(b"\xff\xd8jpeg", 40, 20, "JPEG", 40, 20, reencoded=False)

@@ -15,7 +15,12 @@ from beam_pipeline.discovery import DiscoverImages
 from beam_pipeline.entries import IndexEntry, LabelledEntry, ParsedEntry
 from beam_pipeline.fileio import has_files, match, read_ahead
 from beam_pipeline.images import ImagePolicy
-from beam_pipeline.labelling import BuildVocabulary, LabelImages, ParseAnnotations
+from beam_pipeline.labelling import (
+    BuildVocabulary,
+    ClassifySplits,
+    LabelImages,
+    ParseAnnotations,
+)
 from beam_pipeline.labels import Vocabulary
 from beam_pipeline.rejections import InputError, Rejection
 from beam_pipeline.writing import AssignShards, WriteShards
@@ -116,23 +121,57 @@ def test_vocabulary_comes_from_train_objects_and_folders_only():
         assert_that(vocabulary, equal_to([Vocabulary(("cat", "n01", "zebra"))]))
 
 
-def test_label_images_applies_the_rule_and_rejects_unknown_classes():
-    inputs = [
-        ParsedEntry(entry("a"), annotated("cat", "dog")),  # dog box is larger
+def test_label_images_applies_the_rule_per_split_kind_and_rejects_what_it_cannot_label():
+    parsed = [
+        # train: annotated (DET-like); b has no XML, so it is a negative.
+        ParsedEntry(entry("a", annotation_filename="a.xml"), annotated("cat", "dog")),
         ParsedEntry(entry("b"), None),
-        ParsedEntry(entry("c", split="validation"), annotated("unicorn")),
+        # validation: class folders (CLS-LOC val after valprep.sh); "stray" lies outside them.
+        ParsedEntry(entry("v1", split="validation", folder_class="dog"), None),
+        ParsedEntry(
+            entry("v2", split="validation", annotation_filename="v2.xml", folder_class="dog"),
+            annotated("cat"),
+        ),
+        ParsedEntry(entry("stray", split="validation"), None),
+        ParsedEntry(entry("c", split="validation", annotation_filename="c.xml"), annotated("eel")),
+        # test: no annotations, no folders.
+        ParsedEntry(entry("t", split="test"), None),
     ]
     with TestPipeline() as p:
         vocabulary = p | "V" >> beam.Create([Vocabulary(("cat", "dog"))])
-        labelled, rejected = p | beam.Create(inputs) | LabelImages(vocabulary, "/r")
+        kinds = p | "E" >> beam.Create([pe.entry for pe in parsed]) | ClassifySplits()
+        labelled, rejected = p | beam.Create(parsed) | LabelImages(vocabulary, kinds, "/r")
         assert_that(
-            labelled | beam.Map(lambda le: (le.entry.key, le.label, le.object_labels)),
-            equal_to([("a", 1, (0, 1)), ("b", 2, ())]),
+            kinds,
+            equal_to(
+                [("train", "annotated"), ("validation", "class_folders"), ("test", "unlabelled")]
+            ),
+            label="kinds",
+        )
+        assert_that(
+            labelled
+            | beam.Map(
+                lambda e: (e.entry.key, e.label, e.object_labels, e.source, e.folder_disagrees)
+            ),
+            equal_to(
+                [
+                    ("a", 1, (0, 1), "xml", False),
+                    ("b", 2, (), "background", False),
+                    ("v1", 1, (), "folder", False),
+                    ("v2", 0, (0,), "xml", True),
+                    ("t", -1, (), "unlabelled", False),
+                ]
+            ),
             label="labelled",
         )
         assert_that(
-            rejected | beam.Map(lambda r: (r.split, r.stage, r.reason)),
-            equal_to([("validation", "label", "unknown_class")]),
+            rejected | beam.Map(lambda r: (r.split, r.path, r.stage, r.reason)),
+            equal_to(
+                [
+                    ("validation", "/r/stray.JPEG", "label", "no_class"),
+                    ("validation", "/r/c.xml", "label", "unknown_class"),
+                ]
+            ),
             label="rejected",
         )
 
@@ -153,8 +192,10 @@ def check_assignment(assigned):
 
 
 def test_assign_shards_gives_balanced_contiguous_rank_ranges():
-    inputs = [LabelledEntry(entry(f"k{i}"), None, 0, ()) for i in range(100)]
-    inputs += [LabelledEntry(entry(f"v{i}", split="validation"), None, 0, ()) for i in range(3)]
+    inputs = [LabelledEntry(entry(f"k{i}"), None, 0, (), "folder") for i in range(100)]
+    inputs += [
+        LabelledEntry(entry(f"v{i}", split="validation"), None, 0, (), "folder") for i in range(3)
+    ]
     with TestPipeline() as p:
         assigned, plans = (
             p | beam.Create(inputs) | AssignShards(0, {"train": 7, "validation": None}, 1 << 20)
@@ -177,8 +218,8 @@ def test_write_shards_streams_records_and_rejects_bad_images(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     labelled = [
-        LabelledEntry(entry("good", filename="in/good.JPEG"), None, 1, ()),
-        LabelledEntry(entry("bad", filename="in/bad.JPEG"), None, 1, ()),
+        LabelledEntry(entry("good", filename="in/good.JPEG"), None, 1, (), "folder"),
+        LabelledEntry(entry("bad", filename="in/bad.JPEG"), None, 1, (), "folder"),
     ]
     from beam_pipeline.sharding import SplitPlan
 

@@ -128,7 +128,7 @@ def test_checks_record_contents(capsys):
     entry = IndexEntry("train", "k", "k.JPEG", None, None, 1)
     cat = AnnotatedObject("cat", Box(0, 0, 10, 10), False, False)
     good = build_example(
-        LabelledEntry(entry, Annotation(40, 20, (cat,)), 0, (0,)), image, vocabulary
+        LabelledEntry(entry, Annotation(40, 20, (cat,)), 0, (0,), "xml"), image, vocabulary
     )
     assert verify.check_example(good, 1) is None
     assert verify.check_example(good, 2) == "image/class/one_hot has 2 values, expected 3"

@@ -1,0 +1,168 @@
+"""The label rules on the trees users have, end to end: never a silently wrong label.
+
+CLS-LOC copies whose `val` was moved into synset folders (no XML), `test` splits without any
+annotation, images lying outside the class folders, and classes named like the background class.
+"""
+
+import re
+
+import pytest
+from helpers import build, dead_letters, ilsvrc_image, jpeg_bytes, read_split, write
+
+from beam_pipeline import cli, verify
+from beam_pipeline.annotations import voc_xml
+from beam_pipeline.tfrecord import read_records
+from schemas import DATASET_INFO_FILE, DatasetInfo
+from schemas import features as F
+
+SYNSETS = ("n01440764", "n01443537")
+
+
+def cls_loc(root, stem, split, data, xml=None):
+    ilsvrc_image(root, split, stem, data, xml, task="CLS-LOC")
+
+
+@pytest.fixture(scope="module")
+def imagenet_copy(tmp_path_factory):
+    """A CLS-LOC tree as most ImageNet copies are: val in synset folders, test unlabelled."""
+    root = tmp_path_factory.mktemp("imagenet")
+    for i, synset in enumerate(SYNSETS):
+        colour = (200, 40 * i, 30)
+        for n in range(3):
+            cls_loc(root, f"{synset}/{synset}_{n}", "train", jpeg_bytes(colour=colour))
+            cls_loc(root, f"{synset}/ILSVRC2012_val_{i}{n}", "val", jpeg_bytes(colour=colour))
+    # One val image keeps its XML, which names the other class than its folder.
+    cls_loc(
+        root,
+        f"{SYNSETS[0]}/ILSVRC2012_val_99",
+        "val",
+        jpeg_bytes(),
+        voc_xml([(SYNSETS[1], 1, 1, 40, 30)], size=(64, 48)),
+    )
+    # One val image left directly in val/, outside any class folder.
+    cls_loc(root, "ILSVRC2012_val_stray", "val", jpeg_bytes())
+    for n in range(4):
+        cls_loc(root, f"ILSVRC2012_test_{n:08d}", "test", jpeg_bytes(colour=(10, 10, 10 * n)))
+    out = tmp_path_factory.mktemp("out")
+    info = build(root, out, "--splits", "train,val,test", "--max_bad_fraction", "0.1")
+    return root, out, info
+
+
+def test_val_in_synset_folders_takes_the_folder_class(imagenet_copy):
+    _, out, info = imagenet_copy
+    labels = {
+        example[F.FILENAME][0].decode(): (example[F.LABEL][0], example[F.LABEL_TEXT][0].decode())
+        for example in read_split(out, "validation")
+    }
+    for i, synset in enumerate(SYNSETS):
+        for n in range(3):
+            assert labels[f"Data/CLS-LOC/val/{synset}/ILSVRC2012_val_{i}{n}.JPEG"] == (i, synset)
+    # The XML wins over the folder, and the disagreement is counted.
+    assert labels[f"Data/CLS-LOC/val/{SYNSETS[0]}/ILSVRC2012_val_99.JPEG"] == (1, SYNSETS[1])
+    validation = info.splits["validation"]
+    assert validation.label_sources == {"folder": 6, "xml": 1}
+    assert validation.folder_disagreements == 1
+    assert validation.class_counts == (3, 4, 0) and validation.labelled
+
+
+def test_an_image_outside_the_class_folders_is_rejected_not_background(imagenet_copy):
+    root, out, info = imagenet_copy
+    (stray,) = [d for d in dead_letters(out) if d["reason"] == "no_class"]
+    assert stray["path"] == f"{root}/Data/CLS-LOC/val/ILSVRC2012_val_stray.JPEG"
+    assert (stray["split"], stray["stage"]) == ("validation", "label")
+    assert info.splits["validation"].num_rejected == 1
+    assert info.failures == {"no_class": 1}
+    assert info.splits["train"].label_sources == {"folder": 6}
+
+
+def test_a_split_without_annotations_is_unlabelled(imagenet_copy):
+    _, out, info = imagenet_copy
+    test = info.splits["test"]
+    assert not test.labelled
+    assert test.label_sources == {"unlabelled": 4}
+    assert test.class_counts == (0, 0, 0)
+    examples = read_split(out, "test")
+    assert len(examples) == 4
+    for example in examples:
+        assert example[F.LABEL] == [-1]
+        assert example[F.ONE_HOT] == [0, 0, 0]
+        assert example[F.LABEL_TEXT] == [b""]
+    text = (out / DATASET_INFO_FILE).read_text()
+    assert '"labelled": false' in text and '"labelled": true' in text
+
+
+def first_record(out, split):
+    (shard,) = DatasetInfo.from_json((out / DATASET_INFO_FILE).read_text()).splits[split].shards
+    with open(out / shard.file, "rb") as stream:
+        return next(read_records(stream))
+
+
+def test_verify_accepts_the_unlabelled_split_and_refuses_labels_in_the_wrong_split(imagenet_copy):
+    _, out, _ = imagenet_copy
+    assert verify.verify(str(out)) == (3, [])
+    unlabelled, labelled = first_record(out, "test"), first_record(out, "validation")
+    assert verify.check_example(unlabelled, 2, labelled=False) is None
+    assert verify.check_example(unlabelled, 2, labelled=True) == "label -1 outside [0, 2]"
+    assert re.fullmatch(
+        r"label [01] in an unlabelled split \(expected -1, one-hot all 0\)",
+        verify.check_example(labelled, 2, labelled=False),
+    )
+
+
+def test_the_loader_refuses_labels_on_an_unlabelled_split(imagenet_copy):
+    from loaders import load_dataset
+
+    _, out, _ = imagenet_copy
+    with pytest.raises(ValueError, match=r"split 'test' of .* is unlabelled .* label -1"):
+        load_dataset(str(out), "test", batch_size=2)
+    assert load_dataset(str(out), "validation", batch_size=2, image_size=(8, 8)).cardinality() == 4
+
+
+def test_the_summary_says_where_labels_came_from(tmp_path, capsys):
+    for n in range(3):
+        ilsvrc_image(tmp_path, "train", f"a{n}", jpeg_bytes(), voc_xml([("cat", 1, 1, 9, 9)]))
+    ilsvrc_image(tmp_path, "train", "neg", jpeg_bytes())
+    ilsvrc_image(tmp_path, "test", "t0", jpeg_bytes())
+    argv = ["--input_dir", str(tmp_path), "--output_dir", str(tmp_path / "out")]
+    assert cli.main([*argv, "--splits", "train,test"]) == 0
+    printed = capsys.readouterr().out
+    assert (
+        "train: 4 examples in 1 shards (0 of 4 images rejected); labels: 3 from XML, 1 background\n"
+        in printed
+    )
+    assert (
+        "test: 1 examples in 1 shards (0 of 1 images rejected); labels: 1 unlabelled (label -1)\n"
+        in printed
+    )
+
+
+def test_a_det_test_split_is_unlabelled_not_background(tmp_path):
+    ilsvrc_image(tmp_path, "train", "a", jpeg_bytes(), voc_xml([("cat", 1, 1, 9, 9)]))
+    ilsvrc_image(tmp_path, "test", "t", jpeg_bytes())
+    info = build(tmp_path, tmp_path / "out", "--splits", "train,test")
+    assert info.splits["test"].label_sources == {"unlabelled": 1}
+    assert read_split(tmp_path / "out", "test")[0][F.LABEL] == [-1]
+
+
+def test_a_labels_file_naming_the_background_class_is_refused_before_any_work(tmp_path, capsys):
+    ilsvrc_image(tmp_path, "train", "a", jpeg_bytes(), voc_xml([("cat", 1, 1, 9, 9)]))
+    labels = write(tmp_path / "labels.txt", "cat\nbackground\n")
+    out = tmp_path / "out"
+    argv = ["--input_dir", str(tmp_path), "--output_dir", str(out), "--splits", "train"]
+    assert cli.main([*argv, "--labels_file", str(labels)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: --labels_file {labels}: a class is named 'background'")
+    assert not out.exists()
+
+
+def test_an_xml_class_named_background_fails_the_build_before_any_shard(tmp_path, capsys):
+    ilsvrc_image(tmp_path, "train", "a", jpeg_bytes(), voc_xml([("background", 1, 1, 9, 9)]))
+    ilsvrc_image(tmp_path, "train", "b", jpeg_bytes(), voc_xml([("cat", 1, 1, 9, 9)]))
+    out = tmp_path / "out"
+    assert (
+        cli.main(["--input_dir", str(tmp_path), "--output_dir", str(out), "--splits", "train"]) == 1
+    )
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("BUILD FAILED: the train split's annotations or folders: a class is")
+    assert "--labels_file" in error
+    assert not list(out.glob("*.tfrecord")) and not (out / DATASET_INFO_FILE).exists()
