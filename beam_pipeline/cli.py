@@ -73,11 +73,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("apache_beam").setLevel(logging.WARNING)
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
+    if not argv or "-h" in argv or "--help" in argv:
         parser = argparse.ArgumentParser(
             prog="python -m beam_pipeline",
             description="Build sharded TFRecords from an ILSVRC or Pascal VOC tree. "
-            "Every standard Apache Beam pipeline option is accepted as well.",
+            "Every Apache Beam pipeline option is accepted as well (--runner, "
+            "--direct_num_workers, --direct_running_mode, and Dataflow's --project, --region, "
+            "--temp_location, --setup_file, ...); an unknown flag is refused.",
         )
         BuildOptions._add_argparse_args(parser)
         parser.print_help()

@@ -1,15 +1,24 @@
 """Command-line options of a build, and the validated frozen config made from them.
 
-Project flags live in a `PipelineOptions` subclass, so every standard Beam option (runner,
-project, region, temp_location, setup_file, direct_num_workers, ...) passes through unchanged.
+Project flags live in a `PipelineOptions` subclass. `beam_argv` picks Beam's part of a command
+line: every Beam pipeline option (runner, project, region,
+temp_location, setup_file, direct_num_workers, ...) passes through to Beam unchanged, the
+project's flags never reach Beam, and a flag that neither knows (a typo) is refused with the
+closest known flag, before any work.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import dataclasses
+import difflib
+import logging
+from collections.abc import Sequence
 from typing import Any
 
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.runners.runner import create_runner
 
 from beam_pipeline.images import EXACT, ORIGINAL, RESIZE_MODES, SHORTER_SIDE, ImagePolicy
 from beam_pipeline.layouts import AUTO, DEFAULT_SPLITS, LAYOUTS, output_split
@@ -121,6 +130,14 @@ class BuildConfig:
         counts = shards.values() if isinstance(shards, dict) else [] if shards is None else [shards]
         if any(n < 1 for n in counts):
             raise ValueError("--num_shards must be at least 1")
+        if isinstance(shards, dict):
+            built = [output_split(s) for s in self.splits]
+            unknown = sorted(set(shards) - set(built))
+            if unknown:
+                raise ValueError(
+                    f"--num_shards names {unknown}, which this build does not write; its splits "
+                    f"are {built} (--splits {','.join(self.splits)}; val is written as validation)"
+                )
 
     @classmethod
     def from_options(cls, options: PipelineOptions) -> BuildConfig:
@@ -208,3 +225,60 @@ def parse_image_size(mode: str, text: str | None) -> tuple[int, ...]:
         expected = "N" if mode == SHORTER_SIDE else "HxW"
         raise ValueError(f"--image_policy {mode} needs --image_size {expected}, got {text!r}")
     return parts
+
+
+def _known_flags(parser: argparse.ArgumentParser) -> list[str]:
+    return [flag for action in parser._actions for flag in action.option_strings]
+
+
+def _beam_parser(beam_argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser Beam itself builds from every registered PipelineOptions class."""
+    runner = PipelineOptions(beam_argv).view_as(StandardOptions).runner
+    if runner:
+        # A runner's own options (e.g. Dask's) register when its module is imported.
+        with contextlib.suppress(Exception):
+            create_runner(runner)
+    captured: list[argparse.ArgumentParser] = []
+    beam_logger = logging.getLogger("apache_beam.options.pipeline_options")
+    level = beam_logger.level
+    beam_logger.setLevel(logging.ERROR)  # its "Discarding unparseable args": ours says more
+    try:
+        PipelineOptions(beam_argv).get_all_options(add_extra_args_fn=captured.append)
+    finally:
+        beam_logger.setLevel(level)
+    return captured[0]
+
+
+def beam_argv(argv: Sequence[str]) -> list[str]:
+    """The part of a command line that is Beam's: every flag but the project's, in order.
+
+    Raises:
+      ValueError: for a flag or value that neither the project nor Beam knows, naming the
+        closest known flag.
+    """
+    project = argparse.ArgumentParser(allow_abbrev=False, add_help=False)
+    BuildOptions._add_argparse_args(project)
+    _, rest = project.parse_known_args(list(argv))
+    beam = _beam_parser(rest)
+    _, unknown = beam.parse_known_args(rest)
+    if unknown:
+        raise ValueError(_unknown_message(unknown, [*_known_flags(project), *_known_flags(beam)]))
+    return rest
+
+
+def _unknown_message(unknown: Sequence[str], known: Sequence[str]) -> str:
+    flags = [token for token in unknown if token.startswith("-")]
+    if not flags:
+        return (
+            f"unexpected argument {unknown[0]!r}: every value follows its flag "
+            "(e.g. --input_dir TREE --output_dir OUT)"
+        )
+    problems = []
+    for flag in flags:
+        name = flag.split("=", 1)[0]
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+        problems.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    return (
+        f"unknown flag {', '.join(problems)}; `python -m beam_pipeline --help` lists the "
+        "project's flags, and every Apache Beam pipeline option is accepted"
+    )

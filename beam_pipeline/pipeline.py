@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import platform
 import re
+import sys
 from collections.abc import Sequence
 
 import apache_beam as beam
@@ -35,7 +36,7 @@ from beam_pipeline.labelling import (
     ParseAnnotations,
 )
 from beam_pipeline.labels import Vocabulary, parse_labels_file
-from beam_pipeline.options import BuildConfig
+from beam_pipeline.options import BuildConfig, beam_argv
 from beam_pipeline.output import prepare_output
 from beam_pipeline.writing import AssignShards, WriteShards
 from schemas import DATASET_INFO_FILE, DatasetInfo
@@ -160,14 +161,16 @@ def run(argv: Sequence[str] | None = None) -> DatasetInfo:
     """Parses flags, builds and runs the pipeline, and returns the committed DatasetInfo.
 
     Raises:
-      ValueError, layouts.LayoutError: bad flags or input tree (before anything is written).
+      ValueError, layouts.LayoutError: bad or unknown flags, or a bad input tree (before
+        anything is written).
       output.OutputExistsError: a complete build is in the way.
       output.OutputNotWritableError: the output location cannot be written.
       RuntimeError: the pipeline failed; a message starting with 'BUILD FAILED:' when the
         build ran but could not be committed (error budget, empty split, lost images).
     """
-    options = pipeline_options(argv)
-    config = BuildConfig.from_options(options)
+    argv = list(argv) if argv is not None else sys.argv[1:]
+    options = pipeline_options(beam_argv(argv))  # the project's flags never reach Beam
+    config = BuildConfig.from_options(PipelineOptions(argv))
     prepared = prepare(config)
     prepare_output(config.output_dir, overwrite=config.overwrite, resume=config.resume)
     with beam.Pipeline(options=options) as pipeline:

@@ -1,3 +1,4 @@
+import argparse
 import os
 import subprocess
 import sys
@@ -11,8 +12,15 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 
+from beam_pipeline import cli
 from beam_pipeline.cli import tune_malloc
-from beam_pipeline.options import BuildConfig, parse_image_size, parse_num_shards
+from beam_pipeline.options import (
+    BuildConfig,
+    BuildOptions,
+    beam_argv,
+    parse_image_size,
+    parse_num_shards,
+)
 from beam_pipeline.pipeline import pipeline_options
 
 
@@ -131,3 +139,87 @@ def test_malloc_tuning_reaches_worker_processes_and_yields_to_the_environment(mo
     assert child.stdout.strip() == "2"  # DirectRunner's worker processes inherit it
     assert os.environ["MALLOC_TRIM_THRESHOLD_"] == str(1 << 20)
     assert os.environ["MALLOC_MMAP_THRESHOLD_"] == "4096"
+
+
+DATAFLOW_AND_DIRECT = [
+    "--runner",
+    "DataflowRunner",
+    "--project",
+    "P",
+    "--region",
+    "europe-west1",
+    "--temp_location",
+    "gs://b/tmp",
+    "--setup_file",
+    "./setup.py",
+    "--direct_num_workers",
+    "2",
+    "--direct_running_mode",
+    "multi_processing",
+    "--experiments=use_runner_v2",
+]
+
+
+def test_beam_options_pass_through_and_the_project_flags_stay_out_of_beam():
+    ours = ["--input_dir", "gs://b/in", "--output_dir", "gs://b/out", "--seed", "3", "--overwrite"]
+    assert beam_argv([*ours[:4], *DATAFLOW_AND_DIRECT, *ours[4:]]) == DATAFLOW_AND_DIRECT
+    assert beam_argv(ours) == []
+
+
+@pytest.mark.parametrize(
+    "typo, message",
+    [
+        (["--seeed", "5"], "unknown flag --seeed (did you mean --seed?)"),
+        (["--num_shardz", "4"], "unknown flag --num_shardz (did you mean --num_shards?)"),
+        (["--temp_locaton=gs://x"], "unknown flag --temp_locaton (did you mean --temp_location?)"),
+        (["--runer", "DataflowRunner"], "unknown flag --runer (did you mean --runner?)"),
+        (["--frobnicate"], "unknown flag --frobnicate; `python -m beam_pipeline --help` lists"),
+        (["stray"], "unexpected argument 'stray': every value follows its flag"),
+    ],
+)
+def test_an_unknown_flag_is_refused_with_the_closest_known_one(typo, message):
+    with pytest.raises(ValueError) as error:
+        beam_argv(["--input_dir", "in", "--output_dir", "out", *typo])
+    assert str(error.value).startswith(message)
+
+
+def test_a_typo_never_runs_a_build(tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["--input_dir", str(tmp_path), "--output_dir", str(out), "--seeed", "5"]
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err == (
+        "error: unknown flag --seeed (did you mean --seed?); `python -m beam_pipeline --help` "
+        "lists the project's flags, and every Apache Beam pipeline option is accepted\n"
+    )
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "value, unknown",
+    [("trian=2", "['trian']"), ("train=2,test=1", "['test']")],
+)
+def test_split_keyed_values_name_only_splits_being_built(value, unknown):
+    with pytest.raises(ValueError) as error:
+        config("--num_shards", value)
+    assert str(error.value) == (
+        f"--num_shards names {unknown}, which this build does not write; its splits are "
+        "['train', 'validation'] (--splits train,val; val is written as validation)"
+    )
+    assert config("--splits", "train,test", "--num_shards", "train=2,test=1").num_shards == {
+        "train": 2,
+        "test": 1,
+    }
+
+
+@pytest.mark.parametrize("where", ["alone", "after Beam flags"])
+def test_help_lists_every_project_flag_wherever_it_is_asked(where, capsys):
+    argv = ["--help"] if where == "alone" else ["--direct_num_workers", "2", "--help"]
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    parser = argparse.ArgumentParser()
+    BuildOptions._add_argparse_args(parser)
+    flags = [f for action in parser._actions for f in action.option_strings if f.startswith("--")]
+    assert len(flags) > 10
+    for flag in flags:
+        assert flag in printed
+    assert "Every Apache Beam pipeline option is accepted" in " ".join(printed.split())
