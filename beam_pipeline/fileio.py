@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import hashlib
+import os
 from collections.abc import Iterable, Iterator
 
 from apache_beam.io.filesystem import CompressionTypes
@@ -34,6 +35,18 @@ def has_files(directory: str) -> bool:
         (result,) = FileSystems.match([join(directory, "**")], limits=[1])
         return bool(result.metadata_list)
     return any(isinstance(item, Listed) for item in list_tree(directory))
+
+
+def subdirectories(directory: str) -> list[str]:
+    """Names of the subdirectories of a local `directory` that hold files, sorted.
+
+    Object stores have no directories to list cheaply: [] for remote paths (callers use this
+    for error messages only).
+    """
+    if not is_local(directory) or not os.path.isdir(directory):
+        return []
+    names = sorted(entry.name for entry in os.scandir(directory) if entry.is_dir())
+    return [name for name in names if has_files(join(directory, name))]
 
 
 def match(pattern: str) -> list[str]:

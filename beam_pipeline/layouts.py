@@ -123,8 +123,13 @@ def plan_discovery(
     has_files: HasFiles,
     match: Callable[[str], list[str]],
     read_text: Callable[[str], str],
+    subdirectories: Callable[[str], list[str]] = lambda _: [],
 ) -> DiscoveryPlan:
-    """Lists what to walk for the requested input splits (e.g. `train`, `val`)."""
+    """Lists what to walk for the requested input splits (e.g. `train`, `val`).
+
+    `subdirectories` (names of a directory's subdirectories that hold files) only serves error
+    messages: a missing split's names the splits that are there.
+    """
     root = root.rstrip("/")
     if layout == VOC:
         return _plan_voc(root, splits, match, read_text)
@@ -133,7 +138,11 @@ def plan_discovery(
     for split in splits:
         image_dir = join(root, "Data", subdir, split)
         if not has_files(image_dir):
-            raise LayoutError(f"split {split!r} has no images: {image_dir} is empty or missing")
+            present = subdirectories(join(root, "Data", subdir))
+            raise LayoutError(
+                f"split {split!r} has no images: {image_dir} is empty or missing; "
+                + _choose_splits(present)
+            )
         name = output_split(split)
         folder_classes = layout == ILSVRC_CLS_LOC
         tasks.append(ListingTask(IMAGES, image_dir, name, split, root, folder_classes))
@@ -159,12 +168,24 @@ def _plan_voc(
         for split in splits:
             list_path = join(year_dir, "ImageSets", "Main", f"{split}.txt")
             if not match(list_path):
-                raise LayoutError(f"split {split!r} has no list: {list_path} is missing")
+                lists = match(join(year_dir, "ImageSets", "Main", "*.txt"))
+                names = [posixpath.basename(p)[: -len(".txt")] for p in lists]
+                present = [name for name in names if "_" not in name]  # not <class>_<split>
+                raise LayoutError(
+                    f"split {split!r} has no list: {list_path} is missing; "
+                    + _choose_splits(present)
+                )
             for image_id in parse_split_list(read_text(list_path)):
                 memberships.append((join(prefix, image_id), output_split(split)))
     return DiscoveryPlan(
         VOC, root, tuple(output_split(s) for s in splits), tuple(tasks), tuple(memberships)
     )
+
+
+def _choose_splits(present: Sequence[str]) -> str:
+    if not present:
+        return "name the splits to build with --splits"
+    return f"the splits there are {list(present)}: choose with --splits {','.join(present)}"
 
 
 def parse_split_list(text: str) -> list[str]:

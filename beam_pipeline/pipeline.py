@@ -22,12 +22,13 @@ import sys
 from collections.abc import Sequence
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from beam_pipeline import layouts
 from beam_pipeline.discovery import DiscoverImages
 from beam_pipeline.failures import BUILD_FAILED_MARKER
-from beam_pipeline.fileio import has_files, match, read_file
+from beam_pipeline.fileio import has_files, match, read_file, subdirectories
 from beam_pipeline.finalize import Finalize, FinalizeSpec
 from beam_pipeline.labelling import (
     BuildVocabulary,
@@ -56,6 +57,10 @@ class Prepared:
 
 def prepare(config: BuildConfig) -> Prepared:
     """Detects the layout, plans discovery and reads the labels file; raises on bad input."""
+    if not has_files(config.input_dir):
+        raise ValueError(f"--input_dir {config.input_dir} does not exist or holds no files")
+    if config.labels_file and not FileSystems.exists(config.labels_file):
+        raise ValueError(f"--labels_file {config.labels_file} does not exist")
     layout = config.layout
     if layout == layouts.AUTO:
         layout = layouts.detect_layout(config.input_dir, has_files)
@@ -67,6 +72,7 @@ def prepare(config: BuildConfig) -> Prepared:
         has_files,
         match,
         lambda path: read_file(path).decode("utf-8"),
+        subdirectories,
     )
     classes = None
     if config.labels_file:

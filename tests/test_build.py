@@ -292,12 +292,24 @@ def test_error_budget_fails_loudly_and_commits_nothing(dirty_tree, tmp_path, cap
 
 def test_missing_split_and_empty_tree_fail_before_writing(tmp_path):
     ilsvrc_image(tmp_path / "in", "train", "a", jpeg_bytes())
-    with pytest.raises(LayoutError, match="'val' has no images"):
+    ilsvrc_image(tmp_path / "in", "test", "t", jpeg_bytes())
+    with pytest.raises(LayoutError) as error:
         build(tmp_path / "in", tmp_path / "out")
+    assert str(error.value) == (
+        f"split 'val' has no images: {tmp_path}/in/Data/DET/val is empty or missing; the "
+        "splits there are ['test', 'train']: choose with --splits test,train"
+    )
     (tmp_path / "empty").mkdir()
-    with pytest.raises(LayoutError, match="holds no files"):
-        build(tmp_path / "empty", tmp_path / "out2")
-    assert not (tmp_path / "out").exists() and not (tmp_path / "out2").exists()
+    for missing in ("empty", "nowhere"):
+        with pytest.raises(ValueError) as error:
+            build(tmp_path / missing, tmp_path / "out2")
+        assert str(error.value) == (
+            f"--input_dir {tmp_path / missing} does not exist or holds no files"
+        )
+    with pytest.raises(ValueError) as error:
+        build(tmp_path / "in", tmp_path / "out3", "--labels_file", tmp_path / "nope.txt")
+    assert str(error.value) == f"--labels_file {tmp_path / 'nope.txt'} does not exist"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("out")]
 
 
 def test_cls_loc_takes_classes_from_synset_folders(tmp_path):

@@ -62,8 +62,13 @@ def test_voc_plan_reads_split_lists_and_skips_comments():
         ("voc_dataset1/2007_000001", "train"),
         ("voc_dataset1/2007_000002", "test"),
     ]
-    with pytest.raises(layouts.LayoutError, match="'val' has no list"):
+    with pytest.raises(layouts.LayoutError) as error:
         plan(VOC1, layouts.VOC, ("val",))
+    assert str(error.value).startswith("split 'val' has no list: ")
+    # The per-class lists (<class>_<split>.txt) are not splits.
+    assert str(error.value).endswith(
+        "is missing; the splits there are ['test', 'train']: choose with --splits test,train"
+    )
 
 
 def test_voc_devkit_with_several_years_prefixes_keys(tmp_path):
