@@ -20,7 +20,7 @@ import apache_beam as beam
 from beam_pipeline import output
 from beam_pipeline.entries import ShardResult
 from beam_pipeline.failures import BuildFailed
-from beam_pipeline.labels import Vocabulary
+from beam_pipeline.labels import Vocabulary, unknown_class_name
 from beam_pipeline.rejections import DISCOVER, Rejection
 from beam_pipeline.sharding import SplitPlan
 from schemas import DEAD_LETTER_FILE, SCHEMA_VERSION, DatasetInfo, SplitInfo
@@ -37,6 +37,7 @@ class FinalizeSpec:
     options: dict[str, Any]
     source: dict[str, Any]
     versions: dict[str, str]
+    vocabulary_source: str = "the classes seen in the train split"  # for messages
 
 
 def assemble_info(
@@ -90,6 +91,75 @@ def _check_error_budget(
             f"{bad} of {total} images rejected ({bad / total:.2%}), more than "
             f"--max_bad_fraction={spec.max_bad_fraction}; reasons {dict(reasons.most_common())}; "
             f"see {join(spec.output_dir, DEAD_LETTER_FILE)}"
+        )
+
+
+def check_index_budget(
+    spec: FinalizeSpec, index_counts: Mapping[str, int], rejections: Iterable[Rejection]
+) -> None:
+    """Raises BuildFailed when the index alone already breaks --max_bad_fraction.
+
+    `rejections` are those known before any image is read (discovery, annotations, labels).
+    The message names the classes outside the vocabulary, most frequent first, and where the
+    vocabulary came from, since that is the usual cause and fix.
+    """
+    images = [r for r in rejections if r.is_image]
+    total = sum(index_counts.values()) + sum(1 for r in images if r.stage == DISCOVER)
+    bad = len(images)
+    if not total or bad <= spec.max_bad_fraction * total:
+        return
+    reasons = collections.Counter(r.reason for r in images)
+    unknown = collections.Counter(
+        unknown_class_name(r.detail) for r in images if r.reason == "unknown_class"
+    )
+    unknown.pop(None, None)
+    message = (
+        f"{bad} of {total} images rejected before any image was read ({bad / total:.2%}), more "
+        f"than --max_bad_fraction={spec.max_bad_fraction}; reasons {dict(reasons.most_common())}"
+    )
+    if unknown:
+        message += (
+            f"; classes outside the vocabulary ({spec.vocabulary_source}), most frequent "
+            f"first: {dict(unknown.most_common(10))}"
+        )
+    raise BuildFailed(f"{message}; see {join(spec.output_dir, DEAD_LETTER_FILE)}")
+
+
+class _CheckIndexFn(beam.DoFn):
+    def __init__(self, spec: FinalizeSpec):
+        self._spec = spec
+
+    def process(self, _, index_counts, rejections):
+        try:
+            check_index_budget(self._spec, index_counts, rejections)
+        except BuildFailed:
+            output.write_dead_letter(self._spec.output_dir, sorted(set(rejections)))
+            raise
+        yield True
+
+
+class CheckIndexBudget(beam.PTransform):
+    """Runs once the index is labelled; outputs True, or fails the build before any shard.
+
+    Hand its output to WriteShards as `gate`, so no shard is written before it passed.
+    """
+
+    def __init__(self, spec: FinalizeSpec, *, index_counts, rejected):
+        super().__init__()
+        self._spec = spec
+        self._inputs = (index_counts, rejected)
+
+    def expand(self, pbegin):
+        index_counts, rejected = self._inputs
+        return (
+            pbegin
+            | "Once" >> beam.Create([None])
+            | "Check"
+            >> beam.ParDo(
+                _CheckIndexFn(self._spec),
+                index_counts=beam.pvalue.AsDict(index_counts),
+                rejections=beam.pvalue.AsList(rejected),
+            )
         )
 
 

@@ -8,6 +8,7 @@ one (ILSVRC CLS-LOC train), otherwise the background class, which is the last in
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from collections.abc import Iterable
 
@@ -55,6 +56,18 @@ class Vocabulary(ClassList):
             raise InputError(
                 "unknown_class", f"class {name!r} is not in the vocabulary of {len(self.classes)}"
             ) from None
+
+
+def unknown_class_name(detail: str) -> str | None:
+    """The class an `unknown_class` rejection's detail names (as `Vocabulary.index` writes it)."""
+    head, found, _ = detail.partition(" is not in the vocabulary")
+    if not found or not head.startswith("class "):
+        return None
+    try:
+        name = ast.literal_eval(head[len("class ") :])
+    except (ValueError, SyntaxError):
+        return None
+    return name if isinstance(name, str) else None
 
 
 def parse_labels_file(text: str) -> tuple[str, ...]:

@@ -29,7 +29,7 @@ from beam_pipeline import layouts
 from beam_pipeline.discovery import DiscoverImages
 from beam_pipeline.failures import BUILD_FAILED_MARKER
 from beam_pipeline.fileio import has_files, match, read_file, subdirectories
-from beam_pipeline.finalize import Finalize, FinalizeSpec
+from beam_pipeline.finalize import CheckIndexBudget, Finalize, FinalizeSpec
 from beam_pipeline.labelling import (
     BuildVocabulary,
     ClassifySplits,
@@ -111,24 +111,11 @@ def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollect
     labelled, label_rejected = parsed | "LabelImages" >> LabelImages(
         vocabulary, split_kinds, plan.root
     )
-    num_shards = {split: config.num_shards_for(split) for split in plan.splits}
-    assigned, plans = labelled | "AssignShards" >> AssignShards(
-        config.seed, num_shards, config.target_shard_bytes
-    )
-    results, write_rejected = assigned | "WriteShards" >> WriteShards(
-        plan.root, config.output_dir, config.image_policy, vocabulary, plans, resume=config.resume
-    )
     index_counts = (
         entries
         | "SplitOfEntry" >> beam.Map(lambda entry: entry.split)
         | "CountPerSplit" >> beam.combiners.Count.PerElement()
     )
-    rejected = (
-        found_rejected,
-        parse_rejected,
-        label_rejected,
-        write_rejected,
-    ) | "AllRejected" >> beam.Flatten()
     spec = FinalizeSpec(
         output_dir=config.output_dir,
         splits=plan.splits,
@@ -136,7 +123,32 @@ def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollect
         options=config.to_metadata(),
         source={"input_dir": config.input_dir, "layout": plan.layout},
         versions=_versions(),
+        vocabulary_source=(
+            f"--labels_file {config.labels_file}"
+            if config.labels_file
+            else "the classes seen in the train split; --labels_file names them"
+        ),
     )
+    index_rejected = (found_rejected, parse_rejected, label_rejected) | "IndexRejected" >> (
+        beam.Flatten()
+    )
+    checked = pipeline | "CheckIndexBudget" >> CheckIndexBudget(
+        spec, index_counts=index_counts, rejected=index_rejected
+    )
+    num_shards = {split: config.num_shards_for(split) for split in plan.splits}
+    assigned, plans = labelled | "AssignShards" >> AssignShards(
+        config.seed, num_shards, config.target_shard_bytes
+    )
+    results, write_rejected = assigned | "WriteShards" >> WriteShards(
+        plan.root,
+        config.output_dir,
+        config.image_policy,
+        vocabulary,
+        plans,
+        resume=config.resume,
+        gate=checked,
+    )
+    rejected = (index_rejected, write_rejected) | "AllRejected" >> beam.Flatten()
     return pipeline | "Finalize" >> Finalize(
         spec,
         vocabulary=vocabulary,

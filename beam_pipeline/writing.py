@@ -155,7 +155,7 @@ class _WriteShardFn(beam.DoFn):
         if reader is not None:
             reader.shutdown(wait=False, cancel_futures=True)
 
-    def process(self, element, vocabulary: Vocabulary, plans):
+    def process(self, element, vocabulary: Vocabulary, plans, gate=None):
         (split, index), members = element
         members = sorted(members, key=lambda m: m[0])
         num_shards = plans[split].num_shards
@@ -230,10 +230,20 @@ class WriteShards(beam.PTransform):
     """Assigned entries → one TFRecord file per (split, shard); output (results, rejected)."""
 
     def __init__(
-        self, input_dir: str, output_dir: str, policy: ImagePolicy, vocabulary, plans, resume=False
+        self,
+        input_dir: str,
+        output_dir: str,
+        policy: ImagePolicy,
+        vocabulary,
+        plans,
+        resume=False,
+        gate=None,
     ):
+        """`gate`, when given, is a singleton PCollection that must exist before any shard is
+        written (a check that fails the build instead of producing it)."""
         super().__init__()
         self._resume = resume
+        self._gate = gate
         self._input_dir = input_dir
         self._output_dir = output_dir
         self._policy = policy
@@ -249,6 +259,7 @@ class WriteShards(beam.PTransform):
                 _WriteShardFn(self._input_dir, self._output_dir, self._policy, self._resume),
                 vocabulary=beam.pvalue.AsSingleton(self._vocabulary),
                 plans=beam.pvalue.AsDict(self._plans),
+                **({} if self._gate is None else {"gate": beam.pvalue.AsSingleton(self._gate)}),
             ).with_outputs(REJECTED, main="results")
         )
         return result.results, result[REJECTED]

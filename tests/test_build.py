@@ -271,23 +271,37 @@ def test_existing_build_is_not_overwritten_without_flag(dirty_tree, tmp_path):
     assert shard_bytes(tmp_path / "out") == first
 
 
-def test_error_budget_fails_loudly_and_commits_nothing(dirty_tree, tmp_path, capsys):
+@pytest.mark.parametrize(
+    "budget, failure, rejected",
+    [
+        # Two rejections are known from the index alone (bad XML, a class outside the
+        # vocabulary): over 1%, the build stops before reading any image.
+        (
+            "0.01",
+            "BUILD FAILED: 2 of 88 images rejected before any image was read (2.27%), more than "
+            "--max_bad_fraction=0.01; reasons {'annotation_malformed': 1, 'unknown_class': 1}; "
+            "classes outside the vocabulary (the classes seen in the train split; --labels_file "
+            "names them), most frequent first: {'unicorn': 1}; see ",
+            2,
+        ),
+        # Within 3% for the index; the damaged images found while writing break it.
+        ("0.03", "BUILD FAILED: 5 of 88 images rejected (5.68%), more than", 5),
+    ],
+)
+def test_error_budget_fails_loudly_and_commits_nothing(
+    dirty_tree, tmp_path, capsys, budget, failure, rejected
+):
     root, _ = dirty_tree
-    argv = [
-        "--input_dir",
-        str(root),
-        "--output_dir",
-        str(tmp_path / "out"),
-        "--max_bad_fraction",
-        "0.01",
-    ]
+    out = tmp_path / "out"
+    argv = ["--input_dir", str(root), "--output_dir", str(out), "--max_bad_fraction", budget]
     assert cli.main(argv) == 1
     message = capsys.readouterr().err
-    assert message.startswith("BUILD FAILED: 5 of 88 images rejected (5.68%)")
-    assert "while running" not in message
-    assert "truncated_image" in message and "rejected.jsonl" in message
-    assert not (tmp_path / "out" / DATASET_INFO_FILE).exists()
-    assert len(dead_letters(tmp_path / "out")) == 5
+    assert message.startswith(failure)
+    assert "while running" not in message and "rejected.jsonl" in message
+    assert not (out / DATASET_INFO_FILE).exists()
+    assert len(dead_letters(out)) == rejected
+    if rejected == 2:
+        assert not list(out.rglob("*.tfrecord*"))
 
 
 def test_missing_split_and_empty_tree_fail_before_writing(tmp_path):

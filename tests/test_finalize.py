@@ -4,7 +4,7 @@ import pytest
 
 from beam_pipeline.entries import ShardResult
 from beam_pipeline.failures import BuildFailed
-from beam_pipeline.finalize import FinalizeSpec, assemble_info
+from beam_pipeline.finalize import FinalizeSpec, assemble_info, check_index_budget
 from beam_pipeline.labels import Vocabulary
 from beam_pipeline.rejections import DISCOVER, IMAGE, Rejection
 from beam_pipeline.sharding import SplitPlan
@@ -168,3 +168,36 @@ def test_a_split_of_unlabelled_examples_is_marked_unlabelled():
     info = assemble_info(spec(("test",)), VOCAB, {"test": plan(2, 1)}, {"test": 2}, results, [])
     assert not info.splits["test"].labelled
     assert info.splits["test"].class_counts == (0, 0, 0)
+
+
+def unknown(name, n):
+    detail = f"class {name!r} is not in the vocabulary of 2"
+    return [
+        Rejection("train", f"/tree/{name}{i}.xml", "label", "unknown_class", detail)
+        for i in range(n)
+    ]
+
+
+def test_the_index_budget_names_the_missing_classes_most_frequent_first():
+    rejections = [
+        *unknown("eel", 3),
+        *unknown("o'clock", 5),
+        rejection("/t/x", "broken_symlink", DISCOVER),
+    ]
+    labels_file = FinalizeSpec(
+        **{**spec(max_bad_fraction=0.1).__dict__, "vocabulary_source": "--labels_file /l.txt"}
+    )
+    with pytest.raises(BuildFailed) as caught:
+        check_index_budget(labels_file, {"train": 20}, rejections)
+    assert str(caught.value) == (
+        "BUILD FAILED: 9 of 21 images rejected before any image was read (42.86%), more than "
+        "--max_bad_fraction=0.1; reasons {'unknown_class': 8, 'broken_symlink': 1}; classes "
+        "outside the vocabulary (--labels_file /l.txt), most frequent first: "
+        "{\"o'clock\": 5, 'eel': 3}; see /out/rejected.jsonl"
+    )
+
+
+def test_the_index_budget_passes_within_the_budget_and_ignores_non_images():
+    strays = [rejection("/t/x.txt", "not_an_image_file", DISCOVER, is_image=False)] * 50
+    check_index_budget(spec(max_bad_fraction=0.1), {"train": 20}, [*unknown("eel", 2), *strays])
+    check_index_budget(spec(max_bad_fraction=0.0), {"train": 0}, [])

@@ -166,3 +166,21 @@ def test_an_xml_class_named_background_fails_the_build_before_any_shard(tmp_path
     assert error.startswith("BUILD FAILED: the train split's annotations or folders: a class is")
     assert "--labels_file" in error
     assert not list(out.glob("*.tfrecord")) and not (out / DATASET_INFO_FILE).exists()
+
+
+def test_a_labels_file_that_misses_classes_fails_before_any_shard_naming_them(tmp_path, capsys):
+    for n in range(6):
+        name = "cat" if n < 2 else "eel" if n < 5 else "owl"
+        ilsvrc_image(tmp_path, "train", f"i{n}", jpeg_bytes(), voc_xml([(name, 1, 1, 9, 9)]))
+    labels = write(tmp_path / "labels.txt", "cat\n")
+    out = tmp_path / "out"
+    argv = ["--input_dir", str(tmp_path), "--output_dir", str(out), "--splits", "train"]
+    assert cli.main([*argv, "--labels_file", str(labels)]) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "BUILD FAILED: 4 of 6 images rejected before any image was read (66.67%), more than "
+        "--max_bad_fraction=0.01; reasons {'unknown_class': 4}; classes outside the vocabulary "
+        f"(--labels_file {labels}), most frequent first: {{'eel': 3, 'owl': 1}}; "
+        f"see {out}/rejected.jsonl"
+    )
+    assert not list(out.rglob("*.tfrecord*")) and not (out / DATASET_INFO_FILE).exists()
+    assert sorted(d["reason"] for d in dead_letters(out)) == ["unknown_class"] * 4

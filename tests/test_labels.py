@@ -12,6 +12,7 @@ from beam_pipeline.labels import (
     main_object_index,
     parse_labels_file,
     split_kind,
+    unknown_class_name,
 )
 from beam_pipeline.rejections import InputError
 
@@ -124,3 +125,11 @@ def test_unlabelled_is_minus_one_with_an_all_zero_one_hot_and_no_name():
 def test_a_class_named_like_the_background_class_is_refused(names):
     with pytest.raises(ValueError, match="a class is named 'background', the name of the back"):
         Vocabulary(names)
+
+
+@pytest.mark.parametrize("name", ["zebra", "o'clock", 'say "hi"', "n09999999"])
+def test_the_unknown_class_is_read_back_from_its_rejection(name):
+    with pytest.raises(InputError) as error:
+        VOCAB.index(name)
+    assert unknown_class_name(error.value.detail) == name
+    assert unknown_class_name("something else") is None
