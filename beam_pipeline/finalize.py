@@ -86,12 +86,8 @@ def _check_error_budget(
     total = sum(s.num_discovered for s in splits.values())
     bad = sum(s.num_rejected for s in splits.values())
     if bad > spec.max_bad_fraction * total:
-        reasons = collections.Counter(r.reason for r in rejections if r.is_image)
-        raise BuildFailed(
-            f"{bad} of {total} images rejected ({bad / total:.2%}), more than "
-            f"--max_bad_fraction={spec.max_bad_fraction}; reasons {dict(reasons.most_common())}; "
-            f"see {join(spec.output_dir, DEAD_LETTER_FILE)}"
-        )
+        images = [r for r in rejections if r.is_image]
+        raise BuildFailed(f"{_over_budget(spec, bad, total, images, '')}; {_see(spec)}")
 
 
 def check_index_budget(
@@ -108,21 +104,29 @@ def check_index_budget(
     bad = len(images)
     if not total or bad <= spec.max_bad_fraction * total:
         return
-    reasons = collections.Counter(r.reason for r in images)
+    message = _over_budget(spec, bad, total, images, " before any image was read")
     unknown = collections.Counter(
         unknown_class_name(r.detail) for r in images if r.reason == "unknown_class"
     )
     unknown.pop(None, None)
-    message = (
-        f"{bad} of {total} images rejected before any image was read ({bad / total:.2%}), more "
-        f"than --max_bad_fraction={spec.max_bad_fraction}; reasons {dict(reasons.most_common())}"
-    )
     if unknown:
         message += (
             f"; classes outside the vocabulary ({spec.vocabulary_source}), most frequent "
             f"first: {dict(unknown.most_common(10))}"
         )
-    raise BuildFailed(f"{message}; see {join(spec.output_dir, DEAD_LETTER_FILE)}")
+    raise BuildFailed(f"{message}; {_see(spec)}")
+
+
+def _over_budget(spec: FinalizeSpec, bad: int, total: int, images: list[Rejection], when: str):
+    reasons = collections.Counter(r.reason for r in images)
+    return (
+        f"{bad} of {total} images rejected{when} ({bad / total:.2%}), more than "
+        f"--max_bad_fraction={spec.max_bad_fraction}; reasons {dict(reasons.most_common())}"
+    )
+
+
+def _see(spec: FinalizeSpec) -> str:
+    return f"see {join(spec.output_dir, DEAD_LETTER_FILE)}"
 
 
 class _CheckIndexFn(beam.DoFn):

@@ -233,7 +233,8 @@ def _known_flags(parser: argparse.ArgumentParser) -> list[str]:
 
 def _beam_parser(beam_argv: Sequence[str]) -> argparse.ArgumentParser:
     """The parser Beam itself builds from every registered PipelineOptions class."""
-    runner = PipelineOptions(beam_argv).view_as(StandardOptions).runner
+    options = PipelineOptions(beam_argv)
+    runner = options.view_as(StandardOptions).runner
     if runner:
         # A runner's own options (e.g. Dask's) register when its module is imported.
         with contextlib.suppress(Exception):
@@ -243,7 +244,7 @@ def _beam_parser(beam_argv: Sequence[str]) -> argparse.ArgumentParser:
     level = beam_logger.level
     beam_logger.setLevel(logging.ERROR)  # its "Discarding unparseable args": ours says more
     try:
-        PipelineOptions(beam_argv).get_all_options(add_extra_args_fn=captured.append)
+        options.get_all_options(add_extra_args_fn=captured.append)
     finally:
         beam_logger.setLevel(level)
     return captured[0]

@@ -7,11 +7,15 @@ val = load_dataset("out/", "validation", batch_size=64)
 model.fit(train, validation_data=val, epochs=10, class_weight=info.class_weight())
 """
 
-import warnings
-
 from loaders.config import ReadConfig
 from loaders.dataset import load_dataset
-from loaders.info import BuildInfo, CorruptDatasetError, IncompleteDatasetError, dataset_info
+from loaders.info import (
+    BuildInfo,
+    CorruptDatasetError,
+    IncompleteDatasetError,
+    dataset_info,
+    renamed,
+)
 from loaders.preprocessing import preprocess_for_eval, preprocess_for_train
 
 __all__ = [
@@ -28,11 +32,4 @@ __all__ = [
 
 def __getattr__(name: str) -> type[BuildInfo]:
     """PEP 562: the old name `Dataset` still works for one release, with a warning."""
-    if name == "Dataset":
-        warnings.warn(
-            "loaders.Dataset is renamed loaders.BuildInfo; the old name will be removed",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return BuildInfo
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return renamed(__name__, name)

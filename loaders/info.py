@@ -99,13 +99,17 @@ def dataset_info(data_dir: str) -> BuildInfo:
         return BuildInfo(data_dir.rstrip("/"), DatasetInfo.from_json(f.read()))
 
 
-def __getattr__(name: str) -> type[BuildInfo]:
-    """PEP 562: the old name `Dataset` still works for one release, with a warning."""
+def renamed(module: str, name: str) -> type[BuildInfo]:
+    """A module's PEP 562 `__getattr__`: `Dataset` still works for one release, with a warning."""
     if name == "Dataset":
         warnings.warn(
-            "loaders.info.Dataset is renamed loaders.info.BuildInfo; the old name will be removed",
+            f"{module}.Dataset is renamed {module}.BuildInfo; the old name will be removed",
             DeprecationWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
         return BuildInfo
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+
+def __getattr__(name: str) -> type[BuildInfo]:
+    return renamed(__name__, name)
