@@ -5,6 +5,9 @@ ILSVRC CLS-LOC   ROOT/Data/CLS-LOC/<split>/...X.JPEG   ROOT/Annotations/CLS-LOC/
                  (train, and often val: <split>/<synset>/X.JPEG; the folder names the class)
 Pascal VOC       ROOT[/VOC2007]/{JPEGImages,Annotations,ImageSets/Main/<split>.txt}
 
+A tree may also lie one level below the directory given (`locate_tree`): download folders
+wrap `VOCdevkit/` or `ILSVRC/`.
+
 A plan is a list of directories to walk (`ListingTask`s) and, for VOC, the split lists' image
 ids; `pairing` turns what the walks find into index entries. File-system access is injected
 (`has_files`, `match`, `read_text`) so this module stays pure and testable; the pipeline passes
@@ -82,8 +85,8 @@ class DiscoveryPlan:
 HasFiles = Callable[[str], bool]
 
 
-def detect_layout(root: str, has_files: HasFiles) -> str:
-    """Names the layout of the tree at `root`; raises LayoutError when it is none or ambiguous."""
+def _layouts_at(root: str, has_files: HasFiles) -> list[str]:
+    """The layouts whose marker directories hold files at `root` (VOC only when no ILSVRC)."""
     found = []
     if has_files(join(root, "Data", "DET")):
         found.append(ILSVRC_DET)
@@ -92,14 +95,64 @@ def detect_layout(root: str, has_files: HasFiles) -> str:
     voc_lists = (join(root, "ImageSets", "Main"), join(root, "*", "ImageSets", "Main"))
     if not found and any(has_files(pattern) for pattern in voc_lists):
         found.append(VOC)
+    return found
+
+
+def _not_a_tree(root: str) -> LayoutError:
+    return LayoutError(
+        f"{root} is not an ILSVRC (Data/DET, Data/CLS-LOC) or Pascal VOC "
+        "(JPEGImages, Annotations, ImageSets/Main) tree, nor holds one in a subdirectory, "
+        "or it holds no files"
+    )
+
+
+def detect_layout(root: str, has_files: HasFiles) -> str:
+    """Names the layout of the tree at `root`; raises LayoutError when it is none or ambiguous."""
+    found = _layouts_at(root, has_files)
     if not found:
-        raise LayoutError(
-            f"{root} is not an ILSVRC (Data/DET, Data/CLS-LOC) or Pascal VOC "
-            "(JPEGImages, Annotations) tree, or it holds no files"
-        )
+        raise _not_a_tree(root)
     if len(found) > 1:
         raise LayoutError(f"{root} holds several layouts {found}; choose one with --layout")
     return found[0]
+
+
+def locate_tree(
+    root: str,
+    layout: str,
+    has_files: HasFiles,
+    subdirectories: Callable[[str], list[str]] = lambda _: [],
+) -> tuple[str, str]:
+    """(tree root, layout): `root` itself, or the one subdirectory that holds the tree.
+
+    Downloads put the tree one level down (`X/VOCdevkit/VOC2007/...`, Kaggle's
+    `X/ILSVRC/Data/CLS-LOC/...`); when `root` holds no tree of the wanted layout (`AUTO`: any)
+    but exactly one of its subdirectories does, that one is the tree. Several candidates, or
+    none, raise LayoutError naming them. `subdirectories` lists a local directory's
+    subdirectories that hold files (`fileio.subdirectories`; [] for object stores, where only
+    `root` itself is looked at).
+    """
+    root = root.rstrip("/") or "/"
+    wanted = LAYOUTS if layout == AUTO else (layout,)
+    here = [found for found in _layouts_at(root, has_files) if found in wanted]
+    if here or layout != AUTO and not subdirectories(root):
+        return root, (detect_layout(root, has_files) if layout == AUTO else layout)
+    below = [
+        (join(root, name), found)
+        for name in subdirectories(root)
+        for found in _layouts_at(join(root, name), has_files)
+        if found in wanted
+    ]
+    if len(below) == 1:
+        return below[0]
+    if len({path for path, _ in below}) == 1:
+        names = [found for _, found in below]
+        raise LayoutError(f"{below[0][0]} holds several layouts {names}; choose one with --layout")
+    if below:
+        trees = ", ".join(f"{path} ({found})" for path, found in below)
+        raise LayoutError(f"{root} holds several trees: {trees}; pass one as --input_dir")
+    if layout != AUTO:
+        return root, layout  # plan_discovery names what is missing
+    raise _not_a_tree(root)
 
 
 def _voc_years(root: str, match: Callable[[str], list[str]]) -> list[tuple[str, str]]:

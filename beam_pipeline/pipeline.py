@@ -61,12 +61,14 @@ def prepare(config: BuildConfig) -> Prepared:
         raise ValueError(f"--input_dir {config.input_dir} does not exist or holds no files")
     if config.labels_file and not FileSystems.exists(config.labels_file):
         raise ValueError(f"--labels_file {config.labels_file} does not exist")
-    layout = config.layout
-    if layout == layouts.AUTO:
-        layout = layouts.detect_layout(config.input_dir, has_files)
-        logger.info("Detected layout %s in %s", layout, config.input_dir)
+    root, layout = layouts.locate_tree(
+        config.input_dir, config.layout, has_files, subdirectories
+    )
+    if root != config.input_dir.rstrip("/"):
+        logger.info("Found the %s tree in %s", layout, root)
+    logger.info("Layout %s in %s", layout, root)
     plan = layouts.plan_discovery(
-        config.input_dir,
+        root,
         layout,
         config.splits,
         has_files,
@@ -83,7 +85,7 @@ def prepare(config: BuildConfig) -> Prepared:
             raise ValueError(f"--labels_file {config.labels_file}: {error}") from None
     elif "train" not in plan.splits:
         raise ValueError("without the train split the vocabulary is unknown: pass --labels_file")
-    return Prepared(dataclasses.replace(config, layout=layout), plan, classes)
+    return Prepared(dataclasses.replace(config, input_dir=root, layout=layout), plan, classes)
 
 
 def _versions() -> dict[str, str]:

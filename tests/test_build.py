@@ -378,6 +378,17 @@ def test_voc_tree_from_the_corpus(tmp_path):
     assert not info.splits["test"].labelled and info.splits["train"].labelled
 
 
+def test_voc_inside_a_download_folder_builds_as_its_devkit(tmp_path):
+    devkit = tmp_path / "VOCtrainval_06-Nov-2007" / "VOCdevkit"
+    shutil.copytree(CORPUS / "datumaro/voc_dataset/voc_dataset1", devkit / "VOC2007")
+    (devkit.parent / "notes.txt").write_text("the download's own files")
+    direct = build(devkit, tmp_path / "direct", "--splits", "train,test")
+    found = build(devkit.parent, tmp_path / "found", "--splits", "train,test")
+    assert found.source == direct.source == {"input_dir": str(devkit), "layout": "voc"}
+    assert shard_bytes(tmp_path / "found") == shard_bytes(tmp_path / "direct")
+    assert read_split(tmp_path / "found", "train")[0][F.SOURCE_ID] == [b"VOC2007/2007_000001"]
+
+
 def test_resize_policy_and_labels_file(tmp_path):
     ilsvrc_image(
         tmp_path / "in", "train", "a", jpeg_bytes(80, 40), voc_xml([("dog", 8, 4, 40, 20)])

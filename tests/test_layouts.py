@@ -1,9 +1,11 @@
+import shutil
+
 import pytest
 from helpers import CORPUS, ilsvrc_image, jpeg_bytes, write
 
 from beam_pipeline import layouts, pairing
 from beam_pipeline.entries import FileRef
-from beam_pipeline.fileio import has_files, match
+from beam_pipeline.fileio import has_files, match, subdirectories
 from beam_pipeline.rejections import Rejection
 
 VOC1 = CORPUS / "datumaro/voc_dataset/voc_dataset1"
@@ -141,3 +143,44 @@ def test_voc_image_in_no_requested_split_is_not_an_entry():
         "VOC/7", [ref("d/7.jpg", "VOC/7", split="")], [], [], "/r"
     )
     assert entries == [] and rejections == []
+
+
+def test_a_tree_one_level_down_is_found(tmp_path):
+    voc = tmp_path / "VOCtrainval" / "VOCdevkit"
+    shutil.copytree(VOC1, voc / "VOC2007")
+    write(tmp_path / "VOCtrainval" / "README.txt", "a download folder")
+    ilsvrc_image(tmp_path / "kaggle" / "ILSVRC", "train", "n01/x", b"x", task="CLS-LOC")
+    write(tmp_path / "kaggle" / "LOC_synset_mapping.txt", "n01 a class\n")
+
+    def locate(root, layout=layouts.AUTO):
+        return layouts.locate_tree(str(root), layout, has_files, subdirectories)
+
+    assert locate(tmp_path / "VOCtrainval") == (str(voc), layouts.VOC)
+    assert locate(voc) == (str(voc), layouts.VOC)  # at the root itself: kept
+    assert locate(tmp_path / "kaggle") == (str(tmp_path / "kaggle/ILSVRC"), layouts.ILSVRC_CLS_LOC)
+    kaggle = locate(tmp_path / "kaggle", layouts.ILSVRC_CLS_LOC)
+    assert kaggle == (str(tmp_path / "kaggle/ILSVRC"), layouts.ILSVRC_CLS_LOC)
+    # Asked for another layout than the one below: the root is kept, planning names the gap.
+    assert locate(tmp_path / "kaggle", layouts.ILSVRC_DET) == (
+        str(tmp_path / "kaggle"),
+        layouts.ILSVRC_DET,
+    )
+
+
+def test_several_trees_below_or_none_are_refused_naming_them(tmp_path):
+    ilsvrc_image(tmp_path / "a", "train", "x", b"x")
+    ilsvrc_image(tmp_path / "b", "train", "n01/x", b"x", task="CLS-LOC")
+    with pytest.raises(layouts.LayoutError) as error:
+        layouts.locate_tree(str(tmp_path), layouts.AUTO, has_files, subdirectories)
+    assert str(error.value) == (
+        f"{tmp_path} holds several trees: {tmp_path}/a (ilsvrc_det), "
+        f"{tmp_path}/b (ilsvrc_cls_loc); pass one as --input_dir"
+    )
+    found = layouts.locate_tree(str(tmp_path), layouts.ILSVRC_DET, has_files, subdirectories)
+    assert found == (f"{tmp_path}/a", layouts.ILSVRC_DET)
+    ilsvrc_image(tmp_path / "b", "train", "y", b"x")  # b now holds DET and CLS-LOC
+    with pytest.raises(layouts.LayoutError, match=r"b holds several layouts .*--layout$"):
+        layouts.locate_tree(str(tmp_path / "b"), layouts.AUTO, has_files, subdirectories)
+    write(tmp_path / "photos" / "deep" / "a.jpg", b"x")
+    with pytest.raises(layouts.LayoutError, match="nor holds one in a subdirectory"):
+        layouts.locate_tree(str(tmp_path / "photos"), layouts.AUTO, has_files, subdirectories)
