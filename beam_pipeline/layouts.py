@@ -134,7 +134,7 @@ def locate_tree(
     root = root.rstrip("/") or "/"
     wanted = LAYOUTS if layout == AUTO else (layout,)
     here = [found for found in _layouts_at(root, has_files) if found in wanted]
-    if here or layout != AUTO and not subdirectories(root):
+    if here:
         return root, (detect_layout(root, has_files) if layout == AUTO else layout)
     below = [
         (join(root, name), found)

@@ -61,9 +61,7 @@ def prepare(config: BuildConfig) -> Prepared:
         raise ValueError(f"--input_dir {config.input_dir} does not exist or holds no files")
     if config.labels_file and not FileSystems.exists(config.labels_file):
         raise ValueError(f"--labels_file {config.labels_file} does not exist")
-    root, layout = layouts.locate_tree(
-        config.input_dir, config.layout, has_files, subdirectories
-    )
+    root, layout = layouts.locate_tree(config.input_dir, config.layout, has_files, subdirectories)
     if root != config.input_dir.rstrip("/"):
         logger.info("Found the %s tree in %s", layout, root)
     logger.info("Layout %s in %s", layout, root)
