@@ -32,6 +32,7 @@ setuptools.setup(
         "numpy>=1.26",
         "google-crc32c>=1.5",
         "protobuf>=4.25",
+        "rich>=13",
     ],
     extras_require={
         "loader": ["tensorflow>=2.16"],

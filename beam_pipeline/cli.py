@@ -1,4 +1,4 @@
-"""Entry point: parse flags, configure logging, run the build, print a summary."""
+"""Entry point: the console, the flags, the build, the summary."""
 
 from __future__ import annotations
 
@@ -8,14 +8,10 @@ import ctypes
 import logging
 import os
 import sys
+import time
 from collections.abc import Sequence
 
-from beam_pipeline.layouts import LayoutError
-from beam_pipeline.options import BuildOptions
-from beam_pipeline.output import OutputExistsError, OutputNotWritableError
-from beam_pipeline.pipeline import failure_message, run
-from schemas import DEAD_LETTER_FILE, LABEL_SOURCES, SplitInfo
-from schemas.classes import FROM_BACKGROUND, FROM_FOLDER, FROM_NOTHING, FROM_XML
+from beam_pipeline import console
 
 # glibc mallopt parameters, and the environment variables that set them in child processes.
 _MALLOC_SETTINGS = (
@@ -47,32 +43,28 @@ def tune_malloc() -> None:
             libc.mallopt(parameter, int(os.environ[variable]))
 
 
-_SOURCE_WORDS = {
-    FROM_XML: "from XML",
-    FROM_FOLDER: "from the class folder",
-    FROM_BACKGROUND: "background",
-    FROM_NOTHING: "unlabelled (label -1)",
-}
-
-
-def label_summary(split: SplitInfo) -> str:
-    """Where a split's labels came from, e.g. `900 from XML, 100 background`."""
-    parts = [
-        f"{split.label_sources[source]} {_SOURCE_WORDS[source]}"
-        for source in LABEL_SOURCES
-        if split.label_sources.get(source)
-    ]
-    if split.folder_disagreements:
-        parts.append(f"{split.folder_disagreements} whose XML and folder name different classes")
-    return ", ".join(parts) or "none"
+logger = logging.getLogger(__name__)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Runs a build; returns the process exit code (0 ok, 2 bad arguments or tree, 1 failed)."""
-    tune_malloc()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    logging.getLogger("apache_beam").setLevel(logging.WARNING)
+    """Runs a build; returns the process exit code (0 ok, 2 bad arguments or tree, 1 failed).
+
+    The console (`console.BuildConsole`) is entered before Beam is imported, so everything the
+    runner and the libraries print goes to the log file rather than the terminal.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
+    flags = console.console_flags(argv)
+    with console.BuildConsole(flags.log_file, verbose=flags.verbose, quiet=flags.quiet) as out:
+        return _main(argv, out)
+
+
+def _main(argv: list[str], out: console.BuildConsole) -> int:
+    tune_malloc()
+    from beam_pipeline import pipeline
+    from beam_pipeline.layouts import LayoutError
+    from beam_pipeline.options import BuildOptions
+    from beam_pipeline.output import OutputExistsError, OutputNotWritableError
+
     if not argv or "-h" in argv or "--help" in argv:
         parser = argparse.ArgumentParser(
             prog="python -m beam_pipeline",
@@ -84,21 +76,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         BuildOptions._add_argparse_args(parser)
         parser.print_help()
         return 0
+    logger.info("Command line: %s", argv)
+    started = time.monotonic()
     try:
-        info = run(argv)
+        options, prepared = pipeline.prepare_build(argv)
     except (ValueError, LayoutError, OutputExistsError, OutputNotWritableError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        logger.error("Refused: %s", error)
+        out.say(f"error: {error}")
         return 2
-    except Exception as error:  # noqa: BLE001 - the runner wraps every failure
-        print(failure_message(error), file=sys.stderr)
-        return 1
-    for name, split in sorted(info.splits.items()):
-        print(
-            f"{name}: {split.num_examples} examples in {split.num_shards} shards "
-            f"({split.num_rejected} of {split.num_discovered} images rejected); "
-            f"labels: {label_summary(split)}"
+    config = prepared.config
+    out.say(
+        f"Building {config.output_dir} from {config.input_dir} ({config.layout}); "
+        f"full log: {out.log_path}"
+    )
+    try:
+        with out.progress(config.output_dir) as live:
+            info = pipeline.execute(options, prepared)
+            if live is not None:
+                live.finish(sum(s.num_examples + s.num_rejected for s in info.splits.values()))
+    except KeyboardInterrupt:
+        logger.error("Interrupted", exc_info=True)
+        out.say(
+            "BUILD INTERRUPTED: nothing was committed; rerun with --resume to keep the shards "
+            "already written"
         )
-    print(f"{info.num_classes} classes + background (index {info.background_index})")
-    if info.failures:
-        print(f"rejected files by reason: {info.failures}; see {DEAD_LETTER_FILE}")
+        out.say(f"full log: {out.log_path}")
+        return 130
+    except Exception as error:
+        logger.error("Build failed", exc_info=error)
+        out.say(pipeline.failure_message(error))
+        out.say(f"full log: {out.log_path}")
+        return 1
+    console.print_summary(
+        sys.stdout,
+        info,
+        input_dir=config.input_dir,
+        output_dir=config.output_dir,
+        seconds=time.monotonic() - started,
+        log_path=out.log_path,
+    )
     return 0

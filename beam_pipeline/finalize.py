@@ -17,7 +17,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from beam_pipeline import output
+from beam_pipeline import output, watch
 from beam_pipeline.entries import ShardResult
 from beam_pipeline.failures import BuildFailed
 from beam_pipeline.labels import Vocabulary, unknown_class_name
@@ -139,6 +139,8 @@ class _CheckIndexFn(beam.DoFn):
         except BuildFailed:
             output.write_dead_letter(self._spec.output_dir, sorted(set(rejections)))
             raise
+        read_later = sum(1 for r in rejections if r.is_image and r.stage != DISCOVER)
+        watch.report(self._spec.output_dir, watch.TO_WRITE, sum(index_counts.values()) - read_later)
         yield True
 
 

@@ -13,6 +13,7 @@ import apache_beam as beam
 from apache_beam.typehints import Tuple
 
 import beam_pipeline.coders  # noqa: F401 - registers the compact element coders
+from beam_pipeline import watch
 from beam_pipeline.annotations import parse_annotation
 from beam_pipeline.entries import IndexEntry, LabelledEntry, ParsedEntry
 from beam_pipeline.failures import BuildFailed
@@ -30,10 +31,22 @@ from schemas.paths import join
 
 
 class _ParseAnnotationFn(beam.DoFn):
-    def __init__(self, root: str):
+    def __init__(self, root: str, output_dir: str | None):
         self._root = root
+        self._output_dir = output_dir
+
+    def setup(self):
+        self._indexed = None
+        if self._output_dir is not None:
+            self._indexed = watch.Tally(self._output_dir, watch.INDEXED)
+
+    def finish_bundle(self):
+        if self._indexed is not None:
+            self._indexed.flush()
 
     def process(self, entry: IndexEntry):
+        if self._indexed is not None:
+            self._indexed.add()
         if entry.annotation_filename is None:
             yield ParsedEntry(entry, None)
             return
@@ -48,16 +61,20 @@ class _ParseAnnotationFn(beam.DoFn):
 
 
 class ParseAnnotations(beam.PTransform):
-    """IndexEntry → ParsedEntry (annotation parsed); output (parsed, rejected)."""
+    """IndexEntry → ParsedEntry (annotation parsed); output (parsed, rejected).
 
-    def __init__(self, root: str):
+    With `output_dir`, the count of images indexed is reported live (`watch`).
+    """
+
+    def __init__(self, root: str, output_dir: str | None = None):
         super().__init__()
         self._root = root
+        self._output_dir = output_dir
 
     def expand(self, entries):
-        result = entries | "Parse" >> beam.ParDo(_ParseAnnotationFn(self._root)).with_output_types(
-            ParsedEntry
-        ).with_outputs(REJECTED, main="parsed")
+        result = entries | "Parse" >> beam.ParDo(
+            _ParseAnnotationFn(self._root, self._output_dir)
+        ).with_output_types(ParsedEntry).with_outputs(REJECTED, main="parsed")
         return result.parsed, result[REJECTED]
 
 

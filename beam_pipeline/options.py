@@ -20,6 +20,7 @@ from typing import Any
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.runner import create_runner
 
+from beam_pipeline.console import add_console_flags
 from beam_pipeline.images import EXACT, ORIGINAL, RESIZE_MODES, SHORTER_SIDE, ImagePolicy
 from beam_pipeline.layouts import AUTO, DEFAULT_SPLITS, LAYOUTS, output_split
 from beam_pipeline.sharding import DEFAULT_TARGET_SHARD_BYTES
@@ -94,6 +95,7 @@ class BuildOptions(PipelineOptions):
             default=False,
             help="After a crash, keep the shards that are complete and intact; write the rest.",
         )
+        add_console_flags(parser)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,7 +25,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from beam_pipeline import layouts
+from beam_pipeline import layouts, watch
 from beam_pipeline.discovery import DiscoverImages
 from beam_pipeline.failures import BUILD_FAILED_MARKER
 from beam_pipeline.fileio import has_files, match, read_file, subdirectories
@@ -102,7 +102,9 @@ def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollect
     """Adds the build to `pipeline`; returns the PCollection holding the committed DatasetInfo."""
     config, plan = prepared.config, prepared.plan
     entries, found_rejected = pipeline | "DiscoverImages" >> DiscoverImages(plan)
-    parsed, parse_rejected = entries | "ParseAnnotations" >> ParseAnnotations(plan.root)
+    parsed, parse_rejected = entries | "ParseAnnotations" >> ParseAnnotations(
+        plan.root, config.output_dir
+    )
     if prepared.classes is not None:
         vocabulary = pipeline | "Vocabulary" >> beam.Create([Vocabulary(prepared.classes)])
     else:
@@ -175,33 +177,71 @@ def pipeline_options(argv: Sequence[str] | None = None) -> PipelineOptions:
     return options
 
 
-def run(argv: Sequence[str] | None = None) -> DatasetInfo:
-    """Parses flags, builds and runs the pipeline, and returns the committed DatasetInfo.
+def prepare_build(argv: Sequence[str]) -> tuple[PipelineOptions, Prepared]:
+    """Everything before the pipeline: flags, tree, labels file and output directory.
 
     Raises:
       ValueError, layouts.LayoutError: bad or unknown flags, or a bad input tree (before
         anything is written).
       output.OutputExistsError: a complete build is in the way.
       output.OutputNotWritableError: the output location cannot be written.
-      RuntimeError: the pipeline failed; a message starting with 'BUILD FAILED:' when the
-        build ran but could not be committed (error budget, empty split, lost images).
     """
-    argv = list(argv) if argv is not None else sys.argv[1:]
+    argv = list(argv)
     options = pipeline_options(beam_argv(argv))  # the project's flags never reach Beam
     config = BuildConfig.from_options(PipelineOptions(argv))
     prepared = prepare(config)
     prepare_output(config.output_dir, overwrite=config.overwrite, resume=config.resume)
-    with beam.Pipeline(options=options) as pipeline:
-        build_pipeline(pipeline, prepared)
-    info_path = join(config.output_dir, DATASET_INFO_FILE)
+    watch.clear(config.output_dir)
+    return options, prepared
+
+
+def execute(options: PipelineOptions, prepared: Prepared) -> DatasetInfo:
+    """Runs the build; returns the committed DatasetInfo.
+
+    Raises:
+      RuntimeError: the pipeline failed; a message starting with 'BUILD FAILED:' when the
+        build ran but could not be committed (error budget, empty split, lost images).
+    """
+    try:
+        with beam.Pipeline(options=options) as pipeline:
+            build_pipeline(pipeline, prepared)
+    finally:
+        watch.clear(prepared.config.output_dir)
+    info_path = join(prepared.config.output_dir, DATASET_INFO_FILE)
     return DatasetInfo.from_json(read_file(info_path).decode("utf-8"))
 
 
+def run(argv: Sequence[str] | None = None) -> DatasetInfo:
+    """Parses flags, builds and runs the pipeline, and returns the committed DatasetInfo.
+
+    Raises what `prepare_build` and `execute` raise.
+    """
+    return execute(*prepare_build(sys.argv[1:] if argv is None else argv))
+
+
+_EXCEPTION_LINE = re.compile(r"^((?:\w+\.)*\w*(?:Error|Exception|Exit|Interrupt)): (.*)$")
+_STEP = re.compile(r" ?\[while running '([^']*)'\].*$")
+
+
 def failure_message(error: BaseException) -> str:
-    """The 'BUILD FAILED: ...' line inside a runner's wrapped exception, or its first line."""
+    """One line, starting 'BUILD FAILED:', for an exception a pipeline run raised.
+
+    A `BuildFailed` anywhere in the runner's wrapped text is returned as it is. Anything else
+    (a bug, an I/O error) becomes its last `Type: message` line (worker processes send their
+    tracebacks as text; the last line is the runner's re-raise of the original error, naming
+    the step) and the step that raised it; the traceback is in the log.
+    """
     text = str(error)
     for line in text.splitlines():
         if BUILD_FAILED_MARKER in line:
             line = line[line.index(BUILD_FAILED_MARKER) :]
-            return re.sub(r" \[while running '[^']*'\].*$", "", line).strip().strip("'\"")
-    return text.splitlines()[0] if text else type(error).__name__
+            return _STEP.sub("", line).strip().strip("'\"")
+    kind, message = type(error).__name__, text.splitlines()[0] if text else ""
+    for line in text.splitlines():
+        found = _EXCEPTION_LINE.match(line)
+        if found and not found.group(2).startswith("Traceback"):
+            kind, message = found.group(1), found.group(2)
+    step = _STEP.search(message)
+    where = f" (in step {step.group(1)})" if step else ""
+    message = _STEP.sub("", message).strip()
+    return f"{BUILD_FAILED_MARKER} {kind}: {message}{where}; the traceback is in the log"

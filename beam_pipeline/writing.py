@@ -22,7 +22,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.typehints import Tuple
 
-from beam_pipeline import progress, sharding
+from beam_pipeline import progress, sharding, watch
 from beam_pipeline.entries import LabelledEntry, ShardResult
 from beam_pipeline.examples import build_example
 from beam_pipeline.failures import BuildFailed
@@ -163,18 +163,23 @@ class _WriteShardFn(beam.DoFn):
         shard_print = progress.fingerprint(
             split, index, num_shards, members, vocabulary, self._policy
         )
+        tally = watch.Tally(self._output_dir, watch.WRITTEN, name)
         done = self._resume and progress.load_completed(self._output_dir, name, shard_print)
         if done:
             self._kept.inc()
             result, rejections = done
+            tally.add(result.shard.num_examples + len(rejections))
         else:
-            result, rejections = self._write(split, index, num_shards, name, members, vocabulary)
+            result, rejections = self._write(
+                split, index, num_shards, name, members, vocabulary, tally
+            )
             progress.save(self._output_dir, shard_print, result, rejections)
+        tally.flush()
         for rejection in rejections:
             yield beam.pvalue.TaggedOutput(REJECTED, count_rejection(rejection))
         yield result
 
-    def _write(self, split, index, num_shards, name, members, vocabulary):
+    def _write(self, split, index, num_shards, name, members, vocabulary, tally):
         """Streams the shard into a temp file and renames it into place."""
         digest, num_bytes, num_examples = hashlib.sha256(), 0, 0
         class_counts, sources, disagreements = collections.Counter(), collections.Counter(), 0
@@ -188,6 +193,7 @@ class _WriteShardFn(beam.DoFn):
                 out = FileSystems.create(temp_path, compression_type=CompressionTypes.UNCOMPRESSED)
                 with out, contextlib.closing(read_ahead(paths, self._reader)) as reads:
                     for (_, labelled), (path, _), data in zip(members, paths, reads, strict=True):
+                        tally.add()
                         try:
                             record = self._encode(labelled, data.result(), vocabulary)
                         except InputError as error:

@@ -105,3 +105,30 @@ def decode(example: dict) -> np.ndarray:
 def dead_letters(output_dir) -> list[dict]:
     text = (pathlib.Path(output_dir) / DEAD_LETTER_FILE).read_text(encoding="utf-8")
     return [json.loads(line) for line in text.splitlines()]
+
+
+def failure_line(stderr: str) -> str:
+    """The `BUILD FAILED:` line of a failed build's console, checking the lines around it.
+
+    A failed build's console ends with exactly that line and `full log: <path>` of a log that
+    exists and holds the traceback; no traceback reaches the console.
+    """
+    lines = stderr.strip().splitlines()
+    assert "Traceback" not in stderr, stderr
+    assert [line for line in lines if line.startswith("BUILD FAILED:")] == [lines[-2]], stderr
+    assert lines[-1].startswith("full log: "), stderr
+    log = pathlib.Path(lines[-1][len("full log: ") :])
+    assert "Traceback (most recent call last)" in log.read_text(encoding="utf-8")
+    return lines[-2]
+
+
+def summary_rows(stdout: str) -> list[str]:
+    """The rows of a finished build's summary table (below the rule under its header)."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() and set(line.strip()) == {"─"})
+    rows = []
+    for line in lines[start + 1 :]:
+        if not line.strip():
+            break
+        rows.append(line.strip())
+    return rows

@@ -12,6 +12,7 @@ from helpers import (
     build,
     dead_letters,
     decode,
+    failure_line,
     ilsvrc_image,
     jpeg_bytes,
     read_split,
@@ -295,7 +296,7 @@ def test_error_budget_fails_loudly_and_commits_nothing(
     out = tmp_path / "out"
     argv = ["--input_dir", str(root), "--output_dir", str(out), "--max_bad_fraction", budget]
     assert cli.main(argv) == 1
-    message = capsys.readouterr().err
+    message = failure_line(capsys.readouterr().err)
     assert message.startswith(failure)
     assert "while running" not in message and "rejected.jsonl" in message
     assert not (out / DATASET_INFO_FILE).exists()

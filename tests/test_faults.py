@@ -7,7 +7,7 @@ import sys
 import time
 
 import pytest
-from helpers import build
+from helpers import build, failure_line
 
 from beam_pipeline import cli, fileio, sample_tree, writing
 from schemas import DATASET_INFO_FILE
@@ -98,7 +98,7 @@ def test_full_output_location_fails_loudly_and_commits_nothing(tree, tmpfs, caps
     out = tmpfs("size=64k")
     code = cli.main(["--input_dir", str(tree), "--output_dir", str(out), "--num_shards", "2"])
     assert code == 1
-    message = capsys.readouterr().err
+    message = failure_line(capsys.readouterr().err)
     assert message.startswith("BUILD FAILED: cannot write shard ")
     assert "No space left on device" in message
     assert not (out / DATASET_INFO_FILE).exists()

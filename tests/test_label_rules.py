@@ -7,7 +7,16 @@ annotation, images lying outside the class folders, and classes named like the b
 import re
 
 import pytest
-from helpers import build, dead_letters, ilsvrc_image, jpeg_bytes, read_split, write
+from helpers import (
+    build,
+    dead_letters,
+    failure_line,
+    ilsvrc_image,
+    jpeg_bytes,
+    read_split,
+    summary_rows,
+    write,
+)
 
 from beam_pipeline import cli, verify
 from beam_pipeline.annotations import voc_xml
@@ -125,15 +134,16 @@ def test_the_summary_says_where_labels_came_from(tmp_path, capsys):
     ilsvrc_image(tmp_path, "test", "t0", jpeg_bytes())
     argv = ["--input_dir", str(tmp_path), "--output_dir", str(tmp_path / "out")]
     assert cli.main([*argv, "--splits", "train,test"]) == 0
-    printed = capsys.readouterr().out
-    assert (
-        "train: 4 examples in 1 shards (0 of 4 images rejected); labels: 3 from XML, 1 background\n"
-        in printed
-    )
-    assert (
-        "test: 1 examples in 1 shards (0 of 1 images rejected); labels: 1 unlabelled (label -1)\n"
-        in printed
-    )
+    rows = {line.split()[0]: line.split(None, 6) for line in summary_rows(capsys.readouterr().out)}
+    # split, examples, shards, size (number, unit), rejected, labels
+    assert rows["train"][:3] + rows["train"][5:] == [
+        "train",
+        "4",
+        "1",
+        "0",
+        "3 from XML, 1 background",
+    ]
+    assert rows["test"][:3] + rows["test"][5:] == ["test", "1", "1", "0", "1 unlabelled (label -1)"]
 
 
 def test_a_det_test_split_is_unlabelled_not_background(tmp_path):
@@ -162,7 +172,7 @@ def test_an_xml_class_named_background_fails_the_build_before_any_shard(tmp_path
     assert (
         cli.main(["--input_dir", str(tmp_path), "--output_dir", str(out), "--splits", "train"]) == 1
     )
-    error = capsys.readouterr().err.strip().splitlines()[-1]
+    error = failure_line(capsys.readouterr().err)
     assert error.startswith("BUILD FAILED: the train split's annotations or folders: a class is")
     assert "--labels_file" in error
     assert not list(out.glob("*.tfrecord")) and not (out / DATASET_INFO_FILE).exists()
@@ -176,7 +186,7 @@ def test_a_labels_file_that_misses_classes_fails_before_any_shard_naming_them(tm
     out = tmp_path / "out"
     argv = ["--input_dir", str(tmp_path), "--output_dir", str(out), "--splits", "train"]
     assert cli.main([*argv, "--labels_file", str(labels)]) == 1
-    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+    assert failure_line(capsys.readouterr().err) == (
         "BUILD FAILED: 4 of 6 images rejected before any image was read (66.67%), more than "
         "--max_bad_fraction=0.01; reasons {'unknown_class': 4}; classes outside the vocabulary "
         f"(--labels_file {labels}), most frequent first: {{'eel': 3, 'owl': 1}}; "

@@ -9,6 +9,7 @@ import sys
 import tarfile
 
 import pytest
+from helpers import summary_rows
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PROJECT_FILES = ["setup.py", "pyproject.toml", "README.md", "MANIFEST.in", "requirements.txt"]
@@ -87,5 +88,6 @@ def test_installed_sdist_builds_a_tree_in_a_fresh_interpreter(sdist, tmp_path):
         text=True,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "train: 12 examples in 1 shards" in result.stdout
+    rows = [row.split()[:3] for row in summary_rows(result.stdout)]
+    assert rows == [["train", "12", "1"], ["validation", "4", "1"]]
     assert (out / "dataset_info.json").exists()

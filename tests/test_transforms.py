@@ -247,7 +247,14 @@ def test_write_shards_streams_records_and_rejects_bad_images(tmp_path):
         ".tmp",
         "train-00000-of-00001.tfrecord",
     ]
-    assert list((out / ".tmp").iterdir()) == []
+    # No temp file is left; the writer's live count (what the progress bar read) is.
+    assert [p.relative_to(out).as_posix() for p in (out / ".tmp").rglob("*")] == [
+        ".tmp/live",
+        ".tmp/live/written",
+        ".tmp/live/written/train-00000-of-00001.tfrecord",
+    ]
+    # Both images were processed: one written, one rejected.
+    assert (out / ".tmp/live/written/train-00000-of-00001.tfrecord").read_text() == "2"
     assert [f.name for f in (out / ".progress").iterdir()] == ["train-00000-of-00001.tfrecord.json"]
 
 

@@ -1,0 +1,367 @@
+"""What a person sees while a build runs: a short console, a full log file, live progress.
+
+`BuildConsole` sends file descriptor 2, and with it everything that Beam, its worker processes
+(which inherit it) and native libraries print, into a log file; only the build's own lines reach
+the terminal (all of it with `--verbose`). `LiveProgress` draws the counts of `watch` as rich
+progress bars on a terminal. `print_summary` prints the table a finished build ends with.
+
+Nothing here imports Beam: the command line enters the console before Beam is imported, so even
+its import-time warnings land in the log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import logging
+import os
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from typing import TextIO
+
+from rich import box
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from beam_pipeline import watch
+from schemas import DEAD_LETTER_FILE, LABEL_SOURCES, DatasetInfo, SplitInfo
+from schemas.classes import FROM_BACKGROUND, FROM_FOLDER, FROM_NOTHING, FROM_XML
+from schemas.paths import join
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+POLL_SECONDS = 0.5
+
+
+def add_console_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags that decide what the console shows (they do not change the build)."""
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        default=False,
+        help="Show the runner's and libraries' log lines and tracebacks on the console too.",
+    )
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        default=False,
+        help="No progress bar (it is only drawn on a terminal anyway).",
+    )
+    parser.add_argument(
+        "--log_file",
+        default=None,
+        help="Where the full log goes (default: a new file under the system's temp directory, "
+        "named build-<time>-<pid>.log; its path is printed).",
+    )
+
+
+def console_flags(argv: Sequence[str]) -> argparse.Namespace:
+    """The console flags of a command line, read without Beam."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    add_console_flags(parser)
+    flags, _ = parser.parse_known_args(list(argv))
+    return flags
+
+
+def default_log_path() -> str:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    directory = os.path.join(tempfile.gettempdir(), "imagenet-tfrecords")
+    return os.path.join(directory, f"build-{stamp}-{os.getpid()}.log")
+
+
+class BuildConsole:
+    """Context manager: the log file, fd 2 captured into it, and the terminal for our lines.
+
+    Inside it, `say` writes a line to the terminal (whatever stderr was on entry), Python
+    logging goes to the log file (and, with `verbose`, the terminal), and whatever is written
+    to fd 2 (Beam's workers, gRPC, native libraries, warnings) is copied into the log file by a
+    pump thread (and, with `verbose`, to the terminal as well).
+    """
+
+    def __init__(self, log_path: str | None = None, *, verbose=False, quiet=False):
+        self.log_path = os.path.abspath(log_path or default_log_path())
+        self.verbose = verbose
+        self.quiet = quiet
+        self.terminal: TextIO = sys.stderr
+        self._saved_fd: int | None = None
+        self._pump: threading.Thread | None = None
+        self._handlers: list[logging.Handler] = []
+        self._root_level = logging.INFO
+        self._displaced: list[logging.Handler] = []
+
+    def __enter__(self) -> BuildConsole:
+        os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
+        self._log = open(self.log_path, "ab", buffering=0)
+        self._capture_fd2()
+        self._configure_logging()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        root = logging.getLogger()
+        for handler in self._handlers:
+            root.removeHandler(handler)
+            handler.close()
+        root.setLevel(self._root_level)
+        for handler in self._displaced:
+            root.addHandler(handler)
+        self._release_fd2()
+        self._log.close()
+
+    def _capture_fd2(self) -> None:
+        try:
+            real_stderr = sys.stderr.fileno() == 2
+        except (AttributeError, OSError, ValueError):
+            real_stderr = False  # replaced (e.g. by a test's capture): write to it as it is
+        sys.stderr.flush()
+        self._saved_fd = os.dup(2)
+        if real_stderr:
+            self.terminal = os.fdopen(
+                os.dup(self._saved_fd), "w", buffering=1, errors="backslashreplace"
+            )
+        read_end, write_end = os.pipe()
+        os.dup2(write_end, 2)
+        os.close(write_end)
+        self._pump = threading.Thread(
+            target=self._copy, args=(read_end,), name="stderr-to-log", daemon=True
+        )
+        self._pump.start()
+
+    def _copy(self, read_end: int) -> None:
+        """Copies the pipe behind fd 2 into the log until every writer has closed it."""
+        while True:
+            try:
+                chunk = os.read(read_end, 1 << 16)
+            except OSError:
+                break
+            if not chunk:
+                break
+            with contextlib.suppress(OSError, ValueError):
+                self._log.write(chunk)
+            if self.verbose and self._saved_fd is not None:
+                with contextlib.suppress(OSError):
+                    os.write(self._saved_fd, chunk)
+        os.close(read_end)
+
+    def _release_fd2(self) -> None:
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        os.dup2(self._saved_fd, 2)  # the pipe stays open only in worker processes still alive
+        self._pump.join(timeout=5)
+        if self.terminal is not sys.stderr:
+            self.terminal.close()
+            self.terminal = sys.stderr
+        os.close(self._saved_fd)
+        self._saved_fd = None
+
+    def _configure_logging(self) -> None:
+        root = logging.getLogger()
+        self._root_level = root.level
+        # A handler on stderr (what `logging.basicConfig` installs, e.g. on Beam's first import
+        # warning) would copy every record into the log a second time, through fd 2.
+        self._displaced = [
+            handler
+            for handler in root.handlers
+            if type(handler) is logging.StreamHandler
+            and handler.stream in (sys.stderr, sys.__stderr__)
+        ]
+        for handler in self._displaced:
+            root.removeHandler(handler)
+        root.setLevel(logging.INFO)
+        to_file = logging.StreamHandler(open(self.log_path, "a", encoding="utf-8"))  # noqa: SIM115
+        to_file.setFormatter(logging.Formatter(LOG_FORMAT))
+        self._handlers = [to_file]
+        if self.verbose:
+            to_terminal = logging.StreamHandler(self.terminal)
+            to_terminal.setFormatter(logging.Formatter(LOG_FORMAT))
+            self._handlers.append(to_terminal)
+        for handler in self._handlers:
+            root.addHandler(handler)
+
+    def say(self, line: str = "") -> None:
+        """A line of the build's own on the terminal."""
+        print(line, file=self.terminal, flush=True)
+
+    @property
+    def shows_progress(self) -> bool:
+        return not self.quiet and self.terminal.isatty()
+
+    @contextlib.contextmanager
+    def progress(self, output_dir: str) -> Iterator[LiveProgress | None]:
+        """Live progress bars for a build writing to `output_dir`, when they can be shown."""
+        if not self.shows_progress:
+            yield None
+            return
+        live = LiveProgress(output_dir, self.terminal)
+        live.start()
+        try:
+            yield live
+        finally:
+            live.stop()
+
+
+class _RateColumn(ProgressColumn):
+    def render(self, task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text(f"{speed:,.0f} images/s" if speed else "", style="progress.data.speed")
+
+
+class LiveProgress:
+    """Polls `watch.read_counts` from a thread and draws an indexing and a writing bar."""
+
+    def __init__(self, output_dir: str, stream: TextIO):
+        self._output_dir = output_dir
+        self._progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description:<9}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            _RateColumn(),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=Console(file=stream),
+            refresh_per_second=4,
+        )
+        self._indexing = self._progress.add_task("indexing", total=None)
+        self._writing = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="progress", daemon=True)
+
+    def start(self) -> None:
+        self._progress.start()
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.wait(POLL_SECONDS):
+            self.update(watch.read_counts(self._output_dir))
+
+    def update(self, counts: dict[str, int]) -> None:
+        """Shows `counts` (a `watch.read_counts` result)."""
+        progress = self._progress
+        if watch.INDEXED in counts:
+            progress.update(self._indexing, completed=counts[watch.INDEXED])
+        if watch.TO_WRITE in counts and self._writing is None:
+            indexed = progress.tasks[self._indexing].completed
+            progress.update(self._indexing, total=indexed, completed=indexed)
+            self._writing = progress.add_task("writing", total=counts[watch.TO_WRITE])
+        if self._writing is not None and watch.WRITTEN in counts:
+            progress.update(self._writing, completed=counts[watch.WRITTEN])
+
+    def finish(self, processed: int) -> None:
+        """The build committed: every one of the `processed` images was written or rejected."""
+        self._stop.set()
+        self._thread.join()
+        progress = self._progress
+        indexed = progress.tasks[self._indexing].completed
+        progress.update(self._indexing, total=indexed, completed=indexed)
+        if self._writing is None:
+            self._writing = progress.add_task("writing", total=processed)
+        progress.update(self._writing, total=processed, completed=processed)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._progress.stop()
+
+
+_SOURCE_WORDS = {
+    FROM_XML: "from XML",
+    FROM_FOLDER: "from the class folder",
+    FROM_BACKGROUND: "background",
+    FROM_NOTHING: "unlabelled (label -1)",
+}
+
+
+def label_summary(split: SplitInfo) -> str:
+    """Where a split's labels came from, e.g. `900 from XML, 100 background`."""
+    parts = [
+        f"{split.label_sources[source]:,} {_SOURCE_WORDS[source]}"
+        for source in LABEL_SOURCES
+        if split.label_sources.get(source)
+    ]
+    if split.folder_disagreements:
+        parts.append(f"{split.folder_disagreements:,} whose XML and folder name different classes")
+    return ", ".join(parts) or "none"
+
+
+def human_bytes(num_bytes: int) -> str:
+    size = float(num_bytes)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:,.0f} {unit}" if unit == "B" else f"{size:,.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def load_line(output_dir: str, info: DatasetInfo) -> str | None:
+    """The Python that loads the build's first labelled split (train when there is one)."""
+    labelled = [name for name, split in info.splits.items() if split.labelled]
+    if not labelled:
+        return None
+    split = "train" if "train" in labelled else sorted(labelled)[0]
+    return (
+        f"from loaders import load_dataset; "
+        f"ds = load_dataset({output_dir!r}, {split!r}, batch_size=32)"
+    )
+
+
+def print_summary(
+    stream: TextIO,
+    info: DatasetInfo,
+    *,
+    input_dir: str,
+    output_dir: str,
+    seconds: float,
+    log_path: str,
+) -> None:
+    """The table a finished build ends with: what was written, from where, how fast."""
+    splits = sorted(info.splits.items())
+    examples = sum(split.num_examples for _, split in splits)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in ("split", "examples", "shards", "size", "rejected"):
+        table.add_column(column, justify="left" if column == "split" else "right")
+    table.add_column("labels", overflow="fold")
+    for name, split in splits:
+        table.add_row(
+            name,
+            f"{split.num_examples:,}",
+            f"{split.num_shards:,}",
+            human_bytes(sum(shard.num_bytes for shard in split.shards)),
+            f"{split.num_rejected:,}",
+            label_summary(split),
+        )
+    wide = not getattr(stream, "isatty", lambda: False)()
+    console = Console(file=stream, width=160 if wide else None, highlight=False, soft_wrap=False)
+    rate = examples / seconds if seconds > 0 else 0.0
+    console.print(
+        f"Built {output_dir} from {input_dir} ({info.source.get('layout', '?')}): "
+        f"{examples:,} examples in {seconds:,.1f} s, {rate:,.0f} images/s",
+        markup=False,
+        soft_wrap=True,
+    )
+    console.print(table)
+    lines = [f"{info.num_classes} classes + background (index {info.background_index})"]
+    if info.failures:
+        reasons = ", ".join(f"{reason} {count:,}" for reason, count in info.failures.items())
+        lines.append(
+            f"rejected files by reason: {reasons}; see {join(output_dir, DEAD_LETTER_FILE)}"
+        )
+    line = load_line(output_dir, info)
+    if line:
+        lines.append(f"load it: {line}")
+    lines.append(f"full log: {log_path}")
+    for text in lines:
+        console.print(text, markup=False, soft_wrap=True)

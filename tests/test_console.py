@@ -1,0 +1,250 @@
+"""What a person sees: live progress, a short console, one line and a log when a build fails."""
+
+import fcntl
+import os
+import pathlib
+import pty
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
+
+import pytest
+from helpers import failure_line, summary_rows
+
+from beam_pipeline import cli, pipeline, sample_tree, watch, writing
+from beam_pipeline.console import human_bytes
+
+WORKERS = ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+
+@pytest.fixture(scope="module")
+def small_tree(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tree")
+    sample_tree.write_tree(str(root), num_train=60, num_val=20, seed=6)
+    return root
+
+
+def run_cli(argv, tmp_path, **kwargs):
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    return subprocess.run(
+        [sys.executable, "-m", "beam_pipeline", *map(str, argv)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        **kwargs,
+    )
+
+
+def run_on_terminal(argv, tmp_path, timeout=600) -> tuple[int, str]:
+    """Runs the CLI with stdout and stderr on a pseudo-terminal 160 columns wide."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 160, 0, 0))
+    env = {**os.environ, "TMPDIR": str(tmp_path), "TERM": "xterm-256color", "COLUMNS": "160"}
+    for variable in ("NO_COLOR", "CI", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        env.pop(variable, None)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "beam_pipeline", *map(str, argv)],
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+    )
+    os.close(slave)
+    chunks, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 1.0)
+        if not ready:
+            if process.poll() is not None:
+                break
+            continue
+        try:
+            data = os.read(master, 1 << 16)
+        except OSError:  # EIO: every process holding the terminal has closed it
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    return process.wait(timeout=60), b"".join(chunks).decode("utf-8", "replace")
+
+
+def frames(output: str, bar: str) -> list[tuple[int, int | None]]:
+    """Every (done, total) the terminal showed on the named bar's line."""
+    shown = []
+    for line in re.split(r"[\r\n]", ANSI.sub("", output)):
+        found = re.search(rf"{bar}\s.*?(\d+)/(\d+|\?)", line)
+        if found:
+            total = None if found.group(2) == "?" else int(found.group(2))
+            shown.append((int(found.group(1)), total))
+    return shown
+
+
+@pytest.fixture(scope="module")
+def slow_tree(tmp_path_factory):
+    """Enough resizing work that the writers report several times before they finish."""
+    root = tmp_path_factory.mktemp("slow_tree")
+    sample_tree.write_tree(str(root), num_train=900, num_val=100, seed=7)
+    return root
+
+
+def test_progress_is_drawn_on_a_terminal_with_several_workers(slow_tree, tmp_path):
+    out = tmp_path / "out"
+    argv = ["--input_dir", slow_tree, "--output_dir", out, "--num_shards", "6", *WORKERS]
+    argv += ["--image_policy", "exact", "--image_size", "480x480"]
+    code, output = run_on_terminal(argv, tmp_path)
+    assert code == 0, output
+    indexing, writing_ = frames(output, "indexing"), frames(output, "writing")
+    # The index count comes from the workers alone: it reaches every image.
+    assert indexing[-1] == (1000, 1000)
+    # The writers' counts are summed across both worker processes while they run...
+    assert writing_[0][1] == 1000 and writing_[-1] == (1000, 1000)
+    assert any(0 < done < 1000 for done, _ in writing_), writing_
+    assert [done for done, _ in writing_] == sorted(done for done, _ in writing_)
+    assert "images/s" in ANSI.sub("", output) and "ETA" in output
+
+
+def test_no_progress_when_quiet_or_not_on_a_terminal(small_tree, tmp_path):
+    out = tmp_path / "out"
+    argv = ["--input_dir", small_tree, "--output_dir", out, *WORKERS, "--quiet"]
+    code, output = run_on_terminal(argv, tmp_path)
+    assert code == 0, output
+    assert frames(output, "indexing") == frames(output, "writing") == []
+    assert "Built " in output
+    piped = run_cli([*argv[:-1], "--overwrite"], tmp_path)
+    assert piped.returncode == 0
+    assert "indexing" not in piped.stderr and "writing" not in piped.stderr
+
+
+def test_a_good_build_prints_a_short_summary_naming_the_output(small_tree, tmp_path):
+    out = tmp_path / "out"
+    result = run_cli(["--input_dir", small_tree, "--output_dir", out, *WORKERS], tmp_path)
+    assert result.returncode == 0, result.stderr
+    (started,) = result.stderr.splitlines()  # the runner's and workers' chatter is in the log
+    log = pathlib.Path(started.split("full log: ")[1])
+    assert started == f"Building {out} from {small_tree} (ilsvrc_det); full log: {log}"
+    lines = result.stdout.splitlines()
+    assert len(lines) <= 12, result.stdout
+    assert lines[0].startswith(f"Built {out} from {small_tree} (ilsvrc_det): 80 examples in ")
+    assert lines[0].endswith(" images/s")
+    sizes = {p.name.split("-")[0]: p.stat().st_size for p in out.glob("*.tfrecord")}
+    rows = [row.split() for row in summary_rows(result.stdout)]
+    assert [row[:3] + row[5:6] for row in rows] == [
+        ["train", "60", "1", "0"],
+        ["validation", "20", "1", "0"],
+    ]
+    assert [" ".join(row[3:5]) for row in rows] == [
+        human_bytes(sizes["train"]),
+        human_bytes(sizes["validation"]),
+    ]
+    assert f"load it: from loaders import load_dataset; ds = load_dataset('{out}', 'train', " in (
+        result.stdout
+    )
+    assert lines[-1] == f"full log: {log}"
+    for noise in ("INFO", "WARNING", "Traceback", "apitools", "sdk_worker"):
+        assert noise not in result.stdout + result.stderr
+    text = log.read_text(encoding="utf-8")
+    assert "beam_pipeline.cli: Command line:" in text
+    # Both worker processes' own stderr lines are kept (the runner relays a copy of each too).
+    assert len(re.findall(r"^INFO:__main__:Python sdk harness starting", text, re.M)) == 2
+
+
+def test_a_failed_build_ends_with_one_line_and_the_log(small_tree, tmp_path):
+    out = tmp_path / "out"
+    labels = tmp_path / "labels.txt"
+    labels.write_text("circle\n")
+    argv = ["--input_dir", small_tree, "--output_dir", out, "--labels_file", labels, *WORKERS]
+    result = run_cli(argv, tmp_path)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 3 and lines[0].startswith(f"Building {out} from {small_tree}")
+    message = failure_line(result.stderr)
+    assert message.startswith("BUILD FAILED: ") and f"--labels_file {labels}" in message
+    log = pathlib.Path(lines[-1][len("full log: ") :])
+    assert "BuildFailed: BUILD FAILED:" in log.read_text(encoding="utf-8")
+    # The dead letters explain it; no live count or temp file is left behind.
+    assert [p.relative_to(out).as_posix() for p in out.rglob("*")] == ["rejected.jsonl"]
+
+
+def test_verbose_shows_the_runner_and_the_traceback(small_tree, tmp_path):
+    out = tmp_path / "out"
+    labels = tmp_path / "labels.txt"
+    labels.write_text("circle\n")
+    argv = ["--input_dir", small_tree, "--output_dir", out, "--labels_file", labels]
+    result = run_cli([*argv, *WORKERS, "--verbose"], tmp_path)
+    assert result.returncode == 1
+    assert "Python sdk harness starting" in result.stderr
+    assert "Traceback (most recent call last)" in result.stderr
+    assert result.stderr.strip().splitlines()[-2].startswith("BUILD FAILED: ")
+
+
+def test_a_crash_is_one_line_naming_the_error_and_the_step(
+    small_tree, tmp_path, capsys, monkeypatch
+):
+    def crash(*_):
+        raise ZeroDivisionError("a bug in the writer")
+
+    monkeypatch.setattr(writing._WriteShardFn, "_encode", crash)
+    log = tmp_path / "build.log"
+    argv = ["--input_dir", small_tree, "--output_dir", tmp_path / "out", "--log_file", log]
+    assert cli.main([str(a) for a in argv]) == 1
+    assert failure_line(capsys.readouterr().err) == (
+        "BUILD FAILED: ZeroDivisionError: a bug in the writer (in step "
+        "WriteShards/WriteShard/ParDo(_WriteShardFn)); the traceback is in the log"
+    )
+    assert 'raise ZeroDivisionError("a bug in the writer")' in log.read_text(encoding="utf-8")
+
+
+def test_a_worker_process_traceback_becomes_one_line():
+    # What FnApiRunner raises when a DoFn fails in a worker process: the worker's text.
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "apache_beam/runners/common.py", line 1512, in process\n'
+        "OSError: [Errno 5] Input/output error\n\n"
+        "During handling of the above exception, another exception occurred:\n\n"
+        "Traceback (most recent call last):\n"
+        '  File "apache_beam/runners/common.py", line 1623, in _reraise_augmented\n'
+        "OSError: [Errno 5] Input/output error [while running 'DiscoverImages/List']\n"
+    )
+    assert pipeline.failure_message(RuntimeError(text)) == (
+        "BUILD FAILED: OSError: [Errno 5] Input/output error (in step DiscoverImages/List); "
+        "the traceback is in the log"
+    )
+
+
+def test_live_counts_sum_workers_and_a_retried_shard_replaces_its_count(tmp_path):
+    assert watch.read_counts(str(tmp_path)) == {}
+    first_attempt = watch.Tally(str(tmp_path), watch.WRITTEN, "train-00000-of-00002.tfrecord")
+    first_attempt.add(7)
+    first_attempt.flush()
+    retry = watch.Tally(str(tmp_path), watch.WRITTEN, "train-00000-of-00002.tfrecord")
+    retry.add(5)
+    retry.flush()
+    other = watch.Tally(str(tmp_path), watch.WRITTEN, "train-00001-of-00002.tfrecord")
+    for _ in range(3):
+        other.add()
+    other.flush()
+    watch.report(str(tmp_path), watch.TO_WRITE, 10)
+    assert watch.read_counts(str(tmp_path)) == {watch.WRITTEN: 8, watch.TO_WRITE: 10}
+    watch.clear(str(tmp_path))
+    assert watch.read_counts(str(tmp_path)) == {}
+    assert list(tmp_path.iterdir()) == []  # and the emptied .tmp/
+    remote = watch.Tally("gs://bucket/out", watch.WRITTEN, "x")  # Beam metrics there
+    remote.add(3)
+    remote.flush()
+    assert remote.count == 3
+
+
+def test_a_tree_in_a_download_folder_is_announced_where_it_was_found(tmp_path):
+    download = tmp_path / "ILSVRC2017_DET"
+    sample_tree.write_tree(str(download / "ILSVRC"), num_train=20, num_val=5, seed=1)
+    out = tmp_path / "out"
+    result = run_cli(["--input_dir", download, "--output_dir", out], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.startswith(f"Building {out} from {download}/ILSVRC (ilsvrc_det);")
