@@ -54,7 +54,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     flags = console.console_flags(argv)
-    with console.BuildConsole(flags.log_file, verbose=flags.verbose, quiet=flags.quiet) as out:
+    try:
+        build_console = console.BuildConsole(
+            flags.log_file, verbose=flags.verbose, quiet=flags.quiet
+        )
+    except OSError as error:
+        print(f"error: --log_file: cannot write the log: {error}", file=sys.stderr)
+        return 2
+    with build_console as out:
         return _main(argv, out)
 
 

@@ -44,6 +44,8 @@ from schemas.paths import join
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 POLL_SECONDS = 0.5
+# Log lines a person needs on the console even without --verbose: where a cloud job is watched.
+JOB_LINKS = ("console.cloud.google.com/dataflow",)
 
 
 def add_console_flags(parser: argparse.ArgumentParser) -> None:
@@ -92,7 +94,10 @@ class BuildConsole:
     """
 
     def __init__(self, log_path: str | None = None, *, verbose=False, quiet=False):
+        """Creates the log file; raises OSError when it cannot be written."""
         self.log_path = os.path.abspath(log_path or default_log_path())
+        os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
+        self._log = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - closed on exit
         self.verbose = verbose
         self.quiet = quiet
         self.terminal: TextIO = sys.stderr
@@ -103,8 +108,6 @@ class BuildConsole:
         self._displaced: list[logging.Handler] = []
 
     def __enter__(self) -> BuildConsole:
-        os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
-        self._log = open(self.log_path, "ab", buffering=0)
         self._capture_fd2()
         self._configure_logging()
         return self
@@ -187,6 +190,8 @@ class BuildConsole:
             to_terminal = logging.StreamHandler(self.terminal)
             to_terminal.setFormatter(logging.Formatter(LOG_FORMAT))
             self._handlers.append(to_terminal)
+        else:
+            self._handlers.append(_JobLinks(self))
         for handler in self._handlers:
             root.addHandler(handler)
 
@@ -210,6 +215,19 @@ class BuildConsole:
             yield live
         finally:
             live.stop()
+
+
+class _JobLinks(logging.Handler):
+    """Says a runner's log line that links to the job's page (Dataflow's) on the console."""
+
+    def __init__(self, console: BuildConsole):
+        super().__init__(logging.INFO)
+        self._console = console
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if any(link in message for link in JOB_LINKS):
+            self._console.say(message)
 
 
 class _RateColumn(ProgressColumn):

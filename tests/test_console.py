@@ -1,6 +1,7 @@
 """What a person sees: live progress, a short console, one line and a log when a build fails."""
 
 import fcntl
+import logging
 import os
 import pathlib
 import pty
@@ -16,7 +17,7 @@ import pytest
 from helpers import failure_line, summary_rows
 
 from beam_pipeline import cli, pipeline, sample_tree, watch, writing
-from beam_pipeline.console import human_bytes
+from beam_pipeline.console import BuildConsole, human_bytes
 
 WORKERS = ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
@@ -248,3 +249,26 @@ def test_a_tree_in_a_download_folder_is_announced_where_it_was_found(tmp_path):
     result = run_cli(["--input_dir", download, "--output_dir", out], tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stderr.startswith(f"Building {out} from {download}/ILSVRC (ilsvrc_det);")
+
+
+def test_a_cloud_jobs_link_reaches_the_console_and_the_rest_only_the_log(tmp_path, capsys):
+    log = tmp_path / "build.log"
+    link = (
+        "To access the Dataflow monitoring console, please navigate to "
+        "https://console.cloud.google.com/dataflow/jobs/us-central1/2026-11-23_1?project=p"
+    )
+    with BuildConsole(str(log)):
+        runner_log = logging.getLogger("apache_beam.runners.dataflow.dataflow_runner")
+        runner_log.info("Create job: <Job id: '2026-11-23_1'>")
+        runner_log.info(link)
+    assert capsys.readouterr().err == link + "\n"
+    text = log.read_text(encoding="utf-8")
+    assert "Create job: <Job id: '2026-11-23_1'>" in text and link in text
+
+
+def test_a_log_file_that_cannot_be_written_is_refused(tmp_path, capsys):
+    (tmp_path / "file").write_text("not a directory")
+    argv = ["--input_dir", str(tmp_path), "--output_dir", str(tmp_path / "out")]
+    assert cli.main([*argv, "--log_file", str(tmp_path / "file" / "build.log")]) == 2
+    assert capsys.readouterr().err.startswith("error: --log_file: cannot write the log: ")
+    assert not (tmp_path / "out").exists()
