@@ -13,12 +13,10 @@ set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/ensure_venv.sh
 
-# Two worker processes: the fastest local mode on a 2-core machine (benchmarks/). No --runner:
-# the builder then runs on FnApiRunner (DirectRunner would first try to download Prism).
-DIRECT=(--direct_running_mode multi_processing --direct_num_workers 2)
-
+# No runner flags: the builder then runs on FnApiRunner with one worker process per core
+# (DirectRunner would first try to download Prism); name a runner or a mode to choose.
 if [ $# -gt 0 ]; then
-  exec "$VENV_PYTHON" -m beam_pipeline "${DIRECT[@]}" "$@"
+  exec "$VENV_PYTHON" -m beam_pipeline "$@"
 fi
 
 TREE=sample_data/tree
@@ -26,6 +24,6 @@ OUT=sample_data/out
 if [ ! -d "$TREE" ]; then
   "$VENV_PYTHON" -m beam_pipeline.sample_tree "$TREE"
 fi
-"$VENV_PYTHON" -m beam_pipeline "${DIRECT[@]}" --input_dir "$TREE" --output_dir "$OUT" \
+"$VENV_PYTHON" -m beam_pipeline --input_dir "$TREE" --output_dir "$OUT" \
   --num_shards train=4,val=2 --overwrite
 "$VENV_PYTHON" -m loaders.train_example "$OUT" --min_accuracy 0.9

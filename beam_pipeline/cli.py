@@ -86,7 +86,7 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
     logger.info("Command line: %s", argv)
     started = time.monotonic()
     try:
-        options, prepared = pipeline.prepare_build(argv)
+        options, prepared = pipeline.prepare_build(argv, every_core=True)
     except (ValueError, LayoutError, OutputExistsError, OutputNotWritableError) as error:
         logger.error("Refused: %s", error)
         out.say(f"error: {error}")
@@ -120,6 +120,7 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
         input_dir=config.input_dir,
         output_dir=config.output_dir,
         seconds=time.monotonic() - started,
+        workers=pipeline.describe_workers(options),
         log_path=out.log_path,
     )
     return 0

@@ -343,6 +343,7 @@ def print_summary(
     input_dir: str,
     output_dir: str,
     seconds: float,
+    workers: str,
     log_path: str,
 ) -> None:
     """The table a finished build ends with: what was written, from where, how fast."""
@@ -366,7 +367,7 @@ def print_summary(
     rate = examples / seconds if seconds > 0 else 0.0
     console.print(
         f"Built {output_dir} from {input_dir} ({info.source.get('layout', '?')}): "
-        f"{examples:,} examples in {seconds:,.1f} s, {rate:,.0f} images/s",
+        f"{examples:,} examples in {seconds:,.1f} s, {rate:,.0f} images/s, {workers}",
         markup=False,
         soft_wrap=True,
     )

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
+import os
 import platform
 import re
 import sys
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from beam_pipeline import layouts, watch
 from beam_pipeline.discovery import DiscoverImages
@@ -168,17 +170,68 @@ def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollect
 LOCAL_RUNNER = "FnApiRunner"
 
 
-def pipeline_options(argv: Sequence[str] | None = None) -> PipelineOptions:
-    """Beam's options from the command line; FnApiRunner when no --runner is given."""
+CGROUP_CPU_MAX = "/sys/fs/cgroup/cpu.max"
+
+
+def available_cores() -> int:
+    """The cores this process may use: its CPU affinity, capped by a cgroup (v2) CPU quota."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    try:
+        with open(CGROUP_CPU_MAX, encoding="ascii") as stream:
+            quota, period = stream.read().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
+
+
+def pipeline_options(argv: Sequence[str] = (), *, every_core: bool = False) -> PipelineOptions:
+    """Beam's options from the command line; FnApiRunner when no --runner is given.
+
+    With `every_core` (the command line's default), a local build whose command line names
+    neither a runner nor a running mode runs one worker process per available core
+    (`--direct_running_mode multi_processing --direct_num_workers N`); `--direct_num_workers`
+    alone keeps its number. On one core it stays in memory.
+    """
+    argv = list(argv)
     options = PipelineOptions(argv)
     standard = options.view_as(StandardOptions)
+    named = {token.split("=", 1)[0] for token in argv}
     if standard.runner is None:
         standard.runner = LOCAL_RUNNER
+        direct = options.view_as(DirectOptions)
+        if every_core and "--direct_running_mode" not in named:
+            if "--direct_num_workers" not in named:
+                direct.direct_num_workers = available_cores()
+            if direct.direct_num_workers > 1:
+                direct.direct_running_mode = "multi_processing"
     return options
 
 
-def prepare_build(argv: Sequence[str]) -> tuple[PipelineOptions, Prepared]:
+def describe_workers(options: PipelineOptions) -> str:
+    """How the build ran, for its summary: `2 worker processes (FnApiRunner)`, or the runner."""
+    runner = options.view_as(StandardOptions).runner
+    if runner != LOCAL_RUNNER:
+        return f"on {runner}"
+    direct = options.view_as(DirectOptions)
+    mode, workers = direct.direct_running_mode, direct.direct_num_workers
+    if mode == "multi_processing":
+        return f"on {workers} worker process{'es' if workers != 1 else ''}"
+    if mode == "multi_threading":
+        return f"on {workers} worker thread{'s' if workers != 1 else ''}"
+    return "in this process (in_memory)"
+
+
+def prepare_build(
+    argv: Sequence[str], *, every_core: bool = False
+) -> tuple[PipelineOptions, Prepared]:
     """Everything before the pipeline: flags, tree, labels file and output directory.
+
+    `every_core`: see `pipeline_options` (the command line passes True).
 
     Raises:
       ValueError, layouts.LayoutError: bad or unknown flags, or a bad input tree (before
@@ -187,7 +240,8 @@ def prepare_build(argv: Sequence[str]) -> tuple[PipelineOptions, Prepared]:
       output.OutputNotWritableError: the output location cannot be written.
     """
     argv = list(argv)
-    options = pipeline_options(beam_argv(argv))  # the project's flags never reach Beam
+    # The project's flags never reach Beam.
+    options = pipeline_options(beam_argv(argv), every_core=every_core)
     config = BuildConfig.from_options(PipelineOptions(argv))
     prepared = prepare(config)
     prepare_output(config.output_dir, overwrite=config.overwrite, resume=config.resume)

@@ -29,6 +29,7 @@ from benchmarks.measure import marginal_rate, run_measured
 LIMIT = "limit: Pillow image work alone (full decode), 2 processes, bytes in memory"
 _WORKERS = ["--direct_num_workers", "2"]
 MODES = {
+    "ours, plain CLI (no runner flags: every core)": [],
     "ours, in_memory": ["--direct_running_mode", "in_memory"],
     "ours, multi_threading x2": ["--direct_running_mode", "multi_threading", *_WORKERS],
     "ours, multi_processing x2": ["--direct_running_mode", "multi_processing", *_WORKERS],

@@ -12,7 +12,7 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 
-from beam_pipeline import cli
+from beam_pipeline import cli, pipeline
 from beam_pipeline.cli import tune_malloc
 from beam_pipeline.options import (
     BuildConfig,
@@ -86,6 +86,51 @@ def test_direct_runner_modes_pass_through():
     )
     assert options.view_as(DirectOptions).direct_running_mode == "multi_processing"
     assert options.view_as(DirectOptions).direct_num_workers == 2
+
+
+@pytest.mark.parametrize(
+    "args, mode, workers, described",
+    [
+        ([], "multi_processing", 6, "on 6 worker processes"),
+        (["--direct_num_workers", "3"], "multi_processing", 3, "on 3 worker processes"),
+        (["--direct_running_mode", "in_memory"], "in_memory", 1, "in this process (in_memory)"),
+        (
+            ["--direct_running_mode=multi_threading", "--direct_num_workers", "4"],
+            "multi_threading",
+            4,
+            "on 4 worker threads",
+        ),
+    ],
+    ids=["default", "workers named", "mode named", "both named"],
+)
+def test_the_command_line_uses_every_core_unless_told_otherwise(
+    monkeypatch, args, mode, workers, described
+):
+    monkeypatch.setattr(pipeline, "available_cores", lambda: 6)
+    options = pipeline_options(["--input_dir", "in", *args], every_core=True)
+    direct = options.view_as(DirectOptions)
+    assert (direct.direct_running_mode, direct.direct_num_workers) == (mode, workers)
+    assert pipeline.describe_workers(options) == described
+    # The library call keeps Beam's defaults; a named runner is left alone.
+    library = pipeline_options(["--input_dir", "in"]).view_as(DirectOptions)
+    assert (library.direct_running_mode, library.direct_num_workers) == ("in_memory", 1)
+    dataflow = pipeline_options(["--runner", "DataflowRunner"], every_core=True)
+    assert dataflow.view_as(DirectOptions).direct_running_mode == "in_memory"
+    assert pipeline.describe_workers(dataflow) == "on DataflowRunner"
+
+
+def test_one_core_stays_in_memory(monkeypatch):
+    monkeypatch.setattr(pipeline, "available_cores", lambda: 1)
+    options = pipeline_options([], every_core=True).view_as(DirectOptions)
+    assert (options.direct_running_mode, options.direct_num_workers) == ("in_memory", 1)
+
+
+@pytest.mark.parametrize("quota, cap", [("max 100000", None), ("150000 100000", 2)])
+def test_available_cores_is_what_this_process_may_use(tmp_path, monkeypatch, quota, cap):
+    (tmp_path / "cpu.max").write_text(quota + "\n")
+    monkeypatch.setattr(pipeline, "CGROUP_CPU_MAX", str(tmp_path / "cpu.max"))
+    affinity = len(os.sched_getaffinity(0))
+    assert pipeline.available_cores() == (affinity if cap is None else min(affinity, cap))
 
 
 def test_image_policy_flags():
