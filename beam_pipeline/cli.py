@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import ctypes
+import json
 import logging
 import os
 import sys
@@ -44,6 +46,19 @@ def tune_malloc() -> None:
 
 
 logger = logging.getLogger(__name__)
+
+
+def _rejections_by_split(output_dir: str) -> dict[str, dict[str, int]]:
+    """Split → reason → count, from a committed build's `rejected.jsonl`."""
+    from beam_pipeline.fileio import read_file
+    from schemas import DEAD_LETTER_FILE
+    from schemas.paths import join
+
+    counts = collections.defaultdict(collections.Counter)
+    for line in read_file(join(output_dir, DEAD_LETTER_FILE)).decode("utf-8").splitlines():
+        rejection = json.loads(line)
+        counts[rejection["split"]][rejection["reason"]] += 1
+    return {split: dict(reasons) for split, reasons in counts.items()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -122,5 +137,6 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
         seconds=time.monotonic() - started,
         workers=pipeline.describe_workers(options),
         log_path=out.log_path,
+        rejected=_rejections_by_split(config.output_dir) if info.failures else None,
     )
     return 0

@@ -19,7 +19,7 @@ import os
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TextIO
 
 from rich import box
@@ -345,8 +345,13 @@ def print_summary(
     seconds: float,
     workers: str,
     log_path: str,
+    rejected: Mapping[str, Mapping[str, int]] | None = None,
 ) -> None:
-    """The table a finished build ends with: what was written, from where, how fast."""
+    """The table a finished build ends with: what was written, from where, how fast.
+
+    `rejected` maps each split ("" for files in none) to its rejections by reason
+    (from `rejected.jsonl`).
+    """
     splits = sorted(info.splits.items())
     examples = sum(split.num_examples for _, split in splits)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
@@ -373,11 +378,12 @@ def print_summary(
     )
     console.print(table)
     lines = [f"{info.num_classes} classes + background (index {info.background_index})"]
+    for split, reasons in sorted((rejected or {}).items()):
+        where = f"in {split}" if split else "outside any split"
+        listed = ", ".join(f"{reason} {count:,}" for reason, count in sorted(reasons.items()))
+        lines.append(f"files rejected or reported {where}: {listed}")
     if info.failures:
-        reasons = ", ".join(f"{reason} {count:,}" for reason, count in info.failures.items())
-        lines.append(
-            f"rejected files by reason: {reasons}; see {join(output_dir, DEAD_LETTER_FILE)}"
-        )
+        lines.append(f"every rejected file, with its reason: {join(output_dir, DEAD_LETTER_FILE)}")
     line = load_line(output_dir, info)
     if line:
         lines.append(f"load it: {line}")

@@ -7,6 +7,7 @@ import pathlib
 import pty
 import re
 import select
+import shutil
 import struct
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import termios
 import time
 
 import pytest
-from helpers import failure_line, summary_rows
+from helpers import failure_line, ilsvrc_image, summary_rows, write
 
 from beam_pipeline import cli, pipeline, sample_tree, watch, writing
 from beam_pipeline.console import BuildConsole, human_bytes
@@ -280,3 +281,20 @@ def test_a_log_file_that_cannot_be_written_is_refused(tmp_path, capsys):
     assert cli.main([*argv, "--log_file", str(tmp_path / "file" / "build.log")]) == 2
     assert capsys.readouterr().err.startswith("error: --log_file: cannot write the log: ")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_summary_lists_rejections_per_split_by_reason(small_tree, tmp_path, capsys):
+    tree = tmp_path / "tree"
+    shutil.copytree(small_tree, tree)
+    ilsvrc_image(tree, "train", "broken/empty", b"")
+    ilsvrc_image(tree, "val", "broken/text", b"not an image")
+    write(tree / "Data" / "DET" / "train" / "broken" / "notes.txt", "not an image file")
+    out = tmp_path / "out"
+    argv = ["--input_dir", str(tree), "--output_dir", str(out), "--max_bad_fraction", "0.1"]
+    assert cli.main([*argv, "--direct_running_mode", "in_memory"]) == 0
+    printed = capsys.readouterr().out
+    rows = {row.split()[0]: row.split() for row in summary_rows(printed)}
+    assert rows["train"][5] == rows["validation"][5] == "1"  # images rejected
+    assert "files rejected or reported in train: empty_file 1, not_an_image_file 1\n" in printed
+    assert "files rejected or reported in validation: not_an_image 1\n" in printed
+    assert f"every rejected file, with its reason: {out}/rejected.jsonl\n" in printed
