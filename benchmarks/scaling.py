@@ -141,9 +141,13 @@ def main() -> int:
     added = n_large - n_small
     coordinator = (large.coordinator_cpu - small.coordinator_cpu) / added
     workers = (sum(large.worker_cpu) - sum(small.worker_cpu)) / added
+    print()
+    if large.seconds <= small.seconds or coordinator < 0 or workers <= 0:
+        # Trees too close in size for the difference to rise above the noise.
+        print("marginal figures: - (the larger tree did not cost more; use larger trees)")
+        return 0
     fraction = coordinator / (coordinator + workers)
     rate = added / (large.seconds - small.seconds)
-    print()
     print(f"marginal rate: {rate:.0f} images/s on {len(large.worker_cpu)} workers")
     print(f"coordinator CPU per image: {coordinator * 1e3:.3f} ms")
     print(f"workers' CPU per image: {workers * 1e3:.3f} ms")

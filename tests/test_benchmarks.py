@@ -18,6 +18,7 @@ import sys
 
 import pytest
 
+from beam_pipeline import pipeline
 from beam_pipeline.tfrecord import read_records
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -251,3 +252,30 @@ def test_input_bound_benchmark_says_whether_the_model_waits(built):
     device = r"^device: .*; model: small, batch 8, mixed precision: (on|off)$"
     assert re.search(device, done.stdout, re.M)
     assert re.search(r"the model (waits|does not wait) on input", done.stdout)
+
+
+@pytest.mark.slow
+def test_scaling_benchmark_splits_cpu_between_coordinator_and_workers(trees):
+    done = run_benchmark("scaling", trees["small"], trees["large"], "--repeats", "1")
+    (rows,) = tables(done.stdout)
+    assert rows["tree"] == [
+        "images",
+        "wall s",
+        "coordinator CPU s",
+        "worker CPU s",
+        "worker busy",
+        "imbalance",
+        "CPU sampled",
+    ]
+    assert [rows[name][0] for name in ("tiny", "small", "large")] == ["20", str(SMALL), str(LARGE)]
+    for name in ("tiny", "small", "large"):
+        wall, coordinator, workers, busy, imbalance, sampled = rows[name][1:]
+        assert_numbers([wall, coordinator, imbalance, sampled])
+        # The plain CLI: one worker process per core, each sampled (one core: in memory).
+        cores = pipeline.available_cores()
+        if cores > 1:
+            assert len(workers.split(" / ")) == len(busy.split(" / ")) == cores
+            assert_numbers(workers.split(" / ") + busy.split(" / "))
+        else:
+            assert workers == busy == ""
+    assert "serial fraction f: " in done.stdout or "marginal figures: -" in done.stdout
