@@ -100,8 +100,18 @@ def _versions() -> dict[str, str]:
     return versions
 
 
-def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollection:
-    """Adds the build to `pipeline`; returns the PCollection holding the committed DatasetInfo."""
+@dataclasses.dataclass(frozen=True)
+class Index:
+    """The index stages' outputs (no pixels read yet)."""
+
+    labelled: beam.PCollection  # LabelledEntry
+    vocabulary: beam.PCollection  # a single Vocabulary
+    counts: beam.PCollection  # (split, entries)
+    rejected: beam.PCollection  # Rejection, from listing, parsing and labelling
+
+
+def build_index(pipeline: beam.Pipeline, prepared: Prepared) -> Index:
+    """Adds the index stages to `pipeline`: discover, parse, vocabulary, label."""
     config, plan = prepared.config, prepared.plan
     entries, found_rejected = pipeline | "DiscoverImages" >> DiscoverImages(plan)
     parsed, parse_rejected = entries | "ParseAnnotations" >> ParseAnnotations(
@@ -120,6 +130,18 @@ def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollect
         | "SplitOfEntry" >> beam.Map(lambda entry: entry.split)
         | "CountPerSplit" >> beam.combiners.Count.PerElement()
     )
+    index_rejected = (found_rejected, parse_rejected, label_rejected) | "IndexRejected" >> (
+        beam.Flatten()
+    )
+    return Index(labelled, vocabulary, index_counts, index_rejected)
+
+
+def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollection:
+    """Adds the build to `pipeline`; returns the PCollection holding the committed DatasetInfo."""
+    config, plan = prepared.config, prepared.plan
+    index = build_index(pipeline, prepared)
+    labelled, vocabulary = index.labelled, index.vocabulary
+    index_counts, index_rejected = index.counts, index.rejected
     spec = FinalizeSpec(
         output_dir=config.output_dir,
         splits=plan.splits,
@@ -132,9 +154,6 @@ def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollect
             if config.labels_file
             else "the classes seen in the train split; --labels_file names them"
         ),
-    )
-    index_rejected = (found_rejected, parse_rejected, label_rejected) | "IndexRejected" >> (
-        beam.Flatten()
     )
     checked = pipeline | "CheckIndexBudget" >> CheckIndexBudget(
         spec, index_counts=index_counts, rejected=index_rejected

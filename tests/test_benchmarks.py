@@ -9,6 +9,7 @@ and prints the rows and columns it promises, or writes the files it promises.
 from __future__ import annotations
 
 import filecmp
+import json
 import os
 import pathlib
 import re
@@ -279,3 +280,18 @@ def test_scaling_benchmark_splits_cpu_between_coordinator_and_workers(trees):
         else:
             assert workers == busy == ""
     assert "serial fraction f: " in done.stdout or "marginal figures: -" in done.stdout
+
+
+@pytest.mark.slow
+def test_index_scale_benchmark_indexes_every_synthetic_entry(tmp_path):
+    done = run_benchmark("index_scale", tmp_path, "--sizes", "1000")
+    (rows,) = tables(done.stdout)
+    assert rows["entries"] == ["wall s", "entries/s", "peak MiB", "labelled per split"]
+    wall, rate, peak, counts = rows["1,000"]
+    assert_numbers([wall, rate.replace(",", ""), peak.replace(",", "")])
+    # ImageNet's shape: 96.2% train in synset folders, the rest a flat val, every entry labelled.
+    assert json.loads(counts) == {"train": 962, "validation": 38}
+    tree = tmp_path / "tree-1000"
+    assert len(list(tree.glob("Data/CLS-LOC/train/*/*.JPEG"))) == 962
+    assert len(list(tree.glob("Annotations/CLS-LOC/train/*/*.xml"))) == 409  # 42.5%
+    assert len(list(tree.glob("Annotations/CLS-LOC/val/*.xml"))) == 38
