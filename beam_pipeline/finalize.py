@@ -112,7 +112,7 @@ def check_index_budget(
     if unknown:
         message += (
             f"; classes outside the vocabulary ({spec.vocabulary_source}), most frequent "
-            f"first: {dict(unknown.most_common(10))}"
+            f"first: {_most_frequent(unknown, 10)}"
         )
     raise BuildFailed(f"{message}; {_see(spec)}")
 
@@ -121,8 +121,13 @@ def _over_budget(spec: FinalizeSpec, bad: int, total: int, images: list[Rejectio
     reasons = collections.Counter(r.reason for r in images)
     return (
         f"{bad} of {total} images rejected{when} ({bad / total:.2%}), more than "
-        f"--max_bad_fraction={spec.max_bad_fraction}; reasons {dict(reasons.most_common())}"
+        f"--max_bad_fraction={spec.max_bad_fraction}; reasons {_most_frequent(reasons)}"
     )
+
+
+def _most_frequent(counts: collections.Counter, limit: int | None = None) -> dict:
+    """Most frequent first, ties by name: the same message whatever order workers ran in."""
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit])
 
 
 def _see(spec: FinalizeSpec) -> str:

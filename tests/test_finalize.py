@@ -129,7 +129,7 @@ def test_more_rejections_than_the_budget_fail_the_build_and_name_the_dead_letter
         )
     assert str(caught.value) == (
         "BUILD FAILED: 2 of 5 images rejected (40.00%), more than --max_bad_fraction=0.25; "
-        "reasons {'truncated_image': 1, 'corrupt_image': 1}; see /out/rejected.jsonl"
+        "reasons {'corrupt_image': 1, 'truncated_image': 1}; see /out/rejected.jsonl"
     )
 
 
@@ -195,6 +195,22 @@ def test_the_index_budget_names_the_missing_classes_most_frequent_first():
         "outside the vocabulary (--labels_file /l.txt), most frequent first: "
         "{\"o'clock\": 5, 'eel': 3}; see /out/rejected.jsonl"
     )
+
+
+def test_the_index_budget_message_does_not_depend_on_the_order_workers_ran_in():
+    rejections = [
+        *unknown("owl", 1),
+        *unknown("eel", 1),
+        rejection("/t/x", "annotation_malformed", DISCOVER),
+    ]
+    messages = set()
+    for ordered in (rejections, rejections[::-1]):
+        with pytest.raises(BuildFailed) as caught:
+            check_index_budget(spec(max_bad_fraction=0.1), {"train": 4}, ordered)
+        messages.add(str(caught.value))
+    (message,) = messages
+    assert "reasons {'unknown_class': 2, 'annotation_malformed': 1}" in message
+    assert "most frequent first: {'eel': 1, 'owl': 1}" in message
 
 
 def test_the_index_budget_passes_within_the_budget_and_ignores_non_images():
