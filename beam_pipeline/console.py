@@ -183,7 +183,7 @@ class BuildConsole:
         for handler in self._displaced:
             root.removeHandler(handler)
         root.setLevel(logging.INFO)
-        to_file = logging.StreamHandler(open(self.log_path, "a", encoding="utf-8"))  # noqa: SIM115
+        to_file = logging.FileHandler(self.log_path, encoding="utf-8")  # closed on exit
         to_file.setFormatter(logging.Formatter(LOG_FORMAT))
         self._handlers = [to_file]
         if self.verbose:
