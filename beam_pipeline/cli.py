@@ -115,7 +115,7 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
         with out.progress(config.output_dir) as live:
             info = pipeline.execute(options, prepared)
             if live is not None:
-                live.finish(sum(s.num_examples + s.num_rejected for s in info.splits.values()))
+                live.finish()
     except KeyboardInterrupt:
         logger.error("Interrupted", exc_info=True)
         out.say(

@@ -278,16 +278,20 @@ class LiveProgress:
         if self._writing is not None and watch.WRITTEN in counts:
             progress.update(self._writing, completed=counts[watch.WRITTEN])
 
-    def finish(self, processed: int) -> None:
-        """The build committed: every one of the `processed` images was written or rejected."""
+    def finish(self) -> None:
+        """The build committed, so the writers processed every image they were given.
+
+        The commit clears the live files before a last poll could read them: the bars end at
+        the totals they were shown (a build too quick for any poll shows no writing bar).
+        """
         self._stop.set()
         self._thread.join()
         progress = self._progress
         indexed = progress.tasks[self._indexing].completed
         progress.update(self._indexing, total=indexed, completed=indexed)
-        if self._writing is None:
-            self._writing = progress.add_task("writing", total=processed)
-        progress.update(self._writing, total=processed, completed=processed)
+        if self._writing is not None:
+            total = progress.tasks[self._writing].total
+            progress.update(self._writing, completed=total)
 
     def stop(self) -> None:
         self._stop.set()

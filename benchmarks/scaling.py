@@ -33,7 +33,7 @@ import time
 import psutil
 
 from beam_pipeline import sample_tree
-from benchmarks.build_benchmark import count_images
+from benchmarks.build_benchmark import count_images, ours
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,19 +77,12 @@ def run_sampled(command: list[str], interval: float = 0.05) -> Sampled:
     return Sampled(seconds, coordinator, tuple(sorted(workers.values())), total)
 
 
-def build_command(tree: str, out: str, workers: int | None) -> list[str]:
-    command = [sys.executable, "-m", "beam_pipeline", "--input_dir", tree, "--output_dir", out]
-    command += ["--splits", "train", "--num_shards", "16", "--overwrite"]
-    if workers:
-        command += ["--direct_num_workers", str(workers)]
-    return command
-
-
 def fastest(tree: str, work: str, workers: int | None, repeats: int) -> Sampled:
     runs = []
     for _ in range(repeats):
         out = os.path.join(work, "out")
-        runs.append(run_sampled(build_command(tree, out, workers)))
+        flags = ["--direct_num_workers", str(workers)] if workers else []
+        runs.append(run_sampled(ours(tree, out, flags, resize=False)))
         shutil.rmtree(out, ignore_errors=True)
     return min(runs, key=lambda run: run.seconds)
 
