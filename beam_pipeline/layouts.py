@@ -221,17 +221,38 @@ def _plan_voc(
         for split in splits:
             list_path = join(year_dir, "ImageSets", "Main", f"{split}.txt")
             if not match(list_path):
-                lists = match(join(year_dir, "ImageSets", "Main", "*.txt"))
-                names = [posixpath.basename(p)[: -len(".txt")] for p in lists]
-                present = [name for name in names if "_" not in name]  # not <class>_<split>
                 raise LayoutError(
                     f"split {split!r} has no list: {list_path} is missing; "
-                    + _choose_splits(present)
+                    + _choose_voc_splits(years, match)
                 )
             for image_id in parse_split_list(read_text(list_path)):
                 memberships.append((join(prefix, image_id), output_split(split)))
     return DiscoveryPlan(
         VOC, root, tuple(output_split(s) for s in splits), tuple(tasks), tuple(memberships)
+    )
+
+
+def _choose_voc_splits(years: Sequence[tuple[str, str]], match: Callable) -> str:
+    """The fix for a missing VOC split list: the splits every year lists, and each year's."""
+    listed = {}
+    for year_dir, prefix in years:
+        lists = match(join(year_dir, "ImageSets", "Main", "*.txt"))
+        names = [posixpath.basename(p)[: -len(".txt")] for p in lists]
+        listed[prefix] = [name for name in names if "_" not in name]  # not <class>_<split>
+    if len(listed) == 1:
+        return _choose_splits(*listed.values())
+    common = [
+        name for name in next(iter(listed.values())) if all(name in n for n in listed.values())
+    ]
+    each = "; ".join(f"{prefix}: {names}" for prefix, names in listed.items())
+    if not common:
+        return (
+            f"no split is listed in every year ({each}): pass one year's directory as "
+            "--input_dir and its splits with --splits"
+        )
+    return (
+        f"the splits every year lists are {common}: choose with --splits {','.join(common)} "
+        f"(each year lists: {each})"
     )
 
 

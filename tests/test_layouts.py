@@ -184,3 +184,22 @@ def test_several_trees_below_or_none_are_refused_naming_them(tmp_path):
     write(tmp_path / "photos" / "deep" / "a.jpg", b"x")
     with pytest.raises(layouts.LayoutError, match="nor holds one in a subdirectory"):
         layouts.locate_tree(str(tmp_path / "photos"), layouts.AUTO, has_files, subdirectories)
+
+
+def test_a_split_missing_in_one_voc_year_names_what_every_year_lists(tmp_path):
+    devkit = tmp_path / "VOCdevkit"
+    shutil.copytree(VOC1, devkit / "VOC2007")
+    shutil.copytree(VOC1, devkit / "VOC2012")
+    (devkit / "VOC2012" / "ImageSets" / "Main" / "test.txt").unlink()
+    with pytest.raises(layouts.LayoutError) as error:
+        plan(devkit, layouts.VOC, ("train", "test"))
+    assert str(error.value) == (
+        f"split 'test' has no list: {devkit}/VOC2012/ImageSets/Main/test.txt is missing; the "
+        "splits every year lists are ['train']: choose with --splits train (each year lists: "
+        "VOC2007: ['test', 'train']; VOC2012: ['train'])"
+    )
+    (devkit / "VOC2012" / "ImageSets" / "Main" / "train.txt").rename(
+        devkit / "VOC2012" / "ImageSets" / "Main" / "trainval.txt"
+    )
+    with pytest.raises(layouts.LayoutError, match=r"no split is listed in every year \(VOC2007"):
+        plan(devkit, layouts.VOC, ("train",))
