@@ -334,9 +334,10 @@ def load_line(output_dir: str, info: DatasetInfo) -> str | None:
     if not labelled:
         return None
     split = "train" if "train" in labelled else sorted(labelled)[0]
+    batch_size = min(32, info.splits[split].num_examples)  # a batch never larger than the split
     return (
         f"from loaders import load_dataset; "
-        f"ds = load_dataset({output_dir!r}, {split!r}, batch_size=32)"
+        f"ds = load_dataset({output_dir!r}, {split!r}, batch_size={batch_size})"
     )
 
 

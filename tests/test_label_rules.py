@@ -134,7 +134,10 @@ def test_the_summary_says_where_labels_came_from(tmp_path, capsys):
     ilsvrc_image(tmp_path, "test", "t0", jpeg_bytes())
     argv = ["--input_dir", str(tmp_path), "--output_dir", str(tmp_path / "out")]
     assert cli.main([*argv, "--splits", "train,test"]) == 0
-    rows = {line.split()[0]: line.split(None, 6) for line in summary_rows(capsys.readouterr().out)}
+    printed = capsys.readouterr().out
+    rows = {line.split()[0]: line.split(None, 6) for line in summary_rows(printed)}
+    # The line that loads it never asks for a batch larger than the split.
+    assert f"ds = load_dataset('{tmp_path / 'out'}', 'train', batch_size=4)\n" in printed
     # split, examples, shards, size (number, unit), rejected, labels
     assert rows["train"][:3] + rows["train"][5:] == [
         "train",
