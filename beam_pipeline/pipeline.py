@@ -208,19 +208,31 @@ def available_cores() -> int:
     return max(1, cores)
 
 
+# Beam options (WorkerOptions) that only a cloud runner reads; locally they would be ignored.
+_CLOUD_WORKER_FLAGS = {"--num_workers", "--max_num_workers"}
+
+
 def pipeline_options(argv: Sequence[str] = (), *, every_core: bool = False) -> PipelineOptions:
     """Beam's options from the command line; FnApiRunner when no --runner is given.
 
     With `every_core` (the command line's default), a local build whose command line names
     neither a runner nor a running mode runs one worker process per available core
     (`--direct_running_mode multi_processing --direct_num_workers N`); `--direct_num_workers`
-    alone keeps its number. On one core it stays in memory.
+    alone keeps its number. On one core it stays in memory. A local build refuses Dataflow's
+    worker counts (`--num_workers`), which it would ignore.
     """
     argv = list(argv)
     options = PipelineOptions(argv)
     standard = options.view_as(StandardOptions)
     named = {token.split("=", 1)[0] for token in argv}
     if standard.runner is None:
+        cloud_only = sorted(named & _CLOUD_WORKER_FLAGS)
+        if cloud_only:
+            raise ValueError(
+                f"{', '.join(cloud_only)} sizes a cloud runner's workers and does nothing in a "
+                "local build: pass --direct_num_workers N for N local worker processes, or "
+                "--runner DataflowRunner"
+            )
         standard.runner = LOCAL_RUNNER
         direct = options.view_as(DirectOptions)
         if every_core and "--direct_running_mode" not in named:

@@ -119,6 +119,18 @@ def test_the_command_line_uses_every_core_unless_told_otherwise(
     assert pipeline.describe_workers(dataflow) == "on DataflowRunner"
 
 
+@pytest.mark.parametrize("flag", ["--num_workers", "--max_num_workers"])
+def test_a_cloud_worker_count_is_refused_in_a_local_build(flag):
+    with pytest.raises(ValueError) as error:
+        pipeline_options([flag, "4"], every_core=True)
+    assert str(error.value) == (
+        f"{flag} sizes a cloud runner's workers and does nothing in a local build: pass "
+        "--direct_num_workers N for N local worker processes, or --runner DataflowRunner"
+    )
+    dataflow = pipeline_options(["--runner", "DataflowRunner", flag, "4"])
+    assert dataflow.get_all_options()[flag[2:]] == 4
+
+
 def test_one_core_stays_in_memory(monkeypatch):
     monkeypatch.setattr(pipeline, "available_cores", lambda: 1)
     options = pipeline_options([], every_core=True).view_as(DirectOptions)
