@@ -2,7 +2,8 @@
 
 `install_requires` is what a Beam worker needs to run the builder; nothing is assumed to be on
 the worker image besides Apache Beam itself. TensorFlow is only needed by the loader
-(`pip install .[loader]`): the builder serialises `tf.train.Example` without it.
+(`pip install .[loader]`): the builder serialises `tf.train.Example` without it. `.[dask]`
+adds Dask's distributed scheduler for `--runner DaskRunner`.
 """
 
 import pathlib
@@ -36,6 +37,8 @@ setuptools.setup(
     ],
     extras_require={
         "loader": ["tensorflow>=2.16"],
+        # Beam's DaskRunner needs dask >= 2024.4.2; `distributed` is the cluster it runs on.
+        "dask": ["dask[distributed]>=2024.4.2"],
         "dev": ["pytest>=8", "ruff>=0.6", "psutil>=5.9", "tensorflow>=2.16"],
     },
     entry_points={

@@ -19,6 +19,7 @@ import os
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TextIO
 
@@ -103,6 +104,7 @@ class BuildConsole:
         self.terminal: TextIO = sys.stderr
         self._saved_fd: int | None = None
         self._pump: threading.Thread | None = None
+        self._last_read = time.monotonic()
         self._handlers: list[logging.Handler] = []
         self._root_level = logging.INFO
         self._displaced: list[logging.Handler] = []
@@ -151,6 +153,7 @@ class BuildConsole:
                 break
             if not chunk:
                 break
+            self._last_read = time.monotonic()
             with contextlib.suppress(OSError, ValueError):
                 self._log.write(chunk)
             if self.verbose and self._saved_fd is not None:
@@ -162,7 +165,14 @@ class BuildConsole:
         with contextlib.suppress(Exception):
             sys.stderr.flush()
         os.dup2(self._saved_fd, 2)  # the pipe stays open only in worker processes still alive
-        self._pump.join(timeout=5)
+        # Wait for their last words, but not for a helper that outlives the build (a Dask
+        # LocalCluster leaves multiprocessing's resource tracker holding the pipe until exit):
+        # stop once the pipe has been quiet for a moment.
+        deadline = time.monotonic() + 5
+        while self._pump.is_alive() and time.monotonic() < deadline:
+            self._pump.join(timeout=0.1)
+            if time.monotonic() - self._last_read > 0.5:
+                break
         if self.terminal is not sys.stderr:
             self.terminal.close()
             self.terminal = sys.stderr

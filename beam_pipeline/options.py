@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import dataclasses
 import difflib
+import importlib.util
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -233,6 +234,39 @@ def _known_flags(parser: argparse.ArgumentParser) -> list[str]:
     return [flag for action in parser._actions for flag in action.option_strings]
 
 
+# `--runner DaskRunner` (any case, or Beam's own class path) runs on this project's DaskRunner:
+# Beam's, with a translation that computes each stage once (`beam_pipeline.dask_runner`).
+DASK_RUNNER = "beam_pipeline.dask_runner.DaskRunner"
+_DASK_NAMES = {"dask", "daskrunner", "apache_beam.runners.dask.dask_runner.daskrunner"}
+
+
+def resolve_runner(name: str) -> str:
+    """The runner `--runner NAME` means: DASK_RUNNER for Dask's names, else NAME as given.
+
+    Raises:
+      ValueError: Dask's runner is named but `dask.distributed` is not installed.
+    """
+    if name.lower() not in _DASK_NAMES and name != DASK_RUNNER:
+        return name
+    if importlib.util.find_spec("distributed") is None:
+        raise ValueError(
+            f"--runner {name} needs Dask's distributed scheduler, which is not installed: "
+            "pip install 'imagenet-tfrecords[dask]'"
+        )
+    return DASK_RUNNER
+
+
+def _resolve_runner_flag(argv: Sequence[str]) -> list[str]:
+    """`argv` with the value of --runner (either spelling) replaced by `resolve_runner`'s."""
+    argv = list(argv)
+    for position, token in enumerate(argv):
+        if token.startswith("--runner="):
+            argv[position] = "--runner=" + resolve_runner(token.split("=", 1)[1])
+        elif token == "--runner" and position + 1 < len(argv):
+            argv[position + 1] = resolve_runner(argv[position + 1])
+    return argv
+
+
 def _beam_parser(beam_argv: Sequence[str]) -> argparse.ArgumentParser:
     """The parser Beam itself builds from every registered PipelineOptions class."""
     options = PipelineOptions(beam_argv)
@@ -255,13 +289,21 @@ def _beam_parser(beam_argv: Sequence[str]) -> argparse.ArgumentParser:
 def beam_argv(argv: Sequence[str]) -> list[str]:
     """The part of a command line that is Beam's: every flag but the project's, in order.
 
+    `--runner DaskRunner` (and Beam's class path for it) becomes `DASK_RUNNER`.
+
     Raises:
       ValueError: for a flag or value that neither the project nor Beam knows, naming the
-        closest known flag.
+        closest known flag; for a Dask option without the Dask runner.
     """
     project = argparse.ArgumentParser(allow_abbrev=False, add_help=False)
     BuildOptions._add_argparse_args(project)
     _, rest = project.parse_known_args(list(argv))
+    rest = _resolve_runner_flag(rest)
+    dask_flags = sorted({t.split("=", 1)[0] for t in rest if t.startswith("--dask_")})
+    if dask_flags and PipelineOptions(rest).view_as(StandardOptions).runner != DASK_RUNNER:
+        raise ValueError(
+            f"{', '.join(dask_flags)} is an option of the Dask runner: add --runner DaskRunner"
+        )
     beam = _beam_parser(rest)
     _, unknown = beam.parse_known_args(rest)
     if unknown:

@@ -39,7 +39,7 @@ from beam_pipeline.labelling import (
     ParseAnnotations,
 )
 from beam_pipeline.labels import Vocabulary, parse_labels_file
-from beam_pipeline.options import BuildConfig, beam_argv
+from beam_pipeline.options import DASK_RUNNER, BuildConfig, beam_argv
 from beam_pipeline.output import prepare_output
 from beam_pipeline.writing import AssignShards, WriteShards
 from schemas import DATASET_INFO_FILE, DatasetInfo
@@ -246,6 +246,9 @@ def pipeline_options(argv: Sequence[str] = (), *, every_core: bool = False) -> P
 def describe_workers(options: PipelineOptions) -> str:
     """How the build ran, for its summary: `2 worker processes (FnApiRunner)`, or the runner."""
     runner = options.view_as(StandardOptions).runner
+    if runner == DASK_RUNNER:
+        address = options.get_all_options().get("address")
+        return f"on the Dask cluster at {address}" if address else "on a local Dask cluster"
     if runner != LOCAL_RUNNER:
         return f"on {runner}"
     direct = options.view_as(DirectOptions)

@@ -295,3 +295,20 @@ def test_index_scale_benchmark_indexes_every_synthetic_entry(tmp_path):
     assert len(list(tree.glob("Data/CLS-LOC/train/*/*.JPEG"))) == 962
     assert len(list(tree.glob("Annotations/CLS-LOC/train/*/*.xml"))) == 409  # 42.5%
     assert len(list(tree.glob("Annotations/CLS-LOC/val/*.xml"))) == 38
+
+
+@pytest.mark.slow
+def test_dask_benchmark_compares_builds_on_a_cluster_with_the_local_build(trees):
+    done = run_benchmark(
+        "dask_benchmark", trees["small"], trees["large"], "--workers", "2", "--no_own_cluster"
+    )
+    (rows,) = tables(done.stdout)
+    local = "local: plain CLI (every core)"
+    dask = "dask: --runner DaskRunner --dask_client_address (running cluster)"
+    assert list(rows) == ["contender", local, dask]
+    assert rows["contender"][:2] == [f"{SMALL} imgs s", f"{LARGE} imgs s"]
+    for name in (local, dask):
+        assert_numbers(rows[name], allow_missing=True)
+    assert rows[local][3:] == ["1.00", "1.00"] or rows[local][3] == "-"
+    assert "2 Dask workers x 1 thread" in done.stdout
+    assert done.stdout.strip().endswith("byte-identical to the local build: yes")

@@ -15,6 +15,7 @@ from apache_beam.options.pipeline_options import (
 from beam_pipeline import cli, pipeline
 from beam_pipeline.cli import tune_malloc
 from beam_pipeline.options import (
+    DASK_RUNNER,
     BuildConfig,
     BuildOptions,
     beam_argv,
@@ -238,6 +239,41 @@ def test_an_unknown_flag_is_refused_with_the_closest_known_one(typo, message):
     with pytest.raises(ValueError) as error:
         beam_argv(["--input_dir", "in", "--output_dir", "out", *typo])
     assert str(error.value).startswith(message)
+
+
+@pytest.mark.parametrize(
+    "runner",
+    ["DaskRunner", "daskrunner", "dask", "apache_beam.runners.dask.dask_runner.DaskRunner"],
+)
+def test_dask_runner_names_mean_the_projects_dask_runner(runner):
+    argv = ["--runner", runner, "--dask_client_address", "tcp://127.0.0.1:8786"]
+    assert beam_argv(argv) == ["--runner", DASK_RUNNER, *argv[2:]]
+    assert beam_argv([f"--runner={runner}"]) == [f"--runner={DASK_RUNNER}"]
+    options = pipeline_options(beam_argv(argv), every_core=True)
+    assert options.view_as(StandardOptions).runner == DASK_RUNNER
+    assert pipeline.describe_workers(options) == "on the Dask cluster at tcp://127.0.0.1:8786"
+
+
+def test_dask_options_without_the_dask_runner_are_refused():
+    with pytest.raises(ValueError, match=r"^--dask_client_address is an option of the Dask runner"):
+        beam_argv(["--dask_client_address", "tcp://127.0.0.1:8786"])
+    with pytest.raises(ValueError, match=r"^--dask_npartitions is an option of the Dask runner"):
+        beam_argv(["--runner", "FnApiRunner", "--dask_npartitions=4"])
+
+
+def test_the_dask_runner_without_dask_installed_says_what_to_install(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "distributed" else real(name)
+    )
+    with pytest.raises(ValueError) as error:
+        beam_argv(["--runner", "DaskRunner"])
+    assert str(error.value) == (
+        "--runner DaskRunner needs Dask's distributed scheduler, which is not installed: "
+        "pip install 'imagenet-tfrecords[dask]'"
+    )
 
 
 def test_a_typo_never_runs_a_build(tmp_path, capsys):

@@ -50,7 +50,10 @@ def test_sdist_holds_every_module_and_declares_worker_dependencies(sdist):
     assert {"apache-beam", "pillow", "lxml", "numpy", "google-crc32c", "protobuf"} <= declared
     # TensorFlow is only for the loader: the builder's workers do not install it.
     assert "tensorflow" not in declared
-    assert "tensorflow" in requires.split("[loader]", 1)[1]
+    assert "tensorflow" in requires.split("[loader]", 1)[1].split("\n[", 1)[0]
+    # Dask only for builds on a Dask cluster.
+    assert "dask" not in declared
+    assert "dask[distributed]" in requires.split("[dask]", 1)[1].split("\n[", 1)[0]
 
 
 def test_installed_sdist_builds_a_tree_in_a_fresh_interpreter(sdist, tmp_path):

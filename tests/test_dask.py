@@ -1,0 +1,137 @@
+"""Builds on a real `dask.distributed` cluster: 2 worker processes on loopback."""
+
+import collections
+import pathlib
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.util import assert_that, equal_to
+from dask.distributed import Client, LocalCluster, get_task_stream
+from dask.utils import key_split
+from helpers import build, dead_letters, ilsvrc_image, jpeg_bytes, write
+from test_console import run_cli
+
+from beam_pipeline import dask_runner, options, pipeline, sample_tree
+from schemas import DATASET_INFO_FILE
+
+WORKERS = 2
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(
+        n_workers=WORKERS,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+    ) as local:
+        yield local
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    """A sample tree with a broken image and a broken annotation (rejections in two stages)."""
+    root = tmp_path_factory.mktemp("tree")
+    sample_tree.write_tree(str(root), num_train=300, num_val=60, seed=11)
+    write(root / "Data" / "DET" / "train" / "zz_broken.JPEG", jpeg_bytes()[:300])
+    ilsvrc_image(root, "val", "zz_bad_xml", jpeg_bytes(), xml="<annotation><object>")
+    return root
+
+
+def dask_flags(cluster) -> list[str]:
+    return ["--runner", "DaskRunner", "--dask_client_address", cluster.scheduler_address]
+
+
+def files(output_dir) -> dict[str, bytes]:
+    """Every file a build left, by relative path (its scratch directory aside)."""
+    root = pathlib.Path(output_dir)
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".tmp" not in p.relative_to(root).parts
+    }
+
+
+def test_a_build_on_dask_is_byte_identical_and_runs_each_step_once_on_every_worker(
+    cluster, tree, tmp_path
+):
+    flags = ["--num_shards", "train=6,validation=3", "--max_bad_fraction", "0.05"]
+    local = build(tree, tmp_path / "local", *flags)
+    with Client(cluster) as client, get_task_stream(client) as stream:
+        on_dask = build(tree, tmp_path / "dask", *flags, *dask_flags(cluster))
+    assert on_dask == local
+    assert local.splits["train"].num_examples == 300
+    assert local.failures == {"truncated_image": 1, "annotation_malformed": 1}
+    built = files(tmp_path / "dask")
+    assert built == files(tmp_path / "local")
+    assert len([name for name in built if name.endswith(".tfrecord")]) == 9
+
+    ran = collections.Counter(str(task["key"]) for task in stream.data)
+    assert [key for key, times in ran.items() if times > 1] == []  # no task computed twice
+    steps = collections.Counter(key_split(task["key"]) for task in stream.data)
+    partitions = WORKERS * dask_runner.PARTITIONS_PER_THREAD
+    for step in ("DiscoverImages-ListFiles-ParDo", "WriteShards-WriteShard-ParDo"):
+        assert steps[step] == partitions, steps  # each partition once: no recomputation
+    writers = {task["worker"] for task in stream.data if "WriteShard-ParDo" in str(task["key"])}
+    assert len(writers) == WORKERS
+
+
+def test_a_failed_check_on_dask_writes_no_shard_and_fails_loudly(cluster, tree, tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(Exception) as raised:  # the worker's BuildFailed, re-raised here
+        build(tree, out, "--max_bad_fraction", "0", *dask_flags(cluster))
+    message = pipeline.failure_message(raised.value)
+    assert message.startswith("BUILD FAILED: 1 of 362 images rejected before any image was read")
+    assert not (out / DATASET_INFO_FILE).exists()
+    assert list(out.glob("*.tfrecord")) == []
+    assert [line["path"] for line in dead_letters(out)] == [
+        str(tree / "Annotations" / "DET" / "val" / "zz_bad_xml.xml")
+    ]
+
+
+def test_the_command_line_takes_the_short_name_and_says_where_it_ran(cluster, tree, tmp_path):
+    out = tmp_path / "out"
+    argv = ["--input_dir", tree, "--output_dir", out, "--max_bad_fraction", "0.05"]
+    result = run_cli(
+        [*argv, "--runner", "daskrunner", "--dask_client_address", cluster.scheduler_address],
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"on the Dask cluster at {cluster.scheduler_address}" in result.stdout
+    assert (out / DATASET_INFO_FILE).exists()
+
+
+def test_side_inputs_and_tagged_outputs_reach_the_right_consumers(cluster):
+    def split(n):
+        yield n if n % 2 == 0 else beam.pvalue.TaggedOutput("odd", n)
+
+    argv = dask_flags(cluster)
+    argv[1] = options.resolve_runner(argv[1])
+    with beam.Pipeline(options=PipelineOptions(argv)) as p:
+        numbers = p | beam.Create(range(20))
+        parts = numbers | beam.ParDo(split).with_outputs("odd", main="even")
+        total = parts.odd | "SumOdd" >> beam.CombineGlobally(sum)
+        shifted = parts.even | "Shift" >> beam.Map(
+            lambda n, offset: n + offset, offset=beam.pvalue.AsSingleton(total)
+        )
+        assert_that(shifted, equal_to([n + 100 for n in range(0, 20, 2)]))
+        assert_that(parts.odd, equal_to(list(range(1, 20, 2))), label="Odd")
+
+
+def test_a_step_it_cannot_translate_is_refused_by_name(cluster):
+    argv = ["--runner", options.DASK_RUNNER, "--dask_client_address", cluster.scheduler_address]
+    refused = pytest.raises(NotImplementedError, match=r"cannot run step 'Tick' \(Impulse\)")
+    with refused, beam.Pipeline(options=PipelineOptions(argv)) as p:
+        p | "Tick" >> beam.Impulse()
+
+
+def test_an_unreachable_scheduler_is_named_with_its_flag(tree, tmp_path):
+    argv = ["--dask_client_address", "tcp://127.0.0.1:9", "--dask_connection_timeout", "2"]
+    with pytest.raises(ConnectionError) as raised:
+        build(tree, tmp_path / "out", "--runner", "DaskRunner", *argv)
+    assert str(raised.value).startswith(
+        "cannot reach the Dask scheduler at tcp://127.0.0.1:9 (--dask_client_address): "
+    )
+    assert not (tmp_path / "out" / DATASET_INFO_FILE).exists()
