@@ -212,14 +212,42 @@ def available_cores() -> int:
 _CLOUD_WORKER_FLAGS = {"--num_workers", "--max_num_workers"}
 
 
-def pipeline_options(argv: Sequence[str] = (), *, every_core: bool = False) -> PipelineOptions:
+# A local build of fewer images than this runs in the launching process: worker processes take
+# ~2.3 s longer to start than an in-process build, which 2 of them first win back at ~2,000
+# images of ImageNet's size (benchmarks/RESULTS.md, session 6).
+SMALL_BUILD_IMAGES = 1000
+
+
+def count_images_up_to(plan: layouts.DiscoveryPlan, limit: int) -> int:
+    """Files below the plan's image directories, counted until `limit` is reached.
+
+    `limit` for a tree that is not on a local disk (listing it twice would cost a cloud build
+    time; a local runner on such a tree is rare).
+    """
+    count = 0
+    for task in plan.tasks:
+        if task.kind != layouts.IMAGES:
+            continue
+        if "://" in task.directory:
+            return limit
+        for _, _, names in os.walk(task.directory):
+            count += len(names)
+            if count >= limit:
+                return limit
+    return count
+
+
+def pipeline_options(
+    argv: Sequence[str] = (), *, every_core: bool = False, images: int | None = None
+) -> PipelineOptions:
     """Beam's options from the command line; FnApiRunner when no --runner is given.
 
     With `every_core` (the command line's default), a local build whose command line names
     neither a runner nor a running mode runs one worker process per available core
     (`--direct_running_mode multi_processing --direct_num_workers N`); `--direct_num_workers`
-    alone keeps its number. On one core it stays in memory. A local build refuses Dataflow's
-    worker counts (`--num_workers`), which it would ignore.
+    alone keeps its number. On one core, or for fewer than SMALL_BUILD_IMAGES `images`, it
+    stays in this process. A local build refuses Dataflow's worker counts (`--num_workers`),
+    which it would ignore.
     """
     argv = list(argv)
     options = PipelineOptions(argv)
@@ -237,7 +265,8 @@ def pipeline_options(argv: Sequence[str] = (), *, every_core: bool = False) -> P
         direct = options.view_as(DirectOptions)
         if every_core and "--direct_running_mode" not in named:
             if "--direct_num_workers" not in named:
-                direct.direct_num_workers = available_cores()
+                small = images is not None and images < SMALL_BUILD_IMAGES
+                direct.direct_num_workers = 1 if small else available_cores()
             if direct.direct_num_workers > 1:
                 direct.direct_running_mode = "multi_processing"
     return options
@@ -275,9 +304,24 @@ def prepare_build(
     """
     argv = list(argv)
     # The project's flags never reach Beam.
-    options = pipeline_options(beam_argv(argv), every_core=every_core)
+    beam_flags = beam_argv(argv)
     config = BuildConfig.from_options(PipelineOptions(argv))
     prepared = prepare(config)
+    images = count_images_up_to(prepared.plan, SMALL_BUILD_IMAGES) if every_core else None
+    options = pipeline_options(beam_flags, every_core=every_core, images=images)
+    direct = options.view_as(DirectOptions)
+    if (
+        images is not None
+        and images < SMALL_BUILD_IMAGES
+        and options.view_as(StandardOptions).runner == LOCAL_RUNNER
+        and direct.direct_running_mode == "in_memory"
+        and available_cores() > 1
+    ):
+        logger.info(
+            "%d images: building in this process (worker processes would take longer to "
+            "start than they save; --direct_num_workers N asks for N)",
+            images,
+        )
     prepare_output(config.output_dir, overwrite=config.overwrite, resume=config.resume)
     watch.clear(config.output_dir)
     return options, prepared

@@ -125,9 +125,11 @@ def test_no_progress_when_quiet_or_not_on_a_terminal(small_tree, tmp_path):
 
 def test_a_good_build_prints_a_short_summary_naming_the_output(small_tree, tmp_path):
     out = tmp_path / "out"
-    # The command a user types: no runner flags, so one worker process per core.
-    result = run_cli(["--input_dir", small_tree, "--output_dir", out], tmp_path)
+    # What the command a user types does on a tree of 1,000 images or more: one worker process
+    # per core (this small tree would be built in the launching process without the flag).
     cores = pipeline.available_cores()
+    argv = ["--input_dir", small_tree, "--output_dir", out, "--direct_num_workers", cores]
+    result = run_cli(argv, tmp_path)
     assert result.returncode == 0, result.stderr
     (started,) = result.stderr.splitlines()  # the runner's and workers' chatter is in the log
     log = pathlib.Path(started.split("full log: ")[1])
@@ -161,6 +163,16 @@ def test_a_good_build_prints_a_short_summary_naming_the_output(small_tree, tmp_p
     # Every worker process's own stderr lines are kept (the runner relays a copy of each too).
     harnesses = re.findall(r"^INFO:__main__:Python sdk harness starting", text, re.M)
     assert len(harnesses) == (cores if cores > 1 else 0)
+
+
+def test_a_small_build_runs_in_the_launching_process_and_says_so(small_tree, tmp_path):
+    result = run_cli(["--input_dir", small_tree, "--output_dir", tmp_path / "out"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0].endswith(" images/s, in this process (in_memory)")
+    log = pathlib.Path(result.stdout.splitlines()[-1][len("full log: ") :]).read_text()
+    if pipeline.available_cores() > 1:
+        assert "80 images: building in this process (worker processes would take longer" in log
+    assert "sdk harness starting" not in log
 
 
 def test_a_failed_build_ends_with_one_line_and_the_log(small_tree, tmp_path):

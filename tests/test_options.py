@@ -120,6 +120,43 @@ def test_the_command_line_uses_every_core_unless_told_otherwise(
     assert pipeline.describe_workers(dataflow) == "on DataflowRunner"
 
 
+@pytest.mark.parametrize(
+    "images, args, workers",
+    [
+        (999, [], 1),
+        (1000, [], 6),
+        (None, [], 6),  # not counted: a library call names no tree
+        (20, ["--direct_num_workers", "3"], 3),
+        (20, ["--direct_running_mode", "multi_processing"], 1),
+    ],
+)
+def test_a_small_build_stays_in_this_process_unless_workers_are_asked_for(
+    monkeypatch, images, args, workers
+):
+    monkeypatch.setattr(pipeline, "available_cores", lambda: 6)
+    options = pipeline_options(args, every_core=True, images=images)
+    assert options.view_as(DirectOptions).direct_num_workers == workers
+
+
+def test_images_are_counted_only_up_to_the_limit(tmp_path):
+    from beam_pipeline import layouts
+
+    for split, number in (("train", 7), ("val", 5)):
+        for index in range(number):
+            path = tmp_path / "Data" / "DET" / split / f"s{index % 2}" / f"{index}.JPEG"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"x")
+    (tmp_path / "Annotations" / "DET" / "train").mkdir(parents=True)
+    for index in range(50):
+        (tmp_path / "Annotations" / "DET" / "train" / f"{index}.xml").write_text("<a/>")
+    argv = ["--input_dir", str(tmp_path), "--output_dir", str(tmp_path / "out")]
+    plan = pipeline.prepare(BuildConfig.from_options(PipelineOptions(argv))).plan
+    assert plan.root == str(tmp_path)
+    assert {t.kind for t in plan.tasks} == {layouts.IMAGES, layouts.ANNOTATIONS}
+    assert pipeline.count_images_up_to(plan, 1000) == 12  # images only, every split
+    assert pipeline.count_images_up_to(plan, 10) == 10
+
+
 @pytest.mark.parametrize("flag", ["--num_workers", "--max_num_workers"])
 def test_a_cloud_worker_count_is_refused_in_a_local_build(flag):
     with pytest.raises(ValueError) as error:
