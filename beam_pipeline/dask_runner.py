@@ -11,10 +11,12 @@ way of invoking DoFns on `dask.bag` partitions) with the translation from Beam t
   (the listing ran ~25 times and every shard was written twice in one build).
 - **Multi-output ParDos** (`with_outputs`): each output PCollection gets its own elements.
   Beam's runner hands every consumer all outputs mixed together.
-- **Reshuffle and GroupByKey spread the work over the cluster**: their output has a few
-  partitions per worker thread, so as many shard writers run as the cluster has threads.
-  Beam's runner ignores Reshuffle and keeps `Create`'s partitions (one per 128 elements), which
-  capped a build at 3-5 concurrent shard writers whatever the cluster size.
+- **Create, Reshuffle and GroupByKey spread the work over the cluster**: their output has
+  PARTITIONS_PER_THREAD partitions per worker thread, so as many shard writers run as the
+  cluster has threads. Beam's runner ignores Reshuffle and keeps `Create`'s partitions (one per
+  128 elements), which capped a build at 3-5 concurrent shard writers whatever the cluster size.
+- **CombinePerKey is lifted**: each partition is combined per key before the shuffle, as
+  Beam's other runners do (Beam's Dask runner shuffles every element).
 - **Every sink runs.** Beam's runner computes only the last transform it visited.
 - A transform it cannot translate is refused by name (Beam's runner skips it silently).
 
@@ -126,6 +128,33 @@ def _run_bundle(items: Iterable, pickled_fn: bytes, spec: dict, *side_values) ->
     return values
 
 
+def _precombine(items: Iterable, pickled_fn: bytes) -> list:
+    """One partition's (key, value) pairs → one (key, accumulator) per key (combiner lifting)."""
+    fn = pickler.loads(pickled_fn)
+    fn.setup()
+    accumulators: dict = {}
+    for key, value in items:
+        accumulator = accumulators.get(key)
+        if accumulator is None and key not in accumulators:
+            accumulator = fn.create_accumulator()
+        accumulators[key] = fn.add_input(accumulator, value)
+    combined = [(key, fn.compact(accumulator)) for key, accumulator in accumulators.items()]
+    fn.teardown()
+    return combined
+
+
+def _merge_and_extract(groups: Iterable, pickled_fn: bytes) -> list:
+    """(key, [accumulator]) → (key, output)."""
+    fn = pickler.loads(pickled_fn)
+    fn.setup()
+    outputs = [
+        (key, fn.extract_output(fn.merge_accumulators(accumulators)))
+        for key, accumulators in groups
+    ]
+    fn.teardown()
+    return outputs
+
+
 def _select(pairs: Iterable, tag) -> list:
     return [value for t, value in pairs if t == tag]
 
@@ -166,12 +195,49 @@ class _Translator(PipelineVisitor):
         self._bag_kwargs = bag_kwargs
         self.bags: dict[beam.PCollection, Any] = {}
         self.consumed: set[beam.PCollection] = set()
+        self._lifted: AppliedPTransform | None = None  # a CombinePerKey run as one operation
 
     @property
     def _spread(self) -> int:
         return self._threads * PARTITIONS_PER_THREAD
 
+    def enter_composite_transform(self, node: AppliedPTransform) -> None:
+        transform = node.transform
+        if (
+            self._lifted is None
+            and isinstance(transform, beam.CombinePerKey)
+            and not transform.args
+            and not transform.kwargs
+            and not node.side_inputs
+        ):
+            # Combine each partition's values per key before the shuffle, as Beam's own
+            # runners do; the GroupByKey inside would move every element.
+            (bag,) = [self.bags[p] for p in node.inputs]
+            self.consumed.update(node.inputs)
+            fn = pickler.dumps(transform.fn)
+            combined = self._group(bag.map_partitions(_precombine, fn))
+            self._set_outputs(node, combined.map_partitions(_merge_and_extract, fn))
+            self._lifted = node
+
+    def leave_composite_transform(self, node: AppliedPTransform) -> None:
+        if node is self._lifted:
+            self._lifted = None
+
+    def _group(self, bag):
+        """(key, value) → (key, [value]), spread over the cluster's threads.
+
+        The shuffle has one partition per thread (its tasks grow with the square of that);
+        each output partition is then cut into PARTITIONS_PER_THREAD pieces, so groups of
+        unequal cost (shards) even out over the threads.
+        """
+        if bag.npartitions != self._threads:
+            bag = bag.repartition(self._threads)
+        grouped = bag.groupby(_first, shuffle="tasks").map(_grouped)
+        return grouped.repartition(self._spread)
+
     def visit_transform(self, node: AppliedPTransform) -> None:
+        if self._lifted is not None:
+            return  # inside a lifted CombinePerKey: done as a whole on entering it
         transform = node.transform
         inputs = [self.bags[p] for p in node.inputs if isinstance(p, beam.PCollection)]
         self.consumed.update(p for p in node.inputs if isinstance(p, beam.PCollection))
@@ -186,9 +252,7 @@ class _Translator(PipelineVisitor):
             bag = bag.repartition(max(bag.npartitions, self._spread))
         elif kind is _GroupByKeyOnly:
             (bag,) = inputs
-            if bag.npartitions != self._spread:
-                bag = bag.repartition(self._spread)
-            bag = bag.groupby(_first, shuffle="tasks").map(_grouped)
+            bag = self._group(bag)
         elif kind is _GroupAlsoByWindow:
             (bag,) = inputs  # global window: the grouping above is the whole of it
         elif isinstance(transform, beam.ParDo):
