@@ -302,12 +302,7 @@ class _Translator(PipelineVisitor):
             *side_values,
             token=f"{name}-{dask.base.tokenize(node.full_label, id(node))}",
         )
-        outputs = node.outputs
-        if len(outputs) == 1:
-            (output,) = outputs.values()
-            self.bags[output] = tagged.map_partitions(_select, next(iter(outputs)))
-            return
-        for tag, output in outputs.items():
+        for tag, output in node.outputs.items():
             self.bags[output] = tagged.map_partitions(_select, tag)
 
     def sinks(self) -> list:
@@ -321,11 +316,12 @@ class _Translator(PipelineVisitor):
 
 
 class DaskRunnerResult(PipelineResult):
-    def __init__(self, client, futures, owns_client: bool):
+    """The running build; waiting for it closes the client (and a LocalCluster it started)."""
+
+    def __init__(self, client, futures):
         super().__init__(PipelineState.RUNNING)
         self._client = client
         self._futures = futures
-        self._owns_client = owns_client
 
     def wait_until_finish(self, duration=None):
         import dask.distributed as ddist
@@ -344,7 +340,7 @@ class DaskRunnerResult(PipelineResult):
             self._client.cancel(self._futures)
             raise
         finally:
-            if self._state != PipelineState.RUNNING and self._owns_client:
+            if self._state != PipelineState.RUNNING:
                 self._client.close()
         return self._state
 
@@ -395,4 +391,4 @@ class DaskRunner(beam_dask.DaskRunner):
         except BaseException:
             client.close()
             raise
-        return DaskRunnerResult(client, futures, owns_client=True)
+        return DaskRunnerResult(client, futures)

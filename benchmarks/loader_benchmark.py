@@ -11,10 +11,12 @@ images):
                      resize + batch (the records are read once, before timing)
   ours (eval)        load_dataset(training=False): read shards, parse, decode, resize, batch
   ours (train)       load_dataset(training=True): + shuffles, fused random crop, flip
+  ... uint8          the same with dtype="uint8" (pixels; no float conversion on the host)
   baselines          with --tree, the loaders people write instead, over the tree's JPEG files
                      (benchmarks.loader_baselines): a Keras PyDataset with Pillow,
                      from_generator + py_function with Pillow, tf.data over the raw files
-  fit ...            model.fit of a small CNN fed by ours (train), by the decode limit, by the
+  fit ...            model.fit of a small CNN fed by ours (train), by ours in uint8 (the same
+                     CNN with `normalization_layer()` first), by the decode limit, by the
                      Keras PyDataset (with --tree) and by one cached batch (the model's own
                      speed): medians of alternating runs (--fit_repeats)
 On a CPU-only machine the model and the decoder share the same cores: "fed by ours" close to
@@ -35,7 +37,7 @@ import numpy as np
 import tensorflow as tf
 
 from benchmarks import loader_baselines
-from loaders import dataset_info, load_dataset
+from loaders import dataset_info, load_dataset, normalization_layer
 from schemas import features as F
 
 SIZE = (224, 224)
@@ -90,9 +92,11 @@ def decode_limit(data_dir: str, batch_size: int) -> tf.data.Dataset:
     )
 
 
-def small_cnn(num_outputs: int) -> keras.Model:
-    inputs = keras.Input((*SIZE, 3))
-    x = keras.layers.Conv2D(16, 3, strides=2, activation="relu")(inputs)
+def small_cnn(num_outputs: int, uint8: bool = False) -> keras.Model:
+    """A small CNN; with `uint8`, it takes pixels and starts with `normalization_layer()`."""
+    inputs = keras.Input((*SIZE, 3), dtype="uint8" if uint8 else "float32")
+    x = normalization_layer()(inputs) if uint8 else inputs
+    x = keras.layers.Conv2D(16, 3, strides=2, activation="relu")(x)
     x = keras.layers.Conv2D(32, 3, strides=2, activation="relu")(x)
     x = keras.layers.Conv2D(64, 3, strides=2, activation="relu")(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
@@ -168,12 +172,20 @@ def main() -> int:
     train = load_dataset(
         args.data_dir, "train", batch_size=b, image_size=SIZE, training=True, seed=0
     )
+    train8 = load_dataset(
+        args.data_dir, "train", batch_size=b, image_size=SIZE, training=True, seed=0, dtype="uint8"
+    )
     in_memory = decode_limit(args.data_dir, b)
     evaluation = load_dataset(args.data_dir, "train", batch_size=b, image_size=SIZE).repeat()
+    evaluation8 = load_dataset(
+        args.data_dir, "train", batch_size=b, image_size=SIZE, dtype="uint8"
+    ).repeat()
     loops = {
         "decode limit (bytes in memory)": lambda: in_memory,
         "ours (eval)": lambda: evaluation,
         "ours (train)": lambda: train.repeat(),
+        "ours (eval), uint8": lambda: evaluation8,
+        "ours (train), uint8": lambda: train8.repeat(),
     }
     feeds = {
         "fit small CNN, fed by ours (train)": train.repeat(),
@@ -206,13 +218,29 @@ def main() -> int:
     for name, ms in cpu.items():
         print(f"| {name} | {ms:.2f} | {cpu[limit_name] / ms:.2f} |")
     print()
+    for mode in ("eval", "train"):
+        print(
+            f"ours ({mode}), uint8 / float32: "
+            f"{rows[f'ours ({mode}), uint8'] / rows[f'ours ({mode})']:.2f} (images/s), "
+            f"{cpu[f'ours ({mode})'] / cpu[f'ours ({mode}), uint8']:.2f} (CPU per image, inverse)"
+        )
     for name in ("ours (eval)", "ours (train)"):
         ratios = sorted(
             rate / limit_rate
             for (rate, _), (limit_rate, _) in zip(runs[name], runs[limit_name], strict=True)
         )
         print(f"{name} / decode limit, round by round: " + " ".join(f"{x:.2f}" for x in ratios))
-    fits = fit_rates(small_cnn(num_outputs), feeds, max(1, n // 2), b, args.fit_repeats)
+    steps = max(1, n // 2)
+    fits = fit_rates(small_cnn(num_outputs), feeds, steps, b, args.fit_repeats)
+    fits.update(
+        fit_rates(
+            small_cnn(num_outputs, uint8=True),
+            {"fit small CNN + normalization layer, fed by ours (train, uint8)": train8.repeat()},
+            steps,
+            b,
+            args.fit_repeats,
+        )
+    )
     cached = fits["fit small CNN, one cached batch"]
     print()
     print_table("model.fit, small CNN", fits, {"vs cached batch": lambda r: r / cached})

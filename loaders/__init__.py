@@ -16,7 +16,7 @@ from loaders.info import (
     dataset_info,
     renamed,
 )
-from loaders.preprocessing import preprocess_for_eval, preprocess_for_train
+from loaders.preprocessing import normalization_layer, preprocess_for_eval, preprocess_for_train
 
 __all__ = [
     "BuildInfo",
@@ -25,6 +25,7 @@ __all__ = [
     "ReadConfig",
     "dataset_info",
     "load_dataset",
+    "normalization_layer",
     "preprocess_for_eval",
     "preprocess_for_train",
 ]

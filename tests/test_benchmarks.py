@@ -212,6 +212,8 @@ def test_loader_benchmark_prints_every_loader_and_fit(trees, built):
         "decode limit (bytes in memory)",
         "ours (eval)",
         "ours (train)",
+        "ours (eval), uint8",
+        "ours (train), uint8",
         "baseline: Keras PyDataset + Pillow, defaults (workers=1)",
         "baseline: Keras PyDataset + Pillow, workers=2 (threads)",
         "baseline: from_generator + py_function (Pillow)",
@@ -228,10 +230,14 @@ def test_loader_benchmark_prints_every_loader_and_fit(trees, built):
         "fit small CNN, fed by the decode limit",
         "fit small CNN, fed by the Keras PyDataset (workers=2)",
         "fit small CNN, one cached batch",
+        "fit small CNN + normalization layer, fed by ours (train, uint8)",
     ]
     for cells in list(fits.values())[1:]:
         assert_numbers(cells)
     assert fits["fit small CNN, one cached batch"][1] == "1.00"
+    for mode in ("eval", "train"):
+        line = rf"^ours \({mode}\), uint8 / float32: [\d.]+ \(images/s\), [\d.]+ \(CPU"
+        assert re.search(line, done.stdout, re.M)
     for name in ("ours (eval)", "ours (train)"):
         line = rf"^{re.escape(name)} / decode limit, round by round: [\d.]+$"
         assert re.search(line, done.stdout, re.M)

@@ -17,6 +17,7 @@ from loaders import (  # noqa: E402
     ReadConfig,
     dataset_info,
     load_dataset,
+    normalization_layer,
     preprocess_for_eval,
 )
 from schemas import BACKGROUND, DATASET_INFO_FILE  # noqa: E402
@@ -154,7 +155,52 @@ def test_dataset_info_returns_build_info_and_the_old_name_still_works(built):
         loaders.info.Nothing  # noqa: B018
 
 
-def test_model_fit_on_a_tiny_model(built):
+@pytest.mark.parametrize("training", [False, True], ids=["evaluation", "training"])
+@pytest.mark.parametrize("value_range", [(0.0, 1.0), (-1.0, 1.0)])
+def test_uint8_batches_through_the_normalization_layer_equal_the_float32_path(
+    built, training, value_range
+):
+    config = ReadConfig(value_range=value_range)
+
+    def images(dtype):
+        dataset = load_dataset(
+            built,
+            "train",
+            batch_size=16,
+            image_size=SIZE,
+            training=training,
+            seed=3,
+            dtype=dtype,
+            config=config,
+        )
+        return [(x.numpy(), y.numpy()) for x, y in dataset]
+
+    pixels, floats = images("uint8"), images("float32")
+    assert len(pixels) == len(floats) == (5 if training else 6)
+    layer = normalization_layer(config)
+    low, high = value_range
+    level = (high - low) / 255
+    for (x8, y8), (x32, y32) in zip(pixels, floats, strict=True):
+        assert x8.dtype == np.uint8 and x32.dtype == np.float32
+        np.testing.assert_array_equal(y8, y32)  # same records in the same order
+        scaled = np.asarray(layer(x8))
+        assert scaled.dtype == np.float32
+        # The uint8 path rounds the resized values: at most half a level apart.
+        assert np.abs(scaled - x32).max() <= level / 2 + 1e-5
+        assert scaled.min() >= low and scaled.max() <= high
+    assert np.abs(np.asarray(layer(pixels[0][0])) - floats[0][0]).max() > 0  # rounding is real
+
+
+def test_uint8_element_spec_and_bad_dtypes(built):
+    val = load_dataset(built, "validation", batch_size=8, image_size=SIZE, dtype=tf.uint8)
+    assert val.element_spec[0] == tf.TensorSpec((None, 32, 32, 3), tf.uint8)
+    for bad in ("float16", "int8", "uint9"):
+        with pytest.raises(ValueError, match=r"dtype must be one of \('float32', 'uint8'\)"):
+            load_dataset(built, "validation", batch_size=8, dtype=bad)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+def test_model_fit_on_a_tiny_model(built, dtype):
     import keras
 
     info = dataset_info(built)
@@ -165,11 +211,14 @@ def test_model_fit_on_a_tiny_model(built):
         image_size=SIZE,
         training=True,
         seed=0,
+        dtype=dtype,
         config=ReadConfig(random_crop=False),
     )
+    first = [normalization_layer()] if dtype == "uint8" else []
     model = keras.Sequential(
         [
-            keras.Input((*SIZE, 3)),
+            keras.Input((*SIZE, 3), dtype=dtype),
+            *first,
             keras.layers.Conv2D(4, 3, activation="relu"),
             keras.layers.GlobalAveragePooling2D(),
             keras.layers.Dense(info.class_list.one_hot_length, activation="softmax"),
