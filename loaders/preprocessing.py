@@ -10,12 +10,11 @@ import tensorflow as tf
 
 from loaders.config import ReadConfig
 
-
 DTYPES = ("float32", "uint8")
 
 
 def output_dtype(dtype) -> str:
-    """ "float32" or "uint8" from a name or a TensorFlow/NumPy dtype; ValueError otherwise."""
+    """The name "float32" or "uint8" from a name or a dtype; ValueError for any other."""
     try:
         name = tf.as_dtype(dtype).name
     except TypeError:
