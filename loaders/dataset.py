@@ -15,6 +15,7 @@ from loaders.config import ReadConfig, tf_data_value
 from loaders.info import dataset_info
 from loaders.preprocessing import output_dtype, preprocess_for_eval, preprocess_for_train
 from loaders.reader import SplitRecords, checked_record, read_records
+from loaders.service import checked_service
 from schemas import features as F
 from schemas import one_hot_length, tf_feature_spec
 
@@ -32,6 +33,7 @@ def load_dataset(
     seed: int | None = None,
     label_mode: str = "one_hot",
     dtype: str = "float32",
+    service: str | None = None,
     input_context: tf.distribute.InputContext | None = None,
     config: ReadConfig = ReadConfig(),
 ) -> tf.data.Dataset:
@@ -56,6 +58,10 @@ def load_dataset(
       seed: makes shuffling and augmentation deterministic.
       label_mode: "one_hot" or "int".
       dtype: "float32" (default) or "uint8".
+      service: a tf.data service dispatcher ("grpc://host:port", `python -m loaders.service`):
+        its workers read, parse and decode (each record once per epoch: the file list is split
+        among them, "distributed_epoch"); this process only batches. They must see `data_dir`
+        at the same path. The order then varies from run to run even with a seed.
       input_context: from `tf.distribute`; each input pipeline reads its own files, or every
         n-th record when there are fewer files than pipelines.
       config: the loader's knobs.
@@ -88,6 +94,7 @@ def load_dataset(
         seed=seed,
         label_mode=label_mode,
         dtype=dtype,
+        service=service,
         config=config,
     )
 
@@ -102,6 +109,7 @@ def batch_examples(
     seed: int | None = None,
     label_mode: str = "one_hot",
     dtype: str = "float32",
+    service: str | None = None,
     config: ReadConfig = ReadConfig(),
 ) -> tf.data.Dataset:
     """The examples step: `(images, labels)` batches of the reader's records, as `load_dataset`.
@@ -123,6 +131,12 @@ def batch_examples(
         num_parallel_calls=tf_data_value(config.num_parallel_calls),
         deterministic=True if seed is not None else None,
     )
+    if service is not None:
+        dataset = dataset.apply(
+            tf.data.experimental.service.distribute(
+                processing_mode="distributed_epoch", service=checked_service(service)
+            )
+        )
     dataset = dataset.batch(batch_size, drop_remainder=training)
     examples = records.num_examples
     batches = examples // batch_size if training else -(-examples // batch_size)

@@ -1,0 +1,90 @@
+"""A tf.data service for trainer hosts short of CPU: workers elsewhere read and decode.
+
+    python -m loaders.service dispatcher --port 5050
+    python -m loaders.service worker --dispatcher HOST:5050      # on each CPU host, any number
+
+then in training code `load_dataset(DATA_DIR, "train", ..., service="grpc://HOST:5050")`. The
+workers need this package, TensorFlow and the shards at the same path (`gs://` or a shared file
+system). Each epoch is one tf.data service job in "distributed_epoch" mode: the dispatcher
+hands the shard list out to the workers, so every record is read once per epoch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import socket
+import sys
+
+_ADDRESS = re.compile(r"^(?:grpc://)?(?P<host>\[[^\]]+\]|[^:/\s]+):(?P<port>\d{1,5})$")
+
+
+def checked_service(address: str, timeout: float = 5.0) -> str:
+    """`address` as "grpc://host:port", once its dispatcher answers a TCP connection.
+
+    Raises:
+      ValueError: not "[grpc://]host:port".
+      ConnectionError: nothing listens there (tf.data would otherwise retry forever).
+    """
+    found = _ADDRESS.match(str(address))
+    if not found:
+        raise ValueError(f"service must be 'grpc://host:port', not {address!r}")
+    host, port = found.group("host").strip("[]"), int(found.group("port"))
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as error:
+        raise ConnectionError(
+            f"cannot reach the tf.data service dispatcher at {host}:{port} ({error}); start "
+            "one with `python -m loaders.service dispatcher --port PORT`"
+        ) from None
+    return f"grpc://{found.group('host')}:{port}"
+
+
+def start_dispatcher(port: int = 0, work_dir: str | None = None):
+    """A running dispatcher (`.target` is its "grpc://host:port")."""
+    import tensorflow as tf
+
+    config = tf.data.experimental.service.DispatcherConfig(
+        port=port, work_dir=work_dir, fault_tolerant_mode=bool(work_dir)
+    )
+    return tf.data.experimental.service.DispatchServer(config)
+
+
+def start_worker(dispatcher: str, port: int = 0):
+    """A running worker registered with `dispatcher` ("host:port" or "grpc://host:port")."""
+    import tensorflow as tf
+
+    address = dispatcher.split("://", 1)[-1]
+    config = tf.data.experimental.service.WorkerConfig(dispatcher_address=address, port=port)
+    return tf.data.experimental.service.WorkerServer(config)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loaders.service", description=__doc__)
+    roles = parser.add_subparsers(dest="role", required=True)
+    dispatcher = roles.add_parser("dispatcher", help="run the dispatcher (one per service)")
+    dispatcher.add_argument("--port", type=int, default=5050)
+    dispatcher.add_argument(
+        "--work_dir", help="where the dispatcher keeps its state, so a restart resumes its jobs"
+    )
+    worker = roles.add_parser("worker", help="run a worker (on each host that decodes)")
+    worker.add_argument("--dispatcher", required=True, help="HOST:PORT of the dispatcher")
+    worker.add_argument("--port", type=int, default=0, help="its own port (default: any free)")
+    args = parser.parse_args(argv)
+    if args.role == "dispatcher":
+        server = start_dispatcher(args.port, args.work_dir)
+        print(f"tf.data service dispatcher at {server.target}", flush=True)
+    else:
+        checked_service(args.dispatcher)
+        server = start_worker(args.dispatcher, args.port)
+        print(f"tf.data service worker for {args.dispatcher}", flush=True)
+    try:
+        server.join()
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

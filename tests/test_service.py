@@ -1,0 +1,118 @@
+"""`load_dataset(..., service=...)`: a real tf.data service (dispatcher + 2 workers) on loopback."""
+
+import collections
+import hashlib
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from helpers import build_sample
+
+tf = pytest.importorskip("tensorflow")
+
+from loaders import ReadConfig, load_dataset  # noqa: E402
+from loaders.service import checked_service, start_dispatcher, start_worker  # noqa: E402
+
+SIZE = (32, 32)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    return str(build_sample(tmp_path_factory, 90, 25, seed=4, num_shards="train=4,val=2"))
+
+
+@pytest.fixture(scope="module")
+def service():
+    dispatcher = start_dispatcher()
+    workers = [start_worker(dispatcher.target) for _ in range(2)]
+    yield dispatcher.target
+    for server in [*workers, dispatcher]:
+        server._stop()
+
+
+def digests(dataset) -> collections.Counter:
+    """Each image's digest and label, counted, over one pass of `dataset`."""
+    found = collections.Counter()
+    for images, labels in dataset:
+        for image, label in zip(images.numpy(), labels.numpy(), strict=True):
+            found[hashlib.sha1(image.tobytes()).hexdigest(), int(label)] += 1
+    return found
+
+
+def test_one_epoch_through_the_service_yields_every_record_once(built, service):
+    kwargs = {"batch_size": 8, "image_size": SIZE, "label_mode": "int", "dtype": "uint8"}
+    local = load_dataset(built, "train", **kwargs)
+    remote = load_dataset(built, "train", service=service, **kwargs)
+    assert remote.cardinality().numpy() == local.cardinality().numpy() == 12  # 90 → 11 x 8 + 2
+    expected = digests(local)
+    assert sum(expected.values()) == 90
+    for _ in range(2):  # each epoch is a new job over all the shards
+        assert digests(remote) == expected
+
+
+def test_training_through_the_service_drops_only_the_remainder(built, service):
+    config = ReadConfig(random_crop=False, random_flip=False)  # deterministic images
+    kwargs = {"batch_size": 16, "image_size": SIZE, "label_mode": "int", "config": config}
+    every = digests(load_dataset(built, "train", **kwargs))
+    remote = load_dataset(built, "train", training=True, seed=0, service=service, **kwargs)
+    assert remote.cardinality().numpy() == 5
+    seen = digests(remote)
+    assert sum(seen.values()) == 80  # 90 // 16 batches of 16
+    assert max(seen.values()) == 1 and set(seen) <= set(every)
+
+
+def test_a_bad_or_silent_service_address_is_refused(built):
+    with socket.socket() as probe:  # a free port with nothing listening
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(ConnectionError, match=rf"dispatcher at 127\.0\.0\.1:{port} "):
+        load_dataset(built, "train", batch_size=8, service=f"grpc://127.0.0.1:{port}")
+    for bad in ("http://h:1", "host", "grpc://h:port"):
+        with pytest.raises(ValueError, match="service must be 'grpc://host:port'"):
+            checked_service(bad)
+
+
+def test_the_command_line_recipe_serves_a_trainer(built, tmp_path):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    command = [sys.executable, "-m", "loaders.service"]
+    servers = [subprocess.Popen([*command, "dispatcher", "--port", str(port)], env=env)]
+    try:
+        address = f"127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:  # until the dispatcher listens
+            try:
+                checked_service(address, timeout=1)
+                break
+            except ConnectionError:
+                assert servers[0].poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+        servers.append(subprocess.Popen([*command, "worker", "--dispatcher", address], env=env))
+        dataset = load_dataset(
+            built,
+            "validation",
+            batch_size=5,
+            image_size=SIZE,
+            label_mode="int",
+            service=f"grpc://{address}",
+        )
+        labels = np.concatenate([y.numpy() for _, y in dataset])
+        local = np.concatenate(
+            [
+                y.numpy()
+                for _, y in load_dataset(
+                    built, "validation", batch_size=5, image_size=SIZE, label_mode="int"
+                )
+            ]
+        )
+        assert sorted(labels) == sorted(local) and len(labels) == 25
+    finally:
+        for server in servers:
+            server.terminate()
+            server.wait(30)
