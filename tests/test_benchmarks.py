@@ -316,3 +316,29 @@ def test_dask_benchmark_compares_builds_on_a_cluster_with_the_local_build(trees)
     assert rows[local][3:] == ["1.00", "1.00"] or rows[local][3] == "-"
     assert "2 Dask workers x 1 thread" in done.stdout
     assert done.stdout.strip().endswith("byte-identical to the local build: yes")
+
+
+@pytest.mark.slow
+def test_loader_stages_benchmark_prints_each_stage(built):
+    done = run_benchmark(
+        "loader_stages", built, *("--images", 16, "--batch_size", 8, "--repeats", 1)
+    )
+    (rows,) = tables(done.stdout)
+    assert list(rows) == [
+        "pipeline",
+        "read + CRC",
+        "+ parse",
+        "+ decode",
+        "+ resize",
+        "+ batch",
+        "decode at 1/2 (DCT scaling)",
+        "ours (eval)",
+        "ours (eval), uint8",
+        "ours (train)",
+        "ours (train), uint8",
+    ]
+    assert rows["pipeline"] == ["CPU ms / image", "stage's CPU ms / image", "images/s"]
+    for name, cells in list(rows.items())[1:]:
+        assert_numbers(cells, allow_missing=True)
+        assert (cells[1] == "-") == (not name.startswith(("read", "+"))), name
+    assert ": 16 images, 224x224, medians of 1 rounds" in done.stdout
