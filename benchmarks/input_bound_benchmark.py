@@ -2,15 +2,19 @@
 
     python -m benchmarks.input_bound_benchmark bench_data/out8k              # ResNet-50
     python -m benchmarks.input_bound_benchmark bench_data/out8k --model small --batch_size 64
+    python -m benchmarks.input_bound_benchmark bench_data/out8k --service 2  # + tf.data service
 
-Three rates (images/s), each the median of alternating `model.fit` runs after a warm-up that
+For each way of feeding the model (float32 batches; uint8 batches into the same model with
+`loaders.normalization_layer()` first; with --service, uint8 batches decoded by a tf.data
+service: N workers started in this process on loopback, or a running one at grpc://host:port),
+three rates (images/s), each the median of alternating `model.fit` runs after a warm-up that
 compiles the step:
   loader alone     load_dataset(training=True) into a consumer loop: what the input can supply
-  fit, ours        model.fit fed by load_dataset(training=True)
+  fit, fed         model.fit fed by load_dataset(training=True)
   fit, cached      model.fit fed by one batch already decoded, repeated: the model's own speed
                    (the batch is still copied to the device every step, as ours is)
-"fit, ours / fit, cached" near 1.0 means the model never waits on input; well below 1.0 means it
-is input-bound by the loader's share of the host. On a GPU the model runs with mixed precision
+"fed / cached" near 1.0 means the model never waits on input; well below 1.0 means it is
+input-bound by the loader's share of the host. On a GPU the model runs with mixed precision
 (`mixed_float16`) unless --no_mixed_precision; on a CPU-only host the model and the decoder share
 the same cores, so the comparison says less (benchmarks.loader_benchmark covers that case).
 """
@@ -26,21 +30,22 @@ import keras
 import tensorflow as tf
 
 from benchmarks.loader_benchmark import SIZE, fit_rates, images_per_second, small_cnn
-from loaders import dataset_info, load_dataset
+from loaders import dataset_info, load_dataset, normalization_layer
+from loaders.service import start_dispatcher, start_worker
 
 
-def build_model(name: str, num_outputs: int) -> keras.Model:
-    """ResNet-50 (random weights, SGD with momentum), or loader_benchmark's small CNN."""
+def build_model(name: str, num_outputs: int, uint8: bool = False) -> keras.Model:
+    """ResNet-50 (random weights, SGD with momentum), or loader_benchmark's small CNN; with
+    `uint8`, it takes pixels and starts with `normalization_layer()`."""
     if name == "small":
-        return small_cnn(num_outputs)
-    inputs = keras.Input((*SIZE, 3))
+        return small_cnn(num_outputs, uint8=uint8)
+    inputs = keras.Input((*SIZE, 3), dtype="uint8" if uint8 else "float32")
+    x = normalization_layer()(inputs) if uint8 else inputs
     backbone = keras.applications.ResNet50(
         weights=None, include_top=False, pooling="avg", input_shape=(*SIZE, 3)
     )
     # A float32 softmax: under mixed precision the loss's inputs stay in full precision.
-    outputs = keras.layers.Dense(num_outputs, activation="softmax", dtype="float32")(
-        backbone(inputs)
-    )
+    outputs = keras.layers.Dense(num_outputs, activation="softmax", dtype="float32")(backbone(x))
     model = keras.Model(inputs, outputs)
     model.compile(
         optimizer=keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
@@ -57,6 +62,10 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=50, help="steps per timed run")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no_mixed_precision", action="store_true")
+    parser.add_argument(
+        "--service",
+        help="also feed uint8 through a tf.data service: N workers started here, or grpc://...",
+    )
     args = parser.parse_args()
 
     gpus = tf.config.list_physical_devices("GPU")
@@ -65,27 +74,54 @@ def main() -> int:
         keras.mixed_precision.set_global_policy("mixed_float16")
     info = dataset_info(args.data_dir)
     b = args.batch_size
-    ours = load_dataset(
-        args.data_dir, "train", batch_size=b, image_size=SIZE, training=True, seed=0
-    ).repeat()
-    cached = tf.data.Dataset.from_tensors(next(iter(ours))).repeat()
-    model = build_model(args.model, info.class_list.one_hot_length)
+    servers, service = [], args.service
+    if service and not service.startswith("grpc://"):
+        servers = [start_dispatcher()]
+        servers += [start_worker(servers[0].target) for _ in range(int(service))]
+        service = servers[0].target
 
+    def feed(dtype: str, via: str | None = None) -> tf.data.Dataset:
+        return load_dataset(
+            args.data_dir,
+            "train",
+            batch_size=b,
+            image_size=SIZE,
+            training=True,
+            seed=0,
+            dtype=dtype,
+            service=via,
+        ).repeat()
+
+    ways = {"float32": ("float32", None), "uint8 + normalization layer": ("uint8", None)}
+    if service:
+        ways["uint8, tf.data service"] = ("uint8", service)
     print(
         f"device: {', '.join(g.name for g in gpus) or 'CPU only'}; host cores: {os.cpu_count()}; "
         f"model: {args.model}, batch {b}, mixed precision: {'on' if mixed else 'off'}"
+        + (f"; tf.data service: {args.service}" if service else "")
     )
-    loader, _ = images_per_second(ours, args.steps, b, warmup=5)
-    feeds = {"fit, ours": ours, "fit, cached": cached}
-    rates = {"loader alone": loader, **fit_rates(model, feeds, args.steps, b, args.repeats)}
-    model_rate = rates["fit, cached"]
-    print(f"| {args.model}, batch {b} | images/s | vs fit, cached |")
-    print("|---|---|---|")
-    for name, rate in rates.items():
-        print(f"| {name} | {rate:.0f} | {rate / model_rate:.2f} |")
-    share = rates["fit, ours"] / model_rate
-    verdict = "waits on input" if share < 0.95 else "does not wait on input"
-    print(f"\nthe model {verdict}: fed by ours it runs at {share:.2f} of its cached-batch speed")
+    print(f"| {args.model}, batch {b} | loader alone | fit, fed | fit, cached | fed / cached |")
+    print("|---|---|---|---|---|")
+    shares = {}
+    try:
+        for name, (dtype, via) in ways.items():
+            fed = feed(dtype, via)
+            cached = tf.data.Dataset.from_tensors(next(iter(fed))).repeat()
+            model = build_model(args.model, info.class_list.one_hot_length, uint8=dtype == "uint8")
+            loader, _ = images_per_second(fed, args.steps, b, warmup=5)
+            fits = fit_rates(model, {"fed": fed, "cached": cached}, args.steps, b, args.repeats)
+            shares[name] = fits["fed"] / fits["cached"]
+            print(
+                f"| {name} | {loader:.0f} | {fits['fed']:.0f} | {fits['cached']:.0f} | "
+                f"{shares[name]:.2f} |"
+            )
+    finally:
+        for server in servers:
+            server._stop()
+    print()
+    for name, share in shares.items():
+        verdict = "waits on input" if share < 0.95 else "does not wait on input"
+        print(f"{name}: the model {verdict} (fed at {share:.2f} of its cached-batch speed)")
     return 0
 
 

@@ -248,16 +248,18 @@ def test_input_bound_benchmark_says_whether_the_model_waits(built):
     done = run_benchmark(
         "input_bound_benchmark",
         built,
-        *("--model", "small", "--batch_size", 8, "--steps", 2, "--repeats", 1),
+        *("--model", "small", "--batch_size", 8, "--steps", 2, "--repeats", 1, "--service", 2),
     )
     (rows,) = tables(done.stdout)
-    assert rows["small, batch 8"] == ["images/s", "vs fit, cached"]
-    for name in ("loader alone", "fit, ours", "fit, cached"):
+    assert rows["small, batch 8"] == ["loader alone", "fit, fed", "fit, cached", "fed / cached"]
+    ways = ["float32", "uint8 + normalization layer", "uint8, tf.data service"]
+    assert list(rows)[1:] == ways
+    for name in ways:
         assert_numbers(rows[name])
-    assert rows["fit, cached"][1] == "1.00"
-    device = r"^device: .*; model: small, batch 8, mixed precision: (on|off)$"
+        verdict = rf"^{re.escape(name)}: the model (waits|does not wait) on input \(fed at [\d.]+ "
+        assert re.search(verdict, done.stdout, re.M)
+    device = r"^device: .*; model: small, batch 8, mixed precision: (on|off); tf.data service: 2$"
     assert re.search(device, done.stdout, re.M)
-    assert re.search(r"the model (waits|does not wait) on input", done.stdout)
 
 
 @pytest.mark.slow
