@@ -265,8 +265,15 @@ def pipeline_options(
         direct = options.view_as(DirectOptions)
         if every_core and "--direct_running_mode" not in named:
             if "--direct_num_workers" not in named:
+                cores = available_cores()
                 small = images is not None and images < SMALL_BUILD_IMAGES
-                direct.direct_num_workers = 1 if small else available_cores()
+                direct.direct_num_workers = 1 if small else cores
+                if small and cores > 1:
+                    logger.info(
+                        "%d images: building in this process (worker processes would take "
+                        "longer to start than they save; --direct_num_workers N asks for N)",
+                        images,
+                    )
             if direct.direct_num_workers > 1:
                 direct.direct_running_mode = "multi_processing"
     return options
@@ -309,19 +316,6 @@ def prepare_build(
     prepared = prepare(config)
     images = count_images_up_to(prepared.plan, SMALL_BUILD_IMAGES) if every_core else None
     options = pipeline_options(beam_flags, every_core=every_core, images=images)
-    direct = options.view_as(DirectOptions)
-    if (
-        images is not None
-        and images < SMALL_BUILD_IMAGES
-        and options.view_as(StandardOptions).runner == LOCAL_RUNNER
-        and direct.direct_running_mode == "in_memory"
-        and available_cores() > 1
-    ):
-        logger.info(
-            "%d images: building in this process (worker processes would take longer to "
-            "start than they save; --direct_num_workers N asks for N)",
-            images,
-        )
     prepare_output(config.output_dir, overwrite=config.overwrite, resume=config.resume)
     watch.clear(config.output_dir)
     return options, prepared
