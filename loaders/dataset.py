@@ -19,7 +19,8 @@ from loaders.service import checked_service
 from schemas import features as F
 from schemas import one_hot_length, tf_feature_spec
 
-LABEL_MODES = ("one_hot", "int")
+# Keras's names ("categorical" is one-hot, None yields images only) and the loader's own.
+LABEL_MODES = ("one_hot", "categorical", "int", None)
 _BOX_KEYS = (F.BBOX_YMIN, F.BBOX_XMIN, F.BBOX_YMAX, F.BBOX_XMAX)
 
 
@@ -28,10 +29,10 @@ def load_dataset(
     split: str,
     *,
     batch_size: int,
-    image_size: tuple[int, int] = (224, 224),
+    image_size: int | tuple[int, int] = (224, 224),
     training: bool = False,
     seed: int | None = None,
-    label_mode: str = "one_hot",
+    label_mode: str | None = "one_hot",
     dtype: str = "float32",
     service: str | None = None,
     input_context: tf.distribute.InputContext | None = None,
@@ -43,8 +44,9 @@ def load_dataset(
     of the bytes to the accelerator and no float conversion on the host; put
     `loaders.normalization_layer(config)` first in the model to get the float32 values there.
 
-    Labels are float32 one-hot vectors, one entry per name in `dataset_info(...).class_list.names`,
-    or int32 class indices with `label_mode="int"`. Training batches drop the remainder;
+    Labels are float32 one-hot vectors of `num_classes + 1` entries, one per name in
+    `dataset_info(...).class_names` (the background class last), or int32 class indices with
+    `label_mode="int"`; `label_mode=None` yields images alone. Training batches drop the remainder;
     evaluation keeps it. The dataset knows its length (`assert_cardinality`), so Keras shows
     `n/N` steps. With a seed, the order and the augmentation are deterministic.
 
@@ -53,10 +55,11 @@ def load_dataset(
       split: e.g. "train" or "validation".
       batch_size: per input pipeline (per replica when `input_context` is given, use
         `input_context.get_per_replica_batch_size(global_batch_size)`).
-      image_size: (height, width) of the output images.
+      image_size: (height, width) of the output images, or one int for square ones.
       training: shuffle files and records, random crop and flip, drop the last partial batch.
       seed: makes shuffling and augmentation deterministic.
-      label_mode: "one_hot" or "int".
+      label_mode: "one_hot" (or Keras's name, "categorical"), "int", or None (images only:
+        the one mode for an unlabelled split such as `test`).
       dtype: "float32" (default) or "uint8".
       service: a tf.data service dispatcher ("grpc://host:port", `python -m loaders.service`):
         its workers read, parse and decode (each record once per epoch: the file list is split
@@ -70,21 +73,28 @@ def load_dataset(
       IncompleteDatasetError: `data_dir` holds no committed build.
       CorruptDatasetError: a shard is missing or has another size than recorded.
       KeyError: unknown split.
-      ValueError: bad arguments, or an unlabelled split (label -1, e.g. `test`).
+      ValueError, TypeError: a bad argument (named), before any graph is built; a training
+        split smaller than one batch; a labelled mode on an unlabelled split (label -1).
       tf.errors.InvalidArgumentError (while iterating): a shard whose records are corrupt; the
         message names the file.
     """
-    _check_batching(batch_size, label_mode)
-    dtype = output_dtype(dtype)
+    image_size, label_mode, dtype = _checked_arguments(batch_size, image_size, label_mode, dtype)
     info = dataset_info(data_dir)
-    if not info.split(split).labelled:
+    if label_mode is not None and not info.split(split).labelled:
         raise ValueError(
             f"split {split!r} of {data_dir} is unlabelled (its tree has no annotations and no "
-            f"class folders; every record has label -1): label_mode={label_mode!r} needs labels"
+            f"class folders; every record has label -1): label_mode={label_mode!r} needs labels; "
+            "label_mode=None loads its images"
         )
     records = read_records(
         info, split, training=training, seed=seed, input_context=input_context, config=config
     )
+    if training and records.num_examples < batch_size:
+        raise ValueError(
+            f"batch_size={batch_size} is larger than split {split!r} "
+            f"({records.num_examples} examples per input pipeline): training drops the last "
+            "partial batch, so an epoch would have no batch at all; lower batch_size"
+        )
     return batch_examples(
         records,
         info.num_classes,
@@ -104,10 +114,10 @@ def batch_examples(
     num_classes: int,
     *,
     batch_size: int,
-    image_size: tuple[int, int] = (224, 224),
+    image_size: int | tuple[int, int] = (224, 224),
     training: bool = False,
     seed: int | None = None,
-    label_mode: str = "one_hot",
+    label_mode: str | None = "one_hot",
     dtype: str = "float32",
     service: str | None = None,
     config: ReadConfig = ReadConfig(),
@@ -117,8 +127,7 @@ def batch_examples(
     Training shuffles the records in a buffer and zips a random seed onto each for its crop and
     flip. The batch count comes from `records.num_examples`, so the dataset knows its length.
     """
-    _check_batching(batch_size, label_mode)
-    dtype = output_dtype(dtype)
+    image_size, label_mode, dtype = _checked_arguments(batch_size, image_size, label_mode, dtype)
     dataset = records.records
     if training:
         dataset = dataset.shuffle(config.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
@@ -144,11 +153,29 @@ def batch_examples(
     return dataset.prefetch(tf_data_value(config.prefetch))
 
 
-def _check_batching(batch_size: int, label_mode: str) -> None:
+def _checked_arguments(batch_size, image_size, label_mode, dtype):
+    """(image_size as (h, w), label_mode with "categorical" as "one_hot", dtype's name).
+
+    Raises:
+      TypeError, ValueError: naming the argument, before TensorFlow builds anything.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+        raise TypeError(f"batch_size must be an int, not {batch_size!r}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+    size = (image_size, image_size) if isinstance(image_size, int) else image_size
+    if (
+        not isinstance(size, (tuple, list))
+        or len(size) != 2
+        or not all(isinstance(side, int) and not isinstance(side, bool) for side in size)
+    ):
+        raise TypeError(f"image_size must be an int or (height, width), not {image_size!r}")
+    if min(size) < 1:
+        raise ValueError(f"image_size must be positive, not {image_size!r}")
     if label_mode not in LABEL_MODES:
         raise ValueError(f"label_mode must be one of {LABEL_MODES}, not {label_mode!r}")
-    if batch_size < 1:
-        raise ValueError("batch_size must be at least 1")
+    label_mode = "one_hot" if label_mode == "categorical" else label_mode
+    return tuple(size), label_mode, output_dtype(dtype)
 
 
 def _parser(num_classes, image_size, training, label_mode, dtype, config):
@@ -161,10 +188,13 @@ def _parser(num_classes, image_size, training, label_mode, dtype, config):
             return label
         return tf.one_hot(label, one_hot_length(num_classes), dtype=tf.float32)
 
+    def labelled(image, parsed):
+        return image if label_mode is None else (image, labels_of(parsed))
+
     def parse_eval(record):
         parsed = tf.io.parse_single_example(checked_record(record), spec)
         image = preprocess_for_eval(parsed[F.ENCODED], image_size, config, dtype)
-        return image, labels_of(parsed)
+        return labelled(image, parsed)
 
     def parse_train(record, seed):
         parsed = tf.io.parse_single_example(checked_record(record), spec)
@@ -172,9 +202,9 @@ def _parser(num_classes, image_size, training, label_mode, dtype, config):
             image = preprocess_for_eval(parsed[F.ENCODED], image_size, config, dtype)
             if config.random_flip:
                 image = tf.image.stateless_random_flip_left_right(image, seed)
-            return image, labels_of(parsed)
+            return labelled(image, parsed)
         boxes = tf.stack([tf.sparse.to_dense(parsed[key]) for key in _BOX_KEYS], axis=1)
         image = preprocess_for_train(parsed[F.ENCODED], boxes, image_size, seed, config, dtype)
-        return image, labels_of(parsed)
+        return labelled(image, parsed)
 
     return parse_train if training else parse_eval

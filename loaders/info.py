@@ -39,6 +39,13 @@ class BuildInfo:
         return self.info.class_list
 
     @property
+    def class_names(self) -> list[str]:
+        """Every label's name in label order, as Keras's `class_names`: label `i` is
+        `class_names[i]`; the last is the background class ("background"), so one-hot labels
+        have `len(class_names)` = `num_classes + 1` entries."""
+        return list(self.class_list.names)
+
+    @property
     def num_classes(self) -> int:
         """Number of real classes; one-hot labels have `class_list.one_hot_length` entries."""
         return self.class_list.num_classes

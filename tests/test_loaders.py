@@ -51,6 +51,76 @@ def test_shapes_dtypes_and_cardinality(built):
     assert images.min() >= 0.0 and images.max() <= 1.0
 
 
+def test_keras_names_categorical_int_image_size_and_class_names(built):
+    info = dataset_info(built)
+    assert info.class_names == [*info.classes, BACKGROUND]
+    assert len(info.class_names) == info.class_list.one_hot_length == info.num_classes + 1
+
+    def batches(**kwargs):
+        dataset = load_dataset(built, "validation", batch_size=8, **kwargs)
+        return [(x.numpy(), y.numpy()) for x, y in dataset]
+
+    one_hot = batches(image_size=SIZE)
+    categorical = batches(image_size=32, label_mode="categorical")
+    for (x1, y1), (x2, y2) in zip(one_hot, categorical, strict=True):
+        np.testing.assert_array_equal(x1, x2)
+        np.testing.assert_array_equal(y1, y2)
+    assert one_hot[0][0].shape == (8, 32, 32, 3)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"batch_size": 0}, ValueError, "batch_size must be at least 1, not 0"),
+        ({"batch_size": "8"}, TypeError, "batch_size must be an int, not '8'"),
+        ({"batch_size": True}, TypeError, "batch_size must be an int, not True"),
+        ({"image_size": (32,)}, TypeError, "image_size must be an int or (height, width)"),
+        ({"image_size": "224"}, TypeError, "image_size must be an int or (height, width)"),
+        ({"image_size": (32, 32.0)}, TypeError, "image_size must be an int or (height, width)"),
+        ({"image_size": 0}, ValueError, "image_size must be positive, not 0"),
+        ({"label_mode": "sparse"}, ValueError, "label_mode must be one of"),
+        ({"dtype": "int8"}, ValueError, "dtype must be one of"),
+    ],
+)
+def test_a_bad_argument_is_named_before_any_graph_is_built(built, kwargs, error, message):
+    arguments = {"batch_size": 8, **kwargs}
+    with pytest.raises(error) as raised:
+        load_dataset(built, "validation", **arguments)
+    assert str(raised.value).startswith(message)
+
+
+def test_a_training_split_smaller_than_a_batch_is_refused(built):
+    with pytest.raises(ValueError) as raised:
+        load_dataset(built, "train", batch_size=128, image_size=SIZE, training=True)
+    assert str(raised.value) == (
+        "batch_size=128 is larger than split 'train' (90 examples per input pipeline): training "
+        "drops the last partial batch, so an epoch would have no batch at all; lower batch_size"
+    )
+    # Evaluation keeps the partial batch: one batch of all 90.
+    evaluation = load_dataset(built, "train", batch_size=128, image_size=SIZE)
+    assert [x.shape[0] for x, _ in evaluation] == [90]
+
+
+def test_an_unlabelled_split_loads_its_images_alone(tmp_path):
+    tree = tmp_path / "tree"
+    sample_tree.write_tree(str(tree), num_train=20, num_val=4, seed=2)
+    for index in range(5):  # a test split as ILSVRC ships it: images, no annotations
+        image = Image.new("RGB", (40, 30), (10 * index, 80, 160))
+        path = tree / "Data" / "DET" / "test" / f"t{index}.JPEG"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        image.save(path, format="JPEG")
+    out = tmp_path / "out"
+    build(tree, out, "--splits", "train,val,test")
+    images = load_dataset(str(out), "test", batch_size=2, image_size=SIZE, label_mode=None)
+    assert images.element_spec == tf.TensorSpec((None, 32, 32, 3), tf.float32)
+    assert [batch.shape[0] for batch in images] == [2, 2, 1]
+    with pytest.raises(ValueError, match=r"label -1\): label_mode='int' needs labels; "):
+        load_dataset(str(out), "test", batch_size=2, label_mode="int")
+    # A labelled split loads images alone too.
+    train = load_dataset(str(out), "train", batch_size=4, image_size=SIZE, label_mode=None)
+    assert train.element_spec == tf.TensorSpec((None, 32, 32, 3), tf.float32)
+
+
 def test_int_labels_and_one_hot_match_the_records(built):
     expected = collections.Counter(e[F.LABEL][0] for e in read_split(built, "validation"))
     one_hot = load_dataset(built, "validation", batch_size=8, image_size=SIZE)
