@@ -35,6 +35,7 @@ def load_dataset(
     label_mode: str | None = "one_hot",
     dtype: str = "float32",
     service: str | None = None,
+    with_filenames: bool = False,
     input_context: tf.distribute.InputContext | None = None,
     config: ReadConfig = ReadConfig(),
 ) -> tf.data.Dataset:
@@ -65,6 +66,10 @@ def load_dataset(
         its workers read, parse and decode (each record once per epoch: the file list is split
         among them, "distributed_epoch"); this process only batches. They must see `data_dir`
         at the same path. The order then varies from run to run even with a seed.
+      with_filenames: each element also carries the images' file names in the source tree
+        (`tf.string [B]`, last): `(images, labels, filenames)`, or `(images, filenames)` with
+        `label_mode=None`. For evaluation and error analysis: `fit` would read a third element
+        as sample weights.
       input_context: from `tf.distribute`; each input pipeline reads its own files, or every
         n-th record when there are fewer files than pipelines.
       config: the loader's knobs.
@@ -105,6 +110,7 @@ def load_dataset(
         label_mode=label_mode,
         dtype=dtype,
         service=service,
+        with_filenames=with_filenames,
         config=config,
     )
 
@@ -120,6 +126,7 @@ def batch_examples(
     label_mode: str | None = "one_hot",
     dtype: str = "float32",
     service: str | None = None,
+    with_filenames: bool = False,
     config: ReadConfig = ReadConfig(),
 ) -> tf.data.Dataset:
     """The examples step: `(images, labels)` batches of the reader's records, as `load_dataset`.
@@ -134,7 +141,7 @@ def batch_examples(
         random = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
         dataset = tf.data.Dataset.zip(dataset, random.batch(2))
 
-    parse = _parser(num_classes, image_size, training, label_mode, dtype, config)
+    parse = _parser(num_classes, image_size, training, label_mode, dtype, with_filenames, config)
     dataset = dataset.map(
         parse,
         num_parallel_calls=tf_data_value(config.num_parallel_calls),
@@ -178,8 +185,13 @@ def _checked_arguments(batch_size, image_size, label_mode, dtype):
     return tuple(size), label_mode, output_dtype(dtype)
 
 
-def _parser(num_classes, image_size, training, label_mode, dtype, config):
-    keys = (F.ENCODED, F.LABEL, *(_BOX_KEYS if training and config.random_crop else ()))
+def _parser(num_classes, image_size, training, label_mode, dtype, with_filenames, config):
+    keys = (
+        F.ENCODED,
+        F.LABEL,
+        *(_BOX_KEYS if training and config.random_crop else ()),
+        *((F.FILENAME,) if with_filenames else ()),
+    )
     spec = tf_feature_spec(num_classes, keys)
 
     def labels_of(parsed):
@@ -189,7 +201,10 @@ def _parser(num_classes, image_size, training, label_mode, dtype, config):
         return tf.one_hot(label, one_hot_length(num_classes), dtype=tf.float32)
 
     def labelled(image, parsed):
-        return image if label_mode is None else (image, labels_of(parsed))
+        element = (image,) if label_mode is None else (image, labels_of(parsed))
+        if with_filenames:
+            element += (parsed[F.FILENAME],)
+        return element[0] if len(element) == 1 else element
 
     def parse_eval(record):
         parsed = tf.io.parse_single_example(checked_record(record), spec)

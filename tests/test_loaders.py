@@ -121,6 +121,28 @@ def test_an_unlabelled_split_loads_its_images_alone(tmp_path):
     assert train.element_spec == tf.TensorSpec((None, 32, 32, 3), tf.float32)
 
 
+@pytest.mark.parametrize("label_mode", ["int", None])
+def test_filenames_on_request_name_each_image_with_its_label(built, label_mode):
+    records = {e[F.FILENAME][0].decode(): e[F.LABEL][0] for e in read_split(built, "validation")}
+    dataset = load_dataset(
+        built,
+        "validation",
+        batch_size=8,
+        image_size=SIZE,
+        label_mode=label_mode,
+        with_filenames=True,
+    )
+    names, labels = [], []
+    for element in dataset:
+        assert len(element) == (3 if label_mode else 2)
+        names += [name.decode() for name in element[-1].numpy()]
+        if label_mode:
+            labels += list(element[1].numpy())
+    assert sorted(names) == sorted(records) and len(names) == 25
+    if label_mode:
+        assert dict(zip(names, labels, strict=True)) == records
+
+
 def test_int_labels_and_one_hot_match_the_records(built):
     expected = collections.Counter(e[F.LABEL][0] for e in read_split(built, "validation"))
     one_hot = load_dataset(built, "validation", batch_size=8, image_size=SIZE)
