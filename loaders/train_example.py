@@ -91,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         verbose=2,
     )
     accuracy = history["val_accuracy"][-1]
-    print(f"validation accuracy: {accuracy:.3f}")
+    print(f"validation accuracy: {accuracy:.3f} (Keras {keras.backend.backend()} backend)")
     if accuracy < args.min_accuracy:
         print(f"error: validation accuracy {accuracy:.3f} is below {args.min_accuracy}")
         return 1
