@@ -50,6 +50,20 @@ def count_images(tree: str) -> int:
     return sum(len(files) for _, _, files in os.walk(os.path.join(tree, "Data")))
 
 
+def add_tree_pair(parser: argparse.ArgumentParser) -> None:
+    """The two trees every marginal-rate benchmark takes, the smaller first."""
+    parser.add_argument("small_tree")
+    parser.add_argument("large_tree")
+
+
+def tree_sizes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[int, int]:
+    """(images in small_tree, in large_tree); a usage error unless the large tree is larger."""
+    n_small, n_large = count_images(args.small_tree), count_images(args.large_tree)
+    if n_large <= n_small:
+        parser.error(f"large_tree has {n_large} images, small_tree {n_small}: it needs more")
+    return n_small, n_large
+
+
 def command(name: str, tree: str, out: str, resize: bool) -> list[str]:
     """The command line that builds `tree` into `out` as contender `name`."""
     if name in BASELINES:
@@ -119,8 +133,7 @@ def print_table(n_small: int, n_large: int, rows: dict) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("small_tree")
-    parser.add_argument("large_tree")
+    add_tree_pair(parser)
     parser.add_argument("--resize", action="store_true", help="Shorter side to 256.")
     parser.add_argument("--repeats", type=int, default=1, help="Runs per tree; the fastest counts.")
     parser.add_argument(
@@ -131,9 +144,7 @@ def main() -> int:
     unknown = [name for name in names if name not in MODES and name not in BASELINES]
     if unknown:
         parser.error(f"unknown contenders {unknown}; known: {[*MODES, *BASELINES]}")
-    n_small, n_large = count_images(args.small_tree), count_images(args.large_tree)
-    if n_large <= n_small:
-        parser.error(f"large_tree has {n_large} images, small_tree {n_small}: it needs more")
+    n_small, n_large = tree_sizes(parser, args)
     work = tempfile.mkdtemp(prefix="bench-")
     rows = {}
     try:

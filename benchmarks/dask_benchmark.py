@@ -28,7 +28,7 @@ import sys
 import tempfile
 
 from beam_pipeline.pipeline import available_cores
-from benchmarks.build_benchmark import count_images, ours
+from benchmarks.build_benchmark import add_tree_pair, ours, tree_sizes
 from benchmarks.measure import marginal_rate, run_measured
 
 LOCAL = "local: plain CLI (every core)"
@@ -50,15 +50,12 @@ def digests(output_dir: str) -> dict[str, str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("small_tree")
-    parser.add_argument("large_tree")
+    add_tree_pair(parser)
     parser.add_argument("--workers", type=int, default=available_cores())
     parser.add_argument("--repeats", type=int, default=1, help="Runs per tree; the fastest counts.")
     parser.add_argument("--no_own_cluster", action="store_true", help=f"Skip '{DASK_OWN}'.")
     args = parser.parse_args()
-    n_small, n_large = count_images(args.small_tree), count_images(args.large_tree)
-    if n_large <= n_small:
-        parser.error(f"large_tree has {n_large} images, small_tree {n_small}: it needs more")
+    n_small, n_large = tree_sizes(parser, args)
 
     from dask.distributed import LocalCluster
 

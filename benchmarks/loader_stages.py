@@ -19,7 +19,8 @@ minus the row above:
                     decoding at half size would save where stored images are >= 2x the output
 
 CPU time is the whole process's (user + system, every thread), so tf.data's own overhead is in
-every row. Compare two builds of one tree (e.g. `--image_policy original` and `shorter_side
+every row; each row is measured by `loader_benchmark.images_per_second` (after its warm-up).
+Compare two builds of one tree (e.g. `--image_policy original` and `shorter_side
 256`) to see what storing images pre-resized saves the loader.
 """
 
@@ -28,12 +29,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf
 
+from benchmarks.loader_benchmark import images_per_second
 from loaders import dataset_info, load_dataset
 from schemas import features as F
 
@@ -74,15 +75,6 @@ def stage_pipelines(files, image_size, batch_size, images) -> dict:
     }
 
 
-def run_once(dataset: tf.data.Dataset) -> tuple[float, float, int]:
-    """(CPU seconds, wall seconds, elements) of one pass; CPU counts every thread."""
-    start_cpu, start = time.process_time(), time.perf_counter()
-    count = 0
-    for _ in dataset:
-        count += 1
-    return time.process_time() - start_cpu, time.perf_counter() - start, count
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("data_dir")
@@ -112,15 +104,16 @@ def main() -> int:
                 training=training,
                 seed=0,
             ).take(batches)
-    for make in pipelines.values():  # warm up: graph building, file cache
-        run_once(make().take(8))
-    cpu = {name: [] for name in pipelines}
-    wall = {name: [] for name in pipelines}
-    for _ in range(args.repeats):
+    # Stage rows yield images (the "+ batch" row, batches); `ours` rows yield batches.
+    per_element = {
+        name: args.batch_size if name == "+ batch" or name.startswith("ours") else 1
+        for name in pipelines
+    }
+    runs = {name: [] for name in pipelines}
+    for _ in range(args.repeats):  # alternating rounds, after images_per_second's warm-up
         for name, make in pipelines.items():
-            cpu_s, wall_s, _ = run_once(make())
-            cpu[name].append(cpu_s * 1e3 / images)
-            wall[name].append(images / wall_s)
+            per = per_element[name]
+            runs[name].append(images_per_second(make().repeat(), max(1, images // per), per))
     print(
         f"{args.data_dir} {args.split}: {images} images, {size[0]}x{size[1]}, "
         f"medians of {args.repeats} rounds, {os.cpu_count()} cores"
@@ -128,13 +121,13 @@ def main() -> int:
     print("| pipeline | CPU ms / image | stage's CPU ms / image | images/s |")
     print("|---|---|---|---|")
     previous = 0.0
-    for name in pipelines:
-        ms = statistics.median(cpu[name])
-        stage = ms - previous if name.startswith(("read", "+")) else float("nan")
-        shown = f"{stage:.3f}" if stage == stage else "-"
-        print(f"| {name} | {ms:.3f} | {shown} | {statistics.median(wall[name]):.0f} |")
-        if name.startswith(("read", "+")):
-            previous = ms
+    for name, measured in runs.items():
+        rate = statistics.median(r for r, _ in measured)
+        ms = statistics.median(m for _, m in measured)
+        stage = "-"
+        if name.startswith(("read", "+")):  # one stage longer than the row above
+            stage, previous = f"{ms - previous:.3f}", ms
+        print(f"| {name} | {ms:.3f} | {stage} | {rate:.0f} |")
     return 0
 
 

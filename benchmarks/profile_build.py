@@ -24,7 +24,14 @@ import subprocess
 import sys
 import tempfile
 
-from benchmarks.build_benchmark import BASELINES, MODES, OURS, command, count_images
+from benchmarks.build_benchmark import (
+    BASELINES,
+    MODES,
+    OURS,
+    add_tree_pair,
+    command,
+    tree_sizes,
+)
 
 # First match wins; a DSO matching none is "other".
 GROUPS = [
@@ -156,8 +163,7 @@ def print_profile(contender: str, sizes: list[int], measured: list) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("small_tree")
-    parser.add_argument("large_tree")
+    add_tree_pair(parser)
     parser.add_argument("--contender", default=OURS, choices=[*MODES, *BASELINES])
     parser.add_argument("--resize", action="store_true", help="Shorter side to 256.")
     parser.add_argument("--frequency", type=int, default=999, help="perf samples per second")
@@ -166,9 +172,7 @@ def main() -> int:
     if problem:
         parser.error(problem)
     trees = [args.small_tree, args.large_tree]
-    sizes = [count_images(tree) for tree in trees]
-    if sizes[1] <= sizes[0]:
-        parser.error(f"large_tree has {sizes[1]} images, small_tree {sizes[0]}: it needs more")
+    sizes = list(tree_sizes(parser, args))
     print_profile(
         args.contender, sizes, profile_trees(args.contender, trees, args.resize, args.frequency)
     )

@@ -33,7 +33,7 @@ import time
 import psutil
 
 from beam_pipeline import sample_tree
-from benchmarks.build_benchmark import count_images, ours
+from benchmarks.build_benchmark import add_tree_pair, ours, tree_sizes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,14 +106,11 @@ def describe(name: str, images: int, run: Sampled) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("small_tree")
-    parser.add_argument("large_tree")
+    add_tree_pair(parser)
     parser.add_argument("--workers", type=int, default=None, help="--direct_num_workers N.")
     parser.add_argument("--repeats", type=int, default=2, help="Runs per tree; fastest counts.")
     args = parser.parse_args()
-    n_small, n_large = count_images(args.small_tree), count_images(args.large_tree)
-    if n_large <= n_small:
-        parser.error(f"large_tree has {n_large} images, small_tree {n_small}: it needs more")
+    n_small, n_large = tree_sizes(parser, args)
     work = tempfile.mkdtemp(prefix="scaling-")
     try:
         tiny_tree = os.path.join(work, "tiny")
