@@ -92,7 +92,8 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
             prog="python -m beam_pipeline",
             description="Build sharded TFRecords from an ILSVRC or Pascal VOC tree. "
             "Every Apache Beam pipeline option is accepted as well (--runner, "
-            "--direct_num_workers, --direct_running_mode, and Dataflow's --project, --region, "
+            "--direct_num_workers, --direct_running_mode; --runner DaskRunner with "
+            "--dask_client_address for a Dask cluster; Dataflow's --project, --region, "
             "--temp_location, --setup_file, ...); an unknown flag is refused.",
         )
         BuildOptions._add_argparse_args(parser)
