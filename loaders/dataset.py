@@ -13,14 +13,16 @@ import tensorflow as tf
 
 from loaders.config import ReadConfig, tf_data_value
 from loaders.info import dataset_info
-from loaders.preprocessing import output_dtype, preprocess_for_eval, preprocess_for_train
+from loaders.preprocessing import eval_view, output_dtype, train_view, view_boxes
 from loaders.reader import SplitRecords, checked_record, read_records
 from loaders.service import checked_service
 from schemas import features as F
 from schemas import one_hot_length, tf_feature_spec
 
 # Keras's names ("categorical" is one-hot, None yields images only) and the loader's own.
-LABEL_MODES = ("one_hot", "categorical", "int", None)
+LABEL_MODES = ("one_hot", "categorical", "int", "detection", None)
+# KerasHub's names of the corner formats; "rel_" ones are fractions of the output image.
+BOX_FORMATS = ("rel_yxyx", "yxyx", "rel_xyxy", "xyxy")
 _BOX_KEYS = (F.BBOX_YMIN, F.BBOX_XMIN, F.BBOX_YMAX, F.BBOX_XMAX)
 
 
@@ -33,6 +35,8 @@ def load_dataset(
     training: bool = False,
     seed: int | None = None,
     label_mode: str | None = "one_hot",
+    bounding_box_format: str = "rel_yxyx",
+    max_boxes: int | None = None,
     dtype: str = "float32",
     service: str | None = None,
     with_filenames: bool = False,
@@ -47,9 +51,13 @@ def load_dataset(
 
     Labels are float32 one-hot vectors of `num_classes + 1` entries, one per name in
     `dataset_info(...).class_names` (the background class last), or int32 class indices with
-    `label_mode="int"`; `label_mode=None` yields images alone. Training batches drop the remainder;
-    evaluation keeps it. The dataset knows its length (`assert_cardinality`), so Keras shows
-    `n/N` steps. With a seed, the order and the augmentation are deterministic.
+    `label_mode="int"`; `label_mode=None` yields images alone. `label_mode="detection"` yields
+    `(images, {"boxes": float32 [B, N, 4], "classes": int32 [B, N]})`: every object of each
+    image, padded with -1 to the batch's largest object count (or to `max_boxes`); the boxes
+    follow the training crop (clipped; those that fall out are dropped) and flip. Training
+    batches drop the remainder; evaluation keeps it. The dataset knows its length
+    (`assert_cardinality`), so Keras shows `n/N` steps. With a seed, the order and the
+    augmentation are deterministic.
 
     Args:
       data_dir: a committed build (local or gs://).
@@ -59,8 +67,12 @@ def load_dataset(
       image_size: (height, width) of the output images, or one int for square ones.
       training: shuffle files and records, random crop and flip, drop the last partial batch.
       seed: makes shuffling and augmentation deterministic.
-      label_mode: "one_hot" (or Keras's name, "categorical"), "int", or None (images only:
-        the one mode for an unlabelled split such as `test`).
+      label_mode: "one_hot" (or Keras's name, "categorical"), "int", "detection", or None
+        (images only: the one mode for an unlabelled split such as `test`).
+      bounding_box_format: detection's boxes, in KerasHub's names: "rel_yxyx" (fractions of
+        the output image, [ymin, xmin, ymax, xmax]), "yxyx" (its pixels), "rel_xyxy", "xyxy".
+      max_boxes: detection pads (and cuts: the first `max_boxes` objects in annotation order
+        are kept) every image's objects to this fixed count; None pads to the batch's largest.
       dtype: "float32" (default) or "uint8".
       service: a tf.data service dispatcher ("grpc://host:port", `python -m loaders.service`):
         its workers read, parse and decode (each record once per epoch: the file list is split
@@ -68,8 +80,8 @@ def load_dataset(
         at the same path. The order then varies from run to run even with a seed.
       with_filenames: each element also carries the images' file names in the source tree
         (`tf.string [B]`, last): `(images, labels, filenames)`, or `(images, filenames)` with
-        `label_mode=None`. For evaluation and error analysis: `fit` would read a third element
-        as sample weights.
+        `label_mode=None`; detection puts them in its dict as "filename". For evaluation and
+        error analysis: `fit` would read a third element as sample weights.
       input_context: from `tf.distribute`; each input pipeline reads its own files, or every
         n-th record when there are fewer files than pipelines.
       config: the loader's knobs.
@@ -83,7 +95,9 @@ def load_dataset(
       tf.errors.InvalidArgumentError (while iterating): a shard whose records are corrupt; the
         message names the file.
     """
-    image_size, label_mode, dtype = _checked_arguments(batch_size, image_size, label_mode, dtype)
+    image_size, label_mode, dtype = _checked_arguments(
+        batch_size, image_size, label_mode, dtype, bounding_box_format, max_boxes
+    )
     info = dataset_info(data_dir)
     if label_mode is not None and not info.split(split).labelled:
         raise ValueError(
@@ -108,6 +122,8 @@ def load_dataset(
         training=training,
         seed=seed,
         label_mode=label_mode,
+        bounding_box_format=bounding_box_format,
+        max_boxes=max_boxes,
         dtype=dtype,
         service=service,
         with_filenames=with_filenames,
@@ -124,6 +140,8 @@ def batch_examples(
     training: bool = False,
     seed: int | None = None,
     label_mode: str | None = "one_hot",
+    bounding_box_format: str = "rel_yxyx",
+    max_boxes: int | None = None,
     dtype: str = "float32",
     service: str | None = None,
     with_filenames: bool = False,
@@ -134,14 +152,26 @@ def batch_examples(
     Training shuffles the records in a buffer and zips a random seed onto each for its crop and
     flip. The batch count comes from `records.num_examples`, so the dataset knows its length.
     """
-    image_size, label_mode, dtype = _checked_arguments(batch_size, image_size, label_mode, dtype)
+    image_size, label_mode, dtype = _checked_arguments(
+        batch_size, image_size, label_mode, dtype, bounding_box_format, max_boxes
+    )
     dataset = records.records
     if training:
         dataset = dataset.shuffle(config.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
         random = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
         dataset = tf.data.Dataset.zip(dataset, random.batch(2))
 
-    parse = _parser(num_classes, image_size, training, label_mode, dtype, with_filenames, config)
+    parse = _Parser(
+        num_classes,
+        image_size,
+        training,
+        label_mode,
+        bounding_box_format,
+        max_boxes,
+        dtype,
+        with_filenames,
+        config,
+    )
     dataset = dataset.map(
         parse,
         num_parallel_calls=tf_data_value(config.num_parallel_calls),
@@ -153,14 +183,22 @@ def batch_examples(
                 processing_mode="distributed_epoch", service=checked_service(service)
             )
         )
-    dataset = dataset.batch(batch_size, drop_remainder=training)
+    if label_mode == "detection":
+        # Objects per image vary: pad each batch's boxes and classes with -1.
+        dataset = dataset.padded_batch(
+            batch_size,
+            padding_values=parse.padding_values(dataset.element_spec),
+            drop_remainder=training,
+        )
+    else:
+        dataset = dataset.batch(batch_size, drop_remainder=training)
     examples = records.num_examples
     batches = examples // batch_size if training else -(-examples // batch_size)
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
     return dataset.prefetch(tf_data_value(config.prefetch))
 
 
-def _checked_arguments(batch_size, image_size, label_mode, dtype):
+def _checked_arguments(batch_size, image_size, label_mode, dtype, box_format, max_boxes):
     """(image_size as (h, w), label_mode with "categorical" as "one_hot", dtype's name).
 
     Raises:
@@ -181,45 +219,101 @@ def _checked_arguments(batch_size, image_size, label_mode, dtype):
         raise ValueError(f"image_size must be positive, not {image_size!r}")
     if label_mode not in LABEL_MODES:
         raise ValueError(f"label_mode must be one of {LABEL_MODES}, not {label_mode!r}")
+    if box_format not in BOX_FORMATS:
+        raise ValueError(f"bounding_box_format must be one of {BOX_FORMATS}, not {box_format!r}")
+    if max_boxes is not None and (isinstance(max_boxes, bool) or not isinstance(max_boxes, int)):
+        raise TypeError(f"max_boxes must be an int or None, not {max_boxes!r}")
+    if max_boxes is not None and max_boxes < 1:
+        raise ValueError(f"max_boxes must be at least 1, not {max_boxes}")
+    if label_mode != "detection" and (box_format != "rel_yxyx" or max_boxes is not None):
+        raise ValueError(
+            "bounding_box_format and max_boxes shape detection's boxes: they need "
+            f'label_mode="detection", not {label_mode!r}'
+        )
     label_mode = "one_hot" if label_mode == "categorical" else label_mode
     return tuple(size), label_mode, output_dtype(dtype)
 
 
-def _parser(num_classes, image_size, training, label_mode, dtype, with_filenames, config):
-    keys = (
-        F.ENCODED,
-        F.LABEL,
-        *(_BOX_KEYS if training and config.random_crop else ()),
-        *((F.FILENAME,) if with_filenames else ()),
-    )
-    spec = tf_feature_spec(num_classes, keys)
+class _Parser:
+    """One serialized record (with a seed when training) → one dataset element."""
 
-    def labels_of(parsed):
+    def __init__(
+        self,
+        num_classes,
+        image_size,
+        training,
+        label_mode,
+        box_format,
+        max_boxes,
+        dtype,
+        with_filenames,
+        config,
+    ):
+        self.num_classes = num_classes
+        self.image_size = image_size
+        self.training = training
+        self.label_mode = label_mode
+        self.box_format = box_format
+        self.max_boxes = max_boxes
+        self.dtype = dtype
+        self.with_filenames = with_filenames
+        self.config = config
+        detection = label_mode == "detection"
+        keys = (
+            F.ENCODED,
+            *((F.LABEL,) if label_mode in ("one_hot", "int") else ()),
+            *(_BOX_KEYS if detection or (training and config.random_crop) else ()),
+            *((F.OBJECT_LABEL,) if detection else ()),
+            *((F.FILENAME,) if with_filenames else ()),
+        )
+        self.spec = tf_feature_spec(num_classes, keys)
+
+    def __call__(self, record, seed=None):
+        parsed = tf.io.parse_single_example(checked_record(record), self.spec)
+        boxes = None
+        if F.BBOX_YMIN in parsed:
+            boxes = tf.stack([tf.sparse.to_dense(parsed[key]) for key in _BOX_KEYS], axis=1)
+        if self.training:
+            image, view = train_view(
+                parsed[F.ENCODED], boxes, self.image_size, seed, self.config, self.dtype
+            )
+        else:
+            image, view = eval_view(parsed[F.ENCODED], self.image_size, self.config, self.dtype)
+        filenames = (parsed[F.FILENAME],) if self.with_filenames else ()
+        if self.label_mode is None:
+            return (image, *filenames) if filenames else image
+        if self.label_mode == "detection":
+            classes = tf.cast(tf.sparse.to_dense(parsed[F.OBJECT_LABEL]), tf.int32)
+            target = self._objects(*view_boxes(boxes, classes, view))
+            if filenames:
+                target["filename"] = filenames[0]
+            return image, target
         label = tf.cast(parsed[F.LABEL], tf.int32)
-        if label_mode == "int":
-            return label
-        return tf.one_hot(label, one_hot_length(num_classes), dtype=tf.float32)
+        if self.label_mode == "one_hot":
+            label = tf.one_hot(label, one_hot_length(self.num_classes), dtype=tf.float32)
+        return (image, label, *filenames)
 
-    def labelled(image, parsed):
-        element = (image,) if label_mode is None else (image, labels_of(parsed))
-        if with_filenames:
-            element += (parsed[F.FILENAME],)
-        return element[0] if len(element) == 1 else element
+    def _objects(self, boxes, classes):
+        """{"boxes", "classes"} of one image in the chosen format, cut/padded to `max_boxes`."""
+        if self.box_format in ("yxyx", "xyxy"):
+            height, width = self.image_size
+            boxes = boxes * tf.constant([height, width, height, width], tf.float32)
+        if self.box_format in ("rel_xyxy", "xyxy"):
+            boxes = tf.gather(boxes, [1, 0, 3, 2], axis=1)
+        if self.max_boxes is not None:
+            pad = tf.maximum(self.max_boxes - tf.shape(classes)[0], 0)
+            boxes = tf.pad(boxes[: self.max_boxes], [[0, pad], [0, 0]], constant_values=-1.0)
+            classes = tf.pad(classes[: self.max_boxes], [[0, pad]], constant_values=-1)
+            boxes = tf.ensure_shape(boxes, [self.max_boxes, 4])
+            classes = tf.ensure_shape(classes, [self.max_boxes])
+        return {"boxes": boxes, "classes": classes}
 
-    def parse_eval(record):
-        parsed = tf.io.parse_single_example(checked_record(record), spec)
-        image = preprocess_for_eval(parsed[F.ENCODED], image_size, config, dtype)
-        return labelled(image, parsed)
-
-    def parse_train(record, seed):
-        parsed = tf.io.parse_single_example(checked_record(record), spec)
-        if not config.random_crop:
-            image = preprocess_for_eval(parsed[F.ENCODED], image_size, config, dtype)
-            if config.random_flip:
-                image = tf.image.stateless_random_flip_left_right(image, seed)
-            return labelled(image, parsed)
-        boxes = tf.stack([tf.sparse.to_dense(parsed[key]) for key in _BOX_KEYS], axis=1)
-        image = preprocess_for_train(parsed[F.ENCODED], boxes, image_size, seed, config, dtype)
-        return labelled(image, parsed)
-
-    return parse_train if training else parse_eval
+    @staticmethod
+    def padding_values(element_spec):
+        """`padded_batch`'s padding: -1 for boxes and classes, 0 / "" for the rest."""
+        image_spec, target_spec = element_spec
+        pads = {
+            key: tf.constant(-1, spec.dtype) if key in ("boxes", "classes") else tf.constant("")
+            for key, spec in target_spec.items()
+        }
+        return tf.constant(0, image_spec.dtype), pads

@@ -6,11 +6,27 @@ served model sees exactly what it was validated on.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import tensorflow as tf
 
 from loaders.config import ReadConfig
 
 DTYPES = ("float32", "uint8")
+
+
+class View(NamedTuple):
+    """What part of the source image an output image shows, so boxes can follow the pixels.
+
+    Attributes:
+      source_shape: int32 [height, width] of the decoded source image.
+      window: int32 [y, x, height, width] of the crop in source pixels (the whole image if none).
+      flipped: bool scalar, the output was mirrored left-right after the crop.
+    """
+
+    source_shape: tf.Tensor
+    window: tf.Tensor
+    flipped: tf.Tensor
 
 
 def output_dtype(dtype) -> str:
@@ -49,12 +65,37 @@ def preprocess_for_eval(
     float32 scaled to `config.value_range`, or uint8 pixels (`dtype="uint8"`) for a model that
     starts with `normalization_layer(config)`.
     """
+    return eval_view(encoded, image_size, config, dtype)[0]
+
+
+def eval_view(
+    encoded: tf.Tensor,
+    image_size: tuple[int, int],
+    config: ReadConfig = ReadConfig(),
+    dtype: str = "float32",
+) -> tuple[tf.Tensor, View]:
+    """`preprocess_for_eval`'s image and the view of the source image it shows."""
     dtype = output_dtype(dtype)
     image = tf.io.decode_jpeg(encoded, channels=3, dct_method="INTEGER_FAST")
+    shape = tf.shape(image)
     if config.eval_central_crop < 1.0:
-        image = tf.image.central_crop(image, config.eval_central_crop)
+        window = _central_window(shape, config.eval_central_crop)
+        image = tf.slice(image, tf.concat([window[:2], [0]], 0), tf.concat([window[2:], [-1]], 0))
+    else:
+        window = tf.stack([0, 0, shape[0], shape[1]])
     image = tf.image.resize(image, image_size, method="bilinear", antialias=False)
-    return _finish(image, config, dtype)
+    return _finish(image, config, dtype), View(shape[:2], window, tf.constant(False))
+
+
+def _central_window(shape: tf.Tensor, fraction: float) -> tf.Tensor:
+    """[y, x, height, width] of `tf.image.central_crop`'s window, with its arithmetic."""
+
+    def start(side):
+        side = tf.cast(side, tf.float64)
+        return tf.cast((side - side * fraction) / 2, tf.int32)
+
+    top, left = start(shape[0]), start(shape[1])
+    return tf.stack([top, left, shape[0] - 2 * top, shape[1] - 2 * left])
 
 
 def main_object_box(boxes: tf.Tensor) -> tf.Tensor:
@@ -83,7 +124,25 @@ def preprocess_for_train(
     The crop keeps at least `config.min_object_covered` of the main object (the largest box), so
     the label stays true; images without boxes crop anywhere (Inception-style).
     """
+    return train_view(encoded, boxes, image_size, seed, config, dtype)[0]
+
+
+def train_view(
+    encoded: tf.Tensor,
+    boxes: tf.Tensor,
+    image_size: tuple[int, int],
+    seed: tf.Tensor,
+    config: ReadConfig = ReadConfig(),
+    dtype: str = "float32",
+) -> tuple[tf.Tensor, View]:
+    """`preprocess_for_train`'s image and the view of the source image it shows.
+
+    Without `config.random_crop` the view is the evaluation one, flipped with `seed` itself.
+    """
     dtype = output_dtype(dtype)
+    if not config.random_crop:
+        image, view = eval_view(encoded, image_size, config, dtype)
+        return _random_flip(image, view, seed, config)
     crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
     shape = tf.io.extract_jpeg_shape(encoded)
     begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
@@ -101,9 +160,38 @@ def preprocess_for_train(
     window = tf.stack([offset_y, offset_x, height, width])
     image = tf.io.decode_and_crop_jpeg(encoded, window, channels=3, dct_method="INTEGER_FAST")
     image = tf.image.resize(image, image_size, method="bilinear", antialias=False)
-    if config.random_flip:
-        image = tf.image.stateless_random_flip_left_right(image, flip_seed)
-    return _finish(image, config, dtype)
+    image, view = _random_flip(
+        image, View(shape[:2], window, tf.constant(False)), flip_seed, config
+    )
+    return _finish(image, config, dtype), view
+
+
+def _random_flip(image, view: View, seed, config: ReadConfig):
+    """`tf.image.stateless_random_flip_left_right`'s draw and flip, also recorded in the view."""
+    if not config.random_flip:
+        return image, view
+    flipped = tf.random.stateless_uniform([], seed=seed, minval=0, maxval=1.0) < 0.5
+    image = tf.cond(flipped, lambda: tf.reverse(image, [1]), lambda: image)
+    return image, view._replace(flipped=flipped)
+
+
+def view_boxes(boxes: tf.Tensor, classes: tf.Tensor, view: View) -> tuple[tf.Tensor, tf.Tensor]:
+    """Boxes of the source image ([N, 4] relative ymin, xmin, ymax, xmax) as the view shows them.
+
+    Boxes are moved into the window and clipped to it; those left with no area (they fell out
+    of the crop) are dropped with their classes; a flip mirrors the rest.
+    """
+    source = tf.cast(tf.tile(view.source_shape, [2]), tf.float32)
+    window = tf.cast(view.window, tf.float32)
+    origin = tf.tile(window[:2], [2]) / source
+    extent = tf.tile(window[2:], [2]) / source
+    moved = tf.clip_by_value((boxes - origin) / extent, 0.0, 1.0)
+    keep = (moved[:, 2] > moved[:, 0]) & (moved[:, 3] > moved[:, 1])
+    moved, classes = tf.boolean_mask(moved, keep), tf.boolean_mask(classes, keep)
+    ymin, xmin, ymax, xmax = tf.unstack(moved, num=4, axis=1)
+    mirrored = tf.stack([ymin, 1.0 - xmax, ymax, 1.0 - xmin], axis=1)
+    moved = tf.cond(view.flipped, lambda: mirrored, lambda: moved)
+    return moved, classes
 
 
 def normalization_layer(config: ReadConfig = ReadConfig()):
