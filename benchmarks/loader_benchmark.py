@@ -12,6 +12,7 @@ images):
   ours (eval)        load_dataset(training=False): read shards, parse, decode, resize, batch
   ours (train)       load_dataset(training=True): + shuffles, fused random crop, flip
   ... uint8          the same with dtype="uint8" (pixels; no float conversion on the host)
+  ... detection      training, uint8, label_mode="detection": every box follows crop and flip
   baselines          with --tree, the loaders people write instead, over the tree's JPEG files
                      (benchmarks.loader_baselines): a Keras PyDataset with Pillow,
                      from_generator + py_function with Pillow, tf.data over the raw files
@@ -175,6 +176,16 @@ def main() -> int:
     train8 = load_dataset(
         args.data_dir, "train", batch_size=b, image_size=SIZE, training=True, seed=0, dtype="uint8"
     )
+    detection = load_dataset(
+        args.data_dir,
+        "train",
+        batch_size=b,
+        image_size=SIZE,
+        training=True,
+        seed=0,
+        dtype="uint8",
+        label_mode="detection",
+    )
     in_memory = decode_limit(args.data_dir, b)
     evaluation = load_dataset(args.data_dir, "train", batch_size=b, image_size=SIZE).repeat()
     evaluation8 = load_dataset(
@@ -186,6 +197,7 @@ def main() -> int:
         "ours (train)": lambda: train.repeat(),
         "ours (eval), uint8": lambda: evaluation8,
         "ours (train), uint8": lambda: train8.repeat(),
+        "ours (train), uint8, detection": lambda: detection.repeat(),
     }
     feeds = {
         "fit small CNN, fed by ours (train)": train.repeat(),
