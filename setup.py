@@ -43,7 +43,7 @@ setuptools.setup(
     },
     entry_points={
         "console_scripts": [
-            "imagenet-tfrecords=beam_pipeline.cli:main",
+            "imagenet-tfrecords=beam_pipeline.commands:main",
             "imagenet-tfrecords-sample=beam_pipeline.sample_tree:main",
             "imagenet-tfrecords-verify=beam_pipeline.verify:main",
         ]

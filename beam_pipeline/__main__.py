@@ -1,8 +1,8 @@
-"""Command line: `python -m beam_pipeline --input_dir TREE --output_dir OUT [Beam options]`."""
+"""Command line: `python -m beam_pipeline [COMMAND] ...` (`beam_pipeline.commands`)."""
 
 import sys
 
-from beam_pipeline.cli import main
+from beam_pipeline.commands import main
 
 if __name__ == "__main__":
     sys.exit(main())

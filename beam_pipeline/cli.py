@@ -48,7 +48,7 @@ def tune_malloc() -> None:
 logger = logging.getLogger(__name__)
 
 
-def _rejections_by_split(output_dir: str) -> dict[str, dict[str, int]]:
+def rejections_by_split(output_dir: str) -> dict[str, dict[str, int]]:
     """Split → reason → count, from a committed build's `rejected.jsonl`."""
     from beam_pipeline.fileio import read_file
     from schemas import DEAD_LETTER_FILE
@@ -89,7 +89,7 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
 
     if not argv or "-h" in argv or "--help" in argv:
         parser = argparse.ArgumentParser(
-            prog="python -m beam_pipeline",
+            prog="python -m beam_pipeline [build]",
             description="Build sharded TFRecords from an ILSVRC or Pascal VOC tree. "
             "Every Apache Beam pipeline option is accepted as well (--runner, "
             "--direct_num_workers, --direct_running_mode; --runner DaskRunner with "
@@ -138,6 +138,6 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
         seconds=time.monotonic() - started,
         workers=pipeline.describe_workers(options),
         log_path=out.log_path,
-        rejected=_rejections_by_split(config.output_dir) if info.failures else None,
+        rejected=rejections_by_split(config.output_dir) if info.failures else None,
     )
     return 0

@@ -7,6 +7,8 @@ Rejections go to the `rejected` output.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.typehints import Tuple
@@ -18,19 +20,25 @@ from beam_pipeline.listing import Unlisted, list_tree
 from beam_pipeline.rejections import METRICS_NAMESPACE, REJECTED, Rejection, count_rejection
 
 
+def list_task(task: layouts.ListingTask) -> Iterator[tuple[str, FileRef] | Rejection]:
+    """(kind, FileRef) for each file below the task's directory, or its Rejection."""
+    for listed in list_tree(task.directory):
+        if isinstance(listed, Unlisted):
+            yield pairing.unlisted_rejection(task, listed.path, listed.reason, listed.detail)
+            continue
+        item = pairing.classify(task, listed.path, listed.num_bytes)
+        yield item if isinstance(item, Rejection) else (task.kind, item)
+
+
 class _ListFilesFn(beam.DoFn):
     """ListingTask → (kind, FileRef) for each file below the task's directory."""
 
     def process(self, task: layouts.ListingTask):
-        for listed in list_tree(task.directory):
-            if isinstance(listed, Unlisted):
-                item = pairing.unlisted_rejection(task, listed.path, listed.reason, listed.detail)
-            else:
-                item = pairing.classify(task, listed.path, listed.num_bytes)
+        for item in list_task(task):
             if isinstance(item, Rejection):
                 yield beam.pvalue.TaggedOutput(REJECTED, count_rejection(item))
             else:
-                yield task.kind, item
+                yield item
 
 
 class _PairFn(beam.DoFn):

@@ -80,6 +80,8 @@ class ShardResult:
       class_counts: (label, examples) pairs, sorted by label; unlabelled examples in none.
       label_sources: (label source, examples) pairs, sorted.
       folder_disagreements: examples whose XML and folder name different classes.
+      objects, widths, heights: (value, examples) pairs, sorted: examples by number of
+        annotated objects, by stored width and by stored height.
     """
 
     split: str
@@ -89,3 +91,6 @@ class ShardResult:
     class_counts: tuple[tuple[int, int], ...]
     label_sources: tuple[tuple[str, int], ...] = ()
     folder_disagreements: int = 0
+    objects: tuple[tuple[int, int], ...] = ()
+    widths: tuple[tuple[int, int], ...] = ()
+    heights: tuple[tuple[int, int], ...] = ()

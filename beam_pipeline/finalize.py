@@ -188,10 +188,14 @@ def _split_info(split, plan, results, vocabulary, discovered, rejected) -> Split
         )
     class_counts = [0] * vocabulary.one_hot_length
     sources = collections.Counter()
+    objects, widths, heights = collections.Counter(), collections.Counter(), collections.Counter()
     for result in results:
         for label, count in result.class_counts:
             class_counts[label] += count
         sources.update(dict(result.label_sources))
+        objects.update(dict(result.objects))
+        widths.update(dict(result.widths))
+        heights.update(dict(result.heights))
     shards = tuple(r.shard for r in results)
     return SplitInfo(
         written,
@@ -201,6 +205,9 @@ def _split_info(split, plan, results, vocabulary, discovered, rejected) -> Split
         shards,
         label_sources=dict(sorted(sources.items())),
         folder_disagreements=sum(r.folder_disagreements for r in results),
+        objects_per_image=dict(sorted(objects.items())),
+        image_widths=dict(sorted(widths.items())),
+        image_heights=dict(sorted(heights.items())),
     )
 
 

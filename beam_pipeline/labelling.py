@@ -9,6 +9,8 @@ Each step sends its rejections to a `rejected` output.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import apache_beam as beam
 from apache_beam.typehints import Tuple
 
@@ -47,17 +49,23 @@ class _ParseAnnotationFn(beam.DoFn):
     def process(self, entry: IndexEntry):
         if self._indexed is not None:
             self._indexed.add()
-        if entry.annotation_filename is None:
-            yield ParsedEntry(entry, None)
-            return
-        path = join(self._root, entry.annotation_filename)
-        try:
-            annotation = parse_annotation(read_file(path))
-        except InputError as error:
-            rejection = Rejection.from_error(error, split=entry.split, path=path, stage=ANNOTATION)
-            yield beam.pvalue.TaggedOutput(REJECTED, count_rejection(rejection))
-            return
-        yield ParsedEntry(entry, annotation)
+        parsed = parse_entry(self._root, entry)
+        if isinstance(parsed, Rejection):
+            yield beam.pvalue.TaggedOutput(REJECTED, count_rejection(parsed))
+        else:
+            yield parsed
+
+
+def parse_entry(root: str, entry: IndexEntry) -> ParsedEntry | Rejection:
+    """The entry with its annotation parsed (None when it has none), or the XML's Rejection."""
+    if entry.annotation_filename is None:
+        return ParsedEntry(entry, None)
+    path = join(root, entry.annotation_filename)
+    try:
+        annotation = parse_annotation(read_file(path))
+    except InputError as error:
+        return Rejection.from_error(error, split=entry.split, path=path, stage=ANNOTATION)
+    return ParsedEntry(entry, annotation)
 
 
 class ParseAnnotations(beam.PTransform):
@@ -78,14 +86,14 @@ class ParseAnnotations(beam.PTransform):
         return result.parsed, result[REJECTED]
 
 
-def _class_names(parsed: ParsedEntry):
+def class_names(parsed: ParsedEntry):
     if parsed.annotation is not None:
         yield from (obj.name for obj in parsed.annotation.objects)
     if parsed.entry.folder_class is not None:
         yield parsed.entry.folder_class
 
 
-def _vocabulary_from_names(names) -> Vocabulary:
+def vocabulary_from_names(names) -> Vocabulary:
     if not names:
         raise BuildFailed(
             "the train split names no class (no <object> and no synset folder); pass --labels_file"
@@ -111,18 +119,18 @@ class BuildVocabulary(beam.PTransform):
         return (
             parsed
             | "TrainOnly" >> beam.Filter(lambda p: p.entry.split == split)
-            | "ClassNames" >> beam.FlatMap(_class_names)
+            | "ClassNames" >> beam.FlatMap(class_names)
             | "Distinct" >> beam.Distinct()
             | "Collect" >> beam.combiners.ToList()
-            | "ToVocabulary" >> beam.Map(_vocabulary_from_names)
+            | "ToVocabulary" >> beam.Map(vocabulary_from_names)
         )
 
 
-def _split_marks(entry: IndexEntry):
+def split_marks(entry: IndexEntry):
     return entry.split, (entry.annotation_filename is not None, entry.folder_class is not None)
 
 
-def _any_marks(marks):
+def any_marks(marks):
     has_annotations = has_class_folders = False
     for annotated, in_folder in marks:
         has_annotations |= annotated
@@ -136,9 +144,8 @@ class ClassifySplits(beam.PTransform):
     def expand(self, entries):
         return (
             entries
-            | "SplitMarks"
-            >> beam.Map(_split_marks).with_output_types(Tuple[str, Tuple[bool, bool]])
-            | "AnyPerSplit" >> beam.CombinePerKey(_any_marks)
+            | "SplitMarks" >> beam.Map(split_marks).with_output_types(Tuple[str, Tuple[bool, bool]])
+            | "AnyPerSplit" >> beam.CombinePerKey(any_marks)
             | "SplitKind" >> beam.MapTuple(lambda split, marks: (split, split_kind(*marks)))
         )
 
@@ -148,24 +155,31 @@ class _LabelFn(beam.DoFn):
         self._root = root
 
     def process(self, parsed: ParsedEntry, vocabulary: Vocabulary, kinds):
-        entry = parsed.entry
-        try:
-            found = image_label(
-                parsed.annotation, entry.folder_class, vocabulary, kinds[entry.split]
-            )
-        except InputError as error:
-            path = join(self._root, entry.annotation_filename or entry.filename)
-            rejection = Rejection.from_error(error, split=entry.split, path=path, stage=LABEL)
-            yield beam.pvalue.TaggedOutput(REJECTED, count_rejection(rejection))
-            return
-        yield LabelledEntry(
-            entry,
-            parsed.annotation,
-            found.label,
-            found.object_labels,
-            found.source,
-            found.folder_disagrees,
-        )
+        labelled = label_entry(self._root, parsed, vocabulary, kinds)
+        if isinstance(labelled, Rejection):
+            yield beam.pvalue.TaggedOutput(REJECTED, count_rejection(labelled))
+        else:
+            yield labelled
+
+
+def label_entry(
+    root: str, parsed: ParsedEntry, vocabulary: Vocabulary, kinds: Mapping[str, str]
+) -> LabelledEntry | Rejection:
+    """The label rule applied to one parsed entry (`kinds`: split → `split_kind`)."""
+    entry = parsed.entry
+    try:
+        found = image_label(parsed.annotation, entry.folder_class, vocabulary, kinds[entry.split])
+    except InputError as error:
+        path = join(root, entry.annotation_filename or entry.filename)
+        return Rejection.from_error(error, split=entry.split, path=path, stage=LABEL)
+    return LabelledEntry(
+        entry,
+        parsed.annotation,
+        found.label,
+        found.object_labels,
+        found.source,
+        found.folder_disagrees,
+    )
 
 
 class LabelImages(beam.PTransform):

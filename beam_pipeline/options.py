@@ -119,8 +119,8 @@ class BuildConfig:
     def __post_init__(self):
         if self.overwrite and self.resume:
             raise ValueError("--overwrite starts afresh and --resume continues: choose one")
-        if not self.input_dir or not self.output_dir:
-            raise ValueError("--input_dir and --output_dir are required")
+        if not self.input_dir:
+            raise ValueError("--input_dir is required")
         if self.layout not in (AUTO, *LAYOUTS):
             raise ValueError(f"--layout must be one of {(AUTO, *LAYOUTS)}")
         if not self.splits or len(set(self.splits)) != len(self.splits):
@@ -143,9 +143,14 @@ class BuildConfig:
                 )
 
     @classmethod
-    def from_options(cls, options: PipelineOptions) -> BuildConfig:
-        """Reads and validates the project flags; raises ValueError with the flag at fault."""
+    def from_options(cls, options: PipelineOptions, *, need_output: bool = True) -> BuildConfig:
+        """Reads and validates the project flags; raises ValueError with the flag at fault.
+
+        `need_output=False` (a plan) leaves `output_dir` empty when no --output_dir is given.
+        """
         flags = options.view_as(BuildOptions)
+        if need_output and not (flags.input_dir and flags.output_dir):
+            raise ValueError("--input_dir and --output_dir are required")
         policy_kwargs: dict[str, Any] = {
             "mode": flags.image_policy,
             "size": parse_image_size(flags.image_policy, flags.image_size),
@@ -324,6 +329,6 @@ def _unknown_message(unknown: Sequence[str], known: Sequence[str]) -> str:
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
         problems.append(f"{name} (did you mean {close[0]}?)" if close else name)
     return (
-        f"unknown flag {', '.join(problems)}; `python -m beam_pipeline --help` lists the "
+        f"unknown flag {', '.join(problems)}; `python -m beam_pipeline build --help` lists the "
         "project's flags, and every Apache Beam pipeline option is accepted"
     )

@@ -136,13 +136,10 @@ def build_index(pipeline: beam.Pipeline, prepared: Prepared) -> Index:
     return Index(labelled, vocabulary, index_counts, index_rejected)
 
 
-def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollection:
-    """Adds the build to `pipeline`; returns the PCollection holding the committed DatasetInfo."""
+def finalize_spec(prepared: Prepared) -> FinalizeSpec:
+    """What the checks of the index and of the finished build need to know of this build."""
     config, plan = prepared.config, prepared.plan
-    index = build_index(pipeline, prepared)
-    labelled, vocabulary = index.labelled, index.vocabulary
-    index_counts, index_rejected = index.counts, index.rejected
-    spec = FinalizeSpec(
+    return FinalizeSpec(
         output_dir=config.output_dir,
         splits=plan.splits,
         max_bad_fraction=config.max_bad_fraction,
@@ -155,6 +152,15 @@ def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollect
             else "the classes seen in the train split; --labels_file names them"
         ),
     )
+
+
+def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollection:
+    """Adds the build to `pipeline`; returns the PCollection holding the committed DatasetInfo."""
+    config, plan = prepared.config, prepared.plan
+    index = build_index(pipeline, prepared)
+    labelled, vocabulary = index.labelled, index.vocabulary
+    index_counts, index_rejected = index.counts, index.rejected
+    spec = finalize_spec(prepared)
     checked = pipeline | "CheckIndexBudget" >> CheckIndexBudget(
         spec, index_counts=index_counts, rejected=index_rejected
     )

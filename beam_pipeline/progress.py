@@ -78,6 +78,9 @@ def _result_from(fields: dict[str, Any]) -> ShardResult:
         class_counts=tuple(tuple(pair) for pair in fields["class_counts"]),
         label_sources=tuple(tuple(pair) for pair in fields["label_sources"]),
         folder_disagreements=fields["folder_disagreements"],
+        objects=tuple(tuple(pair) for pair in fields["objects"]),
+        widths=tuple(tuple(pair) for pair in fields["widths"]),
+        heights=tuple(tuple(pair) for pair in fields["heights"]),
     )
 
 

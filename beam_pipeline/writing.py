@@ -49,7 +49,7 @@ def _bucket(labelled: LabelledEntry, seed: int):
     return (entry.split, sharding.bucket_of(key)), (key, labelled)
 
 
-def _bucket_size(labelled: LabelledEntry, seed: int):
+def bucket_size(labelled: LabelledEntry, seed: int):
     (split, bucket), _ = _bucket(labelled, seed)
     return (split, bucket), (1, labelled.entry.num_bytes)
 
@@ -106,7 +106,7 @@ class AssignShards(beam.PTransform):
         plans = (
             labelled
             | "BucketSizes"
-            >> beam.Map(_bucket_size, seed=self._seed).with_output_types(
+            >> beam.Map(bucket_size, seed=self._seed).with_output_types(
                 Tuple[Tuple[str, int], Tuple[int, int]]
             )
             | "SumPerBucket" >> beam.CombinePerKey(_sum_pairs)
@@ -183,6 +183,11 @@ class _WriteShardFn(beam.DoFn):
         """Streams the shard into a temp file and renames it into place."""
         digest, num_bytes, num_examples = hashlib.sha256(), 0, 0
         class_counts, sources, disagreements = collections.Counter(), collections.Counter(), 0
+        objects, widths, heights = (
+            collections.Counter(),
+            collections.Counter(),
+            collections.Counter(),
+        )
         rejections = []
         paths = [
             (join(self._input_dir, labelled.entry.filename), labelled.entry.num_bytes)
@@ -195,7 +200,7 @@ class _WriteShardFn(beam.DoFn):
                     for (_, labelled), (path, _), data in zip(members, paths, reads, strict=True):
                         tally.add()
                         try:
-                            record = self._encode(labelled, data.result(), vocabulary)
+                            record, image = self._encode(labelled, data.result(), vocabulary)
                         except InputError as error:
                             rejections.append(
                                 Rejection.from_error(error, split=split, path=path, stage=IMAGE)
@@ -209,6 +214,9 @@ class _WriteShardFn(beam.DoFn):
                             class_counts[labelled.label] += 1
                         sources[labelled.source] += 1
                         disagreements += labelled.folder_disagrees
+                        objects[len(labelled.object_labels)] += 1
+                        widths[image.width] += 1
+                        heights[image.height] += 1
         except OSError as error:  # the output's fault, not the input's: fail the build, loudly
             raise BuildFailed(
                 f"cannot write shard {name} to {self._output_dir}: {error}"
@@ -222,14 +230,18 @@ class _WriteShardFn(beam.DoFn):
             class_counts=tuple(sorted(class_counts.items())),
             label_sources=tuple(sorted(sources.items())),
             folder_disagreements=disagreements,
+            objects=tuple(sorted(objects.items())),
+            widths=tuple(sorted(widths.items())),
+            heights=tuple(sorted(heights.items())),
         )
         return result, rejections
 
-    def _encode(self, labelled: LabelledEntry, data: bytes, vocabulary: Vocabulary) -> bytes:
+    def _encode(self, labelled: LabelledEntry, data: bytes, vocabulary: Vocabulary):
+        """(the framed record, the image as stored)."""
         image = normalise_image(data, self._policy)
         if image.reencoded:
             self._reencoded.inc()
-        return encode_record(build_example(labelled, image, vocabulary))
+        return encode_record(build_example(labelled, image, vocabulary)), image
 
 
 class WriteShards(beam.PTransform):

@@ -16,7 +16,8 @@ from typing import Any
 from schemas.classes import one_hot_length
 
 # 1.1: splits record their label sources and whether they are labelled; label -1 = unlabelled.
-SCHEMA_VERSION = "1.1.0"
+# 1.2: splits record objects per image and the stored image widths and heights.
+SCHEMA_VERSION = "1.2.0"
 
 ENCODED = "image/encoded"
 FORMAT = "image/format"

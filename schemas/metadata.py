@@ -50,6 +50,9 @@ class SplitInfo:
     unlabelled examples are in none). `label_sources` counts examples by where their label came
     from (`schemas.classes.LABEL_SOURCES`; builds before schema 1.1 recorded none), and
     `folder_disagreements` the examples whose XML names another class than their folder.
+    `objects_per_image`, `image_widths` and `image_heights` count the written examples by their
+    number of annotated objects and by their stored width and height in pixels (builds before
+    schema 1.2 recorded none: empty).
     """
 
     num_examples: int
@@ -59,6 +62,9 @@ class SplitInfo:
     shards: tuple[ShardInfo, ...]
     label_sources: dict[str, int] = dataclasses.field(default_factory=dict)
     folder_disagreements: int = 0
+    objects_per_image: dict[int, int] = dataclasses.field(default_factory=dict)
+    image_widths: dict[int, int] = dataclasses.field(default_factory=dict)
+    image_heights: dict[int, int] = dataclasses.field(default_factory=dict)
 
     @property
     def num_shards(self) -> int:
@@ -113,6 +119,9 @@ class DatasetInfo:
                     "label_sources": dict(sorted(split.label_sources.items())),
                     "folder_disagreements": split.folder_disagreements,
                     "class_counts": list(split.class_counts),
+                    "objects_per_image": _histogram_json(split.objects_per_image),
+                    "image_widths": _histogram_json(split.image_widths),
+                    "image_heights": _histogram_json(split.image_heights),
                     "shards": [dataclasses.asdict(shard) for shard in split.shards],
                 }
                 for name, split in sorted(self.splits.items())
@@ -143,6 +152,9 @@ class DatasetInfo:
                 shards=tuple(ShardInfo(**shard) for shard in split["shards"]),
                 label_sources=dict(split.get("label_sources", {})),
                 folder_disagreements=split.get("folder_disagreements", 0),
+                objects_per_image=_histogram(split.get("objects_per_image", {})),
+                image_widths=_histogram(split.get("image_widths", {})),
+                image_heights=_histogram(split.get("image_heights", {})),
             )
             for name, split in payload["splits"].items()
         }
@@ -155,3 +167,12 @@ class DatasetInfo:
             source=dict(payload["source"]),
             versions=dict(payload["versions"]),
         )
+
+
+def _histogram_json(counts: dict[int, int]) -> dict[str, int]:
+    """{value: count} with JSON's string keys, in value order."""
+    return {str(value): count for value, count in sorted(counts.items())}
+
+
+def _histogram(counts: dict[str, int]) -> dict[int, int]:
+    return {int(value): count for value, count in counts.items()}

@@ -268,7 +268,10 @@ def test_beam_options_pass_through_and_the_project_flags_stay_out_of_beam():
         (["--num_shardz", "4"], "unknown flag --num_shardz (did you mean --num_shards?)"),
         (["--temp_locaton=gs://x"], "unknown flag --temp_locaton (did you mean --temp_location?)"),
         (["--runer", "DataflowRunner"], "unknown flag --runer (did you mean --runner?)"),
-        (["--frobnicate"], "unknown flag --frobnicate; `python -m beam_pipeline --help` lists"),
+        (
+            ["--frobnicate"],
+            "unknown flag --frobnicate; `python -m beam_pipeline build --help` lists",
+        ),
         (["stray"], "unexpected argument 'stray': every value follows its flag"),
     ],
 )
@@ -318,8 +321,8 @@ def test_a_typo_never_runs_a_build(tmp_path, capsys):
     argv = ["--input_dir", str(tmp_path), "--output_dir", str(out), "--seeed", "5"]
     assert cli.main(argv) == 2
     assert capsys.readouterr().err == (
-        "error: unknown flag --seeed (did you mean --seed?); `python -m beam_pipeline --help` "
-        "lists the project's flags, and every Apache Beam pipeline option is accepted\n"
+        "error: unknown flag --seeed (did you mean --seed?); `python -m beam_pipeline build "
+        "--help` lists the project's flags, and every Apache Beam pipeline option is accepted\n"
     )
     assert not out.exists()
 

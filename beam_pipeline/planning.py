@@ -1,0 +1,408 @@
+"""`plan`: what a build of a tree would do, from the tree and its XML alone.
+
+    python -m beam_pipeline plan --input_dir TREE [build flags] [--json] [--rejections N]
+
+Runs the build's index steps in this process, on the same functions the pipeline's steps call
+(listing, pairing, XML parsing, the vocabulary, labelling, the shard plan and the index's error
+budget), reads no pixel and writes nothing. Prints per split: images, annotations, orphans,
+label sources, classes (most and least frequent, unknown ones), the shard plan, and what would
+be rejected for reasons known without decoding. Exit code 0 when the build would go ahead, 1
+when it would be refused (the reason last, as the build words it), 2 for bad flags or a tree
+that cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import concurrent.futures
+import dataclasses
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from beam_pipeline import layouts
+from beam_pipeline.discovery import list_task
+from beam_pipeline.entries import IndexEntry, LabelledEntry, ParsedEntry
+from beam_pipeline.examples import build_example
+from beam_pipeline.failures import BUILD_FAILED_MARKER, BuildFailed
+from beam_pipeline.images import ORIGINAL, NormalisedImage
+from beam_pipeline.labelling import (
+    any_marks,
+    class_names,
+    label_entry,
+    parse_entry,
+    split_marks,
+    vocabulary_from_names,
+)
+from beam_pipeline.labels import Vocabulary, split_kind, unknown_class_name
+from beam_pipeline.pairing import pair_files
+from beam_pipeline.rejections import DISCOVER, InputError, Rejection
+from beam_pipeline.sharding import plan_split
+from beam_pipeline.tfrecord import encode_record
+from beam_pipeline.writing import bucket_size
+from schemas import DATASET_INFO_FILE, UNLABELLED
+from schemas.paths import join
+
+ORPHAN_REASONS = ("annotation_without_image", "image_missing")
+# Records whose size is sampled per split to estimate the bytes besides the image.
+_OVERHEAD_SAMPLE = 64
+
+
+@dataclasses.dataclass
+class SplitPlanReport:
+    """What the build would do with one output split."""
+
+    name: str
+    kind: str
+    images: int = 0
+    annotated: int = 0
+    without_annotation: int = 0
+    orphans: dict[str, int] = dataclasses.field(default_factory=dict)
+    label_sources: dict[str, int] = dataclasses.field(default_factory=dict)
+    class_counts: dict[str, int] = dataclasses.field(default_factory=dict)
+    unknown_classes: dict[str, int] = dataclasses.field(default_factory=dict)
+    rejected: dict[str, int] = dataclasses.field(default_factory=dict)
+    examples: int = 0
+    shards: int = 0
+    examples_per_shard: tuple[int, int] = (0, 0)
+    image_bytes: int = 0
+    estimated_bytes: int | None = None
+
+
+@dataclasses.dataclass
+class BuildPlan:
+    """The plan of a whole build; `refusal` is the build's own message when it would stop."""
+
+    input_dir: str
+    layout: str
+    classes: tuple[str, ...]
+    vocabulary_source: str
+    splits: dict[str, SplitPlanReport]
+    rejections: list[Rejection]
+    refusal: str | None
+    seconds: float
+    files_listed: int
+
+    def to_json(self, rejections: int | None = None) -> dict[str, Any]:
+        listed = self.rejections if rejections is None else self.rejections[:rejections]
+        return {
+            "input_dir": self.input_dir,
+            "layout": self.layout,
+            "num_classes": len(self.classes),
+            "vocabulary": self.vocabulary_source,
+            "would_build": self.refusal is None,
+            "refusal": self.refusal,
+            "files_listed": self.files_listed,
+            "seconds": round(self.seconds, 3),
+            "splits": {name: dataclasses.asdict(split) for name, split in self.splits.items()},
+            "rejections": [dataclasses.asdict(r) for r in listed],
+            "num_rejections": len(self.rejections),
+        }
+
+
+def plan_build(prepared, *, threads: int | None = None) -> BuildPlan:
+    """The build's index, run here on `pipeline.prepare`'s result; nothing is written.
+
+    `threads` parse the XML files (default: 4 per core; parsing waits on file reads).
+    """
+    from beam_pipeline.pipeline import finalize_spec
+
+    started = time.monotonic()
+    config, plan = prepared.config, prepared.plan
+    rejections: list[Rejection] = []
+    images, annotations = collections.defaultdict(list), collections.defaultdict(list)
+    listed = 0
+    for task in plan.tasks:
+        for item in list_task(task):
+            listed += 1
+            if isinstance(item, Rejection):
+                rejections.append(item)
+                continue
+            kind, ref = item
+            (images if kind == layouts.IMAGES else annotations)[ref.key].append(ref)
+    memberships = collections.defaultdict(list)
+    for key, split in plan.memberships:
+        memberships[key].append(split)
+    entries: list[IndexEntry] = []
+    for key in sorted(set(images) | set(annotations) | set(memberships)):
+        paired, refused = pair_files(
+            key, images.get(key, ()), annotations.get(key, ()), memberships.get(key, ()), plan.root
+        )
+        entries += paired
+        rejections += refused
+
+    workers = threads or 4 * (os.cpu_count() or 1)
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        parsed_or_not = list(pool.map(lambda e: parse_entry(plan.root, e), entries, chunksize=64))
+    parsed = [p for p in parsed_or_not if isinstance(p, ParsedEntry)]
+    rejections += [p for p in parsed_or_not if isinstance(p, Rejection)]
+
+    spec = finalize_spec(prepared)
+    reports = {name: SplitPlanReport(name, "") for name in plan.splits}
+    refusal = None
+    try:
+        if prepared.classes is not None:
+            vocabulary = Vocabulary(prepared.classes)
+        else:
+            names = {name for p in parsed if p.entry.split == "train" for name in class_names(p)}
+            vocabulary = vocabulary_from_names(sorted(names))
+    except BuildFailed as error:
+        vocabulary, refusal = None, _reason(error)
+
+    marks = collections.defaultdict(list)
+    for entry in entries:
+        split, mark = split_marks(entry)
+        marks[split].append(mark)
+    kinds = {split: split_kind(*any_marks(m)) for split, m in marks.items()}
+    labelled: list[LabelledEntry] = []
+    if vocabulary is not None:
+        for p in parsed:
+            result = label_entry(plan.root, p, vocabulary, kinds)
+            (rejections if isinstance(result, Rejection) else labelled).append(result)
+
+    counts = collections.Counter(entry.split for entry in entries)
+    for name, report in reports.items():
+        report.kind = kinds.get(name, "")
+        report.images = counts[name]
+    for entry in entries:
+        report = reports[entry.split]
+        if entry.annotation_filename is not None:
+            report.annotated += 1
+        elif entry.folder_class is None:
+            report.without_annotation += 1
+    for rejection in rejections:
+        if rejection.split not in reports:
+            continue
+        report = reports[rejection.split]
+        if rejection.is_image and rejection.stage == DISCOVER:
+            report.images += 1
+        _add(report.rejected, rejection.reason)
+        if rejection.reason in ORPHAN_REASONS:
+            _add(report.orphans, rejection.reason)
+        if rejection.reason == "unknown_class":
+            _add(report.unknown_classes, unknown_class_name(rejection.detail) or "?")
+    if vocabulary is not None:
+        _describe_labels(reports, labelled, vocabulary)
+    _plan_shards(reports, labelled, config, vocabulary)
+
+    if refusal is None:
+        refusal = _refusal(prepared, spec, counts, rejections, reports)
+    rejections.sort(key=lambda r: (r.split, r.reason, r.path))
+    return BuildPlan(
+        input_dir=plan.root,
+        layout=plan.layout,
+        classes=vocabulary.classes if vocabulary is not None else (),
+        vocabulary_source=spec.vocabulary_source.split(";")[0],
+        splits=reports,
+        rejections=rejections,
+        refusal=refusal,
+        seconds=time.monotonic() - started,
+        files_listed=listed,
+    )
+
+
+def _add(counts: dict[str, int], key: str) -> None:
+    counts[key] = counts.get(key, 0) + 1
+
+
+def _describe_labels(reports, labelled: list[LabelledEntry], vocabulary: Vocabulary) -> None:
+    names = vocabulary.names
+    for report in reports.values():
+        if report.kind != "unlabelled":
+            report.class_counts = dict.fromkeys(names, 0)
+    for item in labelled:
+        report = reports[item.entry.split]
+        _add(report.label_sources, item.source)
+        if item.label != UNLABELLED:
+            report.class_counts[names[item.label]] += 1
+
+
+def _plan_shards(reports, labelled, config, vocabulary) -> None:
+    """The shard plan from the same bucket counts the build's AssignShards makes."""
+    buckets = collections.defaultdict(collections.Counter)
+    sizes = collections.Counter()
+    samples = collections.defaultdict(list)
+    for item in labelled:
+        (split, bucket), (_, num_bytes) = bucket_size(item, config.seed)
+        buckets[split][bucket] += 1
+        sizes[split] += num_bytes
+        if len(samples[split]) < _OVERHEAD_SAMPLE:
+            samples[split].append(item)
+    for name, report in reports.items():
+        if not buckets[name]:
+            continue
+        plan = plan_split(buckets[name], sizes[name], config.num_shards_for(name))
+        report.examples, report.shards, report.image_bytes = (
+            plan.num_examples,
+            plan.num_shards,
+            sizes[name],
+        )
+        per_shard = [plan.num_examples // plan.num_shards] * plan.num_shards
+        for index in range(plan.num_examples % plan.num_shards):
+            per_shard[index] += 1
+        report.examples_per_shard = (min(per_shard), max(per_shard))
+        if config.image_policy.mode == ORIGINAL and vocabulary is not None:
+            overhead = _record_overhead(samples[name], vocabulary)
+            report.estimated_bytes = sizes[name] + round(overhead * plan.num_examples)
+
+
+def _record_overhead(sample: list[LabelledEntry], vocabulary: Vocabulary) -> float:
+    """Mean bytes of a record besides its image (keys, labels, boxes, framing), from a sample."""
+    sizes = []
+    for item in sample:
+        annotation = item.annotation
+        width = (annotation.width if annotation else None) or 1000
+        height = (annotation.height if annotation else None) or 1000
+        image = NormalisedImage(b"", width, height, "jpeg", width, height, False)
+        try:
+            sizes.append(len(encode_record(build_example(item, image, vocabulary))))
+        except InputError:
+            continue
+    return sum(sizes) / len(sizes) if sizes else 0.0
+
+
+def _refusal(prepared, spec, counts, rejections, reports) -> str | None:
+    """The build's own message when its fail-fast checks would stop it; None otherwise."""
+    from beam_pipeline.finalize import check_index_budget
+
+    config = prepared.config
+    if config.output_dir and not config.overwrite and not config.resume:
+        from apache_beam.io.filesystems import FileSystems
+
+        if FileSystems.exists(join(config.output_dir, DATASET_INFO_FILE)):
+            return (
+                f"{config.output_dir} already holds a complete build; pass --overwrite to "
+                "replace it"
+            )
+    for name, report in reports.items():
+        if report.images == 0:
+            return f"split {name!r} has no images"
+        if report.examples == 0:
+            return f"split {name!r}: all {report.images} images would be rejected"
+    try:
+        check_index_budget(spec, counts, rejections)
+    except BuildFailed as error:
+        return _reason(error).rsplit("; see ", 1)[0]
+    return None
+
+
+def _reason(error: BuildFailed) -> str:
+    return str(error).removeprefix(BUILD_FAILED_MARKER).strip()
+
+
+def _top(counts: dict[str, int], n: int, reverse: bool) -> str:
+    ordered = sorted(counts.items(), key=lambda kv: ((-kv[1] if reverse else kv[1]), kv[0]))
+    return ", ".join(f"{name} {count}" for name, count in ordered[:n])
+
+
+def _mib(num_bytes: int) -> str:
+    return f"{num_bytes / 2**20:,.1f} MiB"
+
+
+def format_plan(plan: BuildPlan, rejections: int = 20) -> str:
+    """The plan as the text `plan` prints."""
+    lines = [
+        f"Plan for {plan.input_dir} ({plan.layout}): {plan.files_listed:,} files listed, "
+        f"no pixels read, nothing written ({plan.seconds:.1f} s)",
+        f"classes: {len(plan.classes):,} (from {plan.vocabulary_source}), plus background",
+    ]
+    for report in plan.splits.values():
+        lines.append("")
+        lines.append(f"{report.name} ({report.kind or 'no images'}):")
+        lines.append(
+            f"  images {report.images:,}: with XML {report.annotated:,}, without XML "
+            f"{report.without_annotation:,}"
+            + (" (background)" if report.kind == "annotated" else "")
+        )
+        if report.orphans:
+            lines.append(f"  orphans: {_counts(report.orphans)}")
+        if report.label_sources:
+            lines.append(f"  label sources: {_counts(report.label_sources)}")
+        if report.class_counts:
+            present = sum(1 for count in report.class_counts.values() if count)
+            lines.append(
+                f"  classes present: {present:,} of {len(report.class_counts):,} "
+                "(background included)"
+            )
+            lines.append(f"  most frequent: {_top(report.class_counts, 10, True)}")
+            lines.append(f"  least frequent: {_top(report.class_counts, 10, False)}")
+        if report.unknown_classes:
+            lines.append(f"  unknown classes: {_top(report.unknown_classes, 10, True)}")
+        if report.rejected:
+            total = sum(report.rejected.values())
+            lines.append(f"  would reject {total:,}: {_counts(report.rejected)}")
+        if report.shards:
+            low, high = report.examples_per_shard
+            per_shard = f"{low:,}" if low == high else f"{low:,}-{high:,}"
+            estimate = (
+                f"about {_mib(report.estimated_bytes)}"
+                if report.estimated_bytes is not None
+                else "unknown until resized"
+            )
+            lines.append(
+                f"  shards: {report.shards:,} of {per_shard} examples "
+                f"({report.examples:,} examples); images {_mib(report.image_bytes)}, "
+                f"records {estimate}"
+            )
+    if plan.rejections and rejections:
+        lines.append("")
+        lines.append(f"rejections ({len(plan.rejections):,}; --json lists them all):")
+        for rejection in plan.rejections[:rejections]:
+            lines.append(f"  {rejection.path}: {rejection.reason}: {rejection.detail}")
+        if len(plan.rejections) > rejections:
+            lines.append(f"  ... and {len(plan.rejections) - rejections:,} more")
+    lines.append("")
+    if plan.refusal is None:
+        lines.append("The build would go ahead.")
+    else:
+        lines.append(f"The build would be refused: {plan.refusal}")
+    return "\n".join(lines)
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{key} {value:,}" for key, value in sorted(counts.items()))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from beam_pipeline.layouts import LayoutError
+    from beam_pipeline.options import BuildConfig, beam_argv
+    from beam_pipeline.pipeline import prepare
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(
+        prog="python -m beam_pipeline plan",
+        description=__doc__.split("\n\n")[0],
+        epilog="Every build flag is accepted (python -m beam_pipeline build --help).",
+        allow_abbrev=False,
+    )
+    parser.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    parser.add_argument(
+        "--rejections", type=int, default=20, help="rejections listed in the text (default 20)"
+    )
+    ours, rest = parser.parse_known_args(argv)
+    if "-h" in rest or "--help" in rest:
+        parser.print_help()
+        return 0
+    try:
+        from apache_beam.options.pipeline_options import PipelineOptions
+
+        beam_argv(rest)
+        config = BuildConfig.from_options(PipelineOptions(rest), need_output=False)
+        prepared = prepare(config)
+        plan = plan_build(prepared)
+    except (ValueError, LayoutError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if ours.json:
+        print(json.dumps(plan.to_json(), indent=1, ensure_ascii=False))
+    else:
+        print(format_plan(plan, ours.rejections))
+    return 0 if plan.refusal is None else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

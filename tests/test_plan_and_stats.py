@@ -1,0 +1,228 @@
+"""`plan` (the build's index, without pixels or writes) and `stats` (a build's numbers), and the
+command line that holds them."""
+
+import json
+import os
+
+import pytest
+from helpers import build, ilsvrc_image, jpeg_bytes, read_split, write
+
+from beam_pipeline import commands, planning, sample_tree, stats
+from beam_pipeline.annotations import voc_xml
+from schemas import DATASET_INFO_FILE, DatasetInfo
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    """The bundled sample's generator, small: (tree, its build, the build's DatasetInfo)."""
+    tree = tmp_path_factory.mktemp("tree")
+    sample_tree.write_tree(str(tree), num_train=120, num_val=40, seed=3)
+    out = tmp_path_factory.mktemp("out") / "build"
+    info = build(tree, out, "--num_shards", "train=3,val=2")
+    return tree, out, info
+
+
+def files_below(root):
+    return sorted(
+        (os.path.join(d, f), os.path.getsize(os.path.join(d, f)))
+        for d, _, names in os.walk(root)
+        for f in names
+    )
+
+
+def run_plan(capsys, *argv):
+    code = commands.main(["plan", *map(str, argv)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_plan_of_the_sample_is_what_its_build_did(sample, capsys):
+    tree, _, info = sample
+    before = files_below(tree)
+    code, text, _ = run_plan(capsys, "--input_dir", tree, "--num_shards", "train=3,val=2", "--json")
+    assert code == 0
+    plan = json.loads(text)
+    assert plan["would_build"] is True and plan["refusal"] is None
+    assert plan["num_classes"] == info.num_classes and plan["layout"] == "ilsvrc_det"
+    for name, split in info.splits.items():
+        planned = plan["splits"][name]
+        assert planned["images"] == split.num_discovered
+        assert planned["examples"] == split.num_examples
+        assert planned["shards"] == split.num_shards
+        assert planned["label_sources"] == split.label_sources
+        assert list(planned["class_counts"].values()) == list(split.class_counts)
+        assert list(planned["class_counts"]) == list(info.class_list.names)
+        written = sorted(shard.num_examples for shard in split.shards)
+        assert planned["examples_per_shard"] == [written[0], written[-1]]
+        # The record estimate samples 64 records' overhead: within 1% of the real bytes.
+        real = sum(shard.num_bytes for shard in split.shards)
+        assert abs(planned["estimated_bytes"] - real) < 0.01 * real
+    assert files_below(tree) == before  # nothing written, not even in the tree
+
+
+def test_plan_text_of_the_sample(sample, capsys):
+    tree, _, info = sample
+    code, text, _ = run_plan(capsys, "--input_dir", tree)
+    assert code == 0
+    lines = text.splitlines()
+    assert lines[0].startswith(f"Plan for {tree} (ilsvrc_det): ")
+    assert "no pixels read, nothing written" in lines[0]
+    assert lines[1] == "classes: 4 (from the classes seen in the train split), plus background"
+    train = info.splits["train"]
+    counts = dict(zip(info.class_list.names, train.class_counts, strict=True))
+    most = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    assert f"  most frequent: {', '.join(f'{n} {c}' for n, c in most)}" in lines
+    assert lines[-1] == "The build would go ahead."
+
+
+@pytest.fixture(scope="module")
+def bad_tree(tmp_path_factory):
+    """8 good train images (cat, dog), an XML without image, an unknown class, a broken XML,
+    a stray file, and 3 val images of which one names a class the labels file lacks."""
+    root = tmp_path_factory.mktemp("bad")
+    for n in range(8):
+        name = ("cat", "dog")[n % 2]
+        xml = voc_xml([(name, 2, 2, 40 + n, 30)], size=(64, 48))
+        ilsvrc_image(root, "train", f"good_{n}", jpeg_bytes(), xml)
+    write(root / "Annotations/DET/train/orphan.xml", voc_xml([("cat", 1, 1, 9, 9)]))
+    ilsvrc_image(root, "train", "bird", jpeg_bytes(), voc_xml([("bird", 1, 1, 20, 20)]))
+    ilsvrc_image(root, "train", "broken", jpeg_bytes(), "<annotation><object>")
+    write(root / "Data/DET/train/notes.txt", "not an image")
+    for n in range(3):
+        name = ("cat", "dog", "fox")[n]
+        ilsvrc_image(root, "val", f"v{n}", jpeg_bytes(), voc_xml([(name, 1, 1, 30, 30)]))
+    labels = write(root.parent / f"{root.name}-labels.txt", "cat\ndog\nbird\n")
+    return root, labels
+
+
+def test_plan_of_a_bad_tree_counts_orphans_unknown_classes_and_rejections(bad_tree, capsys):
+    root, labels = bad_tree
+    argv = ["--input_dir", root, "--labels_file", labels, "--max_bad_fraction", "0.2", "--json"]
+    code, text, _ = run_plan(capsys, *argv)
+    assert code == 0
+    plan = json.loads(text)
+    train, val = plan["splits"]["train"], plan["splits"]["validation"]
+    assert (train["images"], train["annotated"], train["examples"]) == (10, 10, 9)
+    assert train["orphans"] == {"annotation_without_image": 1}
+    assert train["rejected"] == {
+        "annotation_without_image": 1,
+        "annotation_malformed": 1,
+        "not_an_image_file": 1,
+    }
+    assert train["class_counts"] == {"cat": 4, "dog": 4, "bird": 1, "background": 0}
+    assert (val["images"], val["examples"]) == (3, 2)
+    assert val["unknown_classes"] == {"fox": 1} and val["rejected"] == {"unknown_class": 1}
+    reasons = sorted(
+        (r["split"], r["reason"], os.path.basename(r["path"])) for r in plan["rejections"]
+    )
+    assert reasons == [
+        ("train", "annotation_malformed", "broken.xml"),
+        ("train", "annotation_without_image", "orphan.xml"),
+        ("train", "not_an_image_file", "notes.txt"),
+        ("validation", "unknown_class", "v2.xml"),
+    ]
+
+
+def test_plan_exits_1_with_the_builds_own_reason_when_the_build_would_be_refused(
+    bad_tree, capsys, tmp_path
+):
+    root, labels = bad_tree
+    argv = ["--input_dir", root, "--labels_file", labels]  # default budget: 1%
+    code, text, _ = run_plan(capsys, *argv)
+    assert code == 1
+    refusal = text.splitlines()[-1]
+    assert refusal.startswith(
+        "The build would be refused: 2 of 13 images rejected before any image was read "
+        "(15.38%), more than --max_bad_fraction=0.01; reasons "
+    )
+    assert "classes outside the vocabulary (--labels_file" in refusal and "{'fox': 1}" in refusal
+    # The build itself stops for the same reason.
+    with pytest.raises(Exception, match=r"2 of 13 images rejected before any image was read"):
+        build(root, tmp_path / "out", "--labels_file", labels)
+
+
+def test_plan_refuses_what_the_build_refuses_before_it_starts(sample, capsys, tmp_path):
+    tree, out, _ = sample
+    code, text, _ = run_plan(capsys, "--input_dir", tree, "--output_dir", out)
+    assert code == 1
+    assert text.splitlines()[-1] == (
+        f"The build would be refused: {out} already holds a complete build; pass --overwrite "
+        "to replace it"
+    )
+    code, _, err = run_plan(capsys, "--input_dir", tree, "--num_shardz", "2")
+    assert code == 2 and err.startswith("error: unknown flag --num_shardz (did you mean")
+    code, _, err = run_plan(capsys, "--input_dir", tmp_path / "nowhere")
+    assert code == 2 and "does not exist or holds no files" in err
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_stats_are_the_builds_recorded_numbers(sample, capsys):
+    _, out, info = sample
+    assert commands.main(["stats", str(out), "--json"]) == 0
+    numbers = json.loads(capsys.readouterr().out)
+    for name, split in info.splits.items():
+        records = read_split(out, name)
+        got = numbers["splits"][name]
+        assert got["examples"] == len(records) and got["shards"] == split.num_shards
+        widths = sorted(r["image/width"][0] for r in records)
+        assert got["image_width"]["min"] == widths[0] and got["image_width"]["max"] == widths[-1]
+        objects = {}
+        for record in records:
+            n = len(record["image/object/class/label"])
+            objects[str(n)] = objects.get(str(n), 0) + 1
+        assert got["objects_per_image"] == dict(sorted(objects.items(), key=lambda kv: int(kv[0])))
+        real = split.class_counts[: info.num_classes]
+        assert (got["classes"]["min"], got["classes"]["max"]) == (min(real), max(real))
+        assert got["classes"]["imbalance"] == pytest.approx(max(real) / min(real))
+        assert got["rejections"] == {}
+
+
+def test_stats_text_names_rejections_and_says_what_an_old_build_lacks(bad_tree, tmp_path, capsys):
+    root, labels = bad_tree
+    out = tmp_path / "out"
+    build(root, out, "--labels_file", labels, "--max_bad_fraction", "0.3")
+    text = stats.format_stats(stats.build_stats(str(out)))
+    assert "  rejections: unknown_class 1" in text.split("validation:")[1]
+    train = text.split("validation:")[0]
+    assert (
+        "  rejections: annotation_malformed 1, annotation_without_image 1, not_an_image_file 1"
+        in train
+    )
+    assert "examples per class: min 1, median 4, max 4; imbalance (max/min) 4.00" in train
+    # A build from before schema 1.2 recorded no sizes or objects: stats says so.
+    path = out / DATASET_INFO_FILE
+    old = json.loads(path.read_text())
+    old["schema_version"] = "1.1.0"
+    for split in old["splits"].values():
+        for key in ("objects_per_image", "image_widths", "image_heights"):
+            del split[key]
+    path.write_text(json.dumps(old))
+    text = stats.format_stats(stats.build_stats(str(out)))
+    assert "  image width: not recorded (built before schema 1.2; rebuild to record it)" in text
+    assert DatasetInfo.from_json(path.read_text()).splits["train"].image_widths == {}
+
+
+def test_stats_of_a_directory_without_a_build(tmp_path, capsys):
+    assert commands.main(["stats", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {tmp_path} holds no committed build")
+
+
+def test_the_command_line_lists_its_commands_and_refuses_unknown_ones(capsys):
+    assert commands.main([]) == 0
+    listing = capsys.readouterr().out
+    for name in ("build", "plan", "stats", "verify"):
+        assert f"\n  {name} " in listing
+    assert commands.main(["plna", "--input_dir", "x"]) == 2
+    assert capsys.readouterr().err.startswith("error: unknown command 'plna' (did you mean plan?)")
+
+
+def test_plan_reads_no_pixels(tmp_path, capsys):
+    """Images that do not decode plan as examples: the build is what finds them out."""
+    root = tmp_path / "tree"
+    for n in range(6):
+        xml = voc_xml([("cat" if n % 3 else "dog", 1, 1, 10, 10)], size=(20, 20))
+        data = jpeg_bytes() if n else b"\xff\xd8\xff\xe0 cut short"
+        ilsvrc_image(root, "train", f"i{n}", data, xml)
+        ilsvrc_image(root, "val", f"v{n}", jpeg_bytes(), xml)
+    assert planning.main(["--input_dir", str(root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["splits"]["train"]["examples"] == 6
