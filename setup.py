@@ -39,6 +39,8 @@ setuptools.setup(
         "loader": ["tensorflow>=2.16"],
         # Beam's DaskRunner needs dask >= 2024.4.2; `distributed` is the cluster it runs on.
         "dask": ["dask[distributed]>=2024.4.2"],
+        # `show --histogram` plots the class counts; the contact sheet needs Pillow alone.
+        "show": ["matplotlib>=3.8"],
         "dev": ["pytest>=8", "ruff>=0.6", "psutil>=5.9", "tensorflow>=2.16"],
     },
     entry_points={

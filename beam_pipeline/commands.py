@@ -16,6 +16,8 @@ from collections.abc import Sequence
 COMMANDS = {
     "build": ("beam_pipeline.cli", "build the TFRecords of a tree (the default command)"),
     "plan": ("beam_pipeline.planning", "what a build would do: read the tree and XML only"),
+    "show": ("beam_pipeline.show", "a contact sheet PNG of records, or a class histogram"),
+    "inspect": ("beam_pipeline.inspect_record", "one record of a shard as readable text"),
     "stats": ("beam_pipeline.stats", "a build's numbers: examples, classes, sizes, rejections"),
     "verify": ("beam_pipeline.verify", "re-read a build and check every byte"),
 }

@@ -20,6 +20,7 @@ import warnings
 import numpy as np
 from PIL import Image
 
+from beam_pipeline.readback import sniff_format
 from beam_pipeline.rejections import InputError
 
 ORIGINAL = "original"
@@ -29,16 +30,6 @@ RESIZE_MODES = (ORIGINAL, SHORTER_SIDE, EXACT)
 
 # Pillow's own default bound (about 89 Mpx, ~0.25 GiB as RGB): larger images are refused.
 DEFAULT_MAX_PIXELS = 89_478_485
-
-_MAGIC = (
-    (b"\xff\xd8\xff", "JPEG"),
-    (b"\x89PNG\r\n\x1a\n", "PNG"),
-    (b"GIF87a", "GIF"),
-    (b"GIF89a", "GIF"),
-    (b"BM", "BMP"),
-    (b"II*\x00", "TIFF"),
-    (b"MM\x00*", "TIFF"),
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,16 +83,6 @@ class NormalisedImage:
     source_width: int
     source_height: int
     reencoded: bool
-
-
-def sniff_format(data: bytes) -> str | None:
-    """The image format named by the file's leading bytes (Pillow's name), or None."""
-    for magic, name in _MAGIC:
-        if data.startswith(magic):
-            return name
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "WEBP"
-    return None
 
 
 def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:

@@ -210,7 +210,7 @@ def test_stats_of_a_directory_without_a_build(tmp_path, capsys):
 def test_the_command_line_lists_its_commands_and_refuses_unknown_ones(capsys):
     assert commands.main([]) == 0
     listing = capsys.readouterr().out
-    for name in ("build", "plan", "stats", "verify"):
+    for name in ("build", "plan", "show", "inspect", "stats", "verify"):
         assert f"\n  {name} " in listing
     assert commands.main(["plna", "--input_dir", "x"]) == 2
     assert capsys.readouterr().err.startswith("error: unknown command 'plna' (did you mean plan?)")

@@ -1,0 +1,273 @@
+"""`inspect`: one record of a shard as text or JSON, found by position or by file name.
+
+The tree is a small bundled sample plus, in `val`, an image with two known objects (flags set)
+and an unlabelled `test` split; the expected text is spelled out line by line.
+"""
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from helpers import build, ilsvrc_image, jpeg_bytes, read_split
+
+from beam_pipeline import inspect_record, sample_tree
+from beam_pipeline.annotations import voc_xml
+from beam_pipeline.tfrecord import encode_record
+from schemas import DATASET_INFO_FILE, FEATURES, DatasetInfo
+from schemas import features as F
+from schemas.example_proto import Example
+
+OBJECTS = [("circle", 10, 5, 49, 34, 1, 0), ("square", 60, 20, 99, 59, 0, 1)]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tree = tmp_path_factory.mktemp("tree")
+    sample_tree.write_tree(str(tree), num_train=20, num_val=6, seed=3)
+    ilsvrc_image(tree, "val", "known", jpeg_bytes(100, 60), voc_xml(OBJECTS, (100, 60)))
+    for index in range(3):
+        ilsvrc_image(tree, "test", f"t{index}", jpeg_bytes(40, 30, colour=(30 * index, 0, 0)))
+    out = tmp_path_factory.mktemp("out")
+    build(tree, out, "--splits", "train,val,test", "--num_shards", "train=2,val=1,test=1")
+    return out
+
+
+def shard(built, split, index=0):
+    info = DatasetInfo.from_json((built / DATASET_INFO_FILE).read_text())
+    return built / info.splits[split].shards[index].file
+
+
+def run(capsys, *argv):
+    code = inspect_record.main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err.strip()
+
+
+def position_of(records, name):
+    (index,) = [i for i, r in enumerate(records) if r[F.FILENAME][0].decode().endswith(name)]
+    return index
+
+
+def known_lines(path, index, count, data, names_from="class names from dataset_info.json"):
+    where = f" of {count} in split validation" if count else ""
+    return [
+        f"{path}: record {index}{where} ({names_from})",
+        f"image/encoded: {len(data):,} bytes of JPEG, 100x60 RGB, "
+        f"sha256 {hashlib.sha256(data).hexdigest()}",
+        "image/format: jpeg",
+        "image/height: 60",
+        "image/width: 100",
+        "image/channels: 3",
+        "image/filename: Data/DET/val/known.JPEG",
+        "image/source_id: val/known",
+        "image/class/label: 2 (square)",
+        "image/class/text: square",
+        "image/class/one_hot: [0, 0, 1, 0, 0]",
+        "image/object/bbox/xmin: [0.1, 0.6]",
+        "image/object/bbox/ymin: [0.083333336, 0.33333334]",
+        "image/object/bbox/xmax: [0.49, 0.99]",
+        "image/object/bbox/ymax: [0.56666666, 0.98333335]",
+        "image/object/class/label: [0, 2]",
+        'image/object/class/text: ["circle", "square"]',
+        "image/object/difficult: [1, 0]",
+        "image/object/truncated: [0, 1]",
+        "objects: 2 (pixels of the stored 100x60 image)",
+        "  0: circle (label 0) box [0.1, 0.083333336, 0.49, 0.56666666] pixels [10, 5, 49, 34] "
+        "difficult 1 truncated 0",
+        "  1: square (label 2) box [0.6, 0.33333334, 0.99, 0.98333335] pixels [60, 20, 99, 59] "
+        "difficult 0 truncated 1",
+    ]
+
+
+@pytest.mark.parametrize("name", ["known.JPEG", "val/known.JPEG", "Data/DET/val/known.JPEG"])
+def test_a_known_record_by_file_name_prints_every_feature(built, capsys, name):
+    path = shard(built, "validation")
+    records = read_split(built, "validation")
+    index = position_of(records, "/known.JPEG")
+    code, out, err = run(capsys, path, "--filename", name)
+    assert (code, err) == (0, "")
+    data = records[index][F.ENCODED][0]
+    assert out.splitlines() == known_lines(path, index, len(records), data)
+
+
+def test_a_record_by_index_and_from_the_end(built, capsys):
+    path = shard(built, "validation")
+    records = read_split(built, "validation")
+    index = position_of(records, "/known.JPEG")
+    code, out, _ = run(capsys, path, "--index", index)
+    assert code == 0 and out.splitlines() == known_lines(
+        path, index, len(records), records[index][F.ENCODED][0]
+    )
+    code, out, _ = run(capsys, path, "--index", index - len(records))
+    assert code == 0 and out.splitlines()[0].startswith(f"{path}: record {index} of ")
+    code, out, _ = run(capsys, path)  # record 0 by default
+    first = records[0][F.FILENAME][0].decode()
+    assert code == 0 and f"image/filename: {first}" in out.splitlines()
+
+
+def test_an_unlabelled_record_says_so(built, capsys):
+    path = shard(built, "test")
+    records = read_split(built, "test")
+    code, out, _ = run(capsys, path, "--index", 2)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == f"{path}: record 2 of 3 in split test (class names from dataset_info.json)"
+    assert lines[1].startswith(
+        f"image/encoded: {len(records[2][F.ENCODED][0]):,} bytes of JPEG, 40x30 RGB, sha256 "
+    )
+    assert lines[6:] == [
+        f"image/filename: {records[2][F.FILENAME][0].decode()}",
+        f"image/source_id: {records[2][F.SOURCE_ID][0].decode()}",
+        "image/class/label: -1 (unlabelled)",
+        'image/class/text: ""',
+        "image/class/one_hot: [0, 0, 0, 0, 0]",
+        *[f"{key}: []" for key in (F.BBOX_XMIN, F.BBOX_YMIN, F.BBOX_XMAX, F.BBOX_YMAX)],
+        *[f"{key}: []" for key in (F.OBJECT_LABEL, F.OBJECT_TEXT)],
+        *[f"{key}: []" for key in (F.OBJECT_DIFFICULT, F.OBJECT_TRUNCATED)],
+        "objects: 0 (pixels of the stored 40x30 image)",
+    ]
+
+
+def test_json_summarises_the_image_and_names_the_objects(built, capsys):
+    path = shard(built, "validation")
+    records = read_split(built, "validation")
+    index = position_of(records, "/known.JPEG")
+    code, out, _ = run(capsys, path, "--filename", "known.JPEG", "--json")
+    assert code == 0
+    payload = json.loads(out)
+    data = records[index][F.ENCODED][0]
+    assert payload["shard"] == str(path) and payload["index"] == index
+    assert (payload["split"], payload["num_records"]) == ("validation", len(records))
+    assert payload["class_names_from"] == "dataset_info.json"
+    features = payload["features"]
+    assert list(features) == [f.key for f in FEATURES]
+    assert features[F.ENCODED] == [
+        {
+            "format": "JPEG",
+            "num_bytes": len(data),
+            "width": 100,
+            "height": 60,
+            "mode": "RGB",
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
+    ]
+    assert len(out) < 3000  # the bytes are summarised, never printed
+    assert features[F.FILENAME] == ["Data/DET/val/known.JPEG"]
+    assert features[F.BBOX_XMIN] == [0.1, 0.6] and features[F.OBJECT_TEXT] == ["circle", "square"]
+    assert payload["label"] == {"id": 2, "name": "square"}
+    assert payload["size"] == [100, 60] and payload["missing"] == []
+    assert payload["objects"] == [
+        {
+            "label": 0,
+            "name": "circle",
+            "text": "circle",
+            "box": [0.1, 0.083333336, 0.49, 0.56666666],
+            "box_pixels": [10, 5, 49, 34],
+            "difficult": 1,
+            "truncated": 0,
+        },
+        {
+            "label": 2,
+            "name": "square",
+            "text": "square",
+            "box": [0.6, 0.33333334, 0.99, 0.98333335],
+            "box_pixels": [60, 20, 99, 59],
+            "difficult": 0,
+            "truncated": 1,
+        },
+    ]
+
+
+def test_a_shard_alone_takes_its_class_names_from_the_record(built, tmp_path, capsys):
+    alone = tmp_path / "alone.tfrecord"
+    shutil.copy(shard(built, "validation"), alone)
+    records = read_split(built, "validation")
+    index = position_of(records, "/known.JPEG")
+    code, out, _ = run(capsys, alone, "--filename", "known.JPEG")
+    data = records[index][F.ENCODED][0]
+    expected = known_lines(alone, index, None, data, "class names from the record")
+    assert code == 0 and out.splitlines() == expected
+    code, out, _ = run(capsys, alone, "--filename", "known.JPEG", "--json")
+    payload = json.loads(out)
+    assert (payload["split"], payload["num_records"]) == (None, None)
+    assert payload["class_names_from"] == "record" and payload["label"]["name"] == "square"
+
+
+def test_a_file_name_no_record_has_exits_1_naming_what_was_searched(built, capsys):
+    path = shard(built, "validation")
+    count = len(read_split(built, "validation"))
+    code, out, err = run(capsys, path, "--filename", "nope.JPEG")
+    assert (code, out) == (1, "")
+    assert err == (
+        f"error: no record of {path} has image/filename nope.JPEG or .../nope.JPEG "
+        f"(searched {count} records)"
+    )
+    # A suffix must be whole path components: "nown.JPEG" is not "known.JPEG".
+    assert run(capsys, path, "--filename", "nown.JPEG")[0] == 1
+
+
+@pytest.mark.parametrize("index", [3, -4, 99])
+def test_an_index_out_of_range_exits_2_with_the_count(built, capsys, index):
+    path = shard(built, "test")
+    code, out, err = run(capsys, path, "--index", index)
+    assert (code, out) == (2, "")
+    assert err == (
+        f"error: --index {index} is out of range: {path} has 3 records (0..2, or -3..-1 from "
+        "the end)"
+    )
+
+
+def test_a_corrupt_shard_exits_1_with_the_frame_error(built, tmp_path, capsys):
+    corrupt = tmp_path / "corrupt.tfrecord"
+    data = bytearray(shard(built, "test").read_bytes())
+    data[12 + 30] ^= 0x01  # inside record 0's data
+    corrupt.write_bytes(bytes(data))
+    code, out, err = run(capsys, corrupt)
+    assert (code, out) == (1, "")
+    assert err == f"error: {corrupt} is corrupt: record 0 at byte 0: data checksum mismatch"
+
+
+def test_a_record_that_is_no_example_or_no_image_is_named(built, tmp_path, capsys):
+    garbage = tmp_path / "garbage.tfrecord"
+    garbage.write_bytes(encode_record(b"\xff\xff\xff not a protobuf"))
+    code, _, err = run(capsys, garbage)
+    assert code == 1 and err == f"error: {garbage} record 0 is not a tf.train.Example (DecodeError)"
+    example = Example()
+    example.features.feature[F.ENCODED].bytes_list.value.append(b"GIF89a" + b"\0" * 20)
+    example.features.feature["extra/key"].int64_list.value.extend([7, 8])
+    odd = tmp_path / "odd.tfrecord"
+    odd.write_bytes(encode_record(example.SerializeToString()))
+    code, out, _ = run(capsys, odd)
+    lines = out.splitlines()
+    assert code == 0
+    assert lines[1].startswith("image/encoded: 26 bytes of GIF, does not decode (")
+    assert "extra/key: [7, 8]  (not in the schema)" in lines
+    assert f"{F.LABEL}: (missing)" in lines and f"{F.FILENAME}: (missing)" in lines
+
+
+def test_missing_shards_and_directories_exit_2(built, tmp_path, capsys):
+    code, _, err = run(capsys, tmp_path / "none.tfrecord")
+    assert code == 2 and err == f"error: {tmp_path / 'none.tfrecord'} does not exist"
+    code, _, err = run(capsys, built)
+    assert code == 2
+    assert err == (
+        f"error: {built} is a directory; name one shard file, e.g. {shard(built, 'test')}"
+    )
+    with pytest.raises(SystemExit) as exit_info:
+        inspect_record.main([str(shard(built, "test")), "--index", "0", "--filename", "t0.JPEG"])
+    assert exit_info.value.code == 2
+
+
+def test_the_module_runs_alone(built):
+    path = shard(built, "test")
+    result = subprocess.run(
+        [sys.executable, "-m", "beam_pipeline.inspect_record", str(path), "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["label"] == {"id": -1, "name": "unlabelled"}
