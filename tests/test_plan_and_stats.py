@@ -226,3 +226,10 @@ def test_plan_reads_no_pixels(tmp_path, capsys):
         ilsvrc_image(root, "val", f"v{n}", jpeg_bytes(), xml)
     assert planning.main(["--input_dir", str(root), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["splits"]["train"]["examples"] == 6
+
+
+def test_verify_runs_from_the_command_line_too(sample, capsys):
+    _, out, info = sample
+    assert commands.main(["verify", str(out), "--workers", "1"]) == 0
+    shards = sum(split.num_shards for split in info.splits.values())
+    assert capsys.readouterr().out == f"OK: {shards} shards verified\n"
