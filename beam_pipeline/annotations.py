@@ -96,7 +96,7 @@ def _text(node: etree._Element, tag: str) -> str | None:
     child = node.find(tag)
     if child is None:
         return None
-    if any(isinstance(part, etree._Entity) for part in child):
+    if len(child) and any(isinstance(part, etree._Entity) for part in child):
         raise InputError("annotation_entities_forbidden", f"<{tag}> holds an entity reference")
     return (child.text or "").strip()
 

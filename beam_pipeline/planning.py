@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import argparse
 import collections
-import concurrent.futures
 import dataclasses
 import json
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -104,11 +102,8 @@ class BuildPlan:
         }
 
 
-def plan_build(prepared, *, threads: int | None = None) -> BuildPlan:
-    """The build's index, run here on `pipeline.prepare`'s result; nothing is written.
-
-    `threads` parse the XML files (default: 4 per core; parsing waits on file reads).
-    """
+def plan_build(prepared) -> BuildPlan:
+    """The build's index, run here on `pipeline.prepare`'s result; nothing is written."""
     from beam_pipeline.pipeline import finalize_spec
 
     started = time.monotonic()
@@ -135,9 +130,9 @@ def plan_build(prepared, *, threads: int | None = None) -> BuildPlan:
         entries += paired
         rejections += refused
 
-    workers = threads or 4 * (os.cpu_count() or 1)
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        parsed_or_not = list(pool.map(lambda e: parse_entry(plan.root, e), entries, chunksize=64))
+    # One thread: parsing is CPU-bound under the GIL, and a pool of threads measured slower
+    # (2.0 s against 1.6 s for 10,500 entries); so was a pool of processes (pickling).
+    parsed_or_not = [parse_entry(plan.root, entry) for entry in entries]
     parsed = [p for p in parsed_or_not if isinstance(p, ParsedEntry)]
     rejections += [p for p in parsed_or_not if isinstance(p, Rejection)]
 

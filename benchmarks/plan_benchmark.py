@@ -1,7 +1,7 @@
 """`plan` against the build it describes, on one tree, as a user types both.
 
     python -m benchmarks.make_tree bench_data/tree10k --num_images 10500   # ~20k files
-    python -m benchmarks.plan_benchmark bench_data/tree10k --repeats 3
+    python -m benchmarks.plan_benchmark bench_data/tree10k --splits train --repeats 3
 
 Rows, alternating, fastest of `--repeats` runs each (wall seconds of the whole command, start-up
 included, and the peak memory of its process tree):
@@ -26,21 +26,18 @@ from benchmarks.measure import run_measured
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("tree")
+    parser.add_argument("--splits", default="train,val", help="the tree's splits (--splits)")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     python = sys.executable
     with tempfile.TemporaryDirectory(prefix="plan-bench-") as work:
         out = os.path.join(work, "out")
+        tree = ["--input_dir", args.tree, "--splits", args.splits]
         commands = {
-            "plan": [python, "-m", "beam_pipeline", "plan", "--input_dir", args.tree],
-            "plan --json": [
-                python, "-m", "beam_pipeline", "plan", "--input_dir", args.tree, "--json",
-            ],
-            "build": [
-                python, "-m", "beam_pipeline", "--input_dir", args.tree, "--output_dir", out,
-                "--overwrite",
-            ],
-        }  # fmt: skip
+            "plan": [python, "-m", "beam_pipeline", "plan", *tree],
+            "plan --json": [python, "-m", "beam_pipeline", "plan", *tree, "--json"],
+            "build": [python, "-m", "beam_pipeline", *tree, "--output_dir", out, "--overwrite"],
+        }
         runs = {name: [] for name in commands}
         for _ in range(args.repeats):
             for name, command in commands.items():
