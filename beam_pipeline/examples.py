@@ -7,6 +7,8 @@ so the same input always gives the same bytes.
 
 from __future__ import annotations
 
+import hashlib
+
 from beam_pipeline.entries import LabelledEntry
 from beam_pipeline.images import NormalisedImage
 from beam_pipeline.labels import Vocabulary
@@ -67,6 +69,7 @@ def build_example(labelled: LabelledEntry, image: NormalisedImage, vocabulary: V
         F.CHANNELS: [F.IMAGE_CHANNELS],
         F.FILENAME: [entry.filename.encode("utf-8")],
         F.SOURCE_ID: [entry.key.encode("utf-8")],
+        F.KEY_SHA256: [hashlib.sha256(image.data).hexdigest().encode("ascii")],
         F.LABEL: [labelled.label],
         F.LABEL_TEXT: [vocabulary.name(labelled.label).encode("utf-8")],
         F.ONE_HOT: vocabulary.one_hot(labelled.label),

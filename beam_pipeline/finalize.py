@@ -38,6 +38,7 @@ class FinalizeSpec:
     source: dict[str, Any]
     versions: dict[str, str]
     vocabulary_source: str = "the classes seen in the train split"  # for messages
+    display_names: dict[str, str] = dataclasses.field(default_factory=dict)  # --labels_file's
 
 
 def assemble_info(
@@ -76,6 +77,9 @@ def assemble_info(
         options=spec.options,
         source=spec.source,
         versions=spec.versions,
+        display_names={
+            c: spec.display_names[c] for c in vocabulary.classes if c in spec.display_names
+        },
     )
 
 

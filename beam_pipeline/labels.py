@@ -89,6 +89,20 @@ def parse_labels_file(text: str) -> tuple[str, ...]:
     return tuple(names)
 
 
+def parse_display_names(text: str) -> dict[str, str]:
+    """{class: the rest of its line} of a labels file whose lines name a class after its id
+    (LOC_synset_mapping's `n01440764 tench, Tinca tinca`); classes alone on their line have none.
+    """
+    names = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            name, _, rest = line.partition(" ")
+            if rest.strip():
+                names[name] = rest.strip()
+    return names
+
+
 def clamped_area(box: Box, width: int | None, height: int | None) -> float:
     """Area of `box`, clamped to the image when its size is known."""
     xmin, ymin, xmax, ymax = box.xmin, box.ymin, box.xmax, box.ymax

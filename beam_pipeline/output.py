@@ -35,6 +35,7 @@ from schemas import (
     DatasetInfo,
     is_shard_filename,
 )
+from schemas.label_map import LABEL_MAP_FILE, label_map_text
 from schemas.paths import join
 
 logger = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ def prepare_output(output_dir: str, *, overwrite: bool, resume: bool) -> None:
     stale = [
         path
         for path, name in names.items()
-        if is_shard_filename(name) or name in (LABELS_FILE, DEAD_LETTER_FILE)
+        if is_shard_filename(name) or name in (LABELS_FILE, LABEL_MAP_FILE, DEAD_LETTER_FILE)
     ]
     if stale:
         logger.info("Removing %d files of an earlier build from %s", len(stale), output_dir)
@@ -166,8 +167,11 @@ def check_shard_files(output_dir: str, info: DatasetInfo) -> None:
 
 
 def commit(output_dir: str, info: DatasetInfo) -> None:
-    """Writes `labels.txt` and, last, `dataset_info.json` (the commit marker); clears work dirs."""
+    """Writes `labels.txt`, `label_map.pbtxt` and, last, `dataset_info.json` (the commit
+    marker); clears work dirs."""
     labels = "".join(name + "\n" for name in info.classes)
     write_atomic(output_dir, LABELS_FILE, labels.encode("utf-8"))
+    label_map = label_map_text(info.classes, info.display_names)
+    write_atomic(output_dir, LABEL_MAP_FILE, label_map.encode("utf-8"))
     write_atomic(output_dir, DATASET_INFO_FILE, info.to_json().encode("utf-8"))
     remove_work_dirs(output_dir)

@@ -38,7 +38,7 @@ from beam_pipeline.labelling import (
     LabelImages,
     ParseAnnotations,
 )
-from beam_pipeline.labels import Vocabulary, parse_labels_file
+from beam_pipeline.labels import Vocabulary, parse_display_names, parse_labels_file
 from beam_pipeline.options import DASK_RUNNER, BuildConfig, beam_argv
 from beam_pipeline.output import prepare_output
 from beam_pipeline.writing import AssignShards, WriteShards
@@ -55,6 +55,7 @@ class Prepared:
     config: BuildConfig
     plan: layouts.DiscoveryPlan
     classes: tuple[str, ...] | None
+    display_names: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def prepare(config: BuildConfig) -> Prepared:
@@ -76,16 +77,18 @@ def prepare(config: BuildConfig) -> Prepared:
         lambda path: read_file(path).decode("utf-8"),
         subdirectories,
     )
-    classes = None
+    classes, display_names = None, {}
     if config.labels_file:
-        classes = parse_labels_file(read_file(config.labels_file).decode("utf-8"))
+        text = read_file(config.labels_file).decode("utf-8")
+        classes, display_names = parse_labels_file(text), parse_display_names(text)
         try:
             Vocabulary(classes)
         except ValueError as error:
             raise ValueError(f"--labels_file {config.labels_file}: {error}") from None
     elif "train" not in plan.splits:
         raise ValueError("without the train split the vocabulary is unknown: pass --labels_file")
-    return Prepared(dataclasses.replace(config, input_dir=root, layout=layout), plan, classes)
+    config = dataclasses.replace(config, input_dir=root, layout=layout)
+    return Prepared(config, plan, classes, display_names)
 
 
 def _versions() -> dict[str, str]:
@@ -146,6 +149,7 @@ def finalize_spec(prepared: Prepared) -> FinalizeSpec:
         options=config.to_metadata(),
         source={"input_dir": config.input_dir, "layout": plan.layout},
         versions=_versions(),
+        display_names=prepared.display_names,
         vocabulary_source=(
             f"--labels_file {config.labels_file}"
             if config.labels_file

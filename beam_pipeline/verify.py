@@ -26,7 +26,14 @@ from apache_beam.io.filesystems import FileSystems
 from PIL import Image
 
 from beam_pipeline.tfrecord import CorruptRecordError, read_records
-from schemas import DATASET_INFO_FILE, FEATURES, UNLABELLED, DatasetInfo, ShardInfo
+from schemas import (
+    DATASET_INFO_FILE,
+    FEATURES,
+    SCHEMA_VERSION,
+    UNLABELLED,
+    DatasetInfo,
+    ShardInfo,
+)
 from schemas import features as F
 from schemas.example_proto import Example
 from schemas.paths import join
@@ -63,9 +70,16 @@ class _HashingReader:
 
 
 def check_example(
-    record: bytes, num_classes: int, decode: bool = True, labelled: bool = True
+    record: bytes,
+    num_classes: int,
+    decode: bool = True,
+    labelled: bool = True,
+    schema_version: str = SCHEMA_VERSION,
 ) -> str | None:
-    """What is wrong with one serialised Example (of a labelled split or not), or None."""
+    """What is wrong with one serialised Example (of a labelled split or not), or None.
+
+    Keys newer than the build's `schema_version` are not required.
+    """
     try:
         example = Example.FromString(record)
     except Exception as error:  # noqa: BLE001 - protobuf raises its own DecodeError
@@ -73,6 +87,8 @@ def check_example(
     features = example.features.feature
     values = {}
     for spec in FEATURES:
+        if not spec.in_schema(schema_version):
+            continue
         if spec.key not in features:
             return f"missing feature {spec.key}"
         kind = features[spec.key].WhichOneof("kind")
@@ -105,7 +121,13 @@ def check_example(
     if values[F.FORMAT] != [F.IMAGE_FORMAT.encode()] or values[F.CHANNELS] != [F.IMAGE_CHANNELS]:
         return f"format {values[F.FORMAT]} / channels {values[F.CHANNELS]} is not 3-channel JPEG"
     if decode:
-        return _check_image(values[F.ENCODED][0], values[F.WIDTH][0], values[F.HEIGHT][0])
+        problem = _check_image(values[F.ENCODED][0], values[F.WIDTH][0], values[F.HEIGHT][0])
+        if problem:
+            return problem
+    if F.KEY_SHA256 in values:
+        digest = hashlib.sha256(values[F.ENCODED][0]).hexdigest().encode("ascii")
+        if values[F.KEY_SHA256] != [digest]:
+            return f"{F.KEY_SHA256} is not the SHA-256 of the image bytes"
     return None
 
 
@@ -124,7 +146,12 @@ def _check_image(data: bytes, width: int, height: int) -> str | None:
 
 
 def verify_shard(
-    data_dir: str, shard: ShardInfo, num_classes: int, decode: bool = True, labelled: bool = True
+    data_dir: str,
+    shard: ShardInfo,
+    num_classes: int,
+    decode: bool = True,
+    labelled: bool = True,
+    schema_version: str = SCHEMA_VERSION,
 ) -> Problem | None:
     """Checks one shard; returns its first problem or None."""
     path = join(data_dir, shard.file)
@@ -135,7 +162,7 @@ def verify_shard(
         reader = _HashingReader(stream)
         try:
             for count, record in enumerate(read_records(reader), start=1):
-                problem = check_example(record, num_classes, decode, labelled)
+                problem = check_example(record, num_classes, decode, labelled, schema_version)
                 if problem:
                     return Problem(shard.file, count - 1, problem)
         except CorruptRecordError as error:
@@ -165,7 +192,10 @@ def verify(data_dir: str, workers: int = 1, decode: bool = True) -> tuple[int, l
         for _, split in sorted(info.splits.items())
         for shard in split.shards
     ]
-    args = [(data_dir, shard, info.num_classes, decode, labelled) for shard, labelled in shards]
+    args = [
+        (data_dir, shard, info.num_classes, decode, labelled, info.schema_version)
+        for shard, labelled in shards
+    ]
     if workers > 1:
         with concurrent.futures.ProcessPoolExecutor(workers) as pool:
             results = list(pool.map(verify_shard, *zip(*args, strict=True)))

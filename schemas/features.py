@@ -16,7 +16,8 @@ from typing import Any
 from schemas.classes import one_hot_length
 
 # 1.1: splits record their label sources and whether they are labelled; label -1 = unlabelled.
-# 1.2: splits record objects per image and the stored image widths and heights.
+# 1.2: splits record objects per image and the stored image widths and heights; records carry
+#      image/key/sha256 (the OD API's key); builds write label_map.pbtxt.
 SCHEMA_VERSION = "1.2.0"
 
 ENCODED = "image/encoded"
@@ -26,6 +27,7 @@ WIDTH = "image/width"
 CHANNELS = "image/channels"
 FILENAME = "image/filename"
 SOURCE_ID = "image/source_id"
+KEY_SHA256 = "image/key/sha256"
 LABEL = "image/class/label"
 LABEL_TEXT = "image/class/text"
 ONE_HOT = "image/class/one_hot"
@@ -51,11 +53,17 @@ class Feature:
       dtype: "bytes", "int64" or "float" (the three `tf.train.Feature` kinds).
       length: fixed number of values; -1 for the number of classes + 1; None for a
         variable-length list (one value per object).
+      since: the schema version that added the key (older builds' records lack it).
     """
 
     key: str
     dtype: str
     length: int | None
+    since: str = "1.0.0"
+
+    def in_schema(self, version: str) -> bool:
+        """Whether records of a build of schema `version` carry this key."""
+        return _version(self.since) <= _version(version)
 
     @property
     def proto_kind(self) -> str:
@@ -78,6 +86,7 @@ FEATURES: tuple[Feature, ...] = (
     Feature(CHANNELS, "int64", 1),
     Feature(FILENAME, "bytes", 1),
     Feature(SOURCE_ID, "bytes", 1),
+    Feature(KEY_SHA256, "bytes", 1, since="1.2.0"),
     Feature(LABEL, "int64", 1),
     Feature(LABEL_TEXT, "bytes", 1),
     Feature(ONE_HOT, "int64", ONE_HOT_LENGTH),
@@ -92,6 +101,10 @@ FEATURES: tuple[Feature, ...] = (
 )
 
 FEATURES_BY_KEY = {feature.key: feature for feature in FEATURES}
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
 
 
 def tf_feature_spec(num_classes: int, keys: tuple[str, ...] | None = None) -> dict[str, Any]:

@@ -87,6 +87,7 @@ class DatasetInfo:
     options: dict[str, Any]
     source: dict[str, Any]
     versions: dict[str, str]
+    display_names: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def class_list(self) -> ClassList:
@@ -107,6 +108,7 @@ class DatasetInfo:
         payload = {
             "schema_version": self.schema_version,
             "classes": list(self.classes),
+            "display_names": dict(self.display_names),
             "num_classes": self.num_classes,
             "background_index": self.background_index,
             "splits": {
@@ -166,6 +168,7 @@ class DatasetInfo:
             options=dict(payload["options"]),
             source=dict(payload["source"]),
             versions=dict(payload["versions"]),
+            display_names=dict(payload.get("display_names", {})),
         )
 
 

@@ -63,6 +63,7 @@ def known_lines(path, index, count, data, names_from="class names from dataset_i
         "image/channels: 3",
         "image/filename: Data/DET/val/known.JPEG",
         "image/source_id: val/known",
+        f"image/key/sha256: {hashlib.sha256(data).hexdigest()}",
         "image/class/label: 2 (square)",
         "image/class/text: square",
         "image/class/one_hot: [0, 0, 1, 0, 0]",
@@ -121,6 +122,7 @@ def test_an_unlabelled_record_says_so(built, capsys):
     assert lines[6:] == [
         f"image/filename: {records[2][F.FILENAME][0].decode()}",
         f"image/source_id: {records[2][F.SOURCE_ID][0].decode()}",
+        f"image/key/sha256: {hashlib.sha256(records[2][F.ENCODED][0]).hexdigest()}",
         "image/class/label: -1 (unlabelled)",
         'image/class/text: ""',
         "image/class/one_hot: [0, 0, 0, 0, 0]",

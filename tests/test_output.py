@@ -77,6 +77,7 @@ def test_commit_writes_labels_then_the_marker_and_clears_the_work_dirs(tmp_path)
     output.commit(str(tmp_path), committed)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "dataset_info.json",
+        "label_map.pbtxt",
         "labels.txt",
         "rejected.jsonl",
     ]

@@ -1,0 +1,60 @@
+"""`label_map.pbtxt`: the TF Object Detection API's class list, written beside the shards.
+
+The OD API reserves id 0 for the background and looks classes up by name
+(`image/object/class/text`), so the map gives class `i` of the build the id `i + 1`. The message
+classes are built with protobuf's descriptor API from the same definitions as the OD API's
+`protos/string_int_label_map.proto` (proto2, same field numbers), so `text_format` writes and
+reads the file as the OD API's `label_map_util` does, without the OD API installed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
+
+LABEL_MAP_FILE = "label_map.pbtxt"
+_PACKAGE = "imagenet_tfrecords.object_detection"
+_F = descriptor_pb2.FieldDescriptorProto
+
+
+def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="imagenet_tfrecords/string_int_label_map.proto", package=_PACKAGE, syntax="proto2"
+    )
+    item = proto.message_type.add(name="StringIntLabelMapItem")
+    item.field.add(name="name", number=1, type=_F.TYPE_STRING, label=_F.LABEL_OPTIONAL)
+    item.field.add(name="id", number=2, type=_F.TYPE_INT32, label=_F.LABEL_OPTIONAL)
+    item.field.add(name="display_name", number=3, type=_F.TYPE_STRING, label=_F.LABEL_OPTIONAL)
+    label_map = proto.message_type.add(name="StringIntLabelMap")
+    label_map.field.add(
+        name="item",
+        number=1,
+        type=_F.TYPE_MESSAGE,
+        label=_F.LABEL_REPEATED,
+        type_name=f".{_PACKAGE}.StringIntLabelMapItem",
+    )
+    return proto
+
+
+_POOL = descriptor_pool.DescriptorPool()
+_POOL.Add(_file_descriptor())
+StringIntLabelMap = message_factory.GetMessageClass(
+    _POOL.FindMessageTypeByName(f"{_PACKAGE}.StringIntLabelMap")
+)
+
+
+def label_map_text(classes: Sequence[str], display_names: Mapping[str, str] | None = None) -> str:
+    """The label map of a build's classes: ids 1..N in class order (the background has none)."""
+    label_map = StringIntLabelMap()
+    for index, name in enumerate(classes):
+        item = label_map.item.add(name=name, id=index + 1)
+        if display_names and display_names.get(name):
+            item.display_name = display_names[name]
+    return text_format.MessageToString(label_map)
+
+
+def read_label_map(text: str) -> dict[str, int]:
+    """{name: id} of a label map's text, as the OD API's `get_label_map_dict` gives it."""
+    label_map = text_format.Parse(text, StringIntLabelMap())
+    return {item.name: item.id for item in label_map.item}
