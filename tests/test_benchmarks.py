@@ -214,6 +214,7 @@ def test_loader_benchmark_prints_every_loader_and_fit(trees, built):
         "ours (train)",
         "ours (eval), uint8",
         "ours (train), uint8",
+        "ours (train), uint8, detection",
         "baseline: Keras PyDataset + Pillow, defaults (workers=1)",
         "baseline: Keras PyDataset + Pillow, workers=2 (threads)",
         "baseline: from_generator + py_function (Pillow)",
