@@ -4,7 +4,7 @@
 #   ./run_tests.sh -m "not slow"   the fast ones; any pytest arguments pass through
 set -euo pipefail
 cd "$(dirname "$0")"
-source scripts/ensure_venv.sh
+TEST_REQUIREMENTS=1 source scripts/ensure_venv.sh
 "$VENV_PYTHON" -m ruff check .
 "$VENV_PYTHON" -m ruff format --check .
 exec "$VENV_PYTHON" -m pytest "$@"

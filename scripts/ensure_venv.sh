@@ -2,6 +2,7 @@
 # Creates (once) the project's virtual environment in .venv and installs the pinned
 # requirements and the project itself; reinstalls only when requirements.txt or setup.py
 # change. Source it: `source scripts/ensure_venv.sh`, then $VENV_PYTHON is the interpreter.
+# With TEST_REQUIREMENTS=1 (./run_tests.sh) it also installs requirements-test.txt.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${VENV:-$ROOT/.venv}"
@@ -19,6 +20,17 @@ if [ ! -f "$stamp" ]; then
   "$VENV/bin/python" -m pip install --quiet --no-deps -e "$ROOT"
   rm -f "$VENV"/.installed-*
   touch "$stamp"
+fi
+if [ "${TEST_REQUIREMENTS:-0}" = 1 ]; then
+  tests="$VENV/.tests-installed-$(cat "$ROOT/requirements.txt" "$ROOT/requirements-test.txt" \
+    | sha256sum | cut -c1-16)"
+  if [ ! -f "$tests" ]; then
+    echo "Installing the test requirements into $VENV..."
+    "$VENV/bin/python" -m pip install --quiet -r "$ROOT/requirements.txt" \
+      -r "$ROOT/requirements-test.txt"
+    rm -f "$VENV"/.tests-installed-*
+    touch "$tests"
+  fi
 fi
 VENV_PYTHON="$VENV/bin/python"
 export VENV_PYTHON

@@ -389,8 +389,10 @@ def test_learnable_sample_reaches_90_percent(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_jax_backend_trains_on_the_loader_to_the_same_bar(tmp_path):
-    """Keras 3 on JAX (CPU) fed by the tf.data loader: the sample reaches 90% as on TensorFlow."""
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_other_keras_backends_train_on_the_loader_to_the_same_bar(tmp_path, backend):
+    """Keras 3 on JAX or PyTorch (CPU) fed by the tf.data loader: the sample reaches 90% as on
+    TensorFlow (the backend's framework and TensorFlow in one process)."""
     sample_tree.write_tree(str(tmp_path / "tree"))
     build(tmp_path / "tree", tmp_path / "out", "--num_shards", "train=4,val=2")
     done = subprocess.run(
@@ -402,13 +404,14 @@ def test_the_jax_backend_trains_on_the_loader_to_the_same_bar(tmp_path):
             "--min_accuracy",
             "0.9",
         ],
-        env={**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "2"},
+        env={**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "2"},
         capture_output=True,
         text=True,
         timeout=900,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert re.search(r"^validation accuracy: [\d.]+ \(Keras jax backend\)$", done.stdout, re.M)
+    line = rf"^validation accuracy: [\d.]+ \(Keras {backend} backend\)$"
+    assert re.search(line, done.stdout, re.M)
 
 
 def test_reads_through_tf_gfile_not_local_paths(built):
