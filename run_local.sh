@@ -8,7 +8,11 @@
 #       (fails below 0.9).
 #
 #   ./run_local.sh --input_dir TREE --output_dir OUT [builder flags]
-#       Builds your own tree on DirectRunner (see `./run_local.sh --help`).
+#       Builds your own tree on DirectRunner (see `./run_local.sh build --help`).
+#
+#   ./run_local.sh COMMAND ...
+#       Any command of `python -m beam_pipeline` (plan, show, inspect, stats, verify; see
+#       `./run_local.sh --help`), in the same environment.
 set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/ensure_venv.sh
