@@ -1,11 +1,18 @@
-"""What other readers need beside the shards: the OD API's label map and image key."""
+"""What other readers need beside the shards (the OD API's label map and image key), and the
+README's snippets for other readers, run against a real build."""
 
 import hashlib
+import json
+import pathlib
+import re
+import subprocess
+import sys
 
+import numpy as np
 import pytest
-from helpers import build, ilsvrc_image, jpeg_bytes, read_split, write
+from helpers import build, decode, ilsvrc_image, jpeg_bytes, read_split, write
 
-from beam_pipeline import verify
+from beam_pipeline import sample_tree, verify
 from beam_pipeline.annotations import voc_xml
 from schemas import features as F
 from schemas.example_proto import Example
@@ -76,3 +83,65 @@ def test_verify_checks_the_key_and_reads_builds_older_than_the_key(od_build):
     old = example.SerializeToString()
     assert verify.check_example(old, 3) == "missing feature image/key/sha256"
     assert verify.check_example(old, 3, schema_version="1.1.0") is None
+
+
+def readme_blocks(section: str = "## Reading the records elsewhere") -> list[tuple[str, str]]:
+    """(language, code) of each fenced block of a README section."""
+    text = (pathlib.Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    body = text.split(section + "\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```(\w+)\n(.*?)```", body, re.S)
+
+
+@pytest.fixture(scope="module")
+def sample_dir(tmp_path_factory):
+    """A working directory where `sample_data/out` is a build of the sample generator."""
+    tree = tmp_path_factory.mktemp("tree")
+    sample_tree.write_tree(str(tree), num_train=40, num_val=10, seed=4)
+    work = tmp_path_factory.mktemp("work")
+    build(tree, work / "sample_data" / "out", "--num_shards", "train=2,val=1")
+    return work
+
+
+def test_the_readme_tensorflow_snippet_reads_the_first_record(sample_dir, monkeypatch):
+    (_, code), *_ = [b for b in readme_blocks() if b[0] == "python"]
+    monkeypatch.chdir(sample_dir)
+    scope = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    first = read_split(sample_dir / "sample_data" / "out", "train")[0]
+    assert scope["label"].numpy() == first[F.LABEL][0]
+    image, stored = scope["image"].numpy().astype(int), decode(first).astype(int)
+    assert image.shape == stored.shape  # libjpeg's and Pillow's IDCTs differ by a few levels
+    assert np.abs(image - stored).max() <= 8 and np.abs(image - stored).mean() < 1.5
+
+
+def test_the_readme_pytorch_snippet_reads_without_tensorflow(sample_dir):
+    _, (_, code) = [b for b in readme_blocks() if b[0] == "python"][:2]
+    probe = (
+        code
+        + "\nimport json, sys\n"
+        + "print(json.dumps({'shape': list(images.shape), 'labels': labels.tolist(),"
+        + " 'tensorflow': 'tensorflow' in sys.modules}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=sample_dir, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    records = read_split(sample_dir / "sample_data" / "out", "train")
+    assert got == {
+        "shape": [32, 3, 64, 64],
+        "labels": [r[F.LABEL][0] for r in records[:32]],
+        "tensorflow": False,
+    }
+
+
+def test_the_readme_od_api_config_names_the_label_map_and_every_train_shard(sample_dir):
+    (config,) = [code for language, code in readme_blocks() if language == "text"]
+    label_map = re.search(r'label_map_path: "([^"]+)"', config).group(1)
+    pattern = re.search(r'input_path: "([^"]+)"', config).group(1)
+    out = sample_dir / "sample_data" / "out"
+    assert read_label_map((sample_dir / label_map).read_text()) == {
+        name: i + 1 for i, name in enumerate((out / "labels.txt").read_text().split())
+    }
+    matched = sorted(p.name for p in sample_dir.glob(pattern))
+    assert matched == ["train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord"]
