@@ -354,6 +354,12 @@ class DaskRunnerResult(PipelineResult):
         raise NotImplementedError("the Dask runner reports no Beam metrics")
 
 
+# The cluster the last pipeline of this process ran on, as (the address asked for, or None for
+# a LocalCluster of its own; workers; threads): the build's summary says how many workers ran
+# (`pipeline.describe_workers`).
+last_cluster: tuple[str | None, int, int] | None = None
+
+
 class DaskRunner(beam_dask.DaskRunner):
     """Runs a batch pipeline on a `dask.distributed` cluster; see the module docstring."""
 
@@ -376,7 +382,9 @@ class DaskRunner(beam_dask.DaskRunner):
                 f"cannot reach the Dask scheduler at {address} ({flag}): {error}"
             ) from error
         try:
+            global last_cluster
             threads = sum(client.nthreads().values())
+            last_cluster = (address, len(client.nthreads()), threads)
             logger.info(
                 "Dask cluster %s: %d workers, %d threads",
                 client.scheduler.address,

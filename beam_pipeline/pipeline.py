@@ -293,8 +293,15 @@ def describe_workers(options: PipelineOptions) -> str:
     """How the build ran, for its summary: `2 worker processes (FnApiRunner)`, or the runner."""
     runner = options.view_as(StandardOptions).runner
     if runner == DASK_RUNNER:
+        from beam_pipeline import dask_runner
+
         address = options.get_all_options().get("address")
-        return f"on the Dask cluster at {address}" if address else "on a local Dask cluster"
+        where = f"on the Dask cluster at {address}" if address else "on a local Dask cluster"
+        if dask_runner.last_cluster is None or dask_runner.last_cluster[0] != address:
+            return where
+        _, workers, threads = dask_runner.last_cluster
+        plural = "s" if workers != 1 else ""
+        return f"{where} ({workers} worker{plural}, {threads} thread{'s' if threads != 1 else ''})"
     if runner != LOCAL_RUNNER:
         return f"on {runner}"
     direct = options.view_as(DirectOptions)

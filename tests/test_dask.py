@@ -99,7 +99,8 @@ def test_the_command_line_takes_the_short_name_and_says_where_it_ran(cluster, tr
         tmp_path,
     )
     assert result.returncode == 0, result.stderr
-    assert f"on the Dask cluster at {cluster.scheduler_address}" in result.stdout
+    workers = f"{WORKERS} workers, {WORKERS} threads"
+    assert f"on the Dask cluster at {cluster.scheduler_address} ({workers})" in result.stdout
     assert (out / DATASET_INFO_FILE).exists()
 
 
