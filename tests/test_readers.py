@@ -3,6 +3,7 @@ README's snippets for other readers, run against a real build."""
 
 import hashlib
 import json
+import os
 import pathlib
 import re
 import subprocess
@@ -145,3 +146,28 @@ def test_the_readme_od_api_config_names_the_label_map_and_every_train_shard(samp
     }
     matched = sorted(p.name for p in sample_dir.glob(pattern))
     assert matched == ["train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord"]
+
+
+def test_the_readme_dali_snippet_reads_the_shards_on_the_cpu(sample_dir):
+    _, _, (_, code) = [b for b in readme_blocks() if b[0] == "python"][:3]
+    probe = (
+        code
+        + "\nimport json\n"
+        + "print(json.dumps({'shape': list(images.as_tensor().shape()),"
+        + " 'labels': [int(label[0]) for label in labels.as_array()]}))\n"
+    )
+    # tfrecord2idx is a script beside this interpreter, on PATH in an activated environment.
+    path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=sample_dir,
+        env={**os.environ, "PATH": path, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    records = read_split(sample_dir / "sample_data" / "out", "train")
+    assert got == {"shape": [32, 64, 64, 3], "labels": [r[F.LABEL][0] for r in records[:32]]}
+    assert not list((sample_dir / "sample_data" / "out").glob("*.idx"))  # indexes elsewhere
