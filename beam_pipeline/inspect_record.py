@@ -28,14 +28,21 @@ from typing import Any
 
 from PIL import Image
 
-from beam_pipeline.readback import feature_values, file_exists, open_file, sniff_format
+from beam_pipeline.readback import (
+    UNLABELLED_NAME,
+    feature_values,
+    file_exists,
+    first_value,
+    open_file,
+    read_build_info,
+    sniff_format,
+)
 from beam_pipeline.tfrecord import CorruptRecordError, read_records
 from schemas import DATASET_INFO_FILE, FEATURES, UNLABELLED, DatasetInfo, is_shard_filename
 from schemas import features as F
 from schemas.example_proto import Example
 from schemas.paths import is_local, join
 
-UNLABELLED_NAME = "unlabelled"
 _BOX_KEYS = (F.BBOX_XMIN, F.BBOX_YMIN, F.BBOX_XMAX, F.BBOX_YMAX)
 _SCALARS = {f.key for f in FEATURES if f.length == 1}
 
@@ -56,12 +63,8 @@ def _directory(path: str) -> str:
 
 def build_info(shard: str) -> DatasetInfo | None:
     """The `dataset_info.json` beside a shard, or None when there is none readable."""
-    path = join(_directory(shard), DATASET_INFO_FILE)
     try:
-        if not file_exists(path):
-            return None
-        with open_file(path) as stream:
-            return DatasetInfo.from_json(stream.read().decode("utf-8"))
+        return read_build_info(_directory(shard))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -94,7 +97,7 @@ def find_record(
         if filename is not None:
             suffix = "/" + filename
             for count, record in enumerate(records, start=1):
-                name = _first(_values(record, shard, count - 1), F.FILENAME, b"")
+                name = first_value(_values(record, shard, count - 1), F.FILENAME, b"")
                 name = name.decode("utf-8", "replace")
                 if name == filename or name.endswith(suffix):
                     return count - 1, record, count
@@ -126,10 +129,6 @@ def _values(record: bytes, shard: str = "", index: int = 0) -> dict[str, list[An
             f"{shard} record {index} is not a tf.train.Example ({type(error).__name__})"
         ) from None
     return feature_values(example)
-
-
-def _first(values: dict[str, list[Any]], key: str, default: Any) -> Any:
-    return values[key][0] if values.get(key) else default
 
 
 def float32(value: float) -> float:
@@ -185,10 +184,10 @@ def describe_record(record: bytes, info: DatasetInfo | None, shard: str = "", in
         else:
             features[key] = values[key]
     names = info.class_list.names if info else None
-    label = int(_first(values, F.LABEL, UNLABELLED))
-    label_name = _name(names, label, _first(features, F.LABEL_TEXT, ""))
-    width = int(_first(values, F.WIDTH, 0))
-    height = int(_first(values, F.HEIGHT, 0))
+    label = int(first_value(values, F.LABEL, UNLABELLED))
+    label_name = _name(names, label, first_value(features, F.LABEL_TEXT, ""))
+    width = int(first_value(values, F.WIDTH, 0))
+    height = int(first_value(values, F.HEIGHT, 0))
     objects = []
     columns = [features.get(key, []) for key in _BOX_KEYS]
     for i, box in enumerate(zip(*columns, strict=False)):

@@ -63,13 +63,8 @@ def prepare_output(output_dir: str, *, overwrite: bool, resume: bool) -> None:
       OutputExistsError: a complete build is there and `overwrite` is off.
       OutputNotWritableError: the location cannot be created or written.
     """
-    info_path = join(output_dir, DATASET_INFO_FILE)
-    if FileSystems.exists(info_path):
-        if not overwrite:
-            raise OutputExistsError(
-                f"{output_dir} already holds a complete build; pass --overwrite to replace it"
-            )
-        FileSystems.delete([info_path])
+    if refuse_complete_build(output_dir, overwrite=overwrite):
+        FileSystems.delete([join(output_dir, DATASET_INFO_FILE)])
     check_writable(output_dir)
     if resume:
         return
@@ -84,6 +79,21 @@ def prepare_output(output_dir: str, *, overwrite: bool, resume: bool) -> None:
         logger.info("Removing %d files of an earlier build from %s", len(stale), output_dir)
         FileSystems.delete(stale)
     remove_work_dirs(output_dir)
+
+
+def refuse_complete_build(output_dir: str, *, overwrite: bool) -> bool:
+    """Whether a complete build is in `output_dir` (to replace); writes nothing.
+
+    Raises:
+      OutputExistsError: a complete build is there and `overwrite` is off.
+    """
+    if not FileSystems.exists(join(output_dir, DATASET_INFO_FILE)):
+        return False
+    if not overwrite:
+        raise OutputExistsError(
+            f"{output_dir} already holds a complete build; pass --overwrite to replace it"
+        )
+    return True
 
 
 def check_writable(output_dir: str) -> None:

@@ -36,14 +36,19 @@ from beam_pipeline.labelling import (
     split_marks,
     vocabulary_from_names,
 )
-from beam_pipeline.labels import Vocabulary, split_kind, unknown_class_name
+from beam_pipeline.labels import (
+    ANNOTATED,
+    UNLABELLED_SPLIT,
+    Vocabulary,
+    split_kind,
+    unknown_class_name,
+)
 from beam_pipeline.pairing import pair_files
 from beam_pipeline.rejections import DISCOVER, InputError, Rejection
 from beam_pipeline.sharding import plan_split
 from beam_pipeline.tfrecord import encode_record
 from beam_pipeline.writing import bucket_size
-from schemas import DATASET_INFO_FILE, UNLABELLED
-from schemas.paths import join
+from schemas import UNLABELLED
 
 ORPHAN_REASONS = ("annotation_without_image", "image_missing")
 # Records whose size is sampled per split to estimate the bytes besides the image.
@@ -207,7 +212,7 @@ def _add(counts: dict[str, int], key: str) -> None:
 def _describe_labels(reports, labelled: list[LabelledEntry], vocabulary: Vocabulary) -> None:
     names = vocabulary.names
     for report in reports.values():
-        if report.kind != "unlabelled":
+        if report.kind != UNLABELLED_SPLIT:
             report.class_counts = dict.fromkeys(names, 0)
     for item in labelled:
         report = reports[item.entry.split]
@@ -263,16 +268,14 @@ def _record_overhead(sample: list[LabelledEntry], vocabulary: Vocabulary) -> flo
 def _refusal(prepared, spec, counts, rejections, reports) -> str | None:
     """The build's own message when its fail-fast checks would stop it; None otherwise."""
     from beam_pipeline.finalize import check_index_budget
+    from beam_pipeline.output import OutputExistsError, refuse_complete_build
 
     config = prepared.config
-    if config.output_dir and not config.overwrite and not config.resume:
-        from apache_beam.io.filesystems import FileSystems
-
-        if FileSystems.exists(join(config.output_dir, DATASET_INFO_FILE)):
-            return (
-                f"{config.output_dir} already holds a complete build; pass --overwrite to "
-                "replace it"
-            )
+    if config.output_dir:
+        try:
+            refuse_complete_build(config.output_dir, overwrite=config.overwrite)
+        except OutputExistsError as error:
+            return str(error)
     for name, report in reports.items():
         if report.images == 0:
             return f"split {name!r} has no images"
@@ -310,8 +313,7 @@ def format_plan(plan: BuildPlan, rejections: int = 20) -> str:
         lines.append(f"{report.name} ({report.kind or 'no images'}):")
         lines.append(
             f"  images {report.images:,}: with XML {report.annotated:,}, without XML "
-            f"{report.without_annotation:,}"
-            + (" (background)" if report.kind == "annotated" else "")
+            f"{report.without_annotation:,}" + (" (background)" if report.kind == ANNOTATED else "")
         )
         if report.orphans:
             lines.append(f"  orphans: {_counts(report.orphans)}")

@@ -9,8 +9,11 @@ from __future__ import annotations
 import os
 from typing import Any, BinaryIO
 
+from schemas import DATASET_INFO_FILE, DatasetInfo
 from schemas.example_proto import Example
-from schemas.paths import is_local
+from schemas.paths import is_local, join
+
+UNLABELLED_NAME = "unlabelled"  # what `show` and `inspect` call label -1
 
 # Leading bytes of the image formats a tree may hold, with Pillow's names.
 MAGIC = (
@@ -64,3 +67,30 @@ def feature_values(example: Example) -> dict[str, list[Any]]:
         kind = feature.WhichOneof("kind")
         values[key] = list(getattr(feature, kind).value) if kind else []
     return values
+
+
+def first_value(values: dict[str, list[Any]], key: str, default: Any) -> Any:
+    """The first value of a feature in `example_values`' dict, or `default` when it has none."""
+    return values[key][0] if values.get(key) else default
+
+
+class NoBuildError(FileNotFoundError):
+    """A directory without a committed build (no metadata file)."""
+
+
+def read_build_info(output_dir: str) -> DatasetInfo:
+    """A committed build's metadata.
+
+    Raises:
+      NoBuildError: the metadata file is missing (the message says how to make it).
+      ValueError, KeyError, TypeError: the file is not this project's metadata.
+    """
+    path = join(output_dir, DATASET_INFO_FILE)
+    if not file_exists(path):
+        raise NoBuildError(
+            f"{output_dir} holds no committed build ({DATASET_INFO_FILE} is missing); build it "
+            f"first (python -m beam_pipeline --input_dir TREE --output_dir {output_dir}) or let a "
+            f"running build finish"
+        )
+    with open_file(path) as stream:
+        return DatasetInfo.from_json(stream.read().decode("utf-8"))

@@ -31,7 +31,14 @@ from typing import Any
 
 from PIL import Image, ImageDraw, ImageFont
 
-from beam_pipeline.readback import example_values, file_exists, open_file
+from beam_pipeline.readback import (
+    UNLABELLED_NAME,
+    NoBuildError,
+    example_values,
+    first_value,
+    open_file,
+    read_build_info,
+)
 from beam_pipeline.tfrecord import CorruptRecordError, read_records
 from schemas import BACKGROUND, DATASET_INFO_FILE, UNLABELLED, DatasetInfo, SplitInfo
 from schemas import features as F
@@ -42,7 +49,6 @@ PAD = 6  # between tiles and around the sheet
 CAPTION = 34  # the caption strip under each tile
 HEADER = 26  # the line above the grid
 LINE = 2  # width of a box outline; a 1-pixel dark halo lies around it
-UNLABELLED_NAME = "unlabelled"
 HISTOGRAM_MATPLOTLIB = 'error: --histogram needs matplotlib: pip install "imagenet-tfrecords[show]"'
 
 SHEET_BACKGROUND = (24, 24, 24)
@@ -152,19 +158,12 @@ def read_info(output_dir: str) -> DatasetInfo:
             f"{output_dir} {what}; name the output directory of a build "
             f"(python -m beam_pipeline --input_dir TREE --output_dir OUT)"
         )
-    path = join(output_dir, DATASET_INFO_FILE)
-    if not file_exists(path):
-        raise UsageError(
-            f"{output_dir} holds no committed build ({DATASET_INFO_FILE} is missing); build it "
-            f"first (python -m beam_pipeline --input_dir TREE --output_dir {output_dir}) or let a "
-            f"running build finish"
-        )
-    with open_file(path) as stream:
-        text = stream.read().decode("utf-8")
     try:
-        return DatasetInfo.from_json(text)
+        return read_build_info(output_dir)
+    except NoBuildError as error:
+        raise UsageError(str(error)) from None
     except (ValueError, KeyError, TypeError) as error:
-        raise UsageError(f"{path}: {error}") from None
+        raise UsageError(f"{join(output_dir, DATASET_INFO_FILE)}: {error}") from None
 
 
 def _split(info: DatasetInfo, split: str | None) -> tuple[str, SplitInfo]:
@@ -230,7 +229,7 @@ def _records_of_class(
         with open_file(join(output_dir, split.shards[i].file)) as stream:
             for position, record in enumerate(read_records(stream), start=starts[i]):
                 values = example_values(record)
-                if _first(values, F.LABEL, UNLABELLED) == label:
+                if first_value(values, F.LABEL, UNLABELLED) == label:
                     found.append(Record(position, split.shards[i].file, values))
                     if len(found) == n:
                         return sorted(found, key=lambda record: record.index)
@@ -301,10 +300,6 @@ def _name(names: Sequence[str], label: int, fallback: bytes | None) -> str:
     return fallback.decode("utf-8", "replace") if fallback else str(label)
 
 
-def _first(values: dict[str, list[Any]], key: str, default: Any) -> Any:
-    return values[key][0] if values.get(key) else default
-
-
 def _draw_tile(
     sheet: Image.Image,
     draw: ImageDraw.ImageDraw,
@@ -318,12 +313,12 @@ def _draw_tile(
     values = record.values
     left, top = cell
     draw.rectangle((left, top, left + TILE - 1, top + TILE - 1), fill=TILE_BACKGROUND)
-    label = int(_first(values, F.LABEL, UNLABELLED))
-    caption = _name(names, label, _first(values, F.LABEL_TEXT, None))
-    filename = _first(values, F.FILENAME, b"").decode("utf-8", "replace")
+    label = int(first_value(values, F.LABEL, UNLABELLED))
+    caption = _name(names, label, first_value(values, F.LABEL_TEXT, None))
+    filename = first_value(values, F.FILENAME, b"").decode("utf-8", "replace")
     image_box, size, scale, boxes = None, (0, 0), 0.0, []
     try:
-        image = Image.open(io.BytesIO(_first(values, F.ENCODED, b"")))
+        image = Image.open(io.BytesIO(first_value(values, F.ENCODED, b"")))
         size = image.size
         scale = min(TILE / size[0], TILE / size[1])
         scaled = (max(1, round(size[0] * scale)), max(1, round(size[1] * scale)))

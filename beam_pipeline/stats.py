@@ -17,8 +17,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from schemas import DATASET_INFO_FILE, DatasetInfo, SplitInfo
-from schemas.paths import join
+from schemas import DatasetInfo, SplitInfo
 
 
 def _median(histogram: Mapping[int, int]) -> float:
@@ -87,18 +86,10 @@ def _ranked(names, counts, reverse: bool, n: int = 5) -> list[list]:
 
 def build_stats(output_dir: str) -> dict[str, Any]:
     """Every split's numbers; raises FileNotFoundError when `output_dir` holds no build."""
-    from apache_beam.io.filesystems import FileSystems
-
     from beam_pipeline.cli import rejections_by_split
-    from beam_pipeline.fileio import read_file
+    from beam_pipeline.readback import read_build_info
 
-    path = join(output_dir, DATASET_INFO_FILE)
-    if not FileSystems.exists(path):
-        raise FileNotFoundError(
-            f"{output_dir} holds no committed build ({DATASET_INFO_FILE} is missing): build it, "
-            "or finish an interrupted build with --resume"
-        )
-    info = DatasetInfo.from_json(read_file(path).decode("utf-8"))
+    info = read_build_info(output_dir)
     rejected = rejections_by_split(output_dir) if info.failures else {}
     return {
         "output_dir": output_dir,

@@ -27,6 +27,7 @@ On a CPU-only machine the model and the decoder share the same cores: "fed by ou
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import time
@@ -170,27 +171,13 @@ def main() -> int:
     b = args.batch_size
     n = args.batches or info.split("train").num_examples // b
     num_outputs = info.class_list.one_hot_length
-    train = load_dataset(
-        args.data_dir, "train", batch_size=b, image_size=SIZE, training=True, seed=0
-    )
-    train8 = load_dataset(
-        args.data_dir, "train", batch_size=b, image_size=SIZE, training=True, seed=0, dtype="uint8"
-    )
-    detection = load_dataset(
-        args.data_dir,
-        "train",
-        batch_size=b,
-        image_size=SIZE,
-        training=True,
-        seed=0,
-        dtype="uint8",
-        label_mode="detection",
-    )
+    split = functools.partial(load_dataset, args.data_dir, "train", batch_size=b, image_size=SIZE)
+    train = split(training=True, seed=0)
+    train8 = split(training=True, seed=0, dtype="uint8")
+    detection = split(training=True, seed=0, dtype="uint8", label_mode="detection")
     in_memory = decode_limit(args.data_dir, b)
-    evaluation = load_dataset(args.data_dir, "train", batch_size=b, image_size=SIZE).repeat()
-    evaluation8 = load_dataset(
-        args.data_dir, "train", batch_size=b, image_size=SIZE, dtype="uint8"
-    ).repeat()
+    evaluation = split().repeat()
+    evaluation8 = split(dtype="uint8").repeat()
     loops = {
         "decode limit (bytes in memory)": lambda: in_memory,
         "ours (eval)": lambda: evaluation,
