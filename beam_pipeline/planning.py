@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from beam_pipeline import layouts
+from beam_pipeline.console import human_bytes
 from beam_pipeline.discovery import list_task
 from beam_pipeline.entries import IndexEntry, LabelledEntry, ParsedEntry
 from beam_pipeline.examples import build_example
@@ -297,10 +298,6 @@ def _top(counts: dict[str, int], n: int, reverse: bool) -> str:
     return ", ".join(f"{name} {count}" for name, count in ordered[:n])
 
 
-def _mib(num_bytes: int) -> str:
-    return f"{num_bytes / 2**20:,.1f} MiB"
-
-
 def format_plan(plan: BuildPlan, rejections: int = 20) -> str:
     """The plan as the text `plan` prints."""
     lines = [
@@ -336,13 +333,14 @@ def format_plan(plan: BuildPlan, rejections: int = 20) -> str:
             low, high = report.examples_per_shard
             per_shard = f"{low:,}" if low == high else f"{low:,}-{high:,}"
             estimate = (
-                f"about {_mib(report.estimated_bytes)}"
+                f"about {human_bytes(report.estimated_bytes)} if every image is a JPEG kept as "
+                "it is"
                 if report.estimated_bytes is not None
                 else "unknown until resized"
             )
             lines.append(
                 f"  shards: {report.shards:,} of {per_shard} examples "
-                f"({report.examples:,} examples); images {_mib(report.image_bytes)}, "
+                f"({report.examples:,} examples); images {human_bytes(report.image_bytes)}, "
                 f"records {estimate}"
             )
     if plan.rejections and rejections:

@@ -107,6 +107,8 @@ def _number(value: float) -> str:
 
 
 def format_stats(stats: dict[str, Any]) -> str:
+    from beam_pipeline.console import human_bytes
+
     lines = [
         f"{stats['output_dir']}: {stats['num_classes']:,} classes + background, schema "
         f"{stats['schema_version']}"
@@ -116,7 +118,7 @@ def format_stats(stats: dict[str, Any]) -> str:
         lines += [
             "",
             f"{name}: {split['examples']:,} examples in {split['shards']:,} shards, "
-            f"{split['bytes'] / 2**20:,.1f} MiB ({split['discovered']:,} found, "
+            f"{human_bytes(split['bytes'])} ({split['discovered']:,} found, "
             f"{split['rejected']:,} rejected)",
         ]
         classes = split["classes"]
