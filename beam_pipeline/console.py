@@ -329,6 +329,13 @@ def label_summary(split: SplitInfo) -> str:
     return ", ".join(parts) or "none"
 
 
+def plural(number: int, noun: str) -> str:
+    """`1 shard`, `1,000 shards`: a number with its noun, plural unless it is 1."""
+    return (
+        f"{number:,} {noun if number == 1 else noun + 'es' if noun.endswith('s') else noun + 's'}"
+    )
+
+
 def human_bytes(num_bytes: int) -> str:
     size = float(num_bytes)
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -387,12 +394,12 @@ def print_summary(
     rate = examples / seconds if seconds > 0 else 0.0
     console.print(
         f"Built {output_dir} from {input_dir} ({info.source.get('layout', '?')}): "
-        f"{examples:,} examples in {seconds:,.1f} s, {rate:,.0f} images/s, {workers}",
+        f"{plural(examples, 'example')} in {seconds:,.1f} s, {rate:,.0f} images/s, {workers}",
         markup=False,
         soft_wrap=True,
     )
     console.print(table)
-    lines = [f"{info.num_classes} classes + background (index {info.background_index})"]
+    lines = [f"{plural(info.num_classes, 'class')} + background (index {info.background_index})"]
     for split, reasons in sorted((rejected or {}).items()):
         where = f"in {split}" if split else "outside any split"
         listed = ", ".join(f"{reason} {count:,}" for reason, count in sorted(reasons.items()))

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from beam_pipeline import layouts
-from beam_pipeline.console import human_bytes
+from beam_pipeline.console import human_bytes, plural
 from beam_pipeline.discovery import list_task
 from beam_pipeline.entries import IndexEntry, LabelledEntry, ParsedEntry
 from beam_pipeline.examples import build_example
@@ -338,10 +338,10 @@ def format_plan(plan: BuildPlan, rejections: int = 20) -> str:
                 if report.estimated_bytes is not None
                 else "unknown until resized"
             )
+            of = f"{per_shard} {'example' if high == 1 else 'examples'}"
             lines.append(
-                f"  shards: {report.shards:,} of {per_shard} examples "
-                f"({report.examples:,} examples); images {human_bytes(report.image_bytes)}, "
-                f"records {estimate}"
+                f"  shards: {report.shards:,} of {of} ({plural(report.examples, 'example')}); "
+                f"images {human_bytes(report.image_bytes)}, records {estimate}"
             )
     if plan.rejections and rejections:
         lines.append("")

@@ -107,18 +107,19 @@ def _number(value: float) -> str:
 
 
 def format_stats(stats: dict[str, Any]) -> str:
-    from beam_pipeline.console import human_bytes
+    from beam_pipeline.console import human_bytes, plural
 
     lines = [
-        f"{stats['output_dir']}: {stats['num_classes']:,} classes + background, schema "
+        f"{stats['output_dir']}: {plural(stats['num_classes'], 'class')} + background, schema "
         f"{stats['schema_version']}"
     ]
     not_recorded = "not recorded (built before schema 1.2; rebuild to record it)"
     for name, split in stats["splits"].items():
         lines += [
             "",
-            f"{name}: {split['examples']:,} examples in {split['shards']:,} shards, "
-            f"{human_bytes(split['bytes'])} ({split['discovered']:,} found, "
+            f"{name}: {plural(split['examples'], 'example')} in "
+            f"{plural(split['shards'], 'shard')}, {human_bytes(split['bytes'])} "
+            f"({split['discovered']:,} found, "
             f"{split['rejected']:,} rejected)",
         ]
         classes = split["classes"]

@@ -18,7 +18,7 @@ import pytest
 from helpers import failure_line, ilsvrc_image, summary_rows, write
 
 from beam_pipeline import cli, pipeline, sample_tree, watch, writing
-from beam_pipeline.console import BuildConsole, human_bytes
+from beam_pipeline.console import BuildConsole, human_bytes, plural
 
 WORKERS = ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
@@ -310,3 +310,13 @@ def test_the_summary_lists_rejections_per_split_by_reason(small_tree, tmp_path, 
     assert "files rejected or reported in train: empty_file 1, not_an_image_file 1\n" in printed
     assert "files rejected or reported in validation: not_an_image 1\n" in printed
     assert f"every rejected file, with its reason: {out}/rejected.jsonl\n" in printed
+
+
+def test_counts_take_the_plural_unless_they_are_one():
+    assert [plural(n, "shard") for n in (0, 1, 2, 1000)] == [
+        "0 shards",
+        "1 shard",
+        "2 shards",
+        "1,000 shards",
+    ]
+    assert (plural(1, "class"), plural(4, "class")) == ("1 class", "4 classes")
