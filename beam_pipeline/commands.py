@@ -20,6 +20,7 @@ COMMANDS = {
     "inspect": ("beam_pipeline.inspect_record", "one record of a shard as readable text"),
     "stats": ("beam_pipeline.stats", "a build's numbers: examples, classes, sizes, rejections"),
     "verify": ("beam_pipeline.verify", "re-read a build and check every byte"),
+    "upgrade": ("beam_pipeline.upgrade", "write a build's metadata of this version (TFDS's too)"),
 }
 
 USAGE = """usage: python -m beam_pipeline COMMAND [ARGS]   (or: imagenet-tfrecords COMMAND [ARGS])

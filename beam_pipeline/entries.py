@@ -76,7 +76,7 @@ class ShardResult:
 
     Attributes:
       split, index, num_shards: which shard of which split.
-      shard: the file as recorded in dataset_info.json (name, examples, bytes, SHA-256).
+      shard: the file as recorded in build_info.json (name, examples, bytes, SHA-256).
       class_counts: (label, examples) pairs, sorted by label; unlabelled examples in none.
       label_sources: (label source, examples) pairs, sorted.
       folder_disagreements: examples whose XML and folder name different classes.

@@ -4,8 +4,8 @@
 `DatasetInfo`, or raises `BuildFailed` when the build cannot be trusted (a split is empty, a shard
 is missing, an image is unaccounted for, or the error budget is exceeded). `Finalize` writes the
 dead-letter file first (so a failed build still explains itself), checks that every shard is in
-place, and commits (`output.commit`: `labels.txt`, then `dataset_info.json`, the marker the
-loader looks for).
+place, and commits (`output.commit`: `labels.txt`, the label map, TFDS's metadata, then
+`build_info.json`, the marker the loader looks for).
 """
 
 from __future__ import annotations

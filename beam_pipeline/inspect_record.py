@@ -4,8 +4,8 @@
 
 Every feature key with its value, in the schema's order (keys outside the schema after them);
 the image bytes summarised, never printed: format sniffed from the leading bytes, byte length,
-decoded width x height and mode, SHA-256; the label with its class name (from the build's
-`dataset_info.json` beside the shard when there is one, else from `image/class/text`); every
+decoded width x height and mode, SHA-256; the label with its class name (from the metadata of
+the build the shard lies in when there is one, else from `image/class/text`); every
 object's box relative and in pixels of the stored image, with its class, difficult and
 truncated flags. `--index` picks a record by position (default 0; negative counts from the
 end), `--filename` the record whose `image/filename` is NAME or ends with `/NAME`. Exit code 0
@@ -38,7 +38,7 @@ from beam_pipeline.readback import (
     sniff_format,
 )
 from beam_pipeline.tfrecord import CorruptRecordError, read_records
-from schemas import DATASET_INFO_FILE, FEATURES, UNLABELLED, DatasetInfo, is_shard_filename
+from schemas import FEATURES, UNLABELLED, DatasetInfo, is_shard_filename
 from schemas import features as F
 from schemas.example_proto import Example
 from schemas.paths import is_local, join
@@ -62,7 +62,7 @@ def _directory(path: str) -> str:
 
 
 def build_info(shard: str) -> DatasetInfo | None:
-    """The `dataset_info.json` beside a shard, or None when there is none readable."""
+    """The metadata of the build a shard lies in, or None when there is none readable."""
     try:
         return read_build_info(_directory(shard))
     except (OSError, ValueError, KeyError, TypeError):
@@ -251,7 +251,7 @@ def format_text(shard: str, index: int, info: DatasetInfo | None, described: dic
     split, num_records = _where(shard, info)
     of = f" of {num_records}" if num_records is not None else ""
     in_split = f" in split {split}" if split else ""
-    names_from = f"class names from {DATASET_INFO_FILE}" if info else "class names from the record"
+    names_from = "class names from the build" if info else "class names from the record"
     lines = [f"{shard}: record {index}{of}{in_split} ({names_from})"]
     features = described["features"]
     for key, values in features.items():
@@ -338,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "index": index,
             "split": split,
             "num_records": num_records,
-            "class_names_from": DATASET_INFO_FILE if info else "record",
+            "class_names_from": "build" if info else "record",
             **described,
         }
         print(to_json(payload))

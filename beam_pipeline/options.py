@@ -180,7 +180,7 @@ class BuildConfig:
         return self.num_shards
 
     def to_metadata(self) -> dict[str, Any]:
-        """The options as recorded in dataset_info.json."""
+        """The options as recorded in build_info.json."""
         policy = self.image_policy
         return {
             "layout": self.layout,

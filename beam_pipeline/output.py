@@ -5,7 +5,10 @@
     OUT/.progress/<shard>.json        resume records  one per shard in place (see progress.py)
     OUT/rejected.jsonl                dead letters    written first by Finalize, even on failure
     OUT/labels.txt                    class names     written once the build checks out
-    OUT/dataset_info.json             commit marker   written last
+    OUT/label_map.pbtxt               OD API classes  then
+    OUT/dataset_info.json, features.json, image.*.labels.txt
+                                      TFDS metadata   then (schemas/tfds_metadata.py)
+    OUT/build_info.json               commit marker   written last
 
 Every file reaches its final name by a rename from `.tmp/` (`incomplete_file`, after TFDS's
 `utils.incomplete_file`), so a crash never leaves a file under a final name that is not whole,
@@ -26,17 +29,21 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.failures import BuildFailed
 from beam_pipeline.fileio import ensure_dir
+from beam_pipeline.readback import read_build_info
 from beam_pipeline.rejections import Rejection
 from schemas import (
-    DATASET_INFO_FILE,
+    BUILD_INFO_FILE,
     DEAD_LETTER_FILE,
     LABELS_FILE,
+    LEGACY_INFO_FILE,
     SHARD_SUFFIX,
     DatasetInfo,
+    NoBuildError,
     is_shard_filename,
 )
 from schemas.label_map import LABEL_MAP_FILE, label_map_text
 from schemas.paths import join
+from schemas.tfds_metadata import TFDS_FILES, tfds_files
 
 logger = logging.getLogger(__name__)
 
@@ -56,20 +63,25 @@ class OutputNotWritableError(RuntimeError):
 def prepare_output(output_dir: str, *, overwrite: bool, resume: bool) -> None:
     """Refuses to replace a complete build without --overwrite; clears our own stale files.
 
-    The commit marker is removed first, so a crash during the rebuild leaves nothing complete.
-    With --resume the shards and progress records of an interrupted build are kept.
+    The commit marker is removed first, so a crash during the rebuild leaves nothing complete,
+    then TFDS's metadata, which would describe the old shards. With --resume the shards and
+    progress records of an interrupted build are kept.
 
     Raises:
       OutputExistsError: a complete build is there and `overwrite` is off.
       OutputNotWritableError: the location cannot be created or written.
     """
     if refuse_complete_build(output_dir, overwrite=overwrite):
-        FileSystems.delete([join(output_dir, DATASET_INFO_FILE)])
+        markers = [join(output_dir, name) for name in (BUILD_INFO_FILE, LEGACY_INFO_FILE)]
+        FileSystems.delete([path for path in markers if FileSystems.exists(path)])
     check_writable(output_dir)
-    if resume:
-        return
     (listing,) = FileSystems.match([join(output_dir, "*")])
     names = {m.path: m.path.rsplit("/", 1)[-1] for m in listing.metadata_list}
+    tfds = [path for path, name in names.items() if name in TFDS_FILES]
+    if tfds:
+        FileSystems.delete(tfds)
+    if resume:
+        return
     stale = [
         path
         for path, name in names.items()
@@ -87,8 +99,12 @@ def refuse_complete_build(output_dir: str, *, overwrite: bool) -> bool:
     Raises:
       OutputExistsError: a complete build is there and `overwrite` is off.
     """
-    if not FileSystems.exists(join(output_dir, DATASET_INFO_FILE)):
+    try:
+        read_build_info(output_dir)
+    except NoBuildError:
         return False
+    except ValueError:  # metadata this code cannot read (another schema): still a build
+        pass
     if not overwrite:
         raise OutputExistsError(
             f"{output_dir} already holds a complete build; pass --overwrite to replace it"
@@ -177,11 +193,13 @@ def check_shard_files(output_dir: str, info: DatasetInfo) -> None:
 
 
 def commit(output_dir: str, info: DatasetInfo) -> None:
-    """Writes `labels.txt`, `label_map.pbtxt` and, last, `dataset_info.json` (the commit
-    marker); clears work dirs."""
+    """Writes `labels.txt`, `label_map.pbtxt`, TFDS's metadata and, last, `build_info.json`
+    (the commit marker); clears work dirs."""
     labels = "".join(name + "\n" for name in info.classes)
     write_atomic(output_dir, LABELS_FILE, labels.encode("utf-8"))
     label_map = label_map_text(info.classes, info.display_names)
     write_atomic(output_dir, LABEL_MAP_FILE, label_map.encode("utf-8"))
-    write_atomic(output_dir, DATASET_INFO_FILE, info.to_json().encode("utf-8"))
+    for name, text in tfds_files(info).items():
+        write_atomic(output_dir, name, text.encode("utf-8"))
+    write_atomic(output_dir, BUILD_INFO_FILE, info.to_json().encode("utf-8"))
     remove_work_dirs(output_dir)

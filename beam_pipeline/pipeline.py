@@ -42,7 +42,7 @@ from beam_pipeline.labels import Vocabulary, parse_display_names, parse_labels_f
 from beam_pipeline.options import DASK_RUNNER, BuildConfig, beam_argv
 from beam_pipeline.output import prepare_output
 from beam_pipeline.writing import AssignShards, WriteShards
-from schemas import DATASET_INFO_FILE, DatasetInfo
+from schemas import BUILD_INFO_FILE, DatasetInfo
 from schemas.paths import join
 
 logger = logging.getLogger(__name__)
@@ -350,7 +350,7 @@ def execute(options: PipelineOptions, prepared: Prepared) -> DatasetInfo:
             build_pipeline(pipeline, prepared)
     finally:
         watch.clear(prepared.config.output_dir)
-    info_path = join(prepared.config.output_dir, DATASET_INFO_FILE)
+    info_path = join(prepared.config.output_dir, BUILD_INFO_FILE)
     return DatasetInfo.from_json(read_file(info_path).decode("utf-8"))
 
 

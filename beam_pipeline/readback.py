@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 from typing import Any, BinaryIO
 
-from schemas import DATASET_INFO_FILE, DatasetInfo
+from schemas import DatasetInfo
+from schemas import NoBuildError as NoBuildError  # re-exported: what read_build_info raises
+from schemas import read_build_info as read_metadata
 from schemas.example_proto import Example
 from schemas.paths import is_local, join
 
@@ -74,23 +76,19 @@ def first_value(values: dict[str, list[Any]], key: str, default: Any) -> Any:
     return values[key][0] if values.get(key) else default
 
 
-class NoBuildError(FileNotFoundError):
-    """A directory without a committed build (no metadata file)."""
-
-
 def read_build_info(output_dir: str) -> DatasetInfo:
-    """A committed build's metadata.
+    """A committed build's metadata (`build_info.json`, or a schema 1.x build's file).
 
     Raises:
-      NoBuildError: the metadata file is missing (the message says how to make it).
+      NoBuildError: no committed build there (the message says how to make one).
       ValueError, KeyError, TypeError: the file is not this project's metadata.
     """
-    path = join(output_dir, DATASET_INFO_FILE)
-    if not file_exists(path):
-        raise NoBuildError(
-            f"{output_dir} holds no committed build ({DATASET_INFO_FILE} is missing); build it "
-            f"first (python -m beam_pipeline --input_dir TREE --output_dir {output_dir}) or let a "
-            f"running build finish"
-        )
-    with open_file(path) as stream:
-        return DatasetInfo.from_json(stream.read().decode("utf-8"))
+
+    def read_text(name: str) -> str | None:
+        path = join(output_dir, name)
+        if not file_exists(path):
+            return None
+        with open_file(path) as stream:
+            return stream.read().decode("utf-8")
+
+    return read_metadata(read_text, output_dir)

@@ -1,7 +1,7 @@
 """Rejected inputs as data: the dead-letter record and the error that produces it.
 
 Every file the build does not turn into an example becomes one `Rejection` with a stable
-`reason` code (counted in `dataset_info.json` and Beam metrics) and a human `detail`. Each
+`reason` code (counted in `build_info.json` and Beam metrics) and a human `detail`. Each
 stage sends its rejections to a tagged output named `REJECTED`, through `count_rejection`.
 """
 

@@ -7,7 +7,7 @@ The contact sheet shows records as stored: a grid of tiles, each the stored imag
 the tile (aspect kept, on a grey ground), every object box outlined in its class colour with the
 class name, and a caption with the example's class (`unlabelled` for label -1) and file name.
 `--seed` draws a deterministic sample of `-n` examples of the split (all of them when it has
-fewer): record positions are drawn from the per-shard counts in `dataset_info.json`, and only
+fewer): record positions are drawn from the per-shard counts in the build's metadata, and only
 the shards holding them are read. `--class NAME` keeps the examples of that label (`background`
 too): shards are visited in a seeded order until `-n` are found, so a sample of one class reads
 a few shards of a large build, not all of it. `--palette` writes a 256-colour PNG, about four
@@ -40,7 +40,7 @@ from beam_pipeline.readback import (
     read_build_info,
 )
 from beam_pipeline.tfrecord import CorruptRecordError, read_records
-from schemas import BACKGROUND, DATASET_INFO_FILE, UNLABELLED, DatasetInfo, SplitInfo
+from schemas import BACKGROUND, BUILD_INFO_FILE, UNLABELLED, DatasetInfo, SplitInfo
 from schemas import features as F
 from schemas.paths import is_local, join
 
@@ -163,7 +163,7 @@ def read_info(output_dir: str) -> DatasetInfo:
     except NoBuildError as error:
         raise UsageError(str(error)) from None
     except (ValueError, KeyError, TypeError) as error:
-        raise UsageError(f"{join(output_dir, DATASET_INFO_FILE)}: {error}") from None
+        raise UsageError(f"{join(output_dir, BUILD_INFO_FILE)}: {error}") from None
 
 
 def _split(info: DatasetInfo, split: str | None) -> tuple[str, SplitInfo]:

@@ -2,12 +2,15 @@
 
     python -m beam_pipeline.verify OUT [--workers 2] [--no_decode]
 
-For every shard in `dataset_info.json`: the file exists; each record's framing and CRC32C are
-valid; each record is an Example with every schema key, of the right kind and length, whose
-one-hot agrees with its label and whose boxes lie in [0, 1]; each image fully decodes as RGB
-at its recorded size; and the record count, byte count and SHA-256 match the metadata. The first
-problem of each shard is reported with the shard and record index. Exit code 0 when everything
-checks, 1 when something does not, 2 when OUT holds no committed build.
+For every shard in the build's metadata (`build_info.json`): the file exists; each record's
+framing and CRC32C are valid; each record is an Example with every schema key, of the right
+kind and length, whose one-hot agrees with its label and whose boxes lie in [0, 1]; each image
+fully decodes as RGB at its recorded size; and the record count, byte count and SHA-256 match
+the metadata. The first problem of each shard is reported with the shard and record index.
+TFDS's metadata beside the shards (`dataset_info.json`, `features.json`, the `.labels.txt`
+files) must say what `build_info.json` says (a build of schema 1.x has none: `upgrade` writes
+it). Exit code 0 when everything checks, 1 when something does not, 2 when OUT holds no
+committed build.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import concurrent.futures
 import dataclasses
 import hashlib
 import io
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -25,9 +29,10 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from PIL import Image
 
+from beam_pipeline.readback import read_build_info
 from beam_pipeline.tfrecord import CorruptRecordError, read_records
 from schemas import (
-    DATASET_INFO_FILE,
+    BUILD_INFO_FILE,
     FEATURES,
     SCHEMA_VERSION,
     UNLABELLED,
@@ -37,6 +42,7 @@ from schemas import (
 from schemas import features as F
 from schemas.example_proto import Example
 from schemas.paths import join
+from schemas.tfds_metadata import tfds_files
 
 _OBJECT_KEYS = [f.key for f in FEATURES if f.length is None]
 
@@ -169,24 +175,18 @@ def verify_shard(
             return Problem(shard.file, error.index, f"{error.problem} (byte {error.offset})")
     if count != shard.num_examples:
         return Problem(
-            shard.file, None, f"{count} records, dataset_info.json says {shard.num_examples}"
+            shard.file, None, f"{count} records, the build's metadata says {shard.num_examples}"
         )
     if reader.num_bytes != shard.num_bytes:
         return Problem(shard.file, None, f"{reader.num_bytes} bytes, expected {shard.num_bytes}")
     if reader.digest.hexdigest() != shard.sha256:
-        return Problem(shard.file, None, "SHA-256 differs from dataset_info.json")
+        return Problem(shard.file, None, "SHA-256 differs from the build's metadata")
     return None
 
 
 def verify(data_dir: str, workers: int = 1, decode: bool = True) -> tuple[int, list[Problem]]:
     """Checks every shard of every split; returns (shards checked, problems in shard order)."""
-    info_path = join(data_dir, DATASET_INFO_FILE)
-    if not FileSystems.exists(info_path):
-        raise FileNotFoundError(
-            f"{data_dir} holds no complete build ({DATASET_INFO_FILE} is missing)"
-        )
-    with FileSystems.open(info_path) as stream:
-        info = DatasetInfo.from_json(stream.read().decode("utf-8"))
+    info = read_build_info(data_dir)
     shards = [
         (shard, split.labelled)
         for _, split in sorted(info.splits.items())
@@ -201,7 +201,35 @@ def verify(data_dir: str, workers: int = 1, decode: bool = True) -> tuple[int, l
             results = list(pool.map(verify_shard, *zip(*args, strict=True)))
     else:
         results = [verify_shard(*a) for a in args]
-    return len(shards), [problem for problem in results if problem is not None]
+    problems = [problem for problem in results if problem is not None]
+    if FileSystems.exists(join(data_dir, BUILD_INFO_FILE)):
+        problems += check_tfds_metadata(data_dir, info)
+    return len(shards), problems
+
+
+def check_tfds_metadata(data_dir: str, info: DatasetInfo) -> list[Problem]:
+    """Problems with TFDS's files beside the shards: missing, or not what `info` says."""
+    fix = f"python -m beam_pipeline upgrade {data_dir} rewrites it"
+    problems = []
+    for name, expected in tfds_files(info).items():
+        path = join(data_dir, name)
+        if not FileSystems.exists(path):
+            problems.append(Problem(name, None, f"missing, so TFDS cannot read the build; {fix}"))
+            continue
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+            found = stream.read().decode("utf-8", errors="replace")
+        if _tfds_content(name, found) != _tfds_content(name, expected):
+            problems.append(Problem(name, None, f"disagrees with {BUILD_INFO_FILE}; {fix}"))
+    return problems
+
+
+def _tfds_content(name: str, text: str) -> object:
+    if not name.endswith(".json"):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -223,6 +251,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{len(problems)} of {num_shards} shards have problems")
         return 1
     print(f"OK: {num_shards} shards verified")
+    if not FileSystems.exists(join(args.data_dir, BUILD_INFO_FILE)):
+        print(
+            f"note: a build of schema 1.x, whose metadata TFDS cannot read; "
+            f"python -m beam_pipeline upgrade {args.data_dir} adds TFDS's files (shards untouched)"
+        )
     return 0
 
 

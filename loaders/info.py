@@ -7,16 +7,16 @@ import warnings
 
 import tensorflow as tf
 
-from schemas import DATASET_INFO_FILE, ClassList, DatasetInfo, SplitInfo
+from schemas import ClassList, DatasetInfo, NoBuildError, SplitInfo, read_build_info
 from schemas.paths import join
 
 
-class IncompleteDatasetError(FileNotFoundError):
-    """The directory holds no committed build (no dataset_info.json)."""
+class IncompleteDatasetError(NoBuildError):
+    """The directory holds no committed build (no build_info.json)."""
 
 
 class CorruptDatasetError(ValueError):
-    """A committed build whose shards no longer match its dataset_info.json."""
+    """A committed build whose shards no longer match its build_info.json."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,20 +90,24 @@ class BuildInfo:
 
 
 def dataset_info(data_dir: str) -> BuildInfo:
-    """Reads `data_dir/dataset_info.json` (local or gs://).
+    """Reads `data_dir/build_info.json` (local or gs://), or a schema 1.x build's metadata.
 
     Raises:
       IncompleteDatasetError: the directory has no committed build (still running, crashed,
         failed its error budget, or never built).
     """
-    path = join(data_dir, DATASET_INFO_FILE)
-    if not tf.io.gfile.exists(path):
-        raise IncompleteDatasetError(
-            f"{data_dir} holds no complete build: {DATASET_INFO_FILE} is missing (the build is "
-            "still running, crashed or failed; shards without it are never read)"
-        )
-    with tf.io.gfile.GFile(path, "r") as f:
-        return BuildInfo(data_dir.rstrip("/"), DatasetInfo.from_json(f.read()))
+
+    def read_text(name: str) -> str | None:
+        path = join(data_dir, name)
+        if not tf.io.gfile.exists(path):
+            return None
+        with tf.io.gfile.GFile(path, "r") as f:
+            return f.read()
+
+    try:
+        return BuildInfo(data_dir.rstrip("/"), read_build_info(read_text, data_dir))
+    except NoBuildError as error:
+        raise IncompleteDatasetError(str(error)) from None
 
 
 def renamed(module: str, name: str) -> type[BuildInfo]:

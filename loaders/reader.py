@@ -1,6 +1,6 @@
 """The file-level record reader: a split's shards as one input pipeline's serialised Examples.
 
-file list and counts (from dataset_info.json, checked against the files) → per-epoch file
+file list and counts (from build_info.json, checked against the files) → per-epoch file
 shuffle (training) → files per input pipeline → parallel interleave of `read_shard` → every n-th
 record per input pipeline when there are fewer files than pipelines. Like TFDS's
 `core/reader.py`, it deals in files and counts only; `loaders.dataset` turns the records into
@@ -110,7 +110,7 @@ def read_shard(path: tf.Tensor, expected: tf.Tensor, guard_missing: bool = True)
 
     TensorFlow's own error for a corrupt record does not name the file. Here the reader skips
     unreadable frames (a checksum or a truncation) and the stream is padded up to the count in
-    dataset_info.json with a stand-in holding an error message that names the shard, so
+    build_info.json with a stand-in holding an error message that names the shard, so
     `checked_record` fails with it instead of training on a silently shortened epoch. Only
     dataset ops run per record: counting with `scan`/`filter` functions, or zipping an index
     on, runs a function per record and slows reading markedly (see benchmarks/RESULTS.md). A
@@ -159,6 +159,6 @@ def check_shards(info: BuildInfo, split: str) -> None:
             raise CorruptDatasetError(f"shard {path} is missing") from None
         if size != shard.num_bytes:
             raise CorruptDatasetError(
-                f"shard {path} has {size} bytes, dataset_info.json says {shard.num_bytes} "
+                f"shard {path} has {size} bytes, build_info.json says {shard.num_bytes} "
                 "(truncated or replaced; python -m beam_pipeline.verify checks every record)"
             )

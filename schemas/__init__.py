@@ -9,34 +9,40 @@ from schemas.classes import (
 )
 from schemas.features import FEATURES, SCHEMA_VERSION, Feature, tf_feature_spec
 from schemas.metadata import (
-    DATASET_INFO_FILE,
+    BUILD_INFO_FILE,
     DEAD_LETTER_FILE,
     LABELS_FILE,
+    LEGACY_INFO_FILE,
     SHARD_SUFFIX,
     DatasetInfo,
+    NoBuildError,
     ShardInfo,
     SplitInfo,
     is_shard_filename,
+    read_build_info,
     shard_filename,
 )
 
 __all__ = [
     "BACKGROUND",
-    "DATASET_INFO_FILE",
+    "BUILD_INFO_FILE",
     "DEAD_LETTER_FILE",
     "FEATURES",
     "LABELS_FILE",
     "LABEL_SOURCES",
+    "LEGACY_INFO_FILE",
     "SCHEMA_VERSION",
     "SHARD_SUFFIX",
     "UNLABELLED",
     "ClassList",
     "DatasetInfo",
     "Feature",
+    "NoBuildError",
     "ShardInfo",
     "SplitInfo",
     "is_shard_filename",
     "one_hot_length",
+    "read_build_info",
     "shard_filename",
     "tf_feature_spec",
 ]

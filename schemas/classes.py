@@ -6,7 +6,7 @@ whose name is `BACKGROUND`. One-hot labels therefore have `num_classes + 1` entr
 a split that has no annotations at all is unlabelled: label `UNLABELLED` (-1, as TFDS writes for
 ImageNet's test split) and an all-zero one-hot. This is the only place these rules are spelled.
 
-Every example also records where its label came from (`LABEL_SOURCES`); `dataset_info.json`
+Every example also records where its label came from (`LABEL_SOURCES`); `build_info.json`
 counts them per split.
 """
 

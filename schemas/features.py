@@ -18,7 +18,10 @@ from schemas.classes import one_hot_length
 # 1.1: splits record their label sources and whether they are labelled; label -1 = unlabelled.
 # 1.2: splits record objects per image and the stored image widths and heights; records carry
 #      image/key/sha256 (the OD API's key); builds write label_map.pbtxt.
-SCHEMA_VERSION = "1.2.0"
+# 2.0: the build's metadata moves from dataset_info.json to build_info.json, and builds write
+#      TFDS's metadata (dataset_info.json, features.json, *.labels.txt) beside the shards.
+#      Records are unchanged; 1.x builds are still read (schemas.metadata.read_build_info).
+SCHEMA_VERSION = "2.0.0"
 
 ENCODED = "image/encoded"
 FORMAT = "image/format"

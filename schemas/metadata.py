@@ -1,7 +1,9 @@
-"""`dataset_info.json`: the metadata that describes (and commits) one build.
+"""`build_info.json`: the metadata that describes (and commits) one build.
 
 The builder writes this file last; its presence is what marks an output directory as complete.
 The loader reads the file list, counts and classes from it and never globs for shards.
+Builds before schema 2.0 kept the same metadata under TFDS's file name, `dataset_info.json`,
+which now holds TFDS's own metadata (`schemas.tfds_metadata`); `read_build_info` reads both.
 Pure Python (json + dataclasses) so both halves and the tests share it without TensorFlow.
 """
 
@@ -10,12 +12,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from schemas.classes import FROM_NOTHING, ClassList
 from schemas.features import SCHEMA_VERSION
 
-DATASET_INFO_FILE = "dataset_info.json"
+BUILD_INFO_FILE = "build_info.json"
+# Where builds of schema 1.x kept their metadata (now TFDS's dataset_info.json, see above).
+LEGACY_INFO_FILE = "dataset_info.json"
+# Schema major versions whose metadata this code reads (1.x: the legacy file, same fields).
+READABLE_MAJORS = ("1", "2")
 LABELS_FILE = "labels.txt"
 DEAD_LETTER_FILE = "rejected.jsonl"
 SHARD_SUFFIX = ".tfrecord"
@@ -137,13 +144,18 @@ class DatasetInfo:
 
     @classmethod
     def from_json(cls, text: str) -> DatasetInfo:
-        """Parses `dataset_info.json`; raises ValueError for another schema major version."""
+        """Parses `build_info.json` (or a schema 1.x build's `dataset_info.json`).
+
+        Raises:
+          ValueError: another schema major version (a newer build: update this code).
+        """
         payload = json.loads(text)
         version = str(payload.get("schema_version", ""))
-        if version.split(".")[0] != SCHEMA_VERSION.split(".")[0]:
+        if version.split(".")[0] not in READABLE_MAJORS:
             raise ValueError(
-                f"dataset_info.json has schema version {version!r}; this code reads "
-                f"version {SCHEMA_VERSION.split('.')[0]}.x"
+                f"the build's metadata has schema version {version!r}; this code (schema "
+                f"{SCHEMA_VERSION}) reads versions {', '.join(m + '.x' for m in READABLE_MAJORS)}"
+                "; update imagenet-tfrecords to read it"
             )
         splits = {
             name: SplitInfo(
@@ -170,6 +182,45 @@ class DatasetInfo:
             versions=dict(payload["versions"]),
             display_names=dict(payload.get("display_names", {})),
         )
+
+
+class NoBuildError(FileNotFoundError):
+    """A directory without a committed build (no build metadata)."""
+
+
+def read_build_info(read_text: Callable[[str], str | None], output_dir: str) -> DatasetInfo:
+    """A committed build's metadata: `build_info.json`, or a schema 1.x build's file.
+
+    Args:
+      read_text: reads a file of the build directory by name; None when it does not exist
+        (each side passes its own file system: Beam's, tf.io.gfile).
+      output_dir: the directory, for messages.
+
+    Raises:
+      NoBuildError: no committed build there (the message says why and what to do).
+      ValueError: the metadata is of a schema this code cannot read.
+    """
+    text = read_text(BUILD_INFO_FILE)
+    if text is not None:
+        return DatasetInfo.from_json(text)
+    legacy = read_text(LEGACY_INFO_FILE)
+    if legacy is None:
+        raise NoBuildError(
+            f"{output_dir} holds no committed build ({BUILD_INFO_FILE} is missing): build it "
+            f"first (python -m beam_pipeline --input_dir TREE --output_dir {output_dir}), or let "
+            "the running build finish; shards without it are never read"
+        )
+    try:
+        is_legacy = "schema_version" in json.loads(legacy)
+    except ValueError:
+        is_legacy = False
+    if not is_legacy:
+        raise NoBuildError(
+            f"{output_dir} holds no committed build: {BUILD_INFO_FILE} is missing and "
+            f"{LEGACY_INFO_FILE} is TFDS's metadata, not a build's (a build stopped while "
+            "committing, or a directory TFDS wrote); rebuild it with --overwrite"
+        )
+    return DatasetInfo.from_json(legacy)
 
 
 def _histogram_json(counts: dict[int, int]) -> dict[str, int]:

@@ -2,7 +2,8 @@
 # Creates (once) the project's virtual environment in .venv and installs the pinned
 # requirements and the project itself; reinstalls only when requirements.txt or setup.py
 # change. Source it: `source scripts/ensure_venv.sh`, then $VENV_PYTHON is the interpreter.
-# With TEST_REQUIREMENTS=1 (./run_tests.sh) it also installs requirements-test.txt.
+# With TEST_REQUIREMENTS=1 (./run_tests.sh) it also installs requirements-test.txt, and
+# requirements-test-nodeps.txt without the dependencies its packages declare.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${VENV:-$ROOT/.venv}"
@@ -23,11 +24,12 @@ if [ ! -f "$stamp" ]; then
 fi
 if [ "${TEST_REQUIREMENTS:-0}" = 1 ]; then
   tests="$VENV/.tests-installed-$(cat "$ROOT/requirements.txt" "$ROOT/requirements-test.txt" \
-    | sha256sum | cut -c1-16)"
+    "$ROOT/requirements-test-nodeps.txt" | sha256sum | cut -c1-16)"
   if [ ! -f "$tests" ]; then
     echo "Installing the test requirements into $VENV..."
     "$VENV/bin/python" -m pip install --quiet -r "$ROOT/requirements.txt" \
       -r "$ROOT/requirements-test.txt"
+    "$VENV/bin/python" -m pip install --quiet --no-deps -r "$ROOT/requirements-test-nodeps.txt"
     rm -f "$VENV"/.tests-installed-*
     touch "$tests"
   fi

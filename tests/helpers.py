@@ -12,7 +12,7 @@ from PIL import Image
 
 from beam_pipeline import pipeline, sample_tree
 from beam_pipeline.tfrecord import read_records
-from schemas import DATASET_INFO_FILE, DEAD_LETTER_FILE, DatasetInfo
+from schemas import BUILD_INFO_FILE, DEAD_LETTER_FILE, DatasetInfo
 from schemas import features as F
 from schemas.example_proto import Example
 
@@ -83,7 +83,7 @@ def _values(feature):
 
 def read_split(output_dir, split: str) -> list[dict]:
     """Every example of a split in written order (shard by shard), as plain Python values."""
-    info = DatasetInfo.from_json((pathlib.Path(output_dir) / DATASET_INFO_FILE).read_text())
+    info = DatasetInfo.from_json((pathlib.Path(output_dir) / BUILD_INFO_FILE).read_text())
     examples = []
     for shard in info.splits[split].shards:
         with open(os.path.join(output_dir, shard.file), "rb") as stream:

@@ -23,7 +23,7 @@ from beam_pipeline import cli, sample_tree
 from beam_pipeline.annotations import voc_xml
 from beam_pipeline.layouts import LayoutError
 from beam_pipeline.output import OutputExistsError
-from schemas import DATASET_INFO_FILE, LABELS_FILE
+from schemas import BUILD_INFO_FILE, LABELS_FILE
 from schemas import features as F
 
 PILLOW = CORPUS / "images" / "pillow"
@@ -226,8 +226,8 @@ def test_byte_identical_across_runner_modes(dirty_tree, dirty_build, tmp_path, m
         *mode,
     )
     assert shard_bytes(tmp_path / "out") == shard_bytes(reference)
-    assert (tmp_path / "out" / DATASET_INFO_FILE).read_text() == (
-        reference / DATASET_INFO_FILE
+    assert (tmp_path / "out" / BUILD_INFO_FILE).read_text() == (
+        reference / BUILD_INFO_FILE
     ).read_text()
     assert other == info
 
@@ -299,7 +299,7 @@ def test_error_budget_fails_loudly_and_commits_nothing(
     message = failure_line(capsys.readouterr().err)
     assert message.startswith(failure)
     assert "while running" not in message and "rejected.jsonl" in message
-    assert not (out / DATASET_INFO_FILE).exists()
+    assert not (out / BUILD_INFO_FILE).exists()
     assert len(dead_letters(out)) == rejected
     if rejected == 2:
         assert not list(out.rglob("*.tfrecord*"))

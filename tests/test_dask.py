@@ -13,7 +13,7 @@ from helpers import build, dead_letters, ilsvrc_image, jpeg_bytes, write
 from test_console import run_cli
 
 from beam_pipeline import dask_runner, options, pipeline, sample_tree
-from schemas import DATASET_INFO_FILE
+from schemas import BUILD_INFO_FILE
 
 WORKERS = 2
 
@@ -84,7 +84,7 @@ def test_a_failed_check_on_dask_writes_no_shard_and_fails_loudly(cluster, tree, 
         build(tree, out, "--max_bad_fraction", "0", *dask_flags(cluster))
     message = pipeline.failure_message(raised.value)
     assert message.startswith("BUILD FAILED: 1 of 362 images rejected before any image was read")
-    assert not (out / DATASET_INFO_FILE).exists()
+    assert not (out / BUILD_INFO_FILE).exists()
     assert list(out.glob("*.tfrecord")) == []
     assert [line["path"] for line in dead_letters(out)] == [
         str(tree / "Annotations" / "DET" / "val" / "zz_bad_xml.xml")
@@ -101,7 +101,7 @@ def test_the_command_line_takes_the_short_name_and_says_where_it_ran(cluster, tr
     assert result.returncode == 0, result.stderr
     workers = f"{WORKERS} workers, {WORKERS} threads"
     assert f"on the Dask cluster at {cluster.scheduler_address} ({workers})" in result.stdout
-    assert (out / DATASET_INFO_FILE).exists()
+    assert (out / BUILD_INFO_FILE).exists()
 
 
 def test_side_inputs_and_tagged_outputs_reach_the_right_consumers(cluster):
@@ -135,4 +135,4 @@ def test_an_unreachable_scheduler_is_named_with_its_flag(tree, tmp_path):
     assert str(raised.value).startswith(
         "cannot reach the Dask scheduler at tcp://127.0.0.1:9 (--dask_client_address): "
     )
-    assert not (tmp_path / "out" / DATASET_INFO_FILE).exists()
+    assert not (tmp_path / "out" / BUILD_INFO_FILE).exists()

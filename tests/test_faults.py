@@ -10,7 +10,7 @@ import pytest
 from helpers import build, failure_line
 
 from beam_pipeline import cli, fileio, sample_tree, writing
-from schemas import DATASET_INFO_FILE
+from schemas import BUILD_INFO_FILE
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +101,7 @@ def test_full_output_location_fails_loudly_and_commits_nothing(tree, tmpfs, caps
     message = failure_line(capsys.readouterr().err)
     assert message.startswith("BUILD FAILED: cannot write shard ")
     assert "No space left on device" in message
-    assert not (out / DATASET_INFO_FILE).exists()
+    assert not (out / BUILD_INFO_FILE).exists()
 
 
 @pytest.mark.parametrize("resume", [False, True])
@@ -183,7 +183,7 @@ def test_sigkill_leaves_nothing_the_loader_accepts_and_a_rerun_matches(
     out = tmp_path / "out"
     argv = ["--input_dir", str(kill_tree), "--output_dir", str(out), *KILL_ARGS]
     kill_build_when(argv, lambda: KILL_POINTS[point](out))
-    assert not (out / DATASET_INFO_FILE).exists()
+    assert not (out / BUILD_INFO_FILE).exists()
     tf = pytest.importorskip("tensorflow")  # noqa: F841 - the loader needs it
     from loaders import IncompleteDatasetError, load_dataset
 
@@ -203,7 +203,7 @@ def test_resume_rewrites_only_missing_or_damaged_shards(kill_tree, kill_referenc
 
     kill_build_when(argv, lambda: len(recorded()) >= 3)
     finished = recorded()
-    assert 3 <= len(finished) < 8 and not (out / DATASET_INFO_FILE).exists()
+    assert 3 <= len(finished) < 8 and not (out / BUILD_INFO_FILE).exists()
     damaged = out / finished[0]
     data = bytearray(damaged.read_bytes())
     data[len(data) // 2] ^= 0xFF

@@ -16,7 +16,7 @@ from helpers import build, ilsvrc_image, jpeg_bytes, read_split
 from beam_pipeline import inspect_record, sample_tree
 from beam_pipeline.annotations import voc_xml
 from beam_pipeline.tfrecord import encode_record
-from schemas import DATASET_INFO_FILE, FEATURES, DatasetInfo
+from schemas import BUILD_INFO_FILE, FEATURES, DatasetInfo
 from schemas import features as F
 from schemas.example_proto import Example
 
@@ -36,7 +36,7 @@ def built(tmp_path_factory):
 
 
 def shard(built, split, index=0):
-    info = DatasetInfo.from_json((built / DATASET_INFO_FILE).read_text())
+    info = DatasetInfo.from_json((built / BUILD_INFO_FILE).read_text())
     return built / info.splits[split].shards[index].file
 
 
@@ -51,7 +51,7 @@ def position_of(records, name):
     return index
 
 
-def known_lines(path, index, count, data, names_from="class names from dataset_info.json"):
+def known_lines(path, index, count, data, names_from="class names from the build"):
     where = f" of {count} in split validation" if count else ""
     return [
         f"{path}: record {index}{where} ({names_from})",
@@ -115,7 +115,7 @@ def test_an_unlabelled_record_says_so(built, capsys):
     code, out, _ = run(capsys, path, "--index", 2)
     assert code == 0
     lines = out.splitlines()
-    assert lines[0] == f"{path}: record 2 of 3 in split test (class names from dataset_info.json)"
+    assert lines[0] == f"{path}: record 2 of 3 in split test (class names from the build)"
     assert lines[1].startswith(
         f"image/encoded: {len(records[2][F.ENCODED][0]):,} bytes of JPEG, 40x30 RGB, sha256 "
     )
@@ -143,7 +143,7 @@ def test_json_summarises_the_image_and_names_the_objects(built, capsys):
     data = records[index][F.ENCODED][0]
     assert payload["shard"] == str(path) and payload["index"] == index
     assert (payload["split"], payload["num_records"]) == ("validation", len(records))
-    assert payload["class_names_from"] == "dataset_info.json"
+    assert payload["class_names_from"] == "build"
     features = payload["features"]
     assert list(features) == [f.key for f in FEATURES]
     assert features[F.ENCODED] == [

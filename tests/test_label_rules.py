@@ -21,7 +21,7 @@ from helpers import (
 from beam_pipeline import cli, verify
 from beam_pipeline.annotations import voc_xml
 from beam_pipeline.tfrecord import read_records
-from schemas import DATASET_INFO_FILE, DatasetInfo
+from schemas import BUILD_INFO_FILE, DatasetInfo
 from schemas import features as F
 
 SYNSETS = ("n01440764", "n01443537")
@@ -96,12 +96,12 @@ def test_a_split_without_annotations_is_unlabelled(imagenet_copy):
         assert example[F.LABEL] == [-1]
         assert example[F.ONE_HOT] == [0, 0, 0]
         assert example[F.LABEL_TEXT] == [b""]
-    text = (out / DATASET_INFO_FILE).read_text()
+    text = (out / BUILD_INFO_FILE).read_text()
     assert '"labelled": false' in text and '"labelled": true' in text
 
 
 def first_record(out, split):
-    (shard,) = DatasetInfo.from_json((out / DATASET_INFO_FILE).read_text()).splits[split].shards
+    (shard,) = DatasetInfo.from_json((out / BUILD_INFO_FILE).read_text()).splits[split].shards
     with open(out / shard.file, "rb") as stream:
         return next(read_records(stream))
 
@@ -178,7 +178,7 @@ def test_an_xml_class_named_background_fails_the_build_before_any_shard(tmp_path
     error = failure_line(capsys.readouterr().err)
     assert error.startswith("BUILD FAILED: the train split's annotations or folders: a class is")
     assert "--labels_file" in error
-    assert not list(out.glob("*.tfrecord")) and not (out / DATASET_INFO_FILE).exists()
+    assert not list(out.glob("*.tfrecord")) and not (out / BUILD_INFO_FILE).exists()
 
 
 def test_a_labels_file_that_misses_classes_fails_before_any_shard_naming_them(tmp_path, capsys):
@@ -195,5 +195,5 @@ def test_a_labels_file_that_misses_classes_fails_before_any_shard_naming_them(tm
         f"(--labels_file {labels}), most frequent first: {{'eel': 3, 'owl': 1}}; "
         f"see {out}/rejected.jsonl"
     )
-    assert not list(out.rglob("*.tfrecord*")) and not (out / DATASET_INFO_FILE).exists()
+    assert not list(out.rglob("*.tfrecord*")) and not (out / BUILD_INFO_FILE).exists()
     assert sorted(d["reason"] for d in dead_letters(out)) == ["unknown_class"] * 4

@@ -24,7 +24,7 @@ from loaders import (  # noqa: E402
     normalization_layer,
     preprocess_for_eval,
 )
-from schemas import BACKGROUND, DATASET_INFO_FILE  # noqa: E402
+from schemas import BACKGROUND, BUILD_INFO_FILE  # noqa: E402
 from schemas import features as F  # noqa: E402
 
 SIZE = (32, 32)
@@ -216,7 +216,7 @@ def test_input_pipelines_cover_every_example_exactly_once(built, pipelines, spli
 
 def test_incomplete_directory_is_refused(built, tmp_path):
     (tmp_path / "train-00000-of-00001.tfrecord").write_bytes(b"")
-    with pytest.raises(IncompleteDatasetError, match=r"dataset_info\.json"):
+    with pytest.raises(IncompleteDatasetError, match=r"build_info\.json is missing"):
         load_dataset(str(tmp_path), "train", batch_size=4)
     with pytest.raises(KeyError, match="no split 'test'"):
         load_dataset(built, "test", batch_size=4)
@@ -336,7 +336,7 @@ def copy_with_damaged_shard(built, tmp_path, damage):
         shard.unlink()
     else:
         shard.write_bytes(damaged)
-    assert (copy / DATASET_INFO_FILE).exists()
+    assert (copy / BUILD_INFO_FILE).exists()
     return copy, shard
 
 

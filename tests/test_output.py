@@ -76,13 +76,17 @@ def test_commit_writes_labels_then_the_marker_and_clears_the_work_dirs(tmp_path)
     committed = info(ShardInfo("train-00000-of-00001.tfrecord", 1, 5, "x"))
     output.commit(str(tmp_path), committed)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "build_info.json",
         "dataset_info.json",
+        "features.json",
+        "image.class.label.labels.txt",
+        "image.object.class.label.labels.txt",
         "label_map.pbtxt",
         "labels.txt",
         "rejected.jsonl",
     ]
     assert (tmp_path / "labels.txt").read_text() == "cat\n"
-    assert DatasetInfo.from_json((tmp_path / "dataset_info.json").read_text()) == committed
+    assert DatasetInfo.from_json((tmp_path / "build_info.json").read_text()) == committed
     assert (tmp_path / "rejected.jsonl").read_text() == (
         '{"detail": "cut", "is_image": true, "path": "/t/a.JPEG", "reason": "truncated_image", '
         '"split": "train", "stage": "image"}\n'

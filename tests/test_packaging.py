@@ -93,4 +93,4 @@ def test_installed_sdist_builds_a_tree_in_a_fresh_interpreter(sdist, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     rows = [row.split()[:3] for row in summary_rows(result.stdout)]
     assert rows == [["train", "12", "1"], ["validation", "4", "1"]]
-    assert (out / "dataset_info.json").exists()
+    assert (out / "build_info.json").exists()

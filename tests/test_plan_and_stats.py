@@ -9,7 +9,7 @@ from helpers import build, ilsvrc_image, jpeg_bytes, read_split, write
 
 from beam_pipeline import commands, planning, sample_tree, stats
 from beam_pipeline.annotations import voc_xml
-from schemas import DATASET_INFO_FILE, DatasetInfo
+from schemas import BUILD_INFO_FILE, DatasetInfo
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +190,7 @@ def test_stats_text_names_rejections_and_says_what_an_old_build_lacks(bad_tree, 
     )
     assert "examples per class: min 1, median 4, max 4; imbalance (max/min) 4.00" in train
     # A build from before schema 1.2 recorded no sizes or objects: stats says so.
-    path = out / DATASET_INFO_FILE
+    path = out / BUILD_INFO_FILE
     old = json.loads(path.read_text())
     old["schema_version"] = "1.1.0"
     for split in old["splits"].values():

@@ -15,6 +15,8 @@ from helpers import build, decode, ilsvrc_image, jpeg_bytes, read_split, write
 
 from beam_pipeline import sample_tree, verify
 from beam_pipeline.annotations import voc_xml
+from beam_pipeline.tfrecord import read_records
+from schemas import BUILD_INFO_FILE, DatasetInfo
 from schemas import features as F
 from schemas.example_proto import Example
 from schemas.label_map import LABEL_MAP_FILE, read_label_map
@@ -84,6 +86,41 @@ def test_verify_checks_the_key_and_reads_builds_older_than_the_key(od_build):
     old = example.SerializeToString()
     assert verify.check_example(old, 3) == "missing feature image/key/sha256"
     assert verify.check_example(old, 3, schema_version="1.1.0") is None
+
+
+def test_the_tensorflow_model_garden_decoder_reads_every_record(od_build):
+    """The detection decoder of TensorFlow's Model Garden (`tf-models-official`'s
+    `official.vision`, the OD API's TF2 successor), unmodified, on every record."""
+    import tensorflow as tf
+    from official.vision.dataloaders import tf_example_decoder
+
+    decoder = tf_example_decoder.TfExampleDecoder()
+    for split in ("train", "validation"):
+        records = read_split(od_build, split)
+        for record, serialized in zip(records, read_serialized(od_build, split), strict=True):
+            decoded = {k: v.numpy() for k, v in decoder.decode(tf.constant(serialized)).items()}
+            pixels = tf.io.decode_jpeg(record[F.ENCODED][0], channels=3).numpy()
+            np.testing.assert_array_equal(decoded["image"], pixels)
+            assert decoded["source_id"] == record[F.SOURCE_ID][0]
+            assert (decoded["height"], decoded["width"]) == (
+                record[F.HEIGHT][0],
+                record[F.WIDTH][0],
+            )
+            assert decoded["groundtruth_classes"].tolist() == record[F.OBJECT_LABEL]
+            keys = (F.BBOX_YMIN, F.BBOX_XMIN, F.BBOX_YMAX, F.BBOX_XMAX)
+            expected = np.array([record[key] for key in keys], np.float32).T.reshape(-1, 4)
+            np.testing.assert_array_equal(decoded["groundtruth_boxes"], expected)
+            assert not decoded["groundtruth_is_crowd"].any()
+
+
+def read_serialized(output_dir, split):
+    """The serialized records of a split in written order."""
+    info = DatasetInfo.from_json((output_dir / BUILD_INFO_FILE).read_text())
+    records = []
+    for shard in info.splits[split].shards:
+        with open(output_dir / shard.file, "rb") as stream:
+            records += list(read_records(stream))
+    return records
 
 
 def readme_blocks(section: str = "## Reading the records elsewhere") -> list[tuple[str, str]]:
@@ -171,3 +208,20 @@ def test_the_readme_dali_snippet_reads_the_shards_on_the_cpu(sample_dir):
     records = read_split(sample_dir / "sample_data" / "out", "train")
     assert got == {"shape": [32, 64, 64, 3], "labels": [r[F.LABEL][0] for r in records[:32]]}
     assert not list((sample_dir / "sample_data" / "out").glob("*.idx"))  # indexes elsewhere
+
+
+def test_the_readme_tfds_snippet_reads_a_build_as_a_tfds_dataset(sample_dir, monkeypatch):
+    _, _, _, (_, code) = [b for b in readme_blocks() if b[0] == "python"][:4]
+    monkeypatch.chdir(sample_dir)
+    scope = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    out = sample_dir / "sample_data" / "out"
+    first = read_split(out, "train")[0]
+    assert scope["label"].numpy() == first[F.LABEL][0]
+    assert scope["name"] == first[F.LABEL_TEXT][0].decode()
+    assert scope["classes"].names == [*(out / "labels.txt").read_text().split(), "background"]
+    assert scope["image"].numpy().shape == decode(first).shape
+    record = read_split(out, "validation")[0]
+    boxes = [scope["boxes"][i].numpy().tolist() for i in range(4)]
+    keys = (F.BBOX_YMIN, F.BBOX_XMIN, F.BBOX_YMAX, F.BBOX_XMAX)
+    assert boxes == [record[key] for key in keys]

@@ -117,7 +117,7 @@ def test_dataset_info_json_round_trip():
 def test_other_major_schema_version_is_refused():
     text = DatasetInfo(SCHEMA_VERSION, (), {}, {}, {}, {}, {}).to_json()
     with pytest.raises(ValueError, match="schema version"):
-        DatasetInfo.from_json(text.replace(f'"{SCHEMA_VERSION}"', '"2.0.0"'))
+        DatasetInfo.from_json(text.replace(f'"{SCHEMA_VERSION}"', '"3.0.0"'))
 
 
 def test_shard_file_names():

@@ -19,7 +19,7 @@ from PIL import Image
 
 from beam_pipeline import sample_tree, show
 from beam_pipeline.annotations import voc_xml
-from schemas import DATASET_INFO_FILE, DatasetInfo, SplitInfo
+from schemas import BUILD_INFO_FILE, DatasetInfo, SplitInfo
 from schemas import features as F
 
 WIDE = (160, 80)  # val/wide: circle (40, 20)-(119, 59), square the whole image
@@ -46,7 +46,7 @@ def built(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def info(built):
-    return DatasetInfo.from_json((built / DATASET_INFO_FILE).read_text())
+    return DatasetInfo.from_json((built / BUILD_INFO_FILE).read_text())
 
 
 @pytest.fixture(scope="module")
@@ -295,7 +295,7 @@ def test_the_command_writes_the_sheet_and_says_what_it_shows(built, tmp_path, ca
     sheet, _ = show.contact_sheet(str(built), "train", n=4, seed=5)
     assert np.array_equal(np.asarray(written), np.asarray(sheet))
     code, out, _ = run(capsys, built, "--class", "circle", "--split", "train", "-o", target)
-    circles = DatasetInfo.from_json((built / DATASET_INFO_FILE).read_text()).splits["train"]
+    circles = DatasetInfo.from_json((built / BUILD_INFO_FILE).read_text()).splits["train"]
     circles = circles.class_counts[0]
     assert out == f"wrote {target}: {circles} of {circles} train examples of class circle (seed 0)"
 
@@ -344,9 +344,9 @@ def test_a_directory_without_a_build_exits_2(tmp_path, capsys):
     code, _, err = run(capsys, tmp_path, "-o", tmp_path / "x.png")
     assert code == 2
     assert err == (
-        f"error: {tmp_path} holds no committed build (dataset_info.json is missing); build it "
-        f"first (python -m beam_pipeline --input_dir TREE --output_dir {tmp_path}) or let a "
-        "running build finish"
+        f"error: {tmp_path} holds no committed build (build_info.json is missing): build it "
+        f"first (python -m beam_pipeline --input_dir TREE --output_dir {tmp_path}), or let the "
+        "running build finish; shards without it are never read"
     )
     code, _, err = run(capsys, tmp_path / "nowhere", "-o", tmp_path / "x.png")
     assert code == 2 and err.startswith(f"error: {tmp_path / 'nowhere'} does not exist; ")

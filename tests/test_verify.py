@@ -7,7 +7,7 @@ from helpers import build_sample, jpeg_bytes
 
 from beam_pipeline import verify
 from beam_pipeline.tfrecord import encode_record, read_records
-from schemas import DATASET_INFO_FILE, DatasetInfo
+from schemas import BUILD_INFO_FILE, DatasetInfo
 from schemas import features as F
 from schemas.example_proto import Example
 
@@ -25,7 +25,7 @@ def copy(built, tmp_path):
 
 
 def shard_of(out, index=1):
-    info = DatasetInfo.from_json((out / DATASET_INFO_FILE).read_text())
+    info = DatasetInfo.from_json((out / BUILD_INFO_FILE).read_text())
     return out / info.splits["train"].shards[index].file
 
 
@@ -112,7 +112,8 @@ def test_wrong_label_and_missing_record_are_reported(copy, capsys):
     shard_of(copy, 0).write_bytes(b"".join(encode_record(r) for r in original[:-1]))
     output = run(copy, capsys)[1]
     assert (
-        f"{shard_of(copy, 0).name}: {len(original) - 1} records, dataset_info.json says" in output
+        f"{shard_of(copy, 0).name}: {len(original) - 1} records, the build's metadata says"
+        in output
     )
 
 

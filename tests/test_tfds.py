@@ -1,0 +1,215 @@
+"""A build directory is a TFDS dataset, read by the real `tensorflow-datasets` package; builds of
+schema 1.x (whose metadata had TFDS's file name) are still read, and `upgrade` makes them TFDS
+datasets without touching a shard."""
+
+import dataclasses
+import hashlib
+import json
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+from google.protobuf import json_format
+from helpers import build, ilsvrc_image, jpeg_bytes, read_split
+
+from beam_pipeline import output, upgrade, verify
+from beam_pipeline.annotations import voc_xml
+from loaders import IncompleteDatasetError, dataset_info, load_dataset
+from schemas import BUILD_INFO_FILE, FEATURES, LEGACY_INFO_FILE, SCHEMA_VERSION, DatasetInfo
+from schemas import features as F
+from schemas.tfds_metadata import TFDS_FILES, TFDS_INFO_FILE, tfds_files, tfds_name
+
+CLASSES = ["n01440764", "n01443537", "n01484850"]
+
+
+def det_tree(root):
+    """Objects of every class (two in some images, flagged difficult/truncated), background
+    images, and an unlabelled test split."""
+    for n in range(9):
+        objects = [(CLASSES[n % 3], 2 + n, 3, 30 + n, 28, n % 2, 1 - n % 2)]
+        if n < 3:
+            objects.append((CLASSES[(n + 1) % 3], 33, 20, 60, 44))
+        colour = (20 * n, 100, 200 - 10 * n)
+        ilsvrc_image(root, "train", f"t{n}", jpeg_bytes(colour=colour), voc_xml(objects, (64, 48)))
+        if n < 4:
+            ilsvrc_image(
+                root, "val", f"v{n}", jpeg_bytes(colour=colour), voc_xml(objects, (64, 48))
+            )
+    ilsvrc_image(root, "train", "empty", jpeg_bytes(colour=(1, 2, 3)), voc_xml([], (64, 48)))
+    for n in range(3):
+        ilsvrc_image(root, "test", f"x{n}", jpeg_bytes(colour=(5, 50 * n, 9)))
+    return root
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    return det_tree(tmp_path_factory.mktemp("det"))
+
+
+@pytest.fixture(scope="module")
+def built(tree, tmp_path_factory):
+    out = tmp_path_factory.mktemp("tfds") / "my_det" / SCHEMA_VERSION
+    build(tree, out, "--splits", "train,val,test", "--num_shards", "train=2,val=1,test=1")
+    return out
+
+
+def as_numpy(value):
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def test_tfds_reads_every_record_of_every_split_as_written(built):
+    builder = tfds.builder_from_directory(str(built))
+    info = DatasetInfo.from_json((built / BUILD_INFO_FILE).read_text())
+    assert builder.info.name == "ilsvrc_det" and str(builder.info.version) == SCHEMA_VERSION
+    assert set(builder.info.features.keys()) == {f.key for f in FEATURES}
+    label = builder.info.features[F.LABEL]
+    assert label.names == [*CLASSES, "background"]
+    assert builder.info.features[F.OBJECT_LABEL].feature.names == label.names
+    for split, split_info in info.splits.items():
+        tfds_split = builder.info.splits[split]
+        assert tfds_split.shard_lengths == [s.num_examples for s in split_info.shards]
+        records = read_split(built, split)
+        examples = list(tfds.as_numpy(builder.as_dataset(split=split)))
+        assert len(examples) == len(records) == split_info.num_examples
+        for record, example in zip(records, examples, strict=True):
+            pixels = tf.io.decode_jpeg(record[F.ENCODED][0], channels=3).numpy()
+            np.testing.assert_array_equal(example[F.ENCODED], pixels)
+            for feature in FEATURES:
+                if feature.key == F.ENCODED:
+                    continue
+                values = np.atleast_1d(example[feature.key]).tolist()
+                assert [as_numpy(v) for v in values] == [as_numpy(v) for v in record[feature.key]]
+    test = [ex[F.LABEL] for ex in tfds.as_numpy(builder.as_dataset(split="test"))]
+    assert test == [-1, -1, -1]  # the unlabelled split, as TFDS's own ImageNet test split
+
+
+def test_as_supervised_and_split_slicing_work_as_with_tfds_load(built):
+    builder = tfds.builder_from_directory(str(built))
+    records = read_split(built, "train")
+    pairs = list(tfds.as_numpy(builder.as_dataset(split="train[:50%]", as_supervised=True)))
+    assert len(pairs) == 5
+    for (image, label), record in zip(pairs, records, strict=False):
+        assert image.shape == (48, 64, 3) and image.dtype == np.uint8
+        assert label == record[F.LABEL][0]
+    names = [builder.info.features[F.LABEL].int2str(int(label)) for _, label in pairs]
+    assert names == [r[F.LABEL_TEXT][0].decode() for r in records[:5]]
+
+
+def test_tfds_load_finds_a_build_made_in_its_data_dir_layout(built):
+    data_dir = built.parent.parent  # .../my_det/2.0.0
+    dataset, info = tfds.load(
+        "my_det", data_dir=str(data_dir), split="validation", with_info=True, as_supervised=True
+    )
+    labels = [int(label) for _, label in tfds.as_numpy(dataset)]
+    assert labels == [r[F.LABEL][0] for r in read_split(built, "validation")]
+    assert info.splits["train"].num_examples == 10
+
+
+def test_features_json_is_what_tfds_itself_writes_for_those_features(built):
+    written = json.loads((built / "features.json").read_text())
+    features = tfds.features.FeatureConnector.from_json(written)
+    assert json_format.MessageToDict(features.to_proto()) == written  # as TFDS's save_config
+    for name in TFDS_FILES:
+        assert (built / name).exists()
+
+
+def test_tfds_metadata_describes_only_the_keys_of_the_build_schema():
+    info = DatasetInfo("1.1.0", ("cat",), {}, {}, {}, {"layout": "ilsvrc_cls_loc"}, {})
+    features = json.loads(tfds_files(info)["features.json"])["featuresDict"]["features"]
+    assert F.KEY_SHA256 not in features and F.ENCODED in features
+    assert tfds_name(info) == "ilsvrc_cls_loc"
+    assert tfds_name(dataclasses.replace(info, source={})) == "imagenet_tfrecords"
+
+
+def make_legacy(build_dir, into):
+    """A copy of a build as schema 1.2 wrote it: the metadata in dataset_info.json, no TFDS."""
+    shutil.copytree(build_dir, into)
+    payload = json.loads((into / BUILD_INFO_FILE).read_text())
+    payload["schema_version"] = "1.2.0"
+    for name in TFDS_FILES:
+        (into / name).unlink()
+    (into / BUILD_INFO_FILE).unlink()
+    (into / LEGACY_INFO_FILE).write_text(json.dumps(payload, indent=2) + "\n")
+    return into
+
+
+def shard_digests(directory):
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(directory.glob("*.tfrecord"))
+    }
+
+
+def test_a_schema_1_build_is_read_verified_and_refused_as_before(built, tree, tmp_path, capsys):
+    legacy = make_legacy(built, tmp_path / "legacy")
+    assert dataset_info(str(legacy)).info.schema_version == "1.2.0"
+    dataset = load_dataset(str(legacy), "train", batch_size=4, label_mode="int")
+    labels = np.concatenate([y for _, y in dataset])
+    assert sorted(labels.tolist()) == sorted(r[F.LABEL][0] for r in read_split(built, "train"))
+    assert verify.main([str(legacy), "--workers", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.splitlines() == [
+        "OK: 4 shards verified",
+        f"note: a build of schema 1.x, whose metadata TFDS cannot read; python -m beam_pipeline "
+        f"upgrade {legacy} adds TFDS's files (shards untouched)",
+    ]
+    with pytest.raises(output.OutputExistsError, match="already holds a complete build"):
+        build(tree, legacy, "--splits", "train,val,test")
+    with pytest.raises(Exception, match='no field named "schema_version"'):  # as in issue 18
+        tfds.builder_from_directory(str(legacy))
+
+
+def test_upgrade_makes_a_schema_1_build_a_tfds_dataset_without_touching_a_shard(
+    built, tmp_path, capsys
+):
+    legacy = make_legacy(built, tmp_path / "legacy")
+    before = shard_digests(legacy)
+    assert upgrade.main([str(legacy)]) == 0
+    assert capsys.readouterr().out == (
+        f"{legacy}: wrote features.json, image.class.label.labels.txt, "
+        "image.object.class.label.labels.txt, build_info.json, dataset_info.json (records of "
+        f"schema 1.2.0, unchanged); tfds.builder_from_directory('{legacy}') reads it\n"
+    )
+    assert shard_digests(legacy) == before
+    info = DatasetInfo.from_json((legacy / BUILD_INFO_FILE).read_text())
+    assert info.schema_version == "1.2.0"
+    assert json.loads((legacy / TFDS_INFO_FILE).read_text())["version"] == "1.2.0"
+    builder = tfds.builder_from_directory(str(legacy))
+    labels = [int(ex[F.LABEL]) for ex in tfds.as_numpy(builder.as_dataset(split="validation"))]
+    assert labels == [r[F.LABEL][0] for r in read_split(built, "validation")]
+    assert verify.verify(str(legacy)) == (4, [])
+    assert upgrade.main([str(tmp_path / "nothing")]) == 2
+    assert "holds no committed build (build_info.json is missing)" in capsys.readouterr().err
+
+
+def test_verify_names_tfds_metadata_that_is_missing_or_wrong_and_upgrade_mends_it(built, tmp_path):
+    copy = shutil.copytree(built, tmp_path / "copy")
+    (copy / "features.json").unlink()
+    tfds_info = json.loads((copy / TFDS_INFO_FILE).read_text())
+    tfds_info["splits"][0]["shardLengths"][0] = "1"
+    (copy / TFDS_INFO_FILE).write_text(json.dumps(tfds_info))
+    (copy / "image.class.label.labels.txt").write_text("a\nb\n")
+    _, problems = verify.verify(str(copy))
+    fix = f"python -m beam_pipeline upgrade {copy} rewrites it"
+    assert [str(p) for p in problems] == [
+        f"dataset_info.json: disagrees with build_info.json; {fix}",
+        f"features.json: missing, so TFDS cannot read the build; {fix}",
+        f"image.class.label.labels.txt: disagrees with build_info.json; {fix}",
+    ]
+    before = shard_digests(copy)
+    upgrade.upgrade(str(copy))
+    assert verify.verify(str(copy)) == (4, []) and shard_digests(copy) == before
+
+
+def test_tfds_metadata_without_build_info_is_not_a_build(built, tmp_path, tree):
+    """What a build killed between TFDS's files and its commit marker leaves."""
+    copy = shutil.copytree(built, tmp_path / "copy")
+    (copy / BUILD_INFO_FILE).unlink()
+    with pytest.raises(IncompleteDatasetError, match=r"dataset_info\.json is TFDS's metadata"):
+        dataset_info(str(copy))
+    # A rebuild needs no --overwrite and leaves no stale TFDS file behind before it commits.
+    build(tree, copy, "--splits", "train,val,test", "--num_shards", "train=2,val=1,test=1")
+    assert shard_digests(copy) == shard_digests(built)
+    assert verify.verify(str(copy)) == (4, [])
