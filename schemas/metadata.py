@@ -149,7 +149,11 @@ class DatasetInfo:
         Raises:
           ValueError: another schema major version (a newer build: update this code).
         """
-        payload = json.loads(text)
+        return cls.from_payload(json.loads(text))
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> DatasetInfo:
+        """`from_json` of the already parsed JSON."""
         version = str(payload.get("schema_version", ""))
         if version.split(".")[0] not in READABLE_MAJORS:
             raise ValueError(
@@ -211,16 +215,16 @@ def read_build_info(read_text: Callable[[str], str | None], output_dir: str) -> 
             "the running build finish; shards without it are never read"
         )
     try:
-        is_legacy = "schema_version" in json.loads(legacy)
+        payload = json.loads(legacy)
     except ValueError:
-        is_legacy = False
-    if not is_legacy:
+        payload = None
+    if not isinstance(payload, dict) or "schema_version" not in payload:
         raise NoBuildError(
             f"{output_dir} holds no committed build: {BUILD_INFO_FILE} is missing and "
             f"{LEGACY_INFO_FILE} is TFDS's metadata, not a build's (a build stopped while "
             "committing, or a directory TFDS wrote); rebuild it with --overwrite"
         )
-    return DatasetInfo.from_json(legacy)
+    return DatasetInfo.from_payload(payload)
 
 
 def _histogram_json(counts: dict[int, int]) -> dict[str, int]:
