@@ -59,10 +59,9 @@ def upgrade(output_dir: str) -> tuple[DatasetInfo, list[str]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    first, _, what, *_ = __doc__.split("\n\n")
     parser = argparse.ArgumentParser(
-        prog="python -m beam_pipeline upgrade",
-        description=__doc__.split("\n\n")[0],
-        epilog="Writes metadata files only; the shards are not read or changed.",
+        prog="python -m beam_pipeline upgrade", description=first, epilog=what
     )
     parser.add_argument("output_dir", metavar="OUT", help="the output directory of a build")
     args = parser.parse_args(argv)
