@@ -41,6 +41,9 @@ setuptools.setup(
         "dask": ["dask[distributed]>=2024.4.2"],
         # `show --histogram` plots the class counts; the contact sheet needs Pillow alone.
         "show": ["matplotlib>=3.8"],
+        # loaders.dali: decoding on the GPU with NVIDIA DALI; pick the wheel of your CUDA major.
+        "gpu": ["nvidia-dali-cuda120>=2.0"],
+        "gpu-cuda13": ["nvidia-dali-cuda130>=2.0"],
         "dev": ["pytest>=8", "ruff>=0.6", "psutil>=5.9", "tensorflow>=2.16"],
     },
     entry_points={

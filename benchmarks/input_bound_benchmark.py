@@ -3,12 +3,14 @@
     python -m benchmarks.input_bound_benchmark bench_data/out8k              # ResNet-50
     python -m benchmarks.input_bound_benchmark bench_data/out8k --model small --batch_size 64
     python -m benchmarks.input_bound_benchmark bench_data/out8k --service 2  # + tf.data service
+    python -m benchmarks.input_bound_benchmark bench_data/out8k --dali        # + NVIDIA DALI
 
 For each way of feeding the model (float32 batches; uint8 batches into the same model with
 `loaders.normalization_layer()` first; with --service, uint8 batches decoded by a tf.data
-service: N workers started in this process on loopback, or a running one at grpc://host:port),
-three rates (images/s), each the median of alternating `model.fit` runs after a warm-up that
-compiles the step:
+service: N workers started in this process on loopback, or a running one at grpc://host:port;
+with --dali, uint8 batches decoded by `loaders.dali.load_dali_dataset`: nvJPEG on the GPU when
+there is one, else DALI's CPU backend), three rates (images/s), each the median of alternating
+`model.fit` runs after a warm-up that compiles the step:
   loader alone     load_dataset(training=True) into a consumer loop: what the input can supply
   fit, fed         model.fit fed by load_dataset(training=True)
   fit, cached      model.fit fed by one batch already decoded, repeated: the model's own speed
@@ -54,6 +56,21 @@ def build_model(name: str, num_outputs: int, uint8: bool = False) -> keras.Model
     return model
 
 
+class Endless(keras.utils.PyDataset):
+    """A `DaliDataset`'s stream without epochs (JAX and PyTorch backends), as `.repeat()`."""
+
+    def __init__(self, batches):
+        super().__init__()
+        self.batches = batches
+
+    @property
+    def num_batches(self):
+        return None
+
+    def __getitem__(self, index):
+        return self.batches.next_batch()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("data_dir")
@@ -62,6 +79,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=50, help="steps per timed run")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no_mixed_precision", action="store_true")
+    parser.add_argument("--dali", action="store_true", help="also feed uint8 decoded by DALI")
     parser.add_argument(
         "--service",
         help="also feed uint8 through a tf.data service: N workers started here, or grpc://...",
@@ -80,7 +98,15 @@ def main() -> int:
         servers += [start_worker(servers[0].target) for _ in range(int(service))]
         service = servers[0].target
 
-    def feed(dtype: str, via: str | None = None) -> tf.data.Dataset:
+    def feed(dtype: str, via: str | None = None):
+        if via == "dali":
+            from loaders.dali import load_dali_dataset
+
+            batches = load_dali_dataset(
+                args.data_dir, "train", batch_size=b, image_size=SIZE, training=True, seed=0,
+                dtype=dtype,
+            )  # fmt: skip
+            return batches.repeat() if isinstance(batches, tf.data.Dataset) else Endless(batches)
         return load_dataset(
             args.data_dir,
             "train",
@@ -95,8 +121,11 @@ def main() -> int:
     ways = {"float32": ("float32", None), "uint8 + normalization layer": ("uint8", None)}
     if service:
         ways["uint8, tf.data service"] = ("uint8", service)
+    if args.dali:
+        ways["uint8, DALI"] = ("uint8", "dali")
     print(
         f"device: {', '.join(g.name for g in gpus) or 'CPU only'}; host cores: {os.cpu_count()}; "
+        f"Keras backend: {keras.backend.backend()}; "
         f"model: {args.model}, batch {b}, mixed precision: {'on' if mixed else 'off'}"
         + (f"; tf.data service: {args.service}" if service else "")
     )

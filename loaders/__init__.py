@@ -31,6 +31,11 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> type[BuildInfo]:
-    """PEP 562: the old name `Dataset` still works for one release, with a warning."""
+def __getattr__(name: str):
+    """PEP 562: `load_dali_dataset` imports NVIDIA DALI only when asked for (`pip install
+    ".[gpu]"`); the old name `Dataset` still works for one release, with a warning."""
+    if name == "load_dali_dataset":
+        from loaders.dali import load_dali_dataset
+
+        return load_dali_dataset
     return renamed(__name__, name)

@@ -95,25 +95,15 @@ def load_dataset(
       tf.errors.InvalidArgumentError (while iterating): a shard whose records are corrupt; the
         message names the file.
     """
-    image_size, label_mode, dtype = _checked_arguments(
+    image_size, label_mode, dtype = checked_arguments(
         batch_size, image_size, label_mode, dtype, bounding_box_format, max_boxes
     )
     info = dataset_info(data_dir)
-    if label_mode is not None and not info.split(split).labelled:
-        raise ValueError(
-            f"split {split!r} of {data_dir} is unlabelled (its tree has no annotations and no "
-            f"class folders; every record has label -1): label_mode={label_mode!r} needs labels; "
-            "label_mode=None loads its images"
-        )
+    refuse_unlabelled(info, split, label_mode)
     records = read_records(
         info, split, training=training, seed=seed, input_context=input_context, config=config
     )
-    if training and records.num_examples < batch_size:
-        raise ValueError(
-            f"batch_size={batch_size} is larger than split {split!r} "
-            f"({records.num_examples} examples per input pipeline): training drops the last "
-            "partial batch, so an epoch would have no batch at all; lower batch_size"
-        )
+    refuse_empty_epoch(split, records.num_examples, batch_size, training)
     return batch_examples(
         records,
         info.num_classes,
@@ -129,6 +119,26 @@ def load_dataset(
         with_filenames=with_filenames,
         config=config,
     )
+
+
+def refuse_unlabelled(info, split: str, label_mode: str | None) -> None:
+    """ValueError when a labelled `label_mode` asks for an unlabelled split (label -1)."""
+    if label_mode is not None and not info.split(split).labelled:
+        raise ValueError(
+            f"split {split!r} of {info.data_dir} is unlabelled (its tree has no annotations and "
+            f"no class folders; every record has label -1): label_mode={label_mode!r} needs "
+            "labels; label_mode=None loads its images"
+        )
+
+
+def refuse_empty_epoch(split: str, num_examples: int, batch_size: int, training: bool) -> None:
+    """ValueError when training would have no batch: fewer examples than one batch."""
+    if training and num_examples < batch_size:
+        raise ValueError(
+            f"batch_size={batch_size} is larger than split {split!r} "
+            f"({num_examples} examples per input pipeline): training drops the last "
+            "partial batch, so an epoch would have no batch at all; lower batch_size"
+        )
 
 
 def batch_examples(
@@ -152,7 +162,7 @@ def batch_examples(
     Training shuffles the records in a buffer and zips a random seed onto each for its crop and
     flip. The batch count comes from `records.num_examples`, so the dataset knows its length.
     """
-    image_size, label_mode, dtype = _checked_arguments(
+    image_size, label_mode, dtype = checked_arguments(
         batch_size, image_size, label_mode, dtype, bounding_box_format, max_boxes
     )
     dataset = records.records
@@ -198,7 +208,7 @@ def batch_examples(
     return dataset.prefetch(tf_data_value(config.prefetch))
 
 
-def _checked_arguments(batch_size, image_size, label_mode, dtype, box_format, max_boxes):
+def checked_arguments(batch_size, image_size, label_mode, dtype, box_format, max_boxes):
     """(image_size as (h, w), label_mode with "categorical" as "one_hot", dtype's name).
 
     Raises:

@@ -1,0 +1,451 @@
+"""`load_dali_dataset`: a split's shards decoded by NVIDIA DALI, on the GPU when there is one.
+
+    pip install ".[gpu]"          # nvidia-dali-cuda120; ".[gpu-cuda13]" for CUDA 13 drivers
+    from loaders.dali import load_dali_dataset
+    train = load_dali_dataset("out/", "train", batch_size=256, training=True, dtype="uint8")
+    model.fit(train, epochs=90)   # model = keras.Sequential([normalization_layer(), ...])
+
+What `load_dataset` does in tf.data's threads, DALI does here: `fn.readers.tfrecord` reads the
+shards through an index per shard and shuffles the whole split every epoch; images are decoded
+by nvJPEG ("mixed": Huffman on the CPU, the rest on the GPU) and cropped, resized and flipped on
+the GPU. Without a GPU the same pipeline runs on DALI's CPU backend. The batches reach Keras on
+the device (DLPack, no copy through the host) with the JAX and PyTorch backends; with the
+TensorFlow backend they come as a `tf.data.Dataset` of host arrays (DALI's TensorFlow plugin is
+compiled against one TensorFlow build at install time, so this loader does not depend on it).
+
+The policy is `load_dataset`'s: labels, `class_names`, `dtype` and `value_range`, every record
+once per epoch (training drops the last partial batch, evaluation keeps it; the length is
+known), and the training crop keeps at least `config.min_object_covered` of the main object
+(the largest box; the whole image when there is none), with an area of `config.crop_area_range`
+of the image and an aspect ratio in `config.crop_aspect_ratio_range`. DALI draws the window
+with `fn.random_bbox_crop`, which samples each side's scale rather than the area and also wants
+the main object's centre inside the crop, so the crops follow the same rules with another
+distribution. Nothing here is imported by `import loaders`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import struct
+
+import keras
+import numpy as np
+
+from loaders.config import ReadConfig
+from loaders.info import BuildInfo, CorruptDatasetError, dataset_info
+from schemas import features as F
+from schemas import one_hot_length
+
+try:
+    import nvidia.dali.tfrecord as tfrec
+    from nvidia.dali import backend as dali_backend
+    from nvidia.dali import fn, pipeline_def, types
+except ImportError as error:  # pragma: no cover - the message is what matters
+    raise ImportError(
+        "loaders.dali needs NVIDIA DALI: pip install '.[gpu]' (CUDA 12 drivers) or "
+        "'.[gpu-cuda13]' (CUDA 13); load_dataset needs no extra"
+    ) from error
+
+LABEL_MODES = ("one_hot", "categorical", "int", None)
+DEVICES = ("auto", "gpu", "cpu")
+_BOX_KEYS = (F.BBOX_YMIN, F.BBOX_XMIN, F.BBOX_YMAX, F.BBOX_XMAX)
+_READER = "reader"
+
+
+def load_dali_dataset(
+    data_dir: str,
+    split: str,
+    *,
+    batch_size: int,
+    image_size: int | tuple[int, int] = (224, 224),
+    training: bool = False,
+    seed: int | None = None,
+    label_mode: str | None = "one_hot",
+    dtype: str = "float32",
+    device: str = "auto",
+    num_threads: int | None = None,
+    index_dir: str | None = None,
+    config: ReadConfig = ReadConfig(),
+):
+    """`(images [B, H, W, 3], labels)` batches of one split, decoded by DALI, for `model.fit`.
+
+    The arguments mean what they mean for `loaders.load_dataset` (one-hot labels of
+    `num_classes + 1` entries with the background last, or int32 classes, or images alone;
+    float32 in `config.value_range` or uint8 pixels for a model that starts with
+    `normalization_layer(config)`).
+
+    Args:
+      data_dir: a committed build on a local file system (DALI reads local files).
+      device: "gpu" (device 0; nvJPEG decoding, batches on the GPU), "cpu" (DALI's CPU
+        backend), or "auto": the GPU when DALI sees one.
+      num_threads: DALI's CPU threads (default: the cores this process may use).
+      index_dir: where the per-shard index files DALI's reader needs are kept (written on
+        first use, reused while the shards are unchanged). Default: a directory per build
+        under $XDG_CACHE_HOME (or ~/.cache)/imagenet-tfrecords/dali-index.
+
+    Returns:
+      With the JAX or PyTorch backend, a `keras.utils.PyDataset` (`DaliDataset`) whose batches
+      are that backend's arrays on the pipeline's device; with the TensorFlow backend, a
+      `tf.data.Dataset` of the same batches (host arrays), with its cardinality.
+
+    Raises:
+      IncompleteDatasetError, CorruptDatasetError, KeyError: as `load_dataset`.
+      ValueError, TypeError: a bad argument, named; `device="gpu"` without a GPU; gs:// paths.
+    """
+    from loaders.dataset import checked_arguments, refuse_empty_epoch, refuse_unlabelled
+    from loaders.reader import check_shards
+
+    if label_mode not in LABEL_MODES:
+        raise ValueError(
+            f"label_mode must be one of {LABEL_MODES} with DALI, not {label_mode!r} "
+            "(detection targets come from load_dataset)"
+        )
+    image_size, label_mode, dtype = checked_arguments(
+        batch_size, image_size, label_mode, dtype, "rel_yxyx", None
+    )
+    device_id = _device_id(device)
+    if "://" in data_dir:
+        raise ValueError(
+            f"data_dir {data_dir!r}: DALI's reader reads local files only; copy the build to a "
+            "local disk (or use load_dataset, which reads gs://)"
+        )
+    info = dataset_info(data_dir)
+    refuse_unlabelled(info, split, label_mode)
+    check_shards(info, split)
+    num_examples = info.split(split).num_examples
+    refuse_empty_epoch(split, num_examples, batch_size, training)
+    pipeline = dali_pipeline(
+        files=info.shard_paths(split),
+        indexes=shard_indexes(info, split, index_dir),
+        batch_size=batch_size,
+        num_threads=num_threads or len(os.sched_getaffinity(0)),
+        device_id=device_id,
+        seed=seed,
+        image_size=image_size,
+        training=training,
+        label_mode=label_mode,
+        num_classes=info.num_classes,
+        dtype=dtype,
+        config=config,
+    )
+    if keras.backend.backend() != "tensorflow":
+        return DaliDataset(pipeline, num_examples, batch_size, training)
+    import tensorflow as tf
+
+    batches = DaliDataset(pipeline, num_examples, batch_size, training, backend="numpy")
+    images = tf.TensorSpec((None, *image_size, 3), tf.as_dtype(dtype))
+    labels = (
+        ()
+        if label_mode is None
+        else (tf.TensorSpec((None, one_hot_length(info.num_classes)), tf.float32),)
+        if label_mode == "one_hot"
+        else (tf.TensorSpec((None,), tf.int32),)
+    )
+
+    def epoch():
+        batches.on_epoch_begin()
+        yield from batches
+
+    dataset = tf.data.Dataset.from_generator(
+        epoch, output_signature=(images, *labels) if labels else images
+    )
+    return dataset.apply(tf.data.experimental.assert_cardinality(len(batches))).prefetch(1)
+
+
+def _device_id(device: str) -> int | None:
+    """DALI's device_id for `device`: 0 for the GPU, None for the CPU backend."""
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, not {device!r}")
+    gpus = dali_backend.GetCUDADeviceCount()
+    if device == "gpu" and gpus == 0:
+        raise ValueError('device="gpu", but DALI sees no CUDA device; use device="cpu"')
+    return 0 if device == "gpu" or (device == "auto" and gpus > 0) else None
+
+
+class DaliDataset(keras.utils.PyDataset):
+    """A DALI pipeline's batches as a Keras `PyDataset`: `len()` batches per epoch.
+
+    DALI's reader is a stream: it shuffles the whole split at every epoch and pads its last
+    batch by repeating a record. This class counts the stream's batches, so an epoch is exactly
+    DALI's epoch: evaluation cuts the padding off the last batch, training drops that batch (as
+    `load_dataset` drops the remainder). Keras asks for each index once per epoch, in order or
+    shuffled (`fit(shuffle=True)`); each call returns the epoch's next batch, whose records DALI
+    already drew at random, so the index is only checked. Batches taken outside `fit` (a peek
+    at `dataset[0]`) are part of DALI's current epoch: the next `fit` epoch starts at DALI's
+    next one (the rest of the current one is read and dropped), so it holds every record once.
+    """
+
+    def __init__(
+        self,
+        pipeline,
+        num_examples: int,
+        batch_size: int,
+        training: bool,
+        backend: str | None = None,
+    ):
+        super().__init__(workers=1, use_multiprocessing=False)
+        self._pipeline = pipeline
+        self._pipeline.build()
+        self.num_examples = num_examples
+        self.batch_size = batch_size
+        self.training = training
+        self._stream_batches = math.ceil(num_examples / batch_size)
+        self._position = 0  # stream batches consumed in DALI's current epoch
+        self._convert = _converter(backend or keras.backend.backend(), pipeline.device_id)
+
+    def __len__(self) -> int:
+        """Batches per epoch: the last partial one is dropped when training."""
+        if self.training:
+            return self.num_examples // self.batch_size
+        return self._stream_batches
+
+    @property
+    def num_batches(self) -> int:
+        return len(self)
+
+    def __getitem__(self, index: int):
+        if not 0 <= index < len(self):
+            raise IndexError(f"batch {index} of an epoch of {len(self)}")
+        return self.next_batch()
+
+    def on_epoch_begin(self):
+        """Keras starts an epoch: first finish DALI's current one if batches were taken."""
+        if self._position == 0 or (self.training and self._position == len(self)):
+            return
+        while self._position < self._stream_batches:
+            self._pipeline.run()
+            self._position += 1
+        self._position = 0
+
+    def next_batch(self):
+        """The epoch's next batch as the backend's arrays (a tuple, or one array)."""
+        if self.training and self._position == len(self):
+            if self._position < self._stream_batches:
+                self._pipeline.run()  # the padded partial batch, dropped
+            self._position = 0
+        outputs = self._pipeline.run()
+        self._position += 1
+        real = self.batch_size
+        if self._position == self._stream_batches:
+            real = self.num_examples - (self._stream_batches - 1) * self.batch_size
+            if not self.training:
+                self._position = 0
+        arrays = tuple(self._convert(output)[:real] for output in outputs)
+        return arrays if len(arrays) > 1 else arrays[0]
+
+
+def _converter(backend: str, device_id: int | None):
+    """A DALI TensorList (one batch) → a dense array of `backend`, copied out of DALI's
+    buffers (DALI reuses them), on the pipeline's device."""
+
+    def dense(tensor_list):
+        return tensor_list.as_tensor()
+
+    if backend == "jax":
+        import jax.dlpack
+
+        return lambda batch: jax.dlpack.from_dlpack(dense(batch)).copy()
+    if backend == "torch":
+        import torch
+
+        return lambda batch: torch.from_dlpack(dense(batch)).clone()
+    if device_id is not None:
+        return lambda batch: np.array(dense(batch.as_cpu()), copy=True)
+    return lambda batch: np.array(dense(batch), copy=True)
+
+
+def main_boxes(ymins, xmins, ymaxs, xmaxs):
+    """Per image of a batch: its largest box as [[ymin, xmin, ymax, xmax]] (the first of
+    equals, as `loaders.preprocessing.main_object_box`), or the whole image without boxes."""
+    boxes = []
+    for ymin, xmin, ymax, xmax in zip(ymins, xmins, ymaxs, xmaxs, strict=True):
+        if ymin.size == 0:
+            boxes.append(np.array([[0.0, 0.0, 1.0, 1.0]], np.float32))
+            continue
+        i = int(np.argmax((ymax - ymin) * (xmax - xmin)))
+        boxes.append(np.array([[ymin[i], xmin[i], ymax[i], xmax[i]]], np.float32))
+    return boxes
+
+
+def dali_pipeline(
+    *,
+    files,
+    indexes,
+    batch_size,
+    num_threads,
+    device_id,
+    seed,
+    image_size,
+    training,
+    label_mode,
+    num_classes,
+    dtype,
+    config,
+    with_windows: bool = False,
+):
+    """The DALI pipeline; `with_windows` also returns each crop's anchor, shape, the source
+    image's shape and its main box (for tests)."""
+    decode_on = "cpu" if device_id is None else "mixed"
+    height, width = image_size
+
+    @pipeline_def(
+        batch_size=batch_size,
+        num_threads=num_threads,
+        device_id=device_id,
+        seed=seed,
+        prefetch_queue_depth=2,
+    )
+    def pipeline():
+        features = {F.ENCODED: tfrec.FixedLenFeature((), tfrec.string, "")}
+        if label_mode is not None:
+            features[F.LABEL] = tfrec.FixedLenFeature([1], tfrec.int64, -1)
+        crop = training and config.random_crop
+        if crop:
+            features.update({key: tfrec.VarLenFeature(tfrec.float32, 0.0) for key in _BOX_KEYS})
+        records = fn.readers.tfrecord(
+            path=files,
+            index_path=indexes,
+            features=features,
+            name=_READER,
+            random_shuffle=False,
+            shuffle_after_epoch=training,
+            pad_last_batch=True,
+        )
+        encoded = records[F.ENCODED]
+        windows = ()
+        if crop:
+            box = fn.python_function(
+                *(records[key] for key in _BOX_KEYS), function=main_boxes, batch_processing=True
+            )
+            shape = fn.peek_image_shape(encoded)
+            source_hw = fn.cast(fn.slice(shape, 0, 2, axes=[0]), dtype=types.INT32)
+            low, high = config.crop_area_range
+            anchor, size, _ = fn.random_bbox_crop(
+                box,
+                bbox_layout="yxYX",
+                input_shape=source_hw,
+                shape_layout="HW",
+                threshold_type="overlap",
+                thresholds=[config.min_object_covered],
+                aspect_ratio=list(config.crop_aspect_ratio_range),
+                scaling=[math.sqrt(low), math.sqrt(high)],
+                allow_no_crop=False,
+                num_attempts=10,
+                total_num_attempts=100,
+            )
+            images = fn.decoders.image_slice(
+                encoded, anchor, size, device=decode_on, output_type=types.RGB, axis_names="WH"
+            )
+            windows = (anchor, size, shape, box)
+        else:
+            images = fn.decoders.image(encoded, device=decode_on, output_type=types.RGB)
+            if config.eval_central_crop < 1.0:
+                margin = (1.0 - config.eval_central_crop) / 2
+                images = fn.slice(
+                    images,
+                    rel_start=[margin, margin],
+                    rel_shape=[config.eval_central_crop] * 2,
+                    axis_names="HW",
+                )
+        images = fn.resize(
+            images,
+            resize_x=width,
+            resize_y=height,
+            interp_type=types.INTERP_LINEAR,
+            antialias=False,
+            dtype=types.FLOAT if dtype == "float32" else types.UINT8,
+        )
+        if training and config.random_flip:
+            images = fn.flip(images, horizontal=fn.random.coin_flip(probability=0.5))
+        if dtype == "float32":
+            low, high = config.value_range
+            images = images * ((high - low) / 255.0) + low
+        outputs = (images,)
+        if label_mode is not None:
+            label = fn.squeeze(records[F.LABEL], axes=[0])
+            if label_mode == "one_hot":
+                label = fn.one_hot(label, num_classes=one_hot_length(num_classes))
+            else:
+                label = fn.cast(label, dtype=types.INT32)
+            if device_id is not None:
+                label = label.gpu()
+            outputs += (label,)
+        return (*outputs, *windows) if with_windows else outputs
+
+    return pipeline()
+
+
+def shard_indexes(info: BuildInfo, split: str, index_dir: str | None = None) -> list[str]:
+    """The index file DALI's reader needs for each shard of a split (written when missing or
+    stale). An index line is "offset size" of one record, as DALI's `tfrecord2idx` writes it;
+    that script imports TensorFlow for every shard, so the loader writes the same lines itself.
+
+    Raises:
+      CorruptDatasetError: a shard does not hold the records build_info.json counts.
+    """
+    if index_dir is None:
+        index_dir = default_index_dir(info)
+    os.makedirs(index_dir, exist_ok=True)
+    indexes = []
+    for path, shard in zip(info.shard_paths(split), info.split(split).shards, strict=True):
+        index = os.path.join(index_dir, os.path.basename(path) + ".idx")
+        if not _index_is_current(index, shard.num_examples, shard.num_bytes):
+            write_index(path, index, shard.num_examples)
+        indexes.append(index)
+    return indexes
+
+
+def default_index_dir(info: BuildInfo) -> str:
+    """A cache directory for one build: keyed by its path and its build_info.json."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    with open(os.path.join(info.data_dir, "build_info.json"), "rb") as file:
+        key = hashlib.sha256(os.path.abspath(info.data_dir).encode() + b"\0" + file.read())
+    return os.path.join(cache, "imagenet-tfrecords", "dali-index", key.hexdigest()[:16])
+
+
+def _index_is_current(index: str, num_records: int, num_bytes: int) -> bool:
+    try:
+        with open(index) as file:
+            lines = file.read().split("\n")[:-1]
+    except OSError:
+        return False
+    if len(lines) != num_records:
+        return False
+    if not lines:
+        return num_bytes == 0
+    offset, size = map(int, lines[-1].split())
+    return offset + size == num_bytes
+
+
+def write_index(shard: str, index: str, expected: int) -> None:
+    """Writes `index` ("offset size" per record) for `shard`, atomically.
+
+    Raises:
+      CorruptDatasetError: naming the shard, when a record is cut short or the count differs.
+    """
+    lines = []
+    with open(shard, "rb") as file:
+        end = os.fstat(file.fileno()).st_size
+        offset = 0
+        while offset < end:
+            header = file.read(8)
+            if len(header) < 8:
+                break
+            (length,) = struct.unpack("<Q", header)
+            size = 8 + 4 + length + 4
+            if offset + size > end:
+                break
+            lines.append(f"{offset} {size}\n")
+            offset += size
+            file.seek(offset)
+    if offset != end or len(lines) != expected:
+        raise CorruptDatasetError(
+            f"shard {shard}: {len(lines)} whole records in {end} bytes, build_info.json says "
+            f"{expected} (python -m beam_pipeline.verify locates the damage)"
+        )
+    temporary = f"{index}.tmp-{os.getpid()}"
+    with open(temporary, "w") as file:
+        file.writelines(lines)
+    os.replace(temporary, index)

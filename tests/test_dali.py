@@ -1,0 +1,249 @@
+"""`loaders.dali.load_dali_dataset`: the shards decoded by NVIDIA DALI, here on its CPU backend.
+
+The same pipeline decodes with nvJPEG on a GPU ("mixed"); no GPU is lent to these tests, so
+they check what does not depend on the device: records, labels, epochs, crops, dtypes, the
+index files and the hand-off to Keras (DLPack into JAX, tf.data for TensorFlow).
+"""
+
+import collections
+import hashlib
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import build_sample, read_split
+
+tf = pytest.importorskip("tensorflow")
+pytest.importorskip("nvidia.dali")
+
+from loaders import ReadConfig, normalization_layer  # noqa: E402
+from loaders.dali import (  # noqa: E402
+    dali_pipeline,
+    load_dali_dataset,
+    main_boxes,
+    shard_indexes,
+    write_index,
+)
+from loaders.info import CorruptDatasetError, dataset_info  # noqa: E402
+from loaders.preprocessing import main_object_box, preprocess_for_eval  # noqa: E402
+from schemas import features as F  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SIZE = (40, 32)
+STILL = ReadConfig(random_crop=False, random_flip=False)  # every record's pixels fixed
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    return str(build_sample(tmp_path_factory, 90, 25, seed=4, num_shards="train=4,val=2"))
+
+
+@pytest.fixture(autouse=True)
+def _index_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+def digests(dataset) -> list[tuple[str, int]]:
+    """(digest of the image, label) of every image of one pass, in order."""
+    found = []
+    for images, labels in dataset:
+        for image, label in zip(np.asarray(images), np.asarray(labels), strict=True):
+            found.append((hashlib.sha1(image.tobytes()).hexdigest(), int(label)))
+    return found
+
+
+def test_importing_loaders_does_not_import_dali():
+    code = (
+        "import sys, loaders\n"
+        "assert not [m for m in sys.modules if m.startswith('nvidia.dali')], 'imported DALI'\n"
+        "assert callable(loaders.load_dali_dataset)\n"
+        "assert 'nvidia.dali' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)
+
+
+def test_evaluation_is_every_record_once_with_the_loaders_labels_and_pixels(built):
+    dataset = load_dali_dataset(built, "validation", batch_size=10, image_size=SIZE, dtype="uint8")
+    assert isinstance(dataset, tf.data.Dataset)  # the TensorFlow backend gets tf.data
+    assert dataset.cardinality().numpy() == 3  # 25 → 10 + 10 + 5
+    examples = read_split(built, "validation")  # shard order: DALI's without shuffling
+    num_classes = dataset_info(built).num_classes
+    for _ in range(2):
+        batches = list(dataset)
+        assert [len(images) for images, _ in batches] == [10, 10, 5]
+        images = np.concatenate([images for images, _ in batches])
+        labels = np.concatenate([labels for _, labels in batches])
+        assert images.dtype == np.uint8 and images.shape == (25, *SIZE, 3)
+        expected = np.eye(num_classes + 1)[[e[F.LABEL][0] for e in examples]]
+        np.testing.assert_array_equal(labels, expected)
+        for image, example in zip(images, examples, strict=True):
+            ours = preprocess_for_eval(example[F.ENCODED][0], SIZE, dtype="uint8").numpy()
+            # Two JPEG decoders' rounding (TensorFlow's INTEGER_FAST IDCT, DALI's libjpeg-turbo
+            # default): within two levels on average; a wrong channel order, crop or flip
+            # would be tens of levels off.
+            assert np.abs(image.astype(int) - ours.astype(int)).mean() < 2.0
+
+
+def test_training_epochs_hold_every_record_once_and_drop_only_the_remainder(built):
+    every = collections.Counter(
+        digests(load_dali_dataset(built, "train", batch_size=30, image_size=SIZE, **INT))
+    )
+    assert sum(every.values()) == len(every) == 90  # each image's pixels are its own
+    train = load_dali_dataset(
+        built, "train", batch_size=16, image_size=SIZE, training=True, seed=1, config=STILL, **INT
+    )
+    assert train.cardinality().numpy() == 5  # 90 → 5 x 16, the last 10 dropped
+    epochs = [digests(train) for _ in range(3)]
+    for epoch in epochs:
+        assert len(epoch) == len(set(epoch)) == 80
+        assert set(epoch) <= set(every)
+    assert epochs[0] != epochs[1] != epochs[2]  # reshuffled every epoch
+    assert len({frozenset(set(every) - set(epoch)) for epoch in epochs}) > 1
+    list(train.take(2))  # an epoch left early: the next one still holds each record once
+    for _ in range(2):
+        epoch = digests(train)
+        assert len(epoch) == len(set(epoch)) == 80 and set(epoch) <= set(every)
+
+
+INT = {"label_mode": "int", "dtype": "uint8"}
+
+
+def test_float32_is_the_normalization_layer_of_uint8(built):
+    config = ReadConfig(value_range=(-1.0, 1.0))
+    for training in (False, True):
+        kwargs = {"batch_size": 25, "image_size": SIZE, "label_mode": None, "config": config}
+        kwargs.update(training=training, seed=5)
+        pixels = next(iter(load_dali_dataset(built, "validation", dtype="uint8", **kwargs)))
+        values = next(iter(load_dali_dataset(built, "validation", **kwargs)))
+        assert values.dtype == tf.float32
+        scaled = normalization_layer(config)(tf.cast(pixels, tf.float32)).numpy()
+        np.testing.assert_allclose(values.numpy(), scaled, atol=0.5 / 255 * 2 + 1e-6)
+
+
+def test_training_crops_keep_the_main_object_within_the_crop_limits(built):
+    info = dataset_info(built)
+    config = ReadConfig(min_object_covered=0.5, crop_area_range=(0.2, 0.9))
+    pipe = dali_pipeline(
+        files=info.shard_paths("train"),
+        indexes=shard_indexes(info, "train"),
+        batch_size=30,
+        num_threads=2,
+        device_id=None,
+        seed=7,
+        image_size=SIZE,
+        training=True,
+        label_mode="int",
+        num_classes=info.num_classes,
+        dtype="uint8",
+        config=config,
+        with_windows=True,
+    )
+    pipe.build()
+    expected = set()
+    for example in read_split(built, "train"):
+        boxes = (
+            np.stack(
+                [
+                    example[key]
+                    for key in ("image/object/bbox/" + s for s in ["ymin", "xmin", "ymax", "xmax"])
+                ],
+                1,
+            )
+            if example.get(F.BBOX_YMIN)
+            else np.zeros((0, 4), np.float32)
+        )
+        expected.add(
+            tuple(np.float32(main_object_box(tf.constant(boxes, tf.float32)).numpy().ravel()))
+        )
+    checked = 0
+    for _ in range(9):  # three epochs
+        _, _, anchors, shapes, sources, boxes = pipe.run()
+        for i in range(30):
+            (x, y), (w, h) = np.array(anchors.at(i)), np.array(shapes.at(i))
+            height, width = np.array(sources.at(i))[:2]
+            ymin, xmin, ymax, xmax = box = np.array(boxes.at(i))[0]
+            assert tuple(np.float32(box)) in expected
+            assert x >= -1e-6 and y >= -1e-6 and x + w <= 1 + 1e-5 and y + h <= 1 + 1e-5
+            assert 0.2 - 1e-4 <= w * h <= 0.9 + 1e-4
+            assert 3 / 4 - 1e-3 <= (w * width) / (h * height) <= 4 / 3 + 1e-3
+            covered = max(0, min(y + h, ymax) - max(y, ymin)) * max(
+                0, min(x + w, xmax) - max(x, xmin)
+            )
+            assert covered >= 0.5 * (ymax - ymin) * (xmax - xmin) - 1e-5
+            checked += 1
+    assert checked == 270
+
+
+def test_main_boxes_pick_the_loaders_main_object():
+    cases = [
+        np.zeros((0, 4), np.float32),
+        np.array([[0.1, 0.2, 0.5, 0.6]], np.float32),
+        np.array([[0, 0, 0.2, 0.2], [0.1, 0.1, 0.9, 0.5], [0.3, 0.3, 0.4, 0.4]], np.float32),
+        np.array([[0, 0, 0.5, 0.5], [0.5, 0.5, 1, 1]], np.float32),  # a tie: the first
+    ]
+    picked = main_boxes(*zip(*[tuple(case.T) for case in cases], strict=True))
+    for case, box in zip(cases, picked, strict=True):
+        np.testing.assert_array_equal(box, main_object_box(tf.constant(case)).numpy()[0])
+
+
+def test_the_index_files_are_dalis_and_are_reused_until_a_shard_changes(built, tmp_path):
+    info = dataset_info(built)
+    indexes = shard_indexes(info, "train", str(tmp_path / "idx"))
+    shard = info.shard_paths("train")[0]
+    theirs = tmp_path / "theirs.idx"
+    tool = pathlib.Path(sys.executable).with_name("tfrecord2idx")
+    subprocess.run([sys.executable, str(tool), shard, str(theirs)], check=True, timeout=120)
+    assert pathlib.Path(indexes[0]).read_text() == theirs.read_text()
+    lines = [len(pathlib.Path(index).read_text().splitlines()) for index in indexes]
+    assert lines == [shard.num_examples for shard in info.split("train").shards]
+    stamps = [os.stat(index).st_mtime_ns for index in indexes]
+    pathlib.Path(indexes[1]).write_text("0 10\n")  # stale: rewritten; the others kept
+    assert shard_indexes(info, "train", str(tmp_path / "idx")) == indexes
+    assert [os.stat(index).st_mtime_ns for index in indexes][::2] == stamps[::2]
+    assert pathlib.Path(indexes[1]).read_text().count("\n") == lines[1]
+    with pytest.raises(CorruptDatasetError, match=f"shard {shard}: {lines[0]} whole records"):
+        write_index(shard, str(tmp_path / "x.idx"), lines[0] + 1)
+
+
+def test_bad_arguments_are_refused_by_name(built):
+    cases = [
+        ({"device": "gpu"}, 'device="gpu", but DALI sees no CUDA device'),
+        ({"device": "tpu"}, "device must be one of"),
+        ({"label_mode": "detection"}, "detection targets come from load_dataset"),
+        ({"dtype": "float16"}, "dtype must be one of"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ValueError, match=message):
+            load_dali_dataset(built, "train", batch_size=8, **kwargs)
+    with pytest.raises(ValueError, match="reads local files only"):
+        load_dali_dataset("gs://bucket/out", "train", batch_size=8)
+    with pytest.raises(ValueError, match="batch_size=128 is larger than split 'train'"):
+        load_dali_dataset(built, "train", batch_size=128, training=True)
+
+
+def test_keras_trains_on_it_with_the_jax_backend(built):
+    code = f"""
+import keras, numpy as np
+from loaders import load_dali_dataset, normalization_layer
+train = load_dali_dataset({built!r}, "train", batch_size=16, image_size=32, training=True,
+                          seed=0, dtype="uint8")
+images, labels = train[0]
+assert type(images).__module__.startswith("jax"), type(images)
+assert images.dtype == np.uint8 and images.shape == (16, 32, 32, 3) and labels.shape == (16, 5)
+model = keras.Sequential([keras.Input((32, 32, 3), dtype="uint8"), normalization_layer(),
+    keras.layers.Conv2D(4, 3, activation="relu"), keras.layers.GlobalAveragePooling2D(),
+    keras.layers.Dense(5, activation="softmax")])
+model.compile("adam", "categorical_crossentropy")
+history = model.fit(train, epochs=2, verbose=0)
+assert len(history.history["loss"]) == 2 and len(train) == 5
+print("backend", keras.backend.backend())
+"""
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
+    run = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "backend jax" in run.stdout
