@@ -48,7 +48,7 @@ from beam_pipeline.pairing import pair_files
 from beam_pipeline.rejections import DISCOVER, InputError, Rejection
 from beam_pipeline.sharding import plan_split
 from beam_pipeline.tfrecord import encode_record
-from beam_pipeline.writing import bucket_size
+from beam_pipeline.writing import split_size
 from schemas import UNLABELLED
 
 ORPHAN_REASONS = ("annotation_without_image", "image_missing")
@@ -228,7 +228,7 @@ def _plan_shards(reports, labelled, config, vocabulary) -> None:
     sizes = collections.Counter()
     samples = collections.defaultdict(list)
     for item in labelled:
-        (split, bucket), (_, num_bytes) = bucket_size(item, config.seed)
+        split, (bucket, num_bytes) = split_size(item, config.seed)
         buckets[split][bucket] += 1
         sizes[split] += num_bytes
         if len(samples[split]) < _OVERHEAD_SAMPLE:

@@ -7,8 +7,13 @@ are contiguous rank ranges whose sizes differ by at most one, and the order insi
 rank order.
 
 Ranks are computed without ever holding a split in one place: the high bits of the sort key
-pick one of `NUM_BUCKETS` buckets, each bucket is sorted on its own, and a bucket's first rank
-is the sum of the sizes of the buckets before it (`SplitPlan.bucket_offsets`).
+pick one of `NUM_BUCKETS` buckets, whose sizes alone make the split's plan
+(`SplitPlan.bucket_offsets`: a bucket's first rank is the sum of the sizes of the buckets before
+it). A bucket is a contiguous rank range, so it overlaps one shard or a few at a boundary
+(`SplitPlan.shards_of_bucket`); each shard receives every member of the buckets it overlaps,
+sorts each bucket on its own and keeps the ranks that are its own (`rank_shard`). One shuffle of
+the index thus gives every shard its entries in rank order; the buckets on shard boundaries are
+sent to both sides, about `num_shards / NUM_BUCKETS` of a split's entries.
 """
 
 from __future__ import annotations
@@ -16,9 +21,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
 
-BUCKET_BITS = 12
+T = TypeVar("T")
+
+# 65,536 buckets: ImageNet's ~1,100 shards of 128 MB share a boundary bucket of ~20 entries
+# each, so ~2% of its entries travel to two shards. The rank does not depend on this number.
+BUCKET_BITS = 16
 NUM_BUCKETS = 1 << BUCKET_BITS
 
 # Default shard size: TFDS and the inception scripts aim at 100-200 MB per file.
@@ -66,6 +76,59 @@ class SplitPlan:
 
     def shard(self, rank: int) -> int:
         return shard_of(rank, self.num_examples, self.num_shards)
+
+    def bucket_size(self, bucket: int) -> int:
+        end = (
+            self.bucket_offsets[bucket + 1]
+            if bucket + 1 < len(self.bucket_offsets)
+            else self.num_examples
+        )
+        return end - self.bucket_offsets[bucket]
+
+    def shards_of_bucket(self, bucket: int) -> range:
+        """The shards whose rank ranges the bucket's members fall in (one, or a few)."""
+        start, size = self.bucket_offsets[bucket], self.bucket_size(bucket)
+        if size == 0:
+            return range(0)
+        return range(self.shard(start), self.shard(start + size - 1) + 1)
+
+
+class ShardPlanMismatch(RuntimeError):
+    """A shard received other members than its plan counts: the runner lost or duplicated some."""
+
+
+def rank_shard(
+    members: Iterable[tuple[bytes, str, T]], plan: SplitPlan, shard: int
+) -> list[tuple[int, T]]:
+    """(rank, item) of the members whose rank falls in `shard`, in rank order.
+
+    `members` are (sort key, key, item) for every member of each bucket that overlaps the shard
+    (`SplitPlan.shards_of_bucket`), in any order. Raises ShardPlanMismatch when a bucket's count
+    or the shard's differs from the plan's.
+    """
+    by_bucket: dict[int, list] = {}
+    for member in members:
+        by_bucket.setdefault(bucket_of(member[0]), []).append(member)
+    ranked = []
+    for bucket, group in by_bucket.items():
+        if len(group) != plan.bucket_size(bucket) or shard not in plan.shards_of_bucket(bucket):
+            raise ShardPlanMismatch(
+                f"shard {shard} received {len(group)} entries of bucket {bucket}, whose plan "
+                f"holds {plan.bucket_size(bucket)} in shards {list(plan.shards_of_bucket(bucket))}"
+            )
+        group.sort(key=lambda member: (member[0], member[1]))
+        first = plan.bucket_offsets[bucket]
+        for position, (_, _, item) in enumerate(group):
+            rank = first + position
+            if plan.shard(rank) == shard:
+                ranked.append((rank, item))
+    expected = shard_start(shard + 1, plan.num_examples, plan.num_shards) - shard_start(
+        shard, plan.num_examples, plan.num_shards
+    )
+    if len(ranked) != expected:
+        raise ShardPlanMismatch(f"shard {shard} received {len(ranked)} of its {expected} entries")
+    ranked.sort(key=lambda ranked_item: ranked_item[0])
+    return ranked
 
 
 def plan_split(

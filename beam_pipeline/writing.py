@@ -1,9 +1,9 @@
 """The writing stages, from labelled entries to shard files: assign shards, write shards.
 
 Element types:
-  LabelledEntry → ((split, bucket), (sort key, LabelledEntry)) → grouped buckets, each sorted
-                → ((split, shard), (rank, LabelledEntry)) → ShardResult
-  and, beside it, ((split, bucket), (count, bytes)) → (split, SplitPlan) as a side input.
+  LabelledEntry → ((split, shard), (sort key, LabelledEntry bytes)) → grouped by shard, ranked
+                → ShardResult
+  and, beside it, (split, (bucket, bytes)) → (split, SplitPlan) as a side input.
 Only index records are grouped; the shard writer reads each image itself and streams the
 encoded records into a temp file that is renamed into place when complete
 (`output.incomplete_file`).
@@ -23,6 +23,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.typehints import Tuple
 
 from beam_pipeline import progress, sharding, watch
+from beam_pipeline.coders import LabelledEntryCoder
 from beam_pipeline.entries import LabelledEntry, ShardResult
 from beam_pipeline.examples import build_example
 from beam_pipeline.failures import BuildFailed
@@ -43,23 +44,39 @@ from schemas import UNLABELLED, ShardInfo, shard_filename
 from schemas.paths import join
 
 
-def _bucket(labelled: LabelledEntry, seed: int):
+def split_size(labelled: LabelledEntry, seed: int) -> tuple[str, tuple[int, int]]:
+    """(split, (bucket, image bytes)): what the split's plan counts of one entry."""
     entry = labelled.entry
-    key = sharding.sort_key(seed, entry.split, entry.key)
-    return (entry.split, sharding.bucket_of(key)), (key, labelled)
+    bucket = sharding.bucket_of(sharding.sort_key(seed, entry.split, entry.key))
+    return entry.split, (bucket, entry.num_bytes)
 
 
-def bucket_size(labelled: LabelledEntry, seed: int):
-    (split, bucket), _ = _bucket(labelled, seed)
-    return (split, bucket), (1, labelled.entry.num_bytes)
+class _SplitSizesFn(beam.CombineFn):
+    """(bucket, bytes) values → ({bucket: count}, total bytes): a split's plan, in one value.
 
+    One accumulator per split and bundle crosses the shuffle (a dict of the buckets seen), not
+    one element per bucket.
+    """
 
-def _sum_pairs(pairs):
-    count = size = 0
-    for c, b in pairs:
-        count += c
-        size += b
-    return count, size
+    def create_accumulator(self):
+        return {}, 0
+
+    def add_input(self, accumulator, value):
+        counts, size = accumulator
+        bucket, num_bytes = value
+        counts[bucket] = counts.get(bucket, 0) + 1
+        return counts, size + num_bytes
+
+    def merge_accumulators(self, accumulators):
+        merged, total = {}, 0
+        for counts, size in accumulators:
+            for bucket, count in counts.items():
+                merged[bucket] = merged.get(bucket, 0) + count
+            total += size
+        return merged, total
+
+    def extract_output(self, accumulator):
+        return accumulator
 
 
 class _PlanSplitFn(beam.DoFn):
@@ -68,31 +85,39 @@ class _PlanSplitFn(beam.DoFn):
         self._target = target_shard_bytes
 
     def process(self, element):
-        split, stats = element
-        counts = {bucket: count for bucket, (count, _) in stats}
-        num_bytes = sum(size for _, (_, size) in stats)
+        split, (counts, num_bytes) = element
         yield (
             split,
             sharding.plan_split(counts, num_bytes, self._num_shards.get(split), self._target),
         )
 
 
-class _RankFn(beam.DoFn):
-    """((split, bucket), [(sort key, entry)]) → ((split, shard), (rank, entry)) for each entry."""
+# The entries cross the shard shuffle as bytes, so a runner that groups in one process
+# (FnApiRunner) moves them without decoding or re-encoding each one.
+_LABELLED = LabelledEntryCoder()
 
-    def process(self, element, plans):
-        (split, bucket), members = element
-        plan = plans[split]
-        ordered = sorted(members, key=lambda m: (m[0], m[1].entry.key))
-        for position, (_, labelled) in enumerate(ordered):
-            rank = plan.rank(bucket, position)
-            yield (split, plan.shard(rank)), (rank, labelled)
+
+class _KeyByShardFn(beam.DoFn):
+    """LabelledEntry → ((split, shard), (sort key, entry bytes)) for each shard its bucket
+    overlaps."""
+
+    def __init__(self, seed: int):
+        self._seed = seed
+
+    def process(self, labelled: LabelledEntry, plans):
+        entry = labelled.entry
+        key = sharding.sort_key(self._seed, entry.split, entry.key)
+        data = _LABELLED.encode(labelled)
+        for shard in plans[entry.split].shards_of_bucket(sharding.bucket_of(key)):
+            yield (entry.split, shard), (key, data)
 
 
 class AssignShards(beam.PTransform):
-    """LabelledEntry → ((split, shard), (rank, LabelledEntry)); also returns the split plans.
+    """LabelledEntry → ((split, shard), (sort key, LabelledEntry bytes)); also returns the plans.
 
-    `num_shards` maps each output split to its requested shard count (None: size-based).
+    `num_shards` maps each output split to its requested shard count (None: size-based). Each
+    entry goes to the shard its rank falls in and, when its bucket straddles a shard boundary,
+    to the neighbour too: the writer ranks them (`sharding.rank_shard`).
     Output: (assigned, plans) where plans is a PCollection of (split, SplitPlan).
     """
 
@@ -105,32 +130,32 @@ class AssignShards(beam.PTransform):
     def expand(self, labelled):
         plans = (
             labelled
-            | "BucketSizes"
-            >> beam.Map(bucket_size, seed=self._seed).with_output_types(
-                Tuple[Tuple[str, int], Tuple[int, int]]
-            )
-            | "SumPerBucket" >> beam.CombinePerKey(_sum_pairs)
-            | "BySplit" >> beam.Map(lambda kv: (kv[0][0], (kv[0][1], kv[1])))
-            | "GroupStatsBySplit" >> beam.GroupByKey()
+            | "SplitSizes"
+            >> beam.Map(split_size, seed=self._seed).with_output_types(Tuple[str, Tuple[int, int]])
+            | "SumPerSplit" >> beam.CombinePerKey(_SplitSizesFn())
             | "PlanSplits" >> beam.ParDo(_PlanSplitFn(self._num_shards, self._target))
         )
-        assigned = (
-            labelled
-            | "KeyByBucket"
-            >> beam.Map(_bucket, seed=self._seed).with_output_types(
-                Tuple[Tuple[str, int], Tuple[bytes, LabelledEntry]]
-            )
-            | "GroupBuckets" >> beam.GroupByKey()
-            | "SortAndRank"
-            >> beam.ParDo(_RankFn(), plans=beam.pvalue.AsDict(plans)).with_output_types(
-                Tuple[Tuple[str, int], Tuple[int, LabelledEntry]]
-            )
-        )
+        assigned = labelled | "KeyByShard" >> beam.ParDo(
+            _KeyByShardFn(self._seed), plans=beam.pvalue.AsDict(plans)
+        ).with_output_types(Tuple[Tuple[str, int], Tuple[bytes, bytes]])
         return assigned, plans
 
 
+def rank_members(members, plan: sharding.SplitPlan, index: int) -> list:
+    """A shard's (sort key, LabelledEntry bytes) members → its (rank, LabelledEntry), in rank
+    order."""
+    decoded = ((key, _LABELLED.decode(data)) for key, data in members)
+    try:
+        return sharding.rank_shard(
+            ((key, labelled.entry.key, labelled) for key, labelled in decoded), plan, index
+        )
+    except sharding.ShardPlanMismatch as error:
+        raise BuildFailed(f"{error}; the runner lost or repeated index records") from error
+
+
 class _WriteShardFn(beam.DoFn):
-    """((split, shard), [(rank, LabelledEntry)]) → ShardResult, streaming images to the file."""
+    """((split, shard), [(sort key, LabelledEntry bytes)]) → ShardResult, streaming images to
+    the file."""
 
     def __init__(self, input_dir: str, output_dir: str, policy: ImagePolicy, resume: bool):
         self._input_dir = input_dir
@@ -157,7 +182,7 @@ class _WriteShardFn(beam.DoFn):
 
     def process(self, element, vocabulary: Vocabulary, plans, gate=None):
         (split, index), members = element
-        members = sorted(members, key=lambda m: m[0])
+        members = rank_members(members, plans[split], index)
         num_shards = plans[split].num_shards
         name = shard_filename(split, index, num_shards)
         shard_print = progress.fingerprint(

@@ -10,6 +10,7 @@ import pytest
 from helpers import build, failure_line
 
 from beam_pipeline import cli, fileio, sample_tree, writing
+from beam_pipeline.coders import LabelledEntryCoder
 from schemas import BUILD_INFO_FILE
 
 
@@ -48,7 +49,8 @@ def test_retried_bundle_leaves_exactly_one_copy_of_each_shard(tree, tmp_path, mo
         return real_read(path)
 
     def process_with_retry(self, element, *args, **kwargs):
-        victim = any(e.entry.filename.endswith("train_000007.JPEG") for _, e in element[1])
+        entries = [LabelledEntryCoder().decode(data) for _, data in element[1]]
+        victim = any(e.entry.filename.endswith("train_000007.JPEG") for e in entries)
         if victim:
             monkeypatch.setattr(fileio, "read_file", failing_read)
             try:

@@ -58,3 +58,37 @@ def test_default_shard_count_follows_size_and_never_exceeds_examples():
     assert plan.num_shards == 82
     with pytest.raises(ValueError):
         sharding.plan_split({}, 0, None)
+
+
+def test_a_bucket_on_shard_boundaries_is_ranked_by_every_shard_it_overlaps():
+    # Ten members of bucket 0 (and three of a later bucket) in three shards of 4, 4 and 5: bucket
+    # 0 spans shards 0-2; each shard gets all its buckets' members and keeps its own ranks.
+    keys = [bytes([0, 0, i]) + bytes(13) for i in range(10)]
+    keys += [bytes([255, 255, i]) + bytes(13) for i in range(3)]
+    members = [(key, f"k{i}", f"item{i}") for i, key in enumerate(keys)]
+    rng = random.Random(1)
+    rng.shuffle(members)
+    plan = sharding.plan_split(collections.Counter(map(sharding.bucket_of, keys)), 0, 3)
+    last = sharding.NUM_BUCKETS - 1
+    assert list(plan.shards_of_bucket(0)) == [0, 1, 2]
+    assert list(plan.shards_of_bucket(last)) == [2]
+    assert list(plan.shards_of_bucket(1)) == []
+    ranked = []
+    for shard in range(3):
+        received = [m for m in members if shard in plan.shards_of_bucket(sharding.bucket_of(m[0]))]
+        ranked.append(sharding.rank_shard(received, plan, shard))
+    assert [[rank for rank, _ in shard] for shard in ranked] == [
+        [0, 1, 2, 3],
+        [4, 5, 6, 7],
+        [8, 9, 10, 11, 12],
+    ]
+    assert [item for shard in ranked for _, item in shard] == [f"item{i}" for i in range(13)]
+    with pytest.raises(sharding.ShardPlanMismatch, match="shard 1 received 9 entries of bucket 0"):
+        sharding.rank_shard([m for m in members if m[0][:2] == bytes(2)][1:], plan, 1)
+
+
+def test_equal_sort_keys_are_ordered_by_key():
+    key = bytes(16)
+    plan = sharding.plan_split({0: 3}, 0, 1)
+    members = [(key, "b", "B"), (key, "c", "C"), (key, "a", "A")]
+    assert sharding.rank_shard(members, plan, 0) == [(0, "A"), (1, "B"), (2, "C")]

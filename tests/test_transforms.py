@@ -9,10 +9,12 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from helpers import ilsvrc_image, jpeg_bytes, write
 
-from beam_pipeline import layouts
+from beam_pipeline import layouts, sharding
 from beam_pipeline.annotations import AnnotatedObject, Annotation, Box, voc_xml
+from beam_pipeline.coders import LabelledEntryCoder
 from beam_pipeline.discovery import DiscoverImages
 from beam_pipeline.entries import IndexEntry, LabelledEntry, ParsedEntry
+from beam_pipeline.failures import BuildFailed
 from beam_pipeline.fileio import has_files, match, read_ahead
 from beam_pipeline.images import ImagePolicy
 from beam_pipeline.labelling import (
@@ -23,7 +25,7 @@ from beam_pipeline.labelling import (
 )
 from beam_pipeline.labels import Vocabulary
 from beam_pipeline.rejections import InputError, Rejection
-from beam_pipeline.writing import AssignShards, WriteShards
+from beam_pipeline.writing import AssignShards, WriteShards, rank_members
 
 
 def entry(key, split="train", annotation_filename=None, folder_class=None, filename=None):
@@ -176,22 +178,25 @@ def test_label_images_applies_the_rule_per_split_kind_and_rejects_what_it_cannot
         )
 
 
-def check_assignment(assigned):
-    by_shard = collections.defaultdict(list)
-    for (split, shard), (rank, _) in assigned:
-        by_shard[(split, shard)].append(rank)
-    train = sorted(k for k in by_shard if k[0] == "train")
-    assert train == [("train", i) for i in range(7)]
-    sizes = [len(by_shard[k]) for k in train]
-    assert sum(sizes) == 100 and max(sizes) - min(sizes) <= 1
-    ranks = sorted(r for k in train for r in by_shard[k])
-    assert ranks == list(range(100))
-    for i, k in enumerate(train):  # shards are contiguous rank ranges, in order
-        assert min(by_shard[k]) == sum(sizes[:i])
-    assert sorted(k for k in by_shard if k[0] == "validation") == [("validation", 0)]
+def check_assignment(ranked, keys_by_split):
+    """Each shard holds a contiguous, balanced rank range, in the global sort-key order."""
+    by_shard = {shard: members for shard, members in ranked}
+    for split, keys in keys_by_split.items():
+        ordered = sorted(keys, key=lambda key: (sharding.sort_key(0, split, key), key))
+        shards = sorted(shard for shard in by_shard if shard[0] == split)
+        assert shards == [(split, i) for i in range(len(shards))]
+        sizes = [len(by_shard[shard]) for shard in shards]
+        assert sum(sizes) == len(keys) and max(sizes) - min(sizes) <= 1
+        flat = [member for shard in shards for member in by_shard[shard]]
+        assert flat == list(enumerate(ordered))  # ranks 0..N-1, each key once, in order
 
 
-def test_assign_shards_gives_balanced_contiguous_rank_ranges():
+@pytest.mark.parametrize("bucket_bits", [sharding.BUCKET_BITS, 2])
+def test_assign_shards_gives_balanced_contiguous_rank_ranges(bucket_bits, monkeypatch):
+    # With 4 buckets of ~25 entries, most buckets straddle a boundary of the 7 shards: their
+    # entries go to both shards, and each shard keeps its own ranks.
+    monkeypatch.setattr(sharding, "BUCKET_BITS", bucket_bits)
+    monkeypatch.setattr(sharding, "NUM_BUCKETS", 1 << bucket_bits)
     inputs = [LabelledEntry(entry(f"k{i}"), None, 0, (), "folder") for i in range(100)]
     inputs += [
         LabelledEntry(entry(f"v{i}", split="validation"), None, 0, (), "folder") for i in range(3)
@@ -200,9 +205,21 @@ def test_assign_shards_gives_balanced_contiguous_rank_ranges():
         assigned, plans = (
             p | beam.Create(inputs) | AssignShards(0, {"train": 7, "validation": None}, 1 << 20)
         )
+        ranked = (
+            assigned
+            | beam.GroupByKey()
+            | beam.Map(
+                lambda kv, plans: (
+                    kv[0],
+                    [(r, e.entry.key) for r, e in rank_members(kv[1], plans[kv[0][0]], kv[0][1])],
+                ),
+                plans=beam.pvalue.AsDict(plans),
+            )
+        )
+        keys = {"train": [f"k{i}" for i in range(100)], "validation": ["v0", "v1", "v2"]}
         assert_that(
-            assigned | beam.combiners.ToList(),
-            lambda lists: check_assignment(lists[0]),
+            ranked | beam.combiners.ToList(),
+            lambda lists: check_assignment(lists[0], keys),
             label="assigned",
         )
         assert_that(
@@ -210,6 +227,29 @@ def test_assign_shards_gives_balanced_contiguous_rank_ranges():
             equal_to([("train", 100, 7), ("validation", 3, 1)]),
             label="plans",
         )
+        if bucket_bits == 2:
+            assert_that(  # the straddling buckets were sent to both sides
+                assigned | beam.combiners.Count.Globally(),
+                lambda counts: counts[0] > 103 or pytest.fail(f"{counts} sent"),
+                label="straddling",
+            )
+
+
+def test_a_shard_missing_an_entry_of_its_bucket_fails_the_build():
+    members = [
+        (
+            sharding.sort_key(0, "train", f"k{i}"),
+            LabelledEntryCoder().encode(LabelledEntry(entry(f"k{i}"), None, 0, (), "x")),
+        )
+        for i in range(4)
+    ]
+    counts = collections.Counter(sharding.bucket_of(key) for key, _ in members)
+    plan = sharding.plan_split(counts, 0, 1)
+    assert [r for r, _ in rank_members(members, plan, 0)] == [0, 1, 2, 3]
+    with pytest.raises(BuildFailed, match="shard 0 received 3 of its 4 entries; the runner lost"):
+        rank_members(members[1:], plan, 0)
+    with pytest.raises(BuildFailed, match="shard 0 received 2 entries of bucket"):
+        rank_members(members + members[:1], plan, 0)
 
 
 def test_write_shards_streams_records_and_rejects_bad_images(tmp_path):
@@ -221,13 +261,16 @@ def test_write_shards_streams_records_and_rejects_bad_images(tmp_path):
         LabelledEntry(entry("good", filename="in/good.JPEG"), None, 1, (), "folder"),
         LabelledEntry(entry("bad", filename="in/bad.JPEG"), None, 1, (), "folder"),
     ]
-    from beam_pipeline.sharding import SplitPlan
-
     with TestPipeline() as p:
         vocabulary = p | "V" >> beam.Create([Vocabulary(("cat",))])
-        plans = p | "P" >> beam.Create([("train", SplitPlan(2, 1, (0,) * 4096))])
+        keys = [sharding.sort_key(0, "train", item.entry.key) for item in labelled]
+        plan = sharding.plan_split(collections.Counter(map(sharding.bucket_of, keys)), 0, 1)
+        plans = p | "P" >> beam.Create([("train", plan)])
         assigned = p | beam.Create(
-            [(("train", 0), (0, labelled[0])), (("train", 0), (1, labelled[1]))]
+            [
+                (("train", 0), (key, LabelledEntryCoder().encode(item)))
+                for key, item in zip(keys, labelled, strict=True)
+            ]
         )
         results, rejected = assigned | WriteShards(
             str(tmp_path), str(out), ImagePolicy(), vocabulary, plans
