@@ -10,9 +10,10 @@ the index stages never read pixels, and the writers are not run. Then runs, in a
 and with the command line's default runner (one worker process per core), everything a build
 does before its first image is read: listing, pairing, XML parsing, the vocabulary, labelling,
 the shuffle keys, the split plans and the grouping of index records into shards
-(`pipeline.build_index`, `AssignShards` and the shard writers' `GroupByKey`). Prints, per size:
-entries, wall seconds, entries/s, and the peak resident memory of the whole process tree
-(launcher and workers), sampled every 50 ms.
+(`pipeline.build_index`, `AssignShards`, the shard writers' `GroupByKey` and their ranking,
+into as many shards as a build of that many ImageNet images writes: ~1,200 per shard).
+Prints, per size: entries, wall seconds, entries/s, and the peak resident memory of the whole
+process tree (launcher and workers), sampled every 50 ms.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from benchmarks.measure import run_measured
 SYNSETS = 1000
 TRAIN_SHARE = 1_281_167 / 1_331_167
 TRAIN_XML_SHARE = 544_546 / 1_281_167
+# Shards of the default size (128 MiB) hold ~1,200 of ImageNet's images (~110 KB each): the
+# index is grouped into as many shards as a real build of the same entries would write.
+IMAGES_PER_SHARD = 1_200
 
 
 def _write(path: str, data: bytes) -> None:
@@ -70,13 +74,13 @@ def make_tree(root: str, entries: int) -> None:
     _write(done, b"")
 
 
-def run_index(tree: str, out: str) -> None:
+def run_index(tree: str, out: str, entries: int) -> None:
     """Runs the index stages on `tree` in this process; prints the counts as JSON."""
     import apache_beam as beam
 
     from beam_pipeline.options import BuildConfig
     from beam_pipeline.pipeline import build_index, pipeline_options, prepare
-    from beam_pipeline.writing import AssignShards
+    from beam_pipeline.writing import AssignShards, rank_members
 
     config = BuildConfig(input_dir=tree, output_dir=out, splits=("train", "val"))
     prepared = prepare(config)
@@ -87,16 +91,27 @@ def run_index(tree: str, out: str) -> None:
         with open(counts_file, "w", encoding="utf-8") as stream:
             json.dump(dict(pairs), stream)
 
-    num_shards = {split: None for split in prepared.plan.splits}
+    train = round(entries * TRAIN_SHARE)
+    num_shards = {
+        "train": max(1, round(train / IMAGES_PER_SHARD)),
+        "validation": max(1, round((entries - train) / IMAGES_PER_SHARD)),
+    }
     with beam.Pipeline(options=pipeline_options([], every_core=True)) as pipeline:
         index = build_index(pipeline, prepared)
-        assigned, _ = index.labelled | "AssignShards" >> AssignShards(
+        assigned, plans = index.labelled | "AssignShards" >> AssignShards(
             config.seed, num_shards, config.target_shard_bytes
         )
         _ = (
             assigned
             | "GroupShards" >> beam.GroupByKey()
-            | "ShardSize" >> beam.MapTuple(lambda key, members: (key[0], sum(1 for _ in members)))
+            | "RankShard"
+            >> beam.Map(
+                lambda kv, plans: (
+                    kv[0][0],
+                    len(rank_members(kv[1], plans[kv[0][0]], kv[0][1])),
+                ),
+                plans=beam.pvalue.AsDict(plans),
+            )
             | "PerSplit" >> beam.CombinePerKey(sum)
             | "Collect" >> beam.combiners.ToList()
             | "Save" >> beam.Map(save)
@@ -110,9 +125,10 @@ def main() -> int:
     parser.add_argument("work_dir")
     parser.add_argument("--sizes", default="100000,400000,1330000")
     parser.add_argument("--run", metavar="TREE", help=argparse.SUPPRESS)  # the measured process
+    parser.add_argument("--entries", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run:
-        run_index(args.run, os.path.join(args.work_dir, "out"))
+        run_index(args.run, os.path.join(args.work_dir, "out"), args.entries)
         return 0
     sizes = [int(size) for size in args.sizes.split(",")]
     print("| entries | wall s | entries/s | peak MiB | labelled per split |")
@@ -121,6 +137,7 @@ def main() -> int:
         tree = os.path.join(args.work_dir, f"tree-{entries}")
         make_tree(tree, entries)
         command = [sys.executable, "-m", "benchmarks.index_scale", args.work_dir, "--run", tree]
+        command += ["--entries", str(entries)]
         measured = run_measured(command)
         counts = measured.output.strip().splitlines()[-1]
         print(

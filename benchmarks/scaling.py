@@ -2,6 +2,7 @@
 busy time, and the fixed start-up, from the command users type.
 
     python -m benchmarks.scaling bench_data/tree2k bench_data/tree8k [--workers N] [--repeats 2]
+        [--runner local|dask]
 
 Runs the plain CLI (no runner flags: one worker process per core; `--workers N` adds
 `--direct_num_workers N`) on both trees and on a tiny one, sampling every process of the build
@@ -15,6 +16,11 @@ every element passes through, so it bounds the build as Amdahl's serial part doe
 efficiency at N workers is at most 1 / (N f + 1 - f), printed for 16 and 64. Start-up is the
 tiny tree's wall time (20 images) and the small tree's wall time minus its images at the
 marginal rate.
+
+`--runner dask` measures `--runner DaskRunner` the same way: the build starts a LocalCluster
+of one single-threaded worker process per core; the launcher holds the Dask scheduler and the
+client (it plans tasks, not elements: the workers exchange the data), the workers are its
+multiprocessing children.
 """
 
 from __future__ import annotations
@@ -49,8 +55,20 @@ def _cpu(proc: psutil.Process) -> float:
     return times.user + times.system
 
 
-def run_sampled(command: list[str], interval: float = 0.05) -> Sampled:
-    """Runs `command`, sampling the CPU time of it and of each of its descendants."""
+def _is_worker(process: psutil.Process, runner: str) -> bool:
+    """A process that runs the pipeline's elements: FnApiRunner's SDK worker (not a wrapper
+    process whose command line names it), or a Dask worker process (multiprocessing's child;
+    not its resource tracker)."""
+    if process.children():
+        return False
+    line = " ".join(process.cmdline())
+    if runner == "dask":
+        return "multiprocessing" in line and "resource_tracker" not in line
+    return "sdk_worker_main" in line
+
+
+def run_sampled(command: list[str], interval: float = 0.05, runner: str = "local") -> Sampled:
+    """Runs `command`, sampling the CPU time of it and of each of its worker processes."""
     import resource
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -63,8 +81,7 @@ def run_sampled(command: list[str], interval: float = 0.05) -> Sampled:
             coordinator = _cpu(root)
             for child in root.children(recursive=True):
                 with contextlib.suppress(psutil.Error):
-                    # The worker itself, not a wrapper process whose command line names it.
-                    if "sdk_worker_main" in " ".join(child.cmdline()) and not child.children():
+                    if _is_worker(child, runner):
                         workers[child.pid] = _cpu(child)
         time.sleep(interval)
     seconds = time.perf_counter() - start
@@ -77,12 +94,15 @@ def run_sampled(command: list[str], interval: float = 0.05) -> Sampled:
     return Sampled(seconds, coordinator, tuple(sorted(workers.values())), total)
 
 
-def fastest(tree: str, work: str, workers: int | None, repeats: int) -> Sampled:
+RUNNER_FLAGS = {"local": [], "dask": ["--runner", "DaskRunner"]}
+
+
+def fastest(tree: str, work: str, workers: int | None, repeats: int, runner: str) -> Sampled:
     runs = []
     for _ in range(repeats):
         out = os.path.join(work, "out")
-        flags = ["--direct_num_workers", str(workers)] if workers else []
-        runs.append(run_sampled(ours(tree, out, flags, resize=False)))
+        flags = RUNNER_FLAGS[runner] + (["--direct_num_workers", str(workers)] if workers else [])
+        runs.append(run_sampled(ours(tree, out, flags, resize=False), runner=runner))
         shutil.rmtree(out, ignore_errors=True)
     return min(runs, key=lambda run: run.seconds)
 
@@ -109,15 +129,26 @@ def main() -> int:
     add_tree_pair(parser)
     parser.add_argument("--workers", type=int, default=None, help="--direct_num_workers N.")
     parser.add_argument("--repeats", type=int, default=2, help="Runs per tree; fastest counts.")
+    parser.add_argument(
+        "--runner",
+        choices=sorted(RUNNER_FLAGS),
+        default="local",
+        help="local: the plain CLI; dask: --runner DaskRunner (its own LocalCluster, one "
+        "worker process per core), where the launcher runs the Dask scheduler and the data "
+        "moves between the workers.",
+    )
     args = parser.parse_args()
     n_small, n_large = tree_sizes(parser, args)
+    if args.workers and args.runner != "local":
+        parser.error("--workers sizes the local runner; a Dask LocalCluster has one per core")
     work = tempfile.mkdtemp(prefix="scaling-")
     try:
         tiny_tree = os.path.join(work, "tiny")
         sample_tree.write_tree(tiny_tree, num_train=20, num_val=4, seed=0)
-        tiny = fastest(tiny_tree, work, args.workers, args.repeats)
-        small = fastest(args.small_tree, work, args.workers, args.repeats)
-        large = fastest(args.large_tree, work, args.workers, args.repeats)
+        tiny, small, large = (
+            fastest(tree, work, args.workers, args.repeats, args.runner)
+            for tree in (tiny_tree, args.small_tree, args.large_tree)
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(
