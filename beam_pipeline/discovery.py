@@ -1,16 +1,19 @@
 """The first stage, from a tree to index entries: list every directory of the plan, pair files.
 
 Element types (none holds pixels):
-  ListingTask → (key, (tag, FileRef bytes)) → grouped by key with the VOC split memberships
-              → IndexEntry
+  ListingTask → ((directory, bucket), (tag, FileRefs bytes)) → grouped with the VOC split
+              memberships of the same group → IndexEntry
 Rejections go to the `rejected` output.
 """
 
 from __future__ import annotations
 
+import posixpath
+import zlib
 from collections.abc import Iterator
 
 import apache_beam as beam
+from apache_beam import coders
 from apache_beam.metrics import Metrics
 from apache_beam.typehints import Tuple
 
@@ -31,52 +34,86 @@ def list_task(task: layouts.ListingTask) -> Iterator[tuple[str, FileRef] | Rejec
         yield item if isinstance(item, Rejection) else (task.kind, item)
 
 
-# What each value grouped by pairing key holds: a listed image or annotation (FileRef bytes), or
-# a split that a VOC list names the key in. Values cross the shuffle as bytes, so a runner that
-# groups in one process (FnApiRunner) moves them without decoding or re-encoding each one.
-IMAGE_FILE, ANNOTATION_FILE, LISTED_SPLIT = 0, 1, 2
-_TAGS = {layouts.IMAGES: IMAGE_FILE, layouts.ANNOTATIONS: ANNOTATION_FILE}
-_FILE_REF = FileRefCoder()
-_Tagged = Tuple[str, Tuple[int, bytes]]
+# Files are paired in groups: every key of one directory that hashes to the same one of
+# GROUPS_PER_DIRECTORY buckets. The files that share a key always share the group, so each group
+# is paired on its own; a listing task sends each group's files as one batch (a directory's
+# batches when the walk leaves it), and the pairing shuffle moves a few elements per directory
+# instead of one per file. A runner that shuffles in one process (FnApiRunner's coordinator)
+# then spends almost nothing per image here, and a flat directory (ImageNet's `val`, VOC's
+# JPEGImages) is still paired and parsed on several workers.
+GROUPS_PER_DIRECTORY = 16
+IMAGE_FILES, ANNOTATION_FILES, LISTED_SPLITS = 0, 1, 2
+_TAGS = {layouts.IMAGES: IMAGE_FILES, layouts.ANNOTATIONS: ANNOTATION_FILES}
+_FILE_REFS = coders.ListCoder(FileRefCoder())
+_MEMBERSHIPS = coders.ListCoder(coders.TupleCoder([coders.StrUtf8Coder(), coders.StrUtf8Coder()]))
+_Group = Tuple[str, int]
+_Batch = Tuple[_Group, Tuple[int, bytes]]
+
+
+def pairing_group(key: str) -> tuple[str, int]:
+    """(the key's directory, its bucket): where the files of `key` are paired."""
+    bucket = zlib.crc32(key.encode("utf-8", "surrogateescape")) % GROUPS_PER_DIRECTORY
+    return posixpath.dirname(key), bucket
 
 
 class _ListFilesFn(beam.DoFn):
-    """ListingTask → (key, (IMAGE_FILE or ANNOTATION_FILE, FileRef bytes)) for each file."""
+    """ListingTask → (pairing group, (IMAGE_FILES or ANNOTATION_FILES, FileRefs bytes))."""
 
     def process(self, task: layouts.ListingTask):
+        tag, pending, directory = _TAGS[task.kind], {}, None
         for item in list_task(task):
             if isinstance(item, Rejection):
                 yield beam.pvalue.TaggedOutput(REJECTED, count_rejection(item))
-            else:
-                kind, ref = item
-                yield ref.key, (_TAGS[kind], _FILE_REF.encode(ref))
+                continue
+            _, ref = item
+            group = pairing_group(ref.key)
+            if group[0] != directory:  # the walk left a directory: send what it found there
+                yield from _batches(pending, tag)
+                directory = group[0]
+            pending.setdefault(group, []).append(ref)
+        yield from _batches(pending, tag)
 
 
-def _membership(key_split: tuple[str, str]) -> tuple[str, tuple[int, bytes]]:
-    key, split = key_split
-    return key, (LISTED_SPLIT, split.encode("utf-8"))
+def _batches(pending: dict, tag: int):
+    for group, refs in pending.items():
+        yield group, (tag, _FILE_REFS.encode(refs))
+    pending.clear()
+
+
+def grouped_memberships(memberships) -> list[tuple[tuple[str, int], tuple[int, bytes]]]:
+    """The VOC split lists' (key, split) pairs as one batch per pairing group."""
+    groups = {}
+    for key, split in memberships:
+        groups.setdefault(pairing_group(key), []).append((key, split))
+    return [(group, (LISTED_SPLITS, _MEMBERSHIPS.encode(pairs))) for group, pairs in groups.items()]
 
 
 class _PairFn(beam.DoFn):
-    """(key, [(tag, bytes)]) → IndexEntry per split, or rejections."""
+    """(pairing group, [(tag, batch bytes)]) → IndexEntry per key and split, or rejections."""
 
     def __init__(self, root: str):
         self._root = root
 
     def process(self, element):
-        key, tagged = element
-        images, annotations, splits = [], [], []
-        for tag, data in tagged:
-            if tag == LISTED_SPLIT:
-                splits.append(data.decode("utf-8"))
-            else:
-                (images if tag == IMAGE_FILE else annotations).append(_FILE_REF.decode(data))
-        entries, rejections = pairing.pair_files(key, images, annotations, splits, self._root)
-        for rejection in rejections:
-            yield beam.pvalue.TaggedOutput(REJECTED, count_rejection(rejection))
-        for entry in entries:
-            Metrics.counter(METRICS_NAMESPACE, "images_discovered").inc()
-            yield entry
+        _, batches = element
+        images, annotations, splits = {}, {}, {}
+        for tag, data in batches:
+            if tag == LISTED_SPLITS:
+                for key, split in _MEMBERSHIPS.decode(data):
+                    splits.setdefault(key, []).append(split)
+                continue
+            files = images if tag == IMAGE_FILES else annotations
+            for ref in _FILE_REFS.decode(data):
+                files.setdefault(ref.key, []).append(ref)
+        for key in sorted(images.keys() | annotations.keys() | splits.keys()):
+            entries, rejections = pairing.pair_files(
+                key, images.get(key, ()), annotations.get(key, ()), splits.get(key, ()), self._root
+            )
+            for rejection in rejections:
+                yield beam.pvalue.TaggedOutput(REJECTED, count_rejection(rejection))
+            for entry in entries:
+                Metrics.counter(METRICS_NAMESPACE, "images_discovered").inc()
+                yield entry
 
 
 class DiscoverImages(beam.PTransform):
@@ -96,18 +133,16 @@ class DiscoverImages(beam.PTransform):
             | "SpreadListingTasks" >> beam.Reshuffle()
             | "ListFiles"
             >> beam.ParDo(_ListFilesFn())
-            .with_output_types(_Tagged)
+            .with_output_types(_Batch)
             .with_outputs(REJECTED, main="files")
         )
-        memberships = (
-            pbegin
-            | "CreateSplitMemberships" >> beam.Create(self._plan.memberships)
-            | "TagSplits" >> beam.Map(_membership).with_output_types(_Tagged)
-        )
+        memberships = pbegin | "CreateSplitMemberships" >> beam.Create(
+            grouped_memberships(self._plan.memberships)
+        ).with_output_types(_Batch)
         paired = (
             (listed.files, memberships)
-            | "FlattenByKey" >> beam.Flatten()
-            | "JoinByKey" >> beam.GroupByKey()
+            | "FlattenByGroup" >> beam.Flatten()
+            | "JoinByGroup" >> beam.GroupByKey()
             | "PairFiles"
             >> beam.ParDo(_PairFn(self._plan.root))
             .with_output_types(IndexEntry)

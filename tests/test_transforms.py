@@ -9,7 +9,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from helpers import ilsvrc_image, jpeg_bytes, write
 
-from beam_pipeline import layouts, sharding
+from beam_pipeline import discovery, layouts, sharding
 from beam_pipeline.annotations import AnnotatedObject, Annotation, Box, voc_xml
 from beam_pipeline.coders import LabelledEntryCoder
 from beam_pipeline.discovery import DiscoverImages
@@ -30,6 +30,45 @@ from beam_pipeline.writing import AssignShards, WriteShards, rank_members
 
 def entry(key, split="train", annotation_filename=None, folder_class=None, filename=None):
     return IndexEntry(split, key, filename or key + ".JPEG", annotation_filename, folder_class, 100)
+
+
+def test_listing_sends_each_pairing_group_as_batches_not_files(tmp_path):
+    # 40 images in a flat directory and 20 in a subdirectory, half with XML: the listing sends
+    # a few batches per directory (one per pairing group it found), and every file's group is
+    # the one its key hashes to, so an image and its XML always meet.
+    for i in range(40):
+        ilsvrc_image(tmp_path, "train", f"img{i}", b"A", voc_xml() if i % 2 else None)
+    for i in range(20):
+        ilsvrc_image(tmp_path, "train", f"sub/img{i}", b"B", voc_xml() if i % 2 else None)
+    plan = layouts.plan_discovery(
+        str(tmp_path), layouts.ILSVRC_DET, ("train",), has_files, match, None
+    )
+    batches = [item for task in plan.tasks for item in discovery._ListFilesFn().process(task)]
+    refs = collections.Counter()
+    for group, (tag, data) in batches:
+        for ref in discovery._FILE_REFS.decode(data):
+            assert discovery.pairing_group(ref.key) == group
+            refs[tag] += 1
+    assert refs == {discovery.IMAGE_FILES: 60, discovery.ANNOTATION_FILES: 30}
+    groups = {group for group, _ in batches}
+    assert {directory for directory, _ in groups} == {"train", "train/sub"}
+    assert len(batches) <= 2 * 2 * discovery.GROUPS_PER_DIRECTORY  # 2 kinds, 2 directories
+    flat = {bucket for directory, bucket in groups if directory == "train"}
+    assert len(flat) > discovery.GROUPS_PER_DIRECTORY // 2  # a flat directory is spread
+
+
+def test_voc_memberships_join_the_group_of_their_image():
+    memberships = [("VOC2007/000001", "train"), ("VOC2007/000001", "validation")]
+    memberships += [("VOC2007/000002", "train")]
+    grouped = discovery.grouped_memberships(memberships)
+    decoded = {
+        group: discovery._MEMBERSHIPS.decode(data)
+        for group, (tag, data) in grouped
+        if tag == discovery.LISTED_SPLITS
+    }
+    assert sum(len(pairs) for pairs in decoded.values()) == 3
+    for group, pairs in decoded.items():
+        assert all(discovery.pairing_group(key) == group for key, _ in pairs)
 
 
 def test_discover_images_pairs_files_and_reports_strays(tmp_path):
