@@ -18,6 +18,7 @@ import subprocess
 import sys
 
 import pytest
+from distributed.deploy.utils import nprocesses_nthreads
 
 from beam_pipeline.tfrecord import read_records
 
@@ -264,11 +265,12 @@ def test_input_bound_benchmark_says_whether_the_model_waits(built):
 
 
 @pytest.mark.slow
-def test_scaling_benchmark_splits_cpu_between_coordinator_and_workers(trees):
-    # These trees are small enough that the plain CLI would build them in one process.
-    done = run_benchmark(
-        "scaling", trees["small"], trees["large"], "--repeats", "1", "--workers", "2"
-    )
+@pytest.mark.parametrize("runner", ["local", "dask"])
+def test_scaling_benchmark_splits_cpu_between_coordinator_and_workers(trees, runner):
+    # These trees are small enough that the plain CLI would build them in one process; a Dask
+    # build starts a LocalCluster of one worker process per core (here 2).
+    flags = ["--workers", "2"] if runner == "local" else ["--runner", "dask"]
+    done = run_benchmark("scaling", trees["small"], trees["large"], "--repeats", "1", *flags)
     (rows,) = tables(done.stdout)
     assert rows["tree"] == [
         "images",
@@ -283,10 +285,19 @@ def test_scaling_benchmark_splits_cpu_between_coordinator_and_workers(trees):
     for name in ("tiny", "small", "large"):
         wall, coordinator, workers, busy, imbalance, sampled = rows[name][1:]
         assert_numbers([wall, coordinator, imbalance, sampled])
-        # Each of the 2 worker processes sampled.
-        assert len(workers.split(" / ")) == len(busy.split(" / ")) == 2
+        # Each worker process sampled: the 2 asked for; a LocalCluster's default number.
+        expected = 2 if runner == "local" else nprocesses_nthreads()[0]
+        assert len(workers.split(" / ")) == len(busy.split(" / ")) == expected
         assert_numbers(workers.split(" / ") + busy.split(" / "))
     assert "serial fraction f: " in done.stdout or "marginal figures: -" in done.stdout
+
+
+def test_scaling_benchmark_refuses_a_worker_count_for_dask(trees):
+    done = run_benchmark(
+        "scaling", trees["small"], trees["large"], "--runner", "dask", "--workers", "2", check=False
+    )
+    assert done.returncode == 2
+    assert "--workers sizes the local runner" in done.stderr
 
 
 @pytest.mark.slow
