@@ -29,6 +29,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from PIL import Image
 
+from beam_pipeline.console import plural
 from beam_pipeline.readback import read_build_info
 from beam_pipeline.tfrecord import CorruptRecordError, read_records
 from schemas import (
@@ -250,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problems:
         print(f"{len(problems)} of {num_shards} shards have problems")
         return 1
-    print(f"OK: {num_shards} shards verified")
+    print(f"OK: {plural(num_shards, 'shard')} verified")
     if not FileSystems.exists(join(args.data_dir, BUILD_INFO_FILE)):
         print(
             f"note: a build of schema 1.x, whose metadata TFDS cannot read; "

@@ -3,9 +3,9 @@ import shutil
 import struct
 
 import pytest
-from helpers import build_sample, jpeg_bytes
+from helpers import build, build_sample, jpeg_bytes
 
-from beam_pipeline import verify
+from beam_pipeline import sample_tree, verify
 from beam_pipeline.tfrecord import encode_record, read_records
 from schemas import BUILD_INFO_FILE, DatasetInfo
 from schemas import features as F
@@ -143,3 +143,11 @@ def test_checks_record_contents(capsys):
 
 def test_directory_without_a_build(tmp_path, capsys):
     assert verify.main([str(tmp_path)]) == 2
+
+
+def test_a_one_shard_build_says_one_shard(tmp_path, capsys):
+    tree, out = tmp_path / "tree", tmp_path / "out"
+    sample_tree.write_tree(str(tree), num_train=6, num_val=2, seed=3)
+    build(tree, out, "--splits", "train", "--num_shards", "1")
+    code, output = run(out, capsys)
+    assert code == 0 and output.strip() == "OK: 1 shard verified"
