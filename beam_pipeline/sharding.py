@@ -117,9 +117,8 @@ def rank_shard(
                 f"holds {plan.bucket_size(bucket)} in shards {list(plan.shards_of_bucket(bucket))}"
             )
         group.sort(key=lambda member: (member[0], member[1]))
-        first = plan.bucket_offsets[bucket]
         for position, (_, _, item) in enumerate(group):
-            rank = first + position
+            rank = plan.rank(bucket, position)
             if plan.shard(rank) == shard:
                 ranked.append((rank, item))
     expected = shard_start(shard + 1, plan.num_examples, plan.num_shards) - shard_start(

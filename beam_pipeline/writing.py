@@ -144,11 +144,12 @@ class AssignShards(beam.PTransform):
 def rank_members(members, plan: sharding.SplitPlan, index: int) -> list:
     """A shard's (sort key, LabelledEntry bytes) members → its (rank, LabelledEntry), in rank
     order."""
-    decoded = ((key, _LABELLED.decode(data)) for key, data in members)
+    decoded = []
+    for key, data in members:
+        labelled = _LABELLED.decode(data)
+        decoded.append((key, labelled.entry.key, labelled))
     try:
-        return sharding.rank_shard(
-            ((key, labelled.entry.key, labelled) for key, labelled in decoded), plan, index
-        )
+        return sharding.rank_shard(decoded, plan, index)
     except sharding.ShardPlanMismatch as error:
         raise BuildFailed(f"{error}; the runner lost or repeated index records") from error
 
