@@ -65,6 +65,7 @@ class SplitPlanReport:
     images: int = 0
     annotated: int = 0
     without_annotation: int = 0
+    folder_class_only: int = 0  # in a class folder, without XML: labelled by the folder
     orphans: dict[str, int] = dataclasses.field(default_factory=dict)
     label_sources: dict[str, int] = dataclasses.field(default_factory=dict)
     class_counts: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -175,6 +176,8 @@ def plan_build(prepared) -> BuildPlan:
             report.annotated += 1
         elif entry.folder_class is None:
             report.without_annotation += 1
+        else:
+            report.folder_class_only += 1
     for rejection in rejections:
         if rejection.split not in reports:
             continue
@@ -310,7 +313,14 @@ def format_plan(plan: BuildPlan, rejections: int = 20) -> str:
         lines.append(f"{report.name} ({report.kind or 'no images'}):")
         lines.append(
             f"  images {report.images:,}: with XML {report.annotated:,}, without XML "
-            f"{report.without_annotation:,}" + (" (background)" if report.kind == ANNOTATED else "")
+            f"{report.without_annotation:,}"
+            + (" (background)" if report.kind == ANNOTATED else "")
+            + (
+                f" and in no class folder; {report.folder_class_only:,} more without XML in "
+                "class folders"
+                if report.folder_class_only
+                else ""
+            )
         )
         if report.orphans:
             lines.append(f"  orphans: {_counts(report.orphans)}")

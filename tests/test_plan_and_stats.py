@@ -233,3 +233,16 @@ def test_verify_runs_from_the_command_line_too(sample, capsys):
     assert commands.main(["verify", str(out), "--workers", "1"]) == 0
     shards = sum(split.num_shards for split in info.splits.values())
     assert capsys.readouterr().out == f"OK: {shards} shards verified\n"
+
+
+def test_plan_counts_class_folder_images_without_xml(tmp_path, capsys):
+    # CLS-LOC: three class-folder images without XML, one with; a stray image outside any folder.
+    root = tmp_path / "tree"
+    xml = voc_xml([("n01", 1, 1, 10, 10)], size=(20, 20))
+    ilsvrc_image(root, "train", "n01/a", jpeg_bytes(), xml, task="CLS-LOC")
+    for stem in ("n01/b", "n02/c", "n02/d"):
+        ilsvrc_image(root, "train", stem, jpeg_bytes(), task="CLS-LOC")
+    ilsvrc_image(root, "train", "stray", jpeg_bytes(), task="CLS-LOC")
+    assert planning.main(["--input_dir", str(root), "--splits", "train"]) == 1  # the stray
+    line = "  images 5: with XML 1, without XML 1 and in no class folder; 3 more without XML in "
+    assert line + "class folders" in capsys.readouterr().out.splitlines()
