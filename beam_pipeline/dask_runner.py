@@ -372,6 +372,14 @@ class DaskRunner(beam_dask.DaskRunner):
         )
         bag_kwargs = beam_dask.DaskOptions._extract_bag_kwargs(dask_options)
         address = dask_options.get("address") or dask_options.get("scheduler_file")
+        if not address:
+            # A LocalCluster of one single-threaded worker process per core: the image work is
+            # Python, so threads of one process would share a GIL (Dask's own default puts
+            # 4 threads in each of 4 processes on 16 cores).
+            from beam_pipeline.pipeline import available_cores
+
+            dask_options.setdefault("n_workers", available_cores())
+            dask_options.setdefault("threads_per_worker", 1)
         try:
             client = ddist.Client(set_as_default=False, **dask_options)
         except (OSError, TimeoutError) as error:

@@ -18,8 +18,7 @@ tiny tree's wall time (20 images) and the small tree's wall time minus its image
 marginal rate.
 
 `--runner dask` measures `--runner DaskRunner` the same way: the build starts a LocalCluster
-of Dask's default size (one single-threaded worker process per core up to 4 cores); the
-launcher holds the Dask scheduler and the
+of one single-threaded worker process per core; the launcher holds the Dask scheduler and the
 client (it plans tasks, not elements: the workers exchange the data), the workers are its
 multiprocessing children.
 """
@@ -134,14 +133,14 @@ def main() -> int:
         "--runner",
         choices=sorted(RUNNER_FLAGS),
         default="local",
-        help="local: the plain CLI; dask: --runner DaskRunner (its own LocalCluster of Dask's "
-        "default size), where the launcher runs the Dask scheduler and the data moves between "
-        "the workers.",
+        help="local: the plain CLI; dask: --runner DaskRunner (its own LocalCluster, one "
+        "worker process per core), where the launcher runs the Dask scheduler and the data "
+        "moves between the workers.",
     )
     args = parser.parse_args()
     n_small, n_large = tree_sizes(parser, args)
     if args.workers and args.runner != "local":
-        parser.error("--workers sizes the local runner; a Dask LocalCluster takes Dask's default")
+        parser.error("--workers sizes the local runner; Dask's LocalCluster has one per core")
     work = tempfile.mkdtemp(prefix="scaling-")
     try:
         tiny_tree = os.path.join(work, "tiny")

@@ -18,8 +18,8 @@ import subprocess
 import sys
 
 import pytest
-from distributed.deploy.utils import nprocesses_nthreads
 
+from beam_pipeline.pipeline import available_cores
 from beam_pipeline.tfrecord import read_records
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -285,8 +285,8 @@ def test_scaling_benchmark_splits_cpu_between_coordinator_and_workers(trees, run
     for name in ("tiny", "small", "large"):
         wall, coordinator, workers, busy, imbalance, sampled = rows[name][1:]
         assert_numbers([wall, coordinator, imbalance, sampled])
-        # Each worker process sampled: the 2 asked for; a LocalCluster's default number.
-        expected = 2 if runner == "local" else nprocesses_nthreads()[0]
+        # Each worker process sampled: the 2 asked for; the LocalCluster's one per core.
+        expected = 2 if runner == "local" else available_cores()
         assert len(workers.split(" / ")) == len(busy.split(" / ")) == expected
         assert_numbers(workers.split(" / ") + busy.split(" / "))
     assert "serial fraction f: " in done.stdout or "marginal figures: -" in done.stdout

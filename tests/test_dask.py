@@ -136,3 +136,12 @@ def test_an_unreachable_scheduler_is_named_with_its_flag(tree, tmp_path):
         "cannot reach the Dask scheduler at tcp://127.0.0.1:9 (--dask_client_address): "
     )
     assert not (tmp_path / "out" / BUILD_INFO_FILE).exists()
+
+
+def test_its_own_local_cluster_has_one_single_threaded_worker_per_core(tree, tmp_path, monkeypatch):
+    # Dask's default would put several threads in each process past 4 cores (4 x 4 on 16),
+    # and the image work is Python, so threads of one process share a GIL.
+    monkeypatch.setattr(pipeline, "available_cores", lambda: 3)
+    info = build(tree, tmp_path / "out", "--runner", "DaskRunner")
+    assert dask_runner.last_cluster == (None, 3, 3)
+    assert info.splits["train"].num_examples > 0
