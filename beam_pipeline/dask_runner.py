@@ -53,6 +53,8 @@ from apache_beam.transforms.sideinputs import SideInputMap
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
+from beam_pipeline import machine
+
 logger = logging.getLogger(__name__)
 
 # Partitions per worker thread after a Reshuffle or a GroupByKey: enough that the scheduler
@@ -376,9 +378,7 @@ class DaskRunner(beam_dask.DaskRunner):
             # A LocalCluster of one single-threaded worker process per core: the image work is
             # Python, so threads of one process would share a GIL (Dask's own default puts
             # 4 threads in each of 4 processes on 16 cores).
-            from beam_pipeline.pipeline import available_cores
-
-            dask_options.setdefault("n_workers", available_cores())
+            dask_options.setdefault("n_workers", machine.available_cores())
             dask_options.setdefault("threads_per_worker", 1)
         try:
             client = ddist.Client(set_as_default=False, **dask_options)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 import platform
 import re
@@ -27,7 +26,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
-from beam_pipeline import layouts, watch
+from beam_pipeline import layouts, machine, watch
 from beam_pipeline.discovery import DiscoverImages
 from beam_pipeline.failures import BUILD_FAILED_MARKER
 from beam_pipeline.fileio import has_files, match, read_file, subdirectories
@@ -199,25 +198,6 @@ def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollect
 LOCAL_RUNNER = "FnApiRunner"
 
 
-CGROUP_CPU_MAX = "/sys/fs/cgroup/cpu.max"
-
-
-def available_cores() -> int:
-    """The cores this process may use: its CPU affinity, capped by a cgroup (v2) CPU quota."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    try:
-        with open(CGROUP_CPU_MAX, encoding="ascii") as stream:
-            quota, period = stream.read().split()[:2]
-        if quota != "max":
-            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
-    except (OSError, ValueError):
-        pass
-    return max(1, cores)
-
-
 # Beam options (WorkerOptions) that only a cloud runner reads; locally they would be ignored.
 _CLOUD_WORKER_FLAGS = {"--num_workers", "--max_num_workers"}
 
@@ -275,7 +255,7 @@ def pipeline_options(
         direct = options.view_as(DirectOptions)
         if every_core and "--direct_running_mode" not in named:
             if "--direct_num_workers" not in named:
-                cores = available_cores()
+                cores = machine.available_cores()
                 small = images is not None and images < SMALL_BUILD_IMAGES
                 direct.direct_num_workers = 1 if small else cores
                 if small and cores > 1:

@@ -17,7 +17,7 @@ import time
 import pytest
 from helpers import failure_line, ilsvrc_image, summary_rows, write
 
-from beam_pipeline import cli, pipeline, sample_tree, watch, writing
+from beam_pipeline import cli, machine, pipeline, sample_tree, watch, writing
 from beam_pipeline.console import BuildConsole, human_bytes, plural
 
 WORKERS = ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
@@ -127,7 +127,7 @@ def test_a_good_build_prints_a_short_summary_naming_the_output(small_tree, tmp_p
     out = tmp_path / "out"
     # What the command a user types does on a tree of 1,000 images or more: one worker process
     # per core (this small tree would be built in the launching process without the flag).
-    cores = pipeline.available_cores()
+    cores = machine.available_cores()
     argv = ["--input_dir", small_tree, "--output_dir", out, "--direct_num_workers", cores]
     result = run_cli(argv, tmp_path)
     assert result.returncode == 0, result.stderr
@@ -170,7 +170,7 @@ def test_a_small_build_runs_in_the_launching_process_and_says_so(small_tree, tmp
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0].endswith(" images/s, in this process (in_memory)")
     log = pathlib.Path(result.stdout.splitlines()[-1][len("full log: ") :]).read_text()
-    if pipeline.available_cores() > 1:
+    if machine.available_cores() > 1:
         assert "80 images: building in this process (worker processes would take longer" in log
     assert "sdk harness starting" not in log
 

@@ -12,7 +12,7 @@ from dask.utils import key_split
 from helpers import build, dead_letters, ilsvrc_image, jpeg_bytes, write
 from test_console import run_cli
 
-from beam_pipeline import dask_runner, options, pipeline, sample_tree
+from beam_pipeline import dask_runner, machine, options, pipeline, sample_tree
 from schemas import BUILD_INFO_FILE
 
 WORKERS = 2
@@ -141,7 +141,7 @@ def test_an_unreachable_scheduler_is_named_with_its_flag(tree, tmp_path):
 def test_its_own_local_cluster_has_one_single_threaded_worker_per_core(tree, tmp_path, monkeypatch):
     # Dask's default would put several threads in each process past 4 cores (4 x 4 on 16),
     # and the image work is Python, so threads of one process share a GIL.
-    monkeypatch.setattr(pipeline, "available_cores", lambda: 3)
+    monkeypatch.setattr(machine, "available_cores", lambda: 3)
     info = build(tree, tmp_path / "out", "--runner", "DaskRunner")
     assert dask_runner.last_cluster == (None, 3, 3)
     assert info.splits["train"].num_examples > 0

@@ -12,7 +12,7 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 
-from beam_pipeline import cli, pipeline
+from beam_pipeline import cli, machine, pipeline
 from beam_pipeline.cli import tune_malloc
 from beam_pipeline.options import (
     DASK_RUNNER,
@@ -107,7 +107,7 @@ def test_direct_runner_modes_pass_through():
 def test_the_command_line_uses_every_core_unless_told_otherwise(
     monkeypatch, args, mode, workers, described
 ):
-    monkeypatch.setattr(pipeline, "available_cores", lambda: 6)
+    monkeypatch.setattr(machine, "available_cores", lambda: 6)
     options = pipeline_options(["--input_dir", "in", *args], every_core=True)
     direct = options.view_as(DirectOptions)
     assert (direct.direct_running_mode, direct.direct_num_workers) == (mode, workers)
@@ -133,7 +133,7 @@ def test_the_command_line_uses_every_core_unless_told_otherwise(
 def test_a_small_build_stays_in_this_process_unless_workers_are_asked_for(
     monkeypatch, images, args, workers
 ):
-    monkeypatch.setattr(pipeline, "available_cores", lambda: 6)
+    monkeypatch.setattr(machine, "available_cores", lambda: 6)
     options = pipeline_options(args, every_core=True, images=images)
     assert options.view_as(DirectOptions).direct_num_workers == workers
 
@@ -170,7 +170,7 @@ def test_a_cloud_worker_count_is_refused_in_a_local_build(flag):
 
 
 def test_one_core_stays_in_memory(monkeypatch):
-    monkeypatch.setattr(pipeline, "available_cores", lambda: 1)
+    monkeypatch.setattr(machine, "available_cores", lambda: 1)
     options = pipeline_options([], every_core=True).view_as(DirectOptions)
     assert (options.direct_running_mode, options.direct_num_workers) == ("in_memory", 1)
 
@@ -178,9 +178,9 @@ def test_one_core_stays_in_memory(monkeypatch):
 @pytest.mark.parametrize("quota, cap", [("max 100000", None), ("150000 100000", 2)])
 def test_available_cores_is_what_this_process_may_use(tmp_path, monkeypatch, quota, cap):
     (tmp_path / "cpu.max").write_text(quota + "\n")
-    monkeypatch.setattr(pipeline, "CGROUP_CPU_MAX", str(tmp_path / "cpu.max"))
+    monkeypatch.setattr(machine, "CGROUP_CPU_MAX", str(tmp_path / "cpu.max"))
     affinity = len(os.sched_getaffinity(0))
-    assert pipeline.available_cores() == (affinity if cap is None else min(affinity, cap))
+    assert machine.available_cores() == (affinity if cap is None else min(affinity, cap))
 
 
 def test_image_policy_flags():
