@@ -1,8 +1,8 @@
 """The writing stages, from labelled entries to shard files: assign shards, write shards.
 
 Element types:
-  LabelledEntry → ((split, shard), (sort key, LabelledEntry bytes)) → grouped by shard, ranked
-                → ShardResult
+  LabelledEntry → ((split, shard), batch of (sort key, LabelledEntry bytes)) → grouped by
+                shard, ranked → ShardResult
   and, beside it, (split, (bucket, bytes)) → (split, SplitPlan) as a side input.
 Only index records are grouped; the shard writer reads each image itself and streams the
 encoded records into a temp file that is renamed into place when complete
@@ -17,10 +17,14 @@ import contextlib
 import hashlib
 
 import apache_beam as beam
+from apache_beam import coders
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindow
 from apache_beam.typehints import Tuple
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_pipeline import progress, sharding, watch
 from beam_pipeline.coders import LabelledEntryCoder
@@ -93,27 +97,58 @@ class _PlanSplitFn(beam.DoFn):
 
 
 # The entries cross the shard shuffle as bytes, so a runner that groups in one process
-# (FnApiRunner) moves them without decoding or re-encoding each one.
+# (FnApiRunner) moves them without decoding or re-encoding each one; and in batches, one per
+# shard and bundle (or per FLUSH_BYTES of a bundle), so it groups a few elements per shard
+# instead of one per entry.
 _LABELLED = LabelledEntryCoder()
+_MEMBERS = coders.ListCoder(coders.TupleCoder([coders.BytesCoder(), coders.BytesCoder()]))
+FLUSH_BYTES = 16 << 20
+
+
+def encode_members(members: list[tuple[bytes, bytes]]) -> bytes:
+    """A batch of one shard's (sort key, LabelledEntry bytes) members, as it crosses the shuffle."""
+    return _MEMBERS.encode(members)
+
+
+def decode_members(batch: bytes) -> list[tuple[bytes, bytes]]:
+    return _MEMBERS.decode(batch)
 
 
 class _KeyByShardFn(beam.DoFn):
-    """LabelledEntry → ((split, shard), (sort key, entry bytes)) for each shard its bucket
-    overlaps."""
+    """LabelledEntry → ((split, shard), [(sort key, entry bytes)] bytes): each entry joins the
+    batch of every shard its bucket overlaps; a bundle's batches leave when it ends."""
 
     def __init__(self, seed: int):
         self._seed = seed
 
+    def start_bundle(self):
+        self._pending: dict[tuple[str, int], list[tuple[bytes, bytes]]] = {}
+        self._pending_bytes = 0
+
     def process(self, labelled: LabelledEntry, plans):
         entry = labelled.entry
         key = sharding.sort_key(self._seed, entry.split, entry.key)
-        data = _LABELLED.encode(labelled)
+        member = key, _LABELLED.encode(labelled)
         for shard in plans[entry.split].shards_of_bucket(sharding.bucket_of(key)):
-            yield (entry.split, shard), (key, data)
+            self._pending.setdefault((entry.split, shard), []).append(member)
+            self._pending_bytes += len(member[1]) + len(key)
+        if self._pending_bytes >= FLUSH_BYTES:
+            yield from self._batches()
+
+    def finish_bundle(self):
+        for batch in self._batches():
+            yield WindowedValue(batch, MIN_TIMESTAMP, (GlobalWindow(),))
+
+    def _batches(self):
+        for shard, members in self._pending.items():
+            yield shard, encode_members(members)
+        self._pending.clear()
+        self._pending_bytes = 0
 
 
 class AssignShards(beam.PTransform):
-    """LabelledEntry → ((split, shard), (sort key, LabelledEntry bytes)); also returns the plans.
+    """LabelledEntry → ((split, shard), batch of (sort key, LabelledEntry bytes)), a few batches
+    per shard; also returns the plans.
 
     `num_shards` maps each output split to its requested shard count (None: size-based). Each
     entry goes to the shard its rank falls in and, when its bucket straddles a shard boundary,
@@ -137,17 +172,18 @@ class AssignShards(beam.PTransform):
         )
         assigned = labelled | "KeyByShard" >> beam.ParDo(
             _KeyByShardFn(self._seed), plans=beam.pvalue.AsDict(plans)
-        ).with_output_types(Tuple[Tuple[str, int], Tuple[bytes, bytes]])
+        ).with_output_types(Tuple[Tuple[str, int], bytes])
         return assigned, plans
 
 
-def rank_members(members, plan: sharding.SplitPlan, index: int) -> list:
-    """A shard's (sort key, LabelledEntry bytes) members → its (rank, LabelledEntry), in rank
-    order."""
+def rank_members(batches, plan: sharding.SplitPlan, index: int) -> list:
+    """A shard's batches of (sort key, LabelledEntry bytes) → its (rank, LabelledEntry), in
+    rank order."""
     decoded = []
-    for key, data in members:
-        labelled = _LABELLED.decode(data)
-        decoded.append((key, labelled.entry.key, labelled))
+    for batch in batches:
+        for key, data in decode_members(batch):
+            labelled = _LABELLED.decode(data)
+            decoded.append((key, labelled.entry.key, labelled))
     try:
         return sharding.rank_shard(decoded, plan, index)
     except sharding.ShardPlanMismatch as error:
@@ -155,8 +191,8 @@ def rank_members(members, plan: sharding.SplitPlan, index: int) -> list:
 
 
 class _WriteShardFn(beam.DoFn):
-    """((split, shard), [(sort key, LabelledEntry bytes)]) → ShardResult, streaming images to
-    the file."""
+    """((split, shard), [batch of (sort key, LabelledEntry bytes)]) → ShardResult, streaming
+    images to the file."""
 
     def __init__(self, input_dir: str, output_dir: str, policy: ImagePolicy, resume: bool):
         self._input_dir = input_dir

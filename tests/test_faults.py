@@ -49,7 +49,11 @@ def test_retried_bundle_leaves_exactly_one_copy_of_each_shard(tree, tmp_path, mo
         return real_read(path)
 
     def process_with_retry(self, element, *args, **kwargs):
-        entries = [LabelledEntryCoder().decode(data) for _, data in element[1]]
+        entries = [
+            LabelledEntryCoder().decode(data)
+            for batch in element[1]
+            for _, data in writing.decode_members(batch)
+        ]
         victim = any(e.entry.filename.endswith("train_000007.JPEG") for e in entries)
         if victim:
             monkeypatch.setattr(fileio, "read_file", failing_read)

@@ -9,7 +9,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from helpers import ilsvrc_image, jpeg_bytes, write
 
-from beam_pipeline import discovery, layouts, sharding
+from beam_pipeline import discovery, layouts, sharding, writing
 from beam_pipeline.annotations import AnnotatedObject, Annotation, Box, voc_xml
 from beam_pipeline.coders import LabelledEntryCoder
 from beam_pipeline.discovery import DiscoverImages
@@ -230,10 +230,15 @@ def check_assignment(ranked, keys_by_split):
         assert flat == list(enumerate(ordered))  # ranks 0..N-1, each key once, in order
 
 
-@pytest.mark.parametrize("bucket_bits", [sharding.BUCKET_BITS, 2])
-def test_assign_shards_gives_balanced_contiguous_rank_ranges(bucket_bits, monkeypatch):
+@pytest.mark.parametrize(
+    "bucket_bits, flush_bytes", [(sharding.BUCKET_BITS, None), (2, None), (2, 1)]
+)
+def test_assign_shards_gives_balanced_contiguous_rank_ranges(bucket_bits, flush_bytes, monkeypatch):
     # With 4 buckets of ~25 entries, most buckets straddle a boundary of the 7 shards: their
-    # entries go to both shards, and each shard keeps its own ranks.
+    # entries go to both shards, and each shard keeps its own ranks. The entries of a bundle
+    # travel as one batch per shard, or as several when the bundle's batches fill FLUSH_BYTES.
+    if flush_bytes is not None:
+        monkeypatch.setattr(writing, "FLUSH_BYTES", flush_bytes)
     monkeypatch.setattr(sharding, "BUCKET_BITS", bucket_bits)
     monkeypatch.setattr(sharding, "NUM_BUCKETS", 1 << bucket_bits)
     inputs = [LabelledEntry(entry(f"k{i}"), None, 0, (), "folder") for i in range(100)]
@@ -266,12 +271,22 @@ def test_assign_shards_gives_balanced_contiguous_rank_ranges(bucket_bits, monkey
             equal_to([("train", 100, 7), ("validation", 3, 1)]),
             label="plans",
         )
+        sent = assigned | "Sizes" >> beam.Map(lambda kv: len(writing.decode_members(kv[1])))
         if bucket_bits == 2:
             assert_that(  # the straddling buckets were sent to both sides
-                assigned | beam.combiners.Count.Globally(),
+                sent | "Sent" >> beam.CombineGlobally(sum),
                 lambda counts: counts[0] > 103 or pytest.fail(f"{counts} sent"),
                 label="straddling",
             )
+        # One bundle: one batch per shard; flushing after every entry: one entry per batch.
+        assert_that(
+            sent | "Batches" >> beam.combiners.ToList(),
+            lambda sizes: (
+                (len(sizes[0]) == 8 if flush_bytes is None else set(sizes[0]) == {1})
+                or pytest.fail(f"batches of {sorted(sizes[0])}")
+            ),
+            label="batches",
+        )
 
 
 def test_a_shard_missing_an_entry_of_its_bucket_fails_the_build():
@@ -284,11 +299,15 @@ def test_a_shard_missing_an_entry_of_its_bucket_fails_the_build():
     ]
     counts = collections.Counter(sharding.bucket_of(key) for key, _ in members)
     plan = sharding.plan_split(counts, 0, 1)
-    assert [r for r, _ in rank_members(members, plan, 0)] == [0, 1, 2, 3]
+
+    def batches(*parts):
+        return [writing.encode_members(part) for part in parts]
+
+    assert [r for r, _ in rank_members(batches(members[:1], members[1:]), plan, 0)] == [0, 1, 2, 3]
     with pytest.raises(BuildFailed, match="shard 0 received 3 of its 4 entries; the runner lost"):
-        rank_members(members[1:], plan, 0)
+        rank_members(batches(members[1:]), plan, 0)
     with pytest.raises(BuildFailed, match="shard 0 received 2 entries of bucket"):
-        rank_members(members + members[:1], plan, 0)
+        rank_members(batches(members, members[:1]), plan, 0)
 
 
 def test_write_shards_streams_records_and_rejects_bad_images(tmp_path):
@@ -305,12 +324,11 @@ def test_write_shards_streams_records_and_rejects_bad_images(tmp_path):
         keys = [sharding.sort_key(0, "train", item.entry.key) for item in labelled]
         plan = sharding.plan_split(collections.Counter(map(sharding.bucket_of, keys)), 0, 1)
         plans = p | "P" >> beam.Create([("train", plan)])
-        assigned = p | beam.Create(
-            [
-                (("train", 0), (key, LabelledEntryCoder().encode(item)))
-                for key, item in zip(keys, labelled, strict=True)
-            ]
-        )
+        members = [
+            (key, LabelledEntryCoder().encode(item))
+            for key, item in zip(keys, labelled, strict=True)
+        ]
+        assigned = p | beam.Create([(("train", 0), writing.encode_members(members))])
         results, rejected = assigned | WriteShards(
             str(tmp_path), str(out), ImagePolicy(), vocabulary, plans
         )
