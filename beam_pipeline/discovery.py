@@ -1,16 +1,21 @@
 """The first stage, from a tree to index entries: list every directory of the plan, pair files.
 
 Element types (none holds pixels):
-  ListingTask → ((directory, bucket), (tag, FileRefs bytes)) → grouped with the VOC split
-              memberships of the same group → IndexEntry
-Rejections go to the `rejected` output.
+  listing part (task index, directory) → ((directory, bucket), (tag, FileRefs bytes)) → grouped
+              with the VOC split memberships of the same group → IndexEntry
+Each task's tree is listed in parts on many workers: its top LISTED_LEVELS levels one
+directory at a time (each directory's subdirectories become the next level's parts), the
+subtrees below them whole. The directories every part entered decide, per tree, which ones the
+single walk would have refused as entered twice (`listing.revisited`); what was found below
+them is dropped. Rejections go to the `rejected` output.
 """
 
 from __future__ import annotations
 
+import os
 import posixpath
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import apache_beam as beam
 from apache_beam import coders
@@ -18,10 +23,20 @@ from apache_beam.metrics import Metrics
 from apache_beam.typehints import Tuple
 
 from beam_pipeline import layouts, pairing
-from beam_pipeline.coders import FileRefCoder
+from beam_pipeline.coders import FileRefCoder, RejectionCoder
 from beam_pipeline.entries import FileRef, IndexEntry
-from beam_pipeline.listing import Unlisted, list_tree
+from beam_pipeline.listing import (
+    Entered,
+    Subdirectory,
+    Unlisted,
+    is_below,
+    list_directory,
+    list_tree,
+    revisited,
+    walk_subtree,
+)
 from beam_pipeline.rejections import METRICS_NAMESPACE, REJECTED, Rejection, count_rejection
+from schemas.paths import is_local
 
 
 def list_task(task: layouts.ListingTask) -> Iterator[tuple[str, FileRef] | Rejection]:
@@ -42,9 +57,11 @@ def list_task(task: layouts.ListingTask) -> Iterator[tuple[str, FileRef] | Rejec
 # then spends almost nothing per image here, and a flat directory (ImageNet's `val`, VOC's
 # JPEGImages) is still paired and parsed on several workers.
 GROUPS_PER_DIRECTORY = 16
-IMAGE_FILES, ANNOTATION_FILES, LISTED_SPLITS = 0, 1, 2
+IMAGE_FILES, ANNOTATION_FILES, LISTED_SPLITS, LISTING_REJECTED = 0, 1, 2, 3
 _TAGS = {layouts.IMAGES: IMAGE_FILES, layouts.ANNOTATIONS: ANNOTATION_FILES}
 _FILE_REFS = coders.ListCoder(FileRefCoder())
+# (path as file-system bytes, Rejection): what a listing part could not list or classify.
+_LISTING_REJECTIONS = coders.ListCoder(coders.TupleCoder([coders.BytesCoder(), RejectionCoder()]))
 _MEMBERSHIPS = coders.ListCoder(coders.TupleCoder([coders.StrUtf8Coder(), coders.StrUtf8Coder()]))
 _Group = Tuple[str, int]
 _Batch = Tuple[_Group, Tuple[int, bytes]]
@@ -56,22 +73,74 @@ def pairing_group(key: str) -> tuple[str, int]:
     return posixpath.dirname(key), bucket
 
 
-class _ListFilesFn(beam.DoFn):
-    """ListingTask → (pairing group, (IMAGE_FILES or ANNOTATION_FILES, FileRefs bytes))."""
+# The top levels of a local tree listed one directory at a time: ImageNet's CLS-LOC `train`
+# (1,000 class folders) and DET's `ILSVRC2013_train/<synset>` folders are listed in parallel.
+LISTED_LEVELS = 2
+SUBDIRECTORIES, ENTERED = "subdirectories", "entered"
+_Part = Tuple[int, bytes]  # (index of the ListingTask in the plan, directory as file-system bytes)
 
-    def process(self, task: layouts.ListingTask):
-        tag, pending, directory = _TAGS[task.kind], {}, None
-        for item in list_task(task):
-            if isinstance(item, Rejection):
-                yield beam.pvalue.TaggedOutput(REJECTED, count_rejection(item))
+
+class _ListPartFn(beam.DoFn):
+    """A listing part → (pairing group, (IMAGE_FILES or ANNOTATION_FILES, FileRefs bytes)), and
+    its rejections as one batch (LISTING_REJECTED) that `_PairFn` counts unless they lie in a
+    refused directory.
+
+    Beside it: the parts of the next level (`SUBDIRECTORIES`) and each directory entered as
+    (task index, (path, real path)) (`ENTERED`). Paths are file-system bytes, which any name
+    survives. A remote tree is listed whole by one part.
+    """
+
+    def __init__(self, tasks: Sequence[layouts.ListingTask], subtree: bool):
+        self._tasks = tuple(tasks)
+        self._subtree = subtree
+
+    def process(self, part):
+        index, directory = part
+        task = self._tasks[index]
+        directory = os.fsdecode(directory)
+        if not is_local(task.directory):
+            items = list_tree(directory)
+        elif self._subtree:
+            items = walk_subtree(directory)
+        else:
+            items = list_directory(directory)
+        tag, pending, current, rejected = _TAGS[task.kind], {}, None, []
+        for item in items:
+            if isinstance(item, Entered):
+                entered = os.fsencode(item.path), os.fsencode(item.real)
+                yield beam.pvalue.TaggedOutput(ENTERED, (index, entered))
                 continue
-            _, ref = item
-            group = pairing_group(ref.key)
-            if group[0] != directory:  # the walk left a directory: send what it found there
+            if isinstance(item, Subdirectory):
+                yield beam.pvalue.TaggedOutput(SUBDIRECTORIES, (index, os.fsencode(item.path)))
+                continue
+            if isinstance(item, Unlisted):
+                found = pairing.unlisted_rejection(task, item.path, item.reason, item.detail)
+            else:
+                found = pairing.classify(task, item.path, item.num_bytes)
+            if isinstance(found, Rejection):
+                rejected.append((os.fsencode(item.path), found))
+                continue
+            group = pairing_group(found.key)
+            if group[0] != current:  # the walk left a directory: send what it found there
                 yield from _batches(pending, tag)
-                directory = group[0]
-            pending.setdefault(group, []).append(ref)
+                current = group[0]
+            pending.setdefault(group, []).append(found)
         yield from _batches(pending, tag)
+        if rejected:
+            group = pairing.printable_path(directory), -1  # no pairing group is negative
+            yield group, (LISTING_REJECTED, _LISTING_REJECTIONS.encode(rejected))
+
+
+def _revisited_of_tree(element, tasks: Sequence[layouts.ListingTask]):
+    """(task index, [(path, real path)]) → (path, Rejection) for each directory of the tree that
+    the single walk would have refused as entered twice."""
+    index, entered = element
+    found = revisited(Entered(os.fsdecode(path), os.fsdecode(real)) for path, real in entered)
+    for unlisted in found:
+        rejection = pairing.unlisted_rejection(
+            tasks[index], unlisted.path, unlisted.reason, unlisted.detail
+        )
+        yield os.fsencode(unlisted.path), rejection
 
 
 def _batches(pending: dict, tag: int):
@@ -89,21 +158,33 @@ def grouped_memberships(memberships) -> list[tuple[tuple[str, int], tuple[int, b
 
 
 class _PairFn(beam.DoFn):
-    """(pairing group, [(tag, batch bytes)]) → IndexEntry per key and split, or rejections."""
+    """(pairing group, [(tag, batch bytes)]) → IndexEntry per key and split, or rejections.
+
+    Side input `refused`: the directories the listing refuses (entered twice); the files below
+    them are not paired, and what the listing rejected in or below them is not reported."""
 
     def __init__(self, root: str):
         self._root = root
 
-    def process(self, element):
+    def process(self, element, refused):
         _, batches = element
+        refused = [os.fsdecode(path) for path in refused]
         images, annotations, splits = {}, {}, {}
         for tag, data in batches:
+            if tag == LISTING_REJECTED:
+                for path, rejection in _LISTING_REJECTIONS.decode(data):
+                    path = os.fsdecode(path)
+                    if not (path in refused or is_below(path, refused)):
+                        yield beam.pvalue.TaggedOutput(REJECTED, count_rejection(rejection))
+                continue
             if tag == LISTED_SPLITS:
                 for key, split in _MEMBERSHIPS.decode(data):
                     splits.setdefault(key, []).append(split)
                 continue
             files = images if tag == IMAGE_FILES else annotations
             for ref in _FILE_REFS.decode(data):
+                if refused and is_below(posixpath.join(self._root, ref.relative_path), refused):
+                    continue  # found below a directory the walk refuses: not listed
                 files.setdefault(ref.key, []).append(ref)
         for key in sorted(images.keys() | annotations.keys() | splits.keys()):
             entries, rejections = pairing.pair_files(
@@ -127,26 +208,45 @@ class DiscoverImages(beam.PTransform):
         self._plan = plan
 
     def expand(self, pbegin):
-        listed = (
-            pbegin
-            | "CreateListingTasks" >> beam.Create(self._plan.tasks)
-            | "SpreadListingTasks" >> beam.Reshuffle()
-            | "ListFiles"
-            >> beam.ParDo(_ListFilesFn())
-            .with_output_types(_Batch)
-            .with_outputs(REJECTED, main="files")
+        tasks = self._plan.tasks
+        parts = pbegin | "CreateListingTasks" >> beam.Create(
+            [(index, os.fsencode(task.directory)) for index, task in enumerate(tasks)]
+        ).with_output_types(_Part)
+        files, entered = [], []
+        for level in range(LISTED_LEVELS + 1):
+            subtree = level == LISTED_LEVELS
+            step = "ListSubtrees" if subtree else f"ListLevel{level}"
+            if level:  # (Create spreads the tasks of level 0)
+                parts = parts | f"Spread{step}" >> beam.Reshuffle()
+            listed = parts | step >> beam.ParDo(_ListPartFn(tasks, subtree)).with_output_types(
+                _Batch
+            ).with_outputs(SUBDIRECTORIES, ENTERED, main="files")
+            files.append(listed.files)
+            entered.append(listed[ENTERED])
+            parts = listed[SUBDIRECTORIES]
+        refusals = (
+            entered
+            | "FlattenEntered" >> beam.Flatten()
+            | "EnteredPerTree" >> beam.GroupByKey()
+            | "Revisited" >> beam.FlatMap(_revisited_of_tree, tasks=tasks)
         )
+        refused = beam.pvalue.AsList(
+            refusals | "RefusedPaths" >> beam.MapTuple(lambda path, _: path)
+        )
+        refused_rejected = refusals | "CountRefused" >> beam.MapTuple(
+            lambda _, rejection: count_rejection(rejection)
+        ).with_output_types(Rejection)
         memberships = pbegin | "CreateSplitMemberships" >> beam.Create(
             grouped_memberships(self._plan.memberships)
         ).with_output_types(_Batch)
         paired = (
-            (listed.files, memberships)
+            [*files, memberships]
             | "FlattenByGroup" >> beam.Flatten()
             | "JoinByGroup" >> beam.GroupByKey()
             | "PairFiles"
-            >> beam.ParDo(_PairFn(self._plan.root))
+            >> beam.ParDo(_PairFn(self._plan.root), refused=refused)
             .with_output_types(IndexEntry)
             .with_outputs(REJECTED, main="entries")
         )
-        rejected = (listed[REJECTED], paired[REJECTED]) | "FlattenRejected" >> beam.Flatten()
+        rejected = (refused_rejected, paired[REJECTED]) | "FlattenRejected" >> beam.Flatten()
         return paired.entries, rejected

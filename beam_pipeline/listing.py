@@ -5,13 +5,19 @@ Beam's local listing silently drops what it cannot stat (a broken symlink disapp
 enters a symlinked directory (a tree of linked class folders would come out empty). This walk
 follows directory links, refuses to enter a directory twice (so symlink loops end), and reports
 broken links, unreadable entries and special files instead of skipping them.
+
+A build lists a tree in parts, on many workers (`list_directory` for the top levels, one
+directory at a time, `walk_subtree` below them). Each part reports the directories it entered
+(`Entered`), and `revisited` then finds, over all parts of a tree, the directories that the
+single walk of `list_tree` would have refused as entered twice: everything found below them is
+dropped, so the parts list exactly what the single walk lists.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -33,6 +39,21 @@ class Unlisted:
     detail: str
 
 
+@dataclasses.dataclass(frozen=True)
+class Entered:
+    """A directory a listing entered, and the directory it resolves to."""
+
+    path: str
+    real: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Subdirectory:
+    """A directory that `list_directory` found and left for another part to list."""
+
+    path: str
+
+
 def list_tree(directory: str) -> Iterator[Listed | Unlisted]:
     """Every file below `directory` in path order; nothing if the directory does not exist."""
     if not is_local(directory):
@@ -44,16 +65,80 @@ def list_tree(directory: str) -> Iterator[Listed | Unlisted]:
         yield from _walk(directory.rstrip("/"), set())
 
 
+def _visited_twice(path: str, real: str) -> Unlisted:
+    return Unlisted(
+        path,
+        "directory_visited_twice",
+        f"resolves to {real}, which was already listed (a symlink loop or a second link)",
+    )
+
+
 def _walk(path: str, visited: set[str]) -> Iterator[Listed | Unlisted]:
     real = os.path.realpath(path)
     if real in visited:
-        yield Unlisted(
-            path,
-            "directory_visited_twice",
-            f"resolves to {real}, which was already listed (a symlink loop or a second link)",
-        )
+        yield _visited_twice(path, real)
         return
     visited.add(real)
+    yield from _scan(path, lambda child: _walk(child, visited))
+
+
+def _walk_entered(path: str, ancestors: set[str]) -> Iterator[Listed | Unlisted | Entered]:
+    """A part's walk: it enters a directory again unless that would loop (it resolves to one
+    of its own ancestors), so the parts together report every directory that `revisited`
+    may find the single walk entering. (A second link to a directory is thus walked again by
+    its part, and dropped later: more work only in trees that link one folder many times.)"""
+    real = os.path.realpath(path)
+    yield Entered(path, real)
+    if real in ancestors:
+        return
+    ancestors.add(real)
+    yield from _scan(path, lambda child: _walk_entered(child, ancestors))
+    ancestors.discard(real)
+
+
+def list_directory(directory: str) -> Iterator[Listed | Unlisted | Entered | Subdirectory]:
+    """One directory of a local tree: Entered, then its files and its Subdirectory entries in
+    name order, and what it cannot read (an unreadable directory: Entered, then Unlisted)."""
+    if not os.path.isdir(directory):
+        return
+    directory = directory.rstrip("/")
+    yield Entered(directory, os.path.realpath(directory))
+    yield from _scan(directory, lambda child: iter((Subdirectory(child),)))
+
+
+def walk_subtree(directory: str) -> Iterator[Listed | Unlisted | Entered]:
+    """Everything below one directory of a local tree, with an Entered for each directory it
+    enters (`revisited` reports the directories entered twice)."""
+    if os.path.isdir(directory):
+        yield from _walk_entered(directory.rstrip("/"), set())
+
+
+def revisited(entered: Iterable[Entered]) -> list[Unlisted]:
+    """The directories that a single walk of the tree would not enter: those resolving to a
+    directory it entered before, in walk order (depth first, by name), and not below one of
+    these. `entered`: every directory that the parts of one tree entered, in any order."""
+    seen: set[str] = set()
+    refused: list[Unlisted] = []
+    skipped_below: list[str] = []
+    for item in sorted(entered, key=lambda item: item.path.split("/")):
+        if is_below(item.path, skipped_below):
+            continue
+        if item.real in seen:
+            refused.append(_visited_twice(item.path, item.real))
+            skipped_below.append(item.path)
+        else:
+            seen.add(item.real)
+    return refused
+
+
+def is_below(path: str, directories: Iterable[str]) -> bool:
+    """Whether `path` lies below one of `directories`."""
+    return any(path.startswith(directory + "/") for directory in directories)
+
+
+def _scan(path: str, subdirectory) -> Iterator:
+    """The entries of directory `path` in name order; `subdirectory(child path)` gives what
+    a subdirectory yields."""
     try:
         entries = sorted(os.scandir(path), key=lambda entry: entry.name)
     except OSError as error:
@@ -62,7 +147,7 @@ def _walk(path: str, visited: set[str]) -> Iterator[Listed | Unlisted]:
     for entry in entries:
         try:
             if entry.is_dir():
-                yield from _walk(entry.path, visited)
+                yield from subdirectory(entry.path)
             elif entry.is_file():
                 yield Listed(entry.path, entry.stat().st_size)
             elif entry.is_symlink():

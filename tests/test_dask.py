@@ -72,7 +72,7 @@ def test_a_build_on_dask_is_byte_identical_and_runs_each_step_once_on_every_work
     assert [key for key, times in ran.items() if times > 1] == []  # no task computed twice
     steps = collections.Counter(key_split(task["key"]) for task in stream.data)
     partitions = WORKERS * dask_runner.PARTITIONS_PER_THREAD
-    for step in ("DiscoverImages-ListFiles-ParDo", "WriteShards-WriteShard-ParDo"):
+    for step in ("DiscoverImages-ListSubtrees-ParDo", "WriteShards-WriteShard-ParDo"):
         assert steps[step] == partitions, steps  # each partition once: no recomputation
     writers = {task["worker"] for task in stream.data if "WriteShard-ParDo" in str(task["key"])}
     assert len(writers) == WORKERS

@@ -2,6 +2,7 @@
 
 import collections
 import concurrent.futures
+import os
 
 import apache_beam as beam
 import pytest
@@ -32,6 +33,23 @@ def entry(key, split="train", annotation_filename=None, folder_class=None, filen
     return IndexEntry(split, key, filename or key + ".JPEG", annotation_filename, folder_class, 100)
 
 
+def list_parts(tasks):
+    """The main output of every listing part of `tasks`, level by level, as DiscoverImages
+    runs them (directory entries and rejections left out)."""
+    parts = [(index, os.fsencode(task.directory)) for index, task in enumerate(tasks)]
+    found = []
+    for level in range(discovery.LISTED_LEVELS + 1):
+        fn = discovery._ListPartFn(tasks, subtree=level == discovery.LISTED_LEVELS)
+        outputs = [item for part in parts for item in fn.process(part)]
+        found += [item for item in outputs if not isinstance(item, beam.pvalue.TaggedOutput)]
+        parts = [
+            item.value
+            for item in outputs
+            if isinstance(item, beam.pvalue.TaggedOutput) and item.tag == discovery.SUBDIRECTORIES
+        ]
+    return found
+
+
 def test_listing_sends_each_pairing_group_as_batches_not_files(tmp_path):
     # 40 images in a flat directory and 20 in a subdirectory, half with XML: the listing sends
     # a few batches per directory (one per pairing group it found), and every file's group is
@@ -43,7 +61,7 @@ def test_listing_sends_each_pairing_group_as_batches_not_files(tmp_path):
     plan = layouts.plan_discovery(
         str(tmp_path), layouts.ILSVRC_DET, ("train",), has_files, match, None
     )
-    batches = [item for task in plan.tasks for item in discovery._ListFilesFn().process(task)]
+    batches = list_parts(plan.tasks)
     refs = collections.Counter()
     for group, (tag, data) in batches:
         for ref in discovery._FILE_REFS.decode(data):
@@ -69,6 +87,51 @@ def test_voc_memberships_join_the_group_of_their_image():
     assert sum(len(pairs) for pairs in decoded.values()) == 3
     for group, pairs in decoded.items():
         assert all(discovery.pairing_group(key) == group for key, _ in pairs)
+
+
+def linked_tree(tmp_path, layout):
+    """A DET train tree whose directory links make the listing's parts disagree with a single
+    walk unless the directories entered twice are resolved across all of them."""
+    train = tmp_path / "tree/Data/DET/train"
+    for name in ("a/x/1", "a/x/2", "c/3", "d/e/4", "d/z/5", "m/deep/er/6", "top"):
+        write(train / f"{name}.JPEG", jpeg_bytes(4, 4))
+    write(tmp_path / "ext/E/7.JPEG", jpeg_bytes(4, 4))
+    write(train / "a/x/notes.txt", "a stray file: a rejection wherever a walk lists it")
+    write(tmp_path / "ext/E/notes.txt", "another")
+    links = {
+        "two": {"b": "a"},  # a second link to a directory of another part: refused
+        "loop": {"a/x/up": "."},  # a loop to the top: refused, and nothing below it listed
+        "sibling": {"d/e/early": "d/z"},  # reaches d/z first: listed there, d/z refused
+        "deep": {"c/in": "m/deep", "m/deep/er/back": "c"},  # across levels, both ways
+        "outside": {"a/ext": "EXT", "d/e/ext": "EXT"},  # one directory outside, two links
+        "chain": {"b": "a", "b2": "b", "c/via": "b/x"},  # links to links
+    }[layout]
+    for link, target in links.items():
+        path = train / link
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(
+            tmp_path / "ext/E" if target == "EXT" else "." if target == "." else train / target,
+            path,
+        )
+    return tmp_path / "tree"
+
+
+@pytest.mark.parametrize("layout", ["two", "loop", "sibling", "deep", "outside", "chain"])
+def test_listing_in_parts_finds_what_a_single_walk_finds(tmp_path, layout):
+    root = linked_tree(tmp_path, layout)
+    plan = layouts.plan_discovery(str(root), layouts.ILSVRC_DET, ("train",), has_files, match, None)
+    single = [item for task in plan.tasks for item in discovery.list_task(task)]
+    expected_keys = sorted(kind_ref[1].key for kind_ref in single if isinstance(kind_ref, tuple))
+    expected_rejected = sorted((r.path, r.reason) for r in single if isinstance(r, Rejection))
+    assert "directory_visited_twice" in {reason for _, reason in expected_rejected}
+    with TestPipeline() as p:
+        entries, rejected = p | DiscoverImages(plan)
+        assert_that(entries | beam.Map(lambda e: e.key), equal_to(expected_keys), label="keys")
+        assert_that(
+            rejected | beam.Map(lambda r: (r.path, r.reason)),
+            equal_to(expected_rejected),
+            label="rejected",
+        )
 
 
 def test_discover_images_pairs_files_and_reports_strays(tmp_path):
