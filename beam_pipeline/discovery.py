@@ -27,6 +27,7 @@ from beam_pipeline.coders import FileRefCoder, RejectionCoder
 from beam_pipeline.entries import FileRef, IndexEntry
 from beam_pipeline.listing import (
     Entered,
+    Listed,
     Subdirectory,
     Unlisted,
     is_below,
@@ -39,13 +40,17 @@ from beam_pipeline.rejections import METRICS_NAMESPACE, REJECTED, Rejection, cou
 from schemas.paths import is_local
 
 
+def classify_listed(task: layouts.ListingTask, listed: Listed | Unlisted) -> FileRef | Rejection:
+    """What the listing found, as a FileRef or the Rejection of what cannot be one."""
+    if isinstance(listed, Unlisted):
+        return pairing.unlisted_rejection(task, listed.path, listed.reason, listed.detail)
+    return pairing.classify(task, listed.path, listed.num_bytes)
+
+
 def list_task(task: layouts.ListingTask) -> Iterator[tuple[str, FileRef] | Rejection]:
     """(kind, FileRef) for each file below the task's directory, or its Rejection."""
     for listed in list_tree(task.directory):
-        if isinstance(listed, Unlisted):
-            yield pairing.unlisted_rejection(task, listed.path, listed.reason, listed.detail)
-            continue
-        item = pairing.classify(task, listed.path, listed.num_bytes)
+        item = classify_listed(task, listed)
         yield item if isinstance(item, Rejection) else (task.kind, item)
 
 
@@ -113,10 +118,7 @@ class _ListPartFn(beam.DoFn):
             if isinstance(item, Subdirectory):
                 yield beam.pvalue.TaggedOutput(SUBDIRECTORIES, (index, os.fsencode(item.path)))
                 continue
-            if isinstance(item, Unlisted):
-                found = pairing.unlisted_rejection(task, item.path, item.reason, item.detail)
-            else:
-                found = pairing.classify(task, item.path, item.num_bytes)
+            found = classify_listed(task, item)
             if isinstance(found, Rejection):
                 rejected.append((os.fsencode(item.path), found))
                 continue
