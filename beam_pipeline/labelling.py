@@ -3,7 +3,8 @@
 in `labels.py`.
 
 Element types (none holds pixels):
-  IndexEntry → ParsedEntry → LabelledEntry, with the Vocabulary and (split, kind) side inputs
+  IndexEntry → ParsedEntry → (packed, `packing`) → LabelledEntry, with the Vocabulary and
+  (split, kind) side inputs
 Each step sends its rejections to a `rejected` output.
 """
 
@@ -14,9 +15,9 @@ from collections.abc import Mapping
 import apache_beam as beam
 from apache_beam.typehints import Tuple
 
-import beam_pipeline.coders  # noqa: F401 - registers the compact element coders
-from beam_pipeline import watch
+from beam_pipeline import packing, watch
 from beam_pipeline.annotations import parse_annotation
+from beam_pipeline.coders import ParsedEntryCoder
 from beam_pipeline.entries import IndexEntry, LabelledEntry, ParsedEntry
 from beam_pipeline.failures import BuildFailed
 from beam_pipeline.fileio import read_file
@@ -150,16 +151,22 @@ class ClassifySplits(beam.PTransform):
         )
 
 
+_PARSED = ParsedEntryCoder()
+
+
 class _LabelFn(beam.DoFn):
+    """A packed batch of ParsedEntry → LabelledEntry each, or its rejection."""
+
     def __init__(self, root: str):
         self._root = root
 
-    def process(self, parsed: ParsedEntry, vocabulary: Vocabulary, kinds):
-        labelled = label_entry(self._root, parsed, vocabulary, kinds)
-        if isinstance(labelled, Rejection):
-            yield beam.pvalue.TaggedOutput(REJECTED, count_rejection(labelled))
-        else:
-            yield labelled
+    def process(self, packed: bytes, vocabulary: Vocabulary, kinds):
+        for parsed in packing.unpack_elements(packed, _PARSED):
+            labelled = label_entry(self._root, parsed, vocabulary, kinds)
+            if isinstance(labelled, Rejection):
+                yield beam.pvalue.TaggedOutput(REJECTED, count_rejection(labelled))
+            else:
+                yield labelled
 
 
 def label_entry(
@@ -185,7 +192,8 @@ def label_entry(
 class LabelImages(beam.PTransform):
     """ParsedEntry → LabelledEntry; output (labelled, rejected).
 
-    Side inputs: the Vocabulary, and (split, kind) pairs from ClassifySplits.
+    Side inputs: the Vocabulary, and (split, kind) pairs from ClassifySplits. The parsed
+    entries wait for them packed (`packing`).
     """
 
     def __init__(self, vocabulary, split_kinds, root: str):
@@ -195,7 +203,8 @@ class LabelImages(beam.PTransform):
         self._root = root
 
     def expand(self, parsed):
-        result = parsed | "Label" >> beam.ParDo(
+        packed = parsed | "Pack" >> packing.Pack(_PARSED)
+        result = packed | "Label" >> beam.ParDo(
             _LabelFn(self._root),
             vocabulary=beam.pvalue.AsSingleton(self._vocabulary),
             kinds=beam.pvalue.AsDict(self._split_kinds),

@@ -35,10 +35,13 @@ NUM_BUCKETS = 1 << BUCKET_BITS
 DEFAULT_TARGET_SHARD_BYTES = 128 * 1024 * 1024
 
 
+SORT_KEY_BYTES = 16
+
+
 def sort_key(seed: int, split: str, key: str) -> bytes:
     """The 16-byte shuffle key of one example."""
     material = f"{seed}\x00{split}\x00{key}".encode("utf-8", "surrogateescape")
-    return hashlib.blake2b(material, digest_size=16).digest()
+    return hashlib.blake2b(material, digest_size=SORT_KEY_BYTES).digest()
 
 
 def bucket_of(shuffle_key: bytes) -> int:
