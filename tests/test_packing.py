@@ -56,6 +56,22 @@ def test_unpack_gives_back_exactly_the_packed_items(items):
     assert packing.unpack(packing.pack(items)) == items
 
 
+def test_a_value_is_compressed_only_from_min_compressed_bytes():
+    small = b"Data/DET/train/n01/n01_1.JPEG" * 10
+    large = small * 10
+    assert len(small) < packing.MIN_COMPRESSED_BYTES <= len(large)
+    assert packing.compress(small) == b"\x00" + small
+    packed = packing.compress(large)
+    assert packed[:1] == b"\x01" and len(packed) < len(large) / 10
+    assert packing.decompress(packing.compress(small)) == small
+    assert packing.decompress(packed) == large
+
+
+def test_a_value_that_was_not_packed_is_refused():
+    with pytest.raises(ValueError, match="not a packed value: it starts with b'x'"):
+        packing.decompress(b"x\x9c...")
+
+
 def test_index_entries_pack_to_under_a_third_of_their_encoded_size():
     # What the coordinator relays per entry: ~190 bytes encoded, ~60 packed (zlib level 1).
     coder = LabelledEntryCoder()

@@ -10,7 +10,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from helpers import ilsvrc_image, jpeg_bytes, write
 
-from beam_pipeline import discovery, layouts, sharding, writing
+from beam_pipeline import discovery, layouts, packing, sharding, writing
 from beam_pipeline.annotations import AnnotatedObject, Annotation, Box, voc_xml
 from beam_pipeline.coders import LabelledEntryCoder
 from beam_pipeline.discovery import DiscoverImages
@@ -64,7 +64,7 @@ def test_listing_sends_each_pairing_group_as_batches_not_files(tmp_path):
     batches = list_parts(plan.tasks)
     refs = collections.Counter()
     for group, (tag, data) in batches:
-        for ref in discovery._FILE_REFS.decode(data):
+        for ref in discovery._FILE_REFS.decode(packing.decompress(data)):
             assert discovery.pairing_group(ref.key) == group
             refs[tag] += 1
     assert refs == {discovery.IMAGE_FILES: 60, discovery.ANNOTATION_FILES: 30}
@@ -80,7 +80,7 @@ def test_voc_memberships_join_the_group_of_their_image():
     memberships += [("VOC2007/000002", "train")]
     grouped = discovery.grouped_memberships(memberships)
     decoded = {
-        group: discovery._MEMBERSHIPS.decode(data)
+        group: discovery._MEMBERSHIPS.decode(packing.decompress(data))
         for group, (tag, data) in grouped
         if tag == discovery.LISTED_SPLITS
     }
