@@ -3,11 +3,13 @@
 A local build's coordinator (FnApiRunner) relays every byte that leaves one stage for another,
 in one process, at ~10 ns a byte: the one part of a build that does not grow with the workers.
 The index entries of one bundle repeat themselves (path heads, class names, box sizes), so
-zlib's fastest level shrinks a bundle's worth 3-5x, at ~1 us an entry on the workers, which do
-grow. `Pack` buffers a bundle's elements (up to FLUSH_BYTES, encoded) and emits them as one
-compressed `bytes`; the DoFn that reads them after the boundary calls `unpack`. That reader
-must be the DoFn whose side inputs force the boundary: an unpacking step of its own, having
-none, would be fused before the boundary and the entries would cross unpacked.
+zlib's fastest level shrinks a bundle's worth 3-5x, at ~1-2 us an entry on the workers, which
+do grow. `Pack` buffers a bundle's elements (up to FLUSH_BYTES, encoded) and emits them as one
+compressed `bytes`; the DoFn that reads them after the boundary calls `unpack_elements`. That
+reader must be the DoFn whose side inputs force the boundary: an unpacking step of its own,
+having none, would be fused before the boundary and the entries would cross unpacked. Batches
+that are grouped (the pairing and shard batches) are packed by their makers with `compress`
+or `pack`.
 """
 
 from __future__ import annotations
