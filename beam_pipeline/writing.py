@@ -170,7 +170,7 @@ class AssignShards(beam.PTransform):
             | "SumPerSplit" >> beam.CombinePerKey(_SplitSizesFn())
             | "PlanSplits" >> beam.ParDo(_PlanSplitFn(self._num_shards, self._target))
         )
-        # The entries wait for the plans packed, and are not decoded again on their way.
+        # The entries wait for the plans packed; the shard batches reuse their bytes as they are.
         packed = labelled | "Pack" >> packing.Pack(_LABELLED)
         assigned = packed | "KeyByShard" >> beam.ParDo(
             _KeyByShardFn(self._seed), plans=beam.pvalue.AsDict(plans)
