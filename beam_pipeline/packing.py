@@ -57,6 +57,12 @@ def unpack(packed: bytes) -> list[bytes]:
     return _ITEMS.decode(decompress(packed))
 
 
+def in_global_window(value) -> WindowedValue:
+    """`value` as a DoFn's `finish_bundle` must emit it: the index's elements are all in the
+    global window."""
+    return WindowedValue(value, MIN_TIMESTAMP, (GlobalWindow(),))
+
+
 def unpack_elements(packed: bytes, coder: coders.Coder) -> Iterable:
     """The elements of a value `Pack(coder)` emitted."""
     return map(coder.decode, unpack(packed))
@@ -79,7 +85,7 @@ class _PackFn(beam.DoFn):
 
     def finish_bundle(self):
         if self._pending:
-            yield WindowedValue(self._flush(), MIN_TIMESTAMP, (GlobalWindow(),))
+            yield in_global_window(self._flush())
 
     def _flush(self) -> bytes:
         packed = pack(self._pending)

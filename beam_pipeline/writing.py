@@ -20,10 +20,7 @@ import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
-from apache_beam.transforms.window import GlobalWindow
 from apache_beam.typehints import Tuple
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_pipeline import packing, progress, sharding, watch
 from beam_pipeline.coders import LabelledEntryCoder
@@ -100,7 +97,7 @@ class _PlanSplitFn(beam.DoFn):
 # and bundle (or per FLUSH_BYTES of a bundle), so it groups a few elements per shard instead of
 # one per entry; and compressed (`packing`), so it relays a third of the bytes.
 _LABELLED = LabelledEntryCoder()
-FLUSH_BYTES = 16 << 20
+FLUSH_BYTES = packing.FLUSH_BYTES  # what a bundle's batches of every shard may hold, together
 
 
 def encode_members(members: list[tuple[bytes, bytes]]) -> bytes:
@@ -137,7 +134,7 @@ class _KeyByShardFn(beam.DoFn):
 
     def finish_bundle(self):
         for batch in self._batches():
-            yield WindowedValue(batch, MIN_TIMESTAMP, (GlobalWindow(),))
+            yield packing.in_global_window(batch)
 
     def _batches(self):
         for shard, members in self._pending.items():
