@@ -112,6 +112,8 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
         f"Building {config.output_dir} from {config.input_dir} ({config.layout}); "
         f"full log: {out.log_path}"
     )
+    if prepared.plan.unbuilt:
+        out.say(console.unbuilt_note(config.splits, prepared.plan.unbuilt))
     try:
         with out.progress(config.output_dir) as live:
             info = pipeline.execute(options, prepared)

@@ -329,6 +329,18 @@ def label_summary(split: SplitInfo) -> str:
     return ", ".join(parts) or "none"
 
 
+def unbuilt_note(splits: Sequence[str], unbuilt: Sequence[str]) -> str:
+    """The line saying which of the tree's splits a build leaves out, and the flag that adds
+    them: `Not built: the tree's test split (--splits is train,val); ...`."""
+    names = ", ".join(unbuilt)
+    noun = "split" if len(unbuilt) == 1 else "splits"
+    them = "it" if len(unbuilt) == 1 else "them"
+    return (
+        f"Not built: the tree's {names} {noun} (--splits is {','.join(splits)}); to build "
+        f"{them} too, pass --splits {','.join([*splits, *unbuilt])}"
+    )
+
+
 def plural(number: int, noun: str) -> str:
     """`1 shard`, `1,000 shards`: a number with its noun, plural unless it is 1."""
     return (

@@ -73,13 +73,19 @@ class ListingTask:
 
 @dataclasses.dataclass(frozen=True)
 class DiscoveryPlan:
-    """What to list, plus the (key, output split) memberships read from VOC split lists."""
+    """What to list, plus the (key, output split) memberships read from VOC split lists.
+
+    `unbuilt` names the input splits the tree holds but the build was not asked for (a `test`
+    folder beside the default `train,val`), so the console can say so; it is found on local
+    trees only.
+    """
 
     layout: str
     root: str
     splits: tuple[str, ...]
     tasks: tuple[ListingTask, ...]
     memberships: tuple[tuple[str, str], ...] = ()
+    unbuilt: tuple[str, ...] = ()
 
 
 HasFiles = Callable[[str], bool]
@@ -188,10 +194,10 @@ def plan_discovery(
         return _plan_voc(root, splits, match, read_text)
     subdir = "DET" if layout == ILSVRC_DET else "CLS-LOC"
     tasks = []
+    present = subdirectories(join(root, "Data", subdir))
     for split in splits:
         image_dir = join(root, "Data", subdir, split)
         if not has_files(image_dir):
-            present = subdirectories(join(root, "Data", subdir))
             raise LayoutError(
                 f"split {split!r} has no images: {image_dir} is empty or missing; "
                 + _choose_splits(present)
@@ -202,7 +208,10 @@ def plan_discovery(
         tasks.append(
             ListingTask(ANNOTATIONS, join(root, "Annotations", subdir, split), name, split, root)
         )
-    return DiscoveryPlan(layout, root, tuple(output_split(s) for s in splits), tuple(tasks))
+    unbuilt = tuple(name for name in present if name not in splits and not name.startswith("."))
+    return DiscoveryPlan(
+        layout, root, tuple(output_split(s) for s in splits), tuple(tasks), unbuilt=unbuilt
+    )
 
 
 def _plan_voc(
@@ -228,8 +237,34 @@ def _plan_voc(
             for image_id in parse_split_list(read_text(list_path)):
                 memberships.append((join(prefix, image_id), output_split(split)))
     return DiscoveryPlan(
-        VOC, root, tuple(output_split(s) for s in splits), tuple(tasks), tuple(memberships)
+        VOC,
+        root,
+        tuple(output_split(s) for s in splits),
+        tuple(tasks),
+        tuple(memberships),
+        _unbuilt_voc_lists(years, splits, {key for key, _ in memberships}, match, read_text),
     )
+
+
+def _unbuilt_voc_lists(
+    years: Sequence[tuple[str, str]],
+    splits: Sequence[str],
+    built: set[str],
+    match: Callable[[str], list[str]],
+    read_text: Callable[[str], str],
+) -> tuple[str, ...]:
+    """The split lists not asked for that name images the build leaves out (`test`, not
+    `trainval` when `train` and `val` are built)."""
+    unbuilt = []
+    for year_dir, prefix in years:
+        for path in match(join(year_dir, "ImageSets", "Main", "*.txt")):
+            name = posixpath.basename(path)[: -len(".txt")]
+            if "_" in name or name in splits or name in unbuilt:  # <class>_<split>: per class
+                continue
+            ids = parse_split_list(read_text(path))
+            if any(join(prefix, image_id) not in built for image_id in ids):
+                unbuilt.append(name)
+    return tuple(unbuilt)
 
 
 def _choose_voc_splits(years: Sequence[tuple[str, str]], match: Callable) -> str:

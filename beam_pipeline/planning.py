@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from beam_pipeline import layouts
-from beam_pipeline.console import human_bytes, plural
+from beam_pipeline.console import human_bytes, plural, unbuilt_note
 from beam_pipeline.discovery import list_task
 from beam_pipeline.entries import IndexEntry, LabelledEntry, ParsedEntry
 from beam_pipeline.examples import build_example
@@ -91,6 +91,8 @@ class BuildPlan:
     refusal: str | None
     seconds: float
     files_listed: int
+    input_splits: tuple[str, ...] = ()
+    unbuilt: tuple[str, ...] = ()
 
     def to_json(self, rejections: int | None = None) -> dict[str, Any]:
         listed = self.rejections if rejections is None else self.rejections[:rejections]
@@ -102,6 +104,7 @@ class BuildPlan:
             "would_build": self.refusal is None,
             "refusal": self.refusal,
             "files_listed": self.files_listed,
+            "unbuilt_splits": list(self.unbuilt),
             "seconds": round(self.seconds, 3),
             "splits": {name: dataclasses.asdict(split) for name, split in self.splits.items()},
             "rejections": [dataclasses.asdict(r) for r in listed],
@@ -206,6 +209,8 @@ def plan_build(prepared) -> BuildPlan:
         refusal=refusal,
         seconds=time.monotonic() - started,
         files_listed=listed,
+        input_splits=config.splits,
+        unbuilt=plan.unbuilt,
     )
 
 
@@ -361,6 +366,8 @@ def format_plan(plan: BuildPlan, rejections: int = 20) -> str:
         if len(plan.rejections) > rejections:
             lines.append(f"  ... and {len(plan.rejections) - rejections:,} more")
     lines.append("")
+    if plan.unbuilt:
+        lines.append(unbuilt_note(plan.input_splits, plan.unbuilt))
     if plan.refusal is None:
         lines.append("The build would go ahead.")
     else:

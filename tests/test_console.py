@@ -266,10 +266,16 @@ def test_live_counts_sum_workers_and_a_retried_shard_replaces_its_count(tmp_path
 def test_a_tree_in_a_download_folder_is_announced_where_it_was_found(tmp_path):
     download = tmp_path / "ILSVRC2017_DET"
     sample_tree.write_tree(str(download / "ILSVRC"), num_train=20, num_val=5, seed=1)
+    ilsvrc_image(download / "ILSVRC", "test", "t1", b"not read")  # a split it was not asked for
     out = tmp_path / "out"
     result = run_cli(["--input_dir", download, "--output_dir", out], tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stderr.startswith(f"Building {out} from {download}/ILSVRC (ilsvrc_det);")
+    started, unbuilt = result.stderr.splitlines()
+    assert started.startswith(f"Building {out} from {download}/ILSVRC (ilsvrc_det);")
+    assert unbuilt == (
+        "Not built: the tree's test split (--splits is train,val); to build it too, pass "
+        "--splits train,val,test"
+    )
 
 
 def test_a_cloud_jobs_link_reaches_the_console_and_the_rest_only_the_log(tmp_path, capsys):

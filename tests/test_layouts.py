@@ -73,6 +73,36 @@ def test_voc_plan_reads_split_lists_and_skips_comments():
     )
 
 
+def test_splits_in_the_tree_but_not_asked_for_are_named(tmp_path):
+    for split in ("train", "val", "test"):
+        ilsvrc_image(tmp_path, split, "n01/x" if split == "train" else "x", b"x", task="CLS-LOC")
+    write(tmp_path / "Data/CLS-LOC/.cache/x.JPEG", b"x")  # a hidden folder is not a split
+    (tmp_path / "Data/CLS-LOC/empty").mkdir()  # nor is a folder without files
+
+    def ilsvrc(splits):
+        return layouts.plan_discovery(
+            str(tmp_path), layouts.ILSVRC_CLS_LOC, splits, has_files, match, read_text,
+            subdirectories,
+        ).unbuilt  # fmt: skip
+
+    assert ilsvrc(("train", "val")) == ("test",)
+    assert ilsvrc(("train",)) == ("test", "val")
+    assert ilsvrc(("train", "val", "test")) == ()
+
+    devkit = tmp_path / "VOCdevkit"
+    for year, lists in (("VOC2007", "train val trainval test"), ("VOC2012", "train val trainval")):
+        for name in lists.split():
+            ids = {"train": "a", "val": "b", "trainval": "a\nb", "test": "c"}[name]
+            write(devkit / year / "ImageSets/Main" / f"{name}.txt", ids + "\n")
+        write(devkit / year / "ImageSets/Main/cat_train.txt", "a 1\n")  # per class: not a split
+        write(devkit / year / "JPEGImages/a.jpg", b"x")
+    assert plan(devkit, layouts.VOC).unbuilt == ("test",)  # trainval is train + val: all built
+    assert plan(devkit, layouts.VOC, ("train",)).unbuilt == ("test", "trainval", "val")
+    assert plan(devkit, layouts.VOC, ("trainval",)).unbuilt == ("test",)
+    write(devkit / "VOC2012/ImageSets/Main/trainval.txt", "a\nb\nd\n")  # d: in no other list
+    assert plan(devkit, layouts.VOC).unbuilt == ("test", "trainval")
+
+
 def test_voc_devkit_with_several_years_prefixes_keys(tmp_path):
     for year in ("VOC2007", "VOC2012"):
         write(tmp_path / year / "ImageSets/Main/train.txt", "000001\n")

@@ -243,6 +243,15 @@ def test_plan_counts_class_folder_images_without_xml(tmp_path, capsys):
     for stem in ("n01/b", "n02/c", "n02/d"):
         ilsvrc_image(root, "train", stem, jpeg_bytes(), task="CLS-LOC")
     ilsvrc_image(root, "train", "stray", jpeg_bytes(), task="CLS-LOC")
+    ilsvrc_image(root, "test", "t", jpeg_bytes(), task="CLS-LOC")  # not asked for
     assert planning.main(["--input_dir", str(root), "--splits", "train"]) == 1  # the stray
+    lines = capsys.readouterr().out.splitlines()
     line = "  images 5: with XML 1, without XML 1 and in no class folder; 3 more without XML in "
-    assert line + "class folders" in capsys.readouterr().out.splitlines()
+    assert line + "class folders" in lines
+    assert lines[-2] == (
+        "Not built: the tree's test split (--splits is train); to build it too, pass --splits "
+        "train,test"
+    )
+    assert lines[-1].startswith("The build would be refused: 1 of 5 images rejected ")
+    assert planning.main(["--input_dir", str(root), "--splits", "train", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["unbuilt_splits"] == ["test"]
