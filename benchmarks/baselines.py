@@ -1,19 +1,21 @@
 """The builds a user would write instead, doing the same work as ours, for same-run comparisons.
 
     python -m benchmarks.baselines naive    TREE OUT [--resize]   # one Python loop
-    python -m benchmarks.baselines twoproc  TREE OUT [--resize]   # 2 processes, 8 shards each
+    python -m benchmarks.baselines nproc    TREE OUT [--resize] [--processes N]  # N processes
     python -m benchmarks.baselines beam_gbk TREE OUT [--resize]   # Beam, image bytes shuffled
     python -m benchmarks.baselines beam_gbk_defaults TREE OUT [--resize]  # same, 1 worker
-    python -m benchmarks.baselines limit    TREE OUT [--resize]   # image work only, 2 processes
+    python -m benchmarks.baselines limit    TREE OUT [--resize] [--processes N]  # image work only
 
 Each reads every image of an ILSVRC-DET train tree with its XML, fully decodes it (validation),
 keeps valid RGB JPEG bytes or converts/resizes with Pillow, labels it by its largest box, builds a
 `tf.train.Example` and writes 16 TFRecord shards (TensorFlow's writer, as such scripts do).
 
-`limit` is not a build: two processes load their half of the image bytes into memory, wait for
-each other, then only decode (pass-through) or decode + resize + re-encode (--resize) with Pillow,
-the same calls and settings as the builds; it prints `work_seconds=`, the time of that work alone.
-No build that decodes at full resolution with Pillow on two cores can beat it.
+`nproc` is the hand-written N-process writer (default 2): process w writes shards w, w + N, ...
+of 16, from every N-th image. `limit` is not a build: N processes (default 2) load their share of
+the image bytes into memory, wait for each other, then only decode (pass-through) or decode +
+resize + re-encode (--resize) with Pillow, the same calls and settings as the builds; it prints
+`work_seconds=`, the time of that work alone. No build that decodes at full resolution with
+Pillow on N cores can beat it.
 """
 
 from __future__ import annotations
@@ -106,11 +108,11 @@ def _worker(args) -> None:
     write_shards(pairs, out, shard_ids, resize)
 
 
-def twoproc(tree: str, out: str, resize: bool) -> None:
-    pairs = list_tree(tree)
-    jobs = [(pairs[w::2], out, list(range(w, NUM_SHARDS, 2)), resize) for w in range(2)]
-    with multiprocessing.get_context("spawn").Pool(2) as pool:
-        pool.map(_worker, jobs)
+def nproc(tree: str, out: str, resize: bool, processes: int = 2) -> None:
+    pairs, n = list_tree(tree), processes
+    jobs = [(pairs[w::n], out, list(range(w, NUM_SHARDS, n)), resize) for w in range(n)]
+    with multiprocessing.get_context("spawn").Pool(n) as pool:
+        pool.map(_worker, jobs, chunksize=1)
 
 
 def resized(image, resize: bool):
@@ -155,24 +157,24 @@ def _limit_worker(args) -> tuple[float, float]:
     return start, time.perf_counter()
 
 
-def limit(tree: str, out: str, resize: bool) -> None:
-    paths = [image for image, _ in list_tree(tree)]
+def limit(tree: str, out: str, resize: bool, processes: int = 2) -> None:
+    paths, n = [image for image, _ in list_tree(tree)], processes
     context = multiprocessing.get_context("spawn")
-    barrier = context.Barrier(2)
-    with context.Pool(2, initializer=_limit_init, initargs=(barrier,)) as pool:
-        windows = pool.map(_limit_worker, [(paths[w::2], resize) for w in range(2)], chunksize=1)
+    barrier = context.Barrier(n)
+    with context.Pool(n, initializer=_limit_init, initargs=(barrier,)) as pool:
+        windows = pool.map(_limit_worker, [(paths[w::n], resize) for w in range(n)], chunksize=1)
     seconds = max(end for _, end in windows) - min(start for start, _ in windows)
     print(f"work_seconds={seconds:.3f}")
 
 
-def beam_gbk(tree: str, out: str, resize: bool, runner_defaults: bool = False) -> None:
+def beam_gbk(tree: str, out: str, resize: bool, processes: int = 2, defaults: bool = False) -> None:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
     # FnApiRunner is what DirectRunner runs batch pipelines on offline; named so that no machine
     # runs Prism instead (see beam_pipeline.pipeline.LOCAL_RUNNER).
-    flags = ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
-    options = PipelineOptions(["--runner", "FnApiRunner", *([] if runner_defaults else flags)])
+    flags = ["--direct_running_mode", "multi_processing", "--direct_num_workers", str(processes)]
+    options = PipelineOptions(["--runner", "FnApiRunner", *([] if defaults else flags)])
     with beam.Pipeline(options=options) as pipeline:
         (
             pipeline
@@ -185,11 +187,12 @@ def beam_gbk(tree: str, out: str, resize: bool, runner_defaults: bool = False) -
         )
 
 
+# Each kind as (tree, out, resize, processes); the one-process kinds take no processes.
 KINDS = {
-    "naive": naive,
-    "twoproc": twoproc,
+    "naive": lambda tree, out, resize, processes: naive(tree, out, resize),
+    "nproc": nproc,
     "beam_gbk": beam_gbk,
-    "beam_gbk_defaults": lambda tree, out, resize: beam_gbk(tree, out, resize, True),
+    "beam_gbk_defaults": lambda tree, out, resize, processes: beam_gbk(tree, out, resize, 1, True),
     "limit": limit,
 }
 
@@ -200,9 +203,12 @@ def main() -> int:
     parser.add_argument("tree")
     parser.add_argument("out")
     parser.add_argument("--resize", action="store_true")
+    parser.add_argument(
+        "--processes", type=int, default=2, help="nproc, limit, beam_gbk: processes (default 2)"
+    )
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    KINDS[args.kind](args.tree, args.out, args.resize)
+    KINDS[args.kind](args.tree, args.out, args.resize, args.processes)
     return 0
 
 

@@ -23,6 +23,7 @@ import numpy as np
 from PIL import Image
 
 from beam_pipeline.annotations import voc_xml
+from beam_pipeline.machine import available_cores
 
 HERE = pathlib.Path(__file__).resolve().parent
 PHOTOS = sorted(glob.glob(str(HERE.parent / "tests/data/corpus/images/tfrecorder/*/*/*.jpg")))
@@ -94,8 +95,11 @@ def main() -> int:
     parser.add_argument("root")
     parser.add_argument("--num_images", type=int, default=8000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--processes", type=int, default=available_cores(), help="default: every core"
+    )
     args = parser.parse_args()
-    sizes = make_tree(args.root, args.num_images, args.seed)
+    sizes = make_tree(args.root, args.num_images, args.seed, args.processes)
     print(f"{len(sizes)} images, mean {np.mean(sizes) / 1e3:.0f} KB, in {args.root}")
     return 0
 

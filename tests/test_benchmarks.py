@@ -116,7 +116,7 @@ def test_make_tree_writes_a_deterministic_prefix_of_the_larger_tree(trees):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "kind, flags",
-    [("naive", []), ("twoproc", ["--resize"]), ("beam_gbk", []), ("beam_gbk_defaults", [])],
+    [("naive", []), ("nproc", ["--resize"]), ("beam_gbk", []), ("beam_gbk_defaults", [])],
 )
 def test_baseline_builds_write_every_image_into_16_shards(trees, tmp_path, kind, flags):
     run_benchmark("baselines", kind, trees["small"], tmp_path, *flags)
@@ -129,7 +129,19 @@ def test_baseline_builds_write_every_image_into_16_shards(trees, tmp_path, kind,
     assert records == SMALL
 
 
-@pytest.mark.parametrize("flags", [[], ["--resize"]])
+def test_the_n_process_writer_spreads_16_shards_over_n_processes(trees, tmp_path):
+    # 3 processes: shards 0, 3, ..., 15 from the first, ...; every image once in 16 shards.
+    run_benchmark("baselines", "nproc", trees["small"], tmp_path, "--processes", 3)
+    shards = sorted(tmp_path.glob("train-*-of-00016*"))
+    records = []
+    for shard in shards:
+        with open(shard, "rb") as f:
+            records += list(read_records(f))
+    assert len(shards) == 16
+    assert len(records) == SMALL and len(set(records)) == SMALL
+
+
+@pytest.mark.parametrize("flags", [[], ["--resize"], ["--processes", "3"]])
 def test_limit_baseline_reports_its_work_time(trees, tmp_path, flags):
     done = run_benchmark("baselines", "limit", trees["small"], tmp_path, *flags)
     assert re.search(r"^work_seconds=\d+\.\d+$", done.stdout, re.M), done.stdout
@@ -148,7 +160,7 @@ def test_build_benchmark_prints_a_row_per_contender(trees):
         f"peak MiB {SMALL}",
         f"peak MiB {LARGE}",
         "mem ratio",
-        "ours x2 / this",
+        "ours / this",
     ]
     assert set(rows) == {"contender", OURS, LIMIT}
     for name in (OURS, LIMIT):
@@ -157,6 +169,7 @@ def test_build_benchmark_prints_a_row_per_contender(trees):
         # On trees this small the larger may not take longer: then there is no rate ("-").
         assert_numbers([cells[2], cells[6]], allow_missing=True)
     assert rows[OURS][6] in {"1.00", "-"}
+    assert done.stdout.endswith(f"\nours: {OURS}\n")
 
 
 def test_build_benchmark_refuses_unknown_contenders_before_building(trees):
@@ -165,6 +178,12 @@ def test_build_benchmark_refuses_unknown_contenders_before_building(trees):
     )
     assert done.returncode == 2
     assert "unknown contenders ['ours']" in done.stderr
+    # --workers N names the N-worker contenders; the 2-worker names are then unknown.
+    args = (trees["small"], trees["large"], "--workers", 16, "--contenders", OURS)
+    done = run_benchmark("build_benchmark", *args, check=False)
+    assert done.returncode == 2
+    assert "'ours, multi_processing x16', 'baseline: naive single loop', " in done.stderr
+    assert "'baseline: hand-written 16-process writer'" in done.stderr
 
 
 def test_profile_build_without_perf_says_what_to_install(trees, tmp_path):
