@@ -192,9 +192,30 @@ def check_shard_files(output_dir: str, info: DatasetInfo) -> None:
                 raise BuildFailed(f"{shard.file}: expected {shard.num_bytes} bytes, found {found}")
 
 
+def remove_other_shards(output_dir: str, info: DatasetInfo) -> None:
+    """Deletes the shard files that are not `info`'s: those an interrupted build with other
+    options left (`--resume` keeps what is there), which a glob such as `train-*.tfrecord`
+    would read beside this build's."""
+    (match,) = FileSystems.match([join(output_dir, "*" + SHARD_SUFFIX)])
+    ours = {shard.file for split in info.splits.values() for shard in split.shards}
+    others = sorted(
+        m.path
+        for m in match.metadata_list
+        if is_shard_filename(posixpath.basename(m.path)) and posixpath.basename(m.path) not in ours
+    )
+    if others:
+        logger.info(
+            "Removing %d shard files that are not this build's: %s",
+            len(others),
+            ", ".join(posixpath.basename(path) for path in others),
+        )
+        FileSystems.delete(others)
+
+
 def commit(output_dir: str, info: DatasetInfo) -> None:
-    """Writes `labels.txt`, `label_map.pbtxt`, TFDS's metadata and, last, `build_info.json`
-    (the commit marker); clears work dirs."""
+    """Deletes shard files that are not `info`'s, then writes `labels.txt`, `label_map.pbtxt`,
+    TFDS's metadata and, last, `build_info.json` (the commit marker); clears work dirs."""
+    remove_other_shards(output_dir, info)
     labels = "".join(name + "\n" for name in info.classes)
     write_atomic(output_dir, LABELS_FILE, labels.encode("utf-8"))
     label_map = label_map_text(info.classes, info.display_names)

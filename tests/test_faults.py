@@ -224,6 +224,19 @@ def test_resume_rewrites_only_missing_or_damaged_shards(kill_tree, kill_referenc
     assert (out / finished[0]).stat().st_ino != inodes[finished[0]]  # damaged: rewritten
 
 
+def test_resume_removes_the_shards_of_an_attempt_with_other_options(tree, tmp_path):
+    # An interrupted build with 8 train shards, resumed with 2: its shards are not this build's.
+    reference, out = tmp_path / "reference", tmp_path / "out"
+    argv = ["--input_dir", str(tree), "--num_shards", "train=2,val=1"]
+    assert cli.main([*argv, "--output_dir", str(reference)]) == 0
+    out.mkdir()
+    for name in ("train-00003-of-00008.tfrecord", "validation-00000-of-00004.tfrecord"):
+        (out / name).write_bytes(b"left by an attempt with --num_shards train=8,val=4")
+    (out / "notes.txt").write_text("not ours: kept")
+    assert cli.main([*argv, "--output_dir", str(out), "--resume"]) == 0
+    assert files(out) == {**files(reference), "notes.txt": b"not ours: kept"}
+
+
 def test_resume_and_overwrite_exclude_each_other(tree, tmp_path, capsys):
     argv = ["--input_dir", str(tree), "--output_dir", str(tmp_path / "out")]
     assert cli.main([*argv, "--resume", "--overwrite"]) == 2
