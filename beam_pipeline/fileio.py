@@ -6,6 +6,7 @@ Paths are joined with `schemas.paths.join`. Writing into the output directory is
 
 from __future__ import annotations
 
+import codecs
 import collections
 import concurrent.futures
 import hashlib
@@ -27,6 +28,29 @@ def read_file(path: str) -> bytes:
             return stream.read()
     except Exception as error:  # noqa: BLE001 - any I/O failure of one file is that file's fault
         raise InputError("read_error", f"{type(error).__name__}: {error}") from None
+
+
+def decode_text(data: bytes) -> str:
+    """A text file's bytes as text: UTF-8, with or without a byte-order mark, or UTF-16 with
+    one (what Windows editors save); raises UnicodeDecodeError otherwise."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return data.decode("utf-16")
+    return data.decode("utf-8-sig")
+
+
+def read_text(path: str, flag: str = "") -> str:
+    """A whole text file (`decode_text`); raises ValueError naming the file (and the flag
+    that named it) when it cannot be read or is not UTF-8 or UTF-16 text."""
+    named = f"{flag} {path}" if flag else path
+    try:
+        return decode_text(read_file(path))
+    except InputError as error:
+        raise ValueError(f"{named}: cannot read it: {error.detail}") from None
+    except UnicodeDecodeError as error:
+        bad = error.object[error.start : error.start + 1]
+        raise ValueError(
+            f"{named}: not UTF-8 text (byte {error.start} is {bad!r}); save it as UTF-8"
+        ) from None
 
 
 def has_files(directory: str) -> bool:

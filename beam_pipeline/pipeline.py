@@ -29,7 +29,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 from beam_pipeline import layouts, machine, watch
 from beam_pipeline.discovery import DiscoverImages
 from beam_pipeline.failures import BUILD_FAILED_MARKER
-from beam_pipeline.fileio import has_files, match, read_file, subdirectories
+from beam_pipeline.fileio import has_files, match, read_file, read_text, subdirectories
 from beam_pipeline.finalize import CheckIndexBudget, Finalize, FinalizeSpec
 from beam_pipeline.labelling import (
     BuildVocabulary,
@@ -73,12 +73,12 @@ def prepare(config: BuildConfig) -> Prepared:
         config.splits,
         has_files,
         match,
-        lambda path: read_file(path).decode("utf-8"),
+        read_text,
         subdirectories,
     )
     classes, display_names = None, {}
     if config.labels_file:
-        text = read_file(config.labels_file).decode("utf-8")
+        text = read_text(config.labels_file, "--labels_file")
         classes, display_names = parse_labels_file(text), parse_display_names(text)
         try:
             Vocabulary(classes)

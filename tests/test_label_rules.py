@@ -4,6 +4,7 @@ CLS-LOC copies whose `val` was moved into synset folders (no XML), `test` splits
 annotation, images lying outside the class folders, and classes named like the background class.
 """
 
+import codecs
 import re
 
 import pytest
@@ -165,6 +166,44 @@ def test_a_labels_file_naming_the_background_class_is_refused_before_any_work(tm
     assert cli.main([*argv, "--labels_file", str(labels)]) == 2
     error = capsys.readouterr().err
     assert error.startswith(f"error: --labels_file {labels}: a class is named 'background'")
+    assert not out.exists()
+
+
+def test_labels_files_as_windows_editors_save_them_give_the_same_classes(tmp_path):
+    # A UTF-8 byte-order mark is not part of the first class (it would make that class
+    # unknown: its images rejected, under the 1% budget on ImageNet); UTF-16 with one is read.
+    ilsvrc_image(tmp_path, "train", "a", jpeg_bytes(), voc_xml([("n01", 1, 1, 9, 9)]))
+    ilsvrc_image(tmp_path, "train", "b", jpeg_bytes(), voc_xml([("n02", 1, 1, 9, 9)]))
+    text = "n01 tench, Tinca tinca\r\nn02 goldfish\r\n"
+    saved = {
+        "utf8-bom": codecs.BOM_UTF8 + text.encode("utf-8"),
+        "utf16": text.encode("utf-16"),  # with its byte-order mark
+    }
+    for name, data in saved.items():
+        labels = tmp_path / f"{name}.txt"
+        labels.write_bytes(data)
+        info = build(tmp_path, tmp_path / name, "--splits", "train", "--labels_file", labels)
+        assert info.classes == ("n01", "n02"), name
+        assert info.display_names == {"n01": "tench, Tinca tinca", "n02": "goldfish"}
+        assert info.splits["train"].num_examples == 2
+
+
+def test_a_labels_file_that_is_not_text_or_not_a_file_is_refused_naming_it(tmp_path, capsys):
+    ilsvrc_image(tmp_path, "train", "a", jpeg_bytes(), voc_xml([("n01", 1, 1, 9, 9)]))
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("n01 café\n".encode("latin-1"))
+    folder = tmp_path / "labels"
+    folder.mkdir()
+    out = tmp_path / "out"
+    argv = ["--input_dir", str(tmp_path), "--output_dir", str(out), "--splits", "train"]
+    assert cli.main([*argv, "--labels_file", str(latin1)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --labels_file {latin1}: not UTF-8 text (byte 7 is b'\\xe9'); save it as UTF-8\n"
+    )
+    assert cli.main([*argv, "--labels_file", str(folder)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: --labels_file {folder}: cannot read it: IsADirectoryError")
+    assert "Traceback" not in error
     assert not out.exists()
 
 
