@@ -73,9 +73,9 @@ def subdirectories(directory: str) -> list[str]:
     return [name for name in names if has_files(join(directory, name))]
 
 
-def match(pattern: str) -> list[str]:
-    """The sorted paths that match a glob pattern."""
-    (result,) = FileSystems.match([pattern])
+def match(pattern: str, limit: int | None = None) -> list[str]:
+    """The sorted paths that match a glob pattern (at most `limit` of them)."""
+    (result,) = FileSystems.match([pattern], limits=[limit])
     return sorted(m.path for m in result.metadata_list)
 
 

@@ -140,14 +140,21 @@ def any_marks(marks):
 
 
 class ClassifySplits(beam.PTransform):
-    """IndexEntry → (split, kind): how each split is labelled (`labels.split_kind`)."""
+    """IndexEntry → (split, kind): how each split is labelled (`labels.split_kind`; `negatives`:
+    whether the layout has images of no class)."""
+
+    def __init__(self, negatives: bool = True):
+        super().__init__()
+        self._negatives = negatives
 
     def expand(self, entries):
+        negatives = self._negatives
         return (
             entries
             | "SplitMarks" >> beam.Map(split_marks).with_output_types(Tuple[str, Tuple[bool, bool]])
             | "AnyPerSplit" >> beam.CombinePerKey(any_marks)
-            | "SplitKind" >> beam.MapTuple(lambda split, marks: (split, split_kind(*marks)))
+            | "SplitKind"
+            >> beam.MapTuple(lambda split, marks: (split, split_kind(*marks, negatives)))
         )
 
 

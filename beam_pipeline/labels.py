@@ -3,7 +3,8 @@
 The rule: the image's label is the class of its main object, the object whose bounding box has
 the largest area (clamped to the annotated image size); ties go to the object that comes first
 in the XML. An image with no objects takes the class of its synset folder when the layout has
-one (ILSVRC CLS-LOC train), otherwise the background class, which is the last index.
+one (ILSVRC CLS-LOC train), otherwise the background class, which is the last index; an image
+without XML is background only in a layout with negatives (DET, VOC), and rejected in CLS-LOC.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from schemas.classes import (
 
 # How a split is labelled.
 ANNOTATED = "annotated"  # by XML; an image without one is background (DET negatives)
+OBJECTS = "objects"  # by XML, in a layout without negatives (CLS-LOC val kept flat)
 CLASS_FOLDERS = "class_folders"  # its images sit in class folders (CLS-LOC train, often val)
 UNLABELLED_SPLIT = "unlabelled"  # no XML and no class folder anywhere in it (a test split)
 
@@ -122,11 +124,15 @@ def main_object_index(annotation: Annotation) -> int | None:
     return best
 
 
-def split_kind(has_annotations: bool, has_class_folders: bool) -> str:
-    """How a split is labelled, from whether any of its images has an XML or a class folder."""
+def split_kind(has_annotations: bool, has_class_folders: bool, negatives: bool = True) -> str:
+    """How a split is labelled, from whether any of its images has an XML or a class folder,
+    and whether the layout has negatives (images of no class: ILSVRC DET and VOC do, CLS-LOC
+    does not)."""
     if has_class_folders:
         return CLASS_FOLDERS
-    return ANNOTATED if has_annotations else UNLABELLED_SPLIT
+    if has_annotations:
+        return ANNOTATED if negatives else OBJECTS
+    return UNLABELLED_SPLIT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,7 +155,8 @@ def image_label(
 
     Raises:
       InputError: `unknown_class` when an object or the folder names a class outside the
-        vocabulary; `no_class` for an image outside any class folder in a CLASS_FOLDERS split.
+        vocabulary; `no_class` for an image without XML or a class folder in a split without
+        negatives (CLASS_FOLDERS, OBJECTS).
     """
     objects = annotation.objects if annotation is not None else ()
     object_labels = tuple(vocabulary.index(obj.name) for obj in objects)
@@ -159,14 +166,21 @@ def image_label(
         return ImageLabel(object_labels[main], object_labels, FROM_XML, disagrees)
     if folder_class is not None:
         return ImageLabel(vocabulary.index(folder_class), (), FROM_FOLDER)
-    if annotation is not None:
+    # An XML without objects is an explicit negative, wherever it lies; a missing XML is one
+    # only where the layout has negatives (DET's images without XML).
+    if annotation is not None or kind == ANNOTATED:
         return ImageLabel(vocabulary.background_index, (), FROM_BACKGROUND)
+    if kind == UNLABELLED_SPLIT:
+        return ImageLabel(UNLABELLED, (), FROM_NOTHING)
     if kind == CLASS_FOLDERS:
         raise InputError(
             "no_class",
             "the image lies outside any class folder in a split whose images sit in class "
             "folders, and has no XML; move it into its class's folder or remove it",
         )
-    if kind == UNLABELLED_SPLIT:
-        return ImageLabel(UNLABELLED, (), FROM_NOTHING)
-    return ImageLabel(vocabulary.background_index, (), FROM_BACKGROUND)
+    raise InputError(
+        "no_class",
+        "the image has no XML and no class folder, in a split whose other images have XML, and "
+        "ILSVRC CLS-LOC has no background images; restore its XML from the devkit, move it "
+        "into its class's folder, or remove it",
+    )

@@ -44,6 +44,12 @@ class LayoutError(ValueError):
     """The input tree does not look like what was asked for."""
 
 
+def has_negatives(layout: str) -> bool:
+    """Whether the layout has images of no class (DET and VOC negatives; not CLS-LOC, where
+    every image is of one of its classes): only there is an image without objects background."""
+    return layout != ILSVRC_CLS_LOC
+
+
 def output_split(name: str) -> str:
     """Output name of an input split (`val` → `validation`); other names are kept."""
     return _OUTPUT_SPLITS.get(name, name)
@@ -61,6 +67,8 @@ class ListingTask:
       root: the input root, for the file name stored in the record.
       folder_classes: the first directory below `directory`, if any, names the class (CLS-LOC,
         every split: many copies move `val` into synset folders).
+      key_by_name: keys are file names without their folders (a CLS-LOC split whose XML lie
+        flat: ImageNet's `valprep.sh` moves the images into synset folders, not the XML).
     """
 
     kind: str
@@ -69,6 +77,7 @@ class ListingTask:
     key_prefix: str
     root: str
     folder_classes: bool = False
+    key_by_name: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,7 +189,7 @@ def plan_discovery(
     layout: str,
     splits: Sequence[str],
     has_files: HasFiles,
-    match: Callable[[str], list[str]],
+    match: Callable[..., list[str]],
     read_text: Callable[[str], str],
     subdirectories: Callable[[str], list[str]] = lambda _: [],
 ) -> DiscoveryPlan:
@@ -204,9 +213,11 @@ def plan_discovery(
             )
         name = output_split(split)
         folder_classes = layout == ILSVRC_CLS_LOC
-        tasks.append(ListingTask(IMAGES, image_dir, name, split, root, folder_classes))
+        annotation_dir = join(root, "Annotations", subdir, split)
+        by_name = folder_classes and bool(match(join(annotation_dir, "*.xml"), 1))
+        tasks.append(ListingTask(IMAGES, image_dir, name, split, root, folder_classes, by_name))
         tasks.append(
-            ListingTask(ANNOTATIONS, join(root, "Annotations", subdir, split), name, split, root)
+            ListingTask(ANNOTATIONS, annotation_dir, name, split, root, key_by_name=by_name)
         )
     unbuilt = tuple(name for name in present if name not in splits and not name.startswith("."))
     return DiscoveryPlan(
@@ -217,7 +228,7 @@ def plan_discovery(
 def _plan_voc(
     root: str,
     splits: Sequence[str],
-    match: Callable[[str], list[str]],
+    match: Callable[..., list[str]],
     read_text: Callable[[str], str],
 ) -> DiscoveryPlan:
     years = _voc_years(root, match)
@@ -250,7 +261,7 @@ def _unbuilt_voc_lists(
     years: Sequence[tuple[str, str]],
     splits: Sequence[str],
     built: set[str],
-    match: Callable[[str], list[str]],
+    match: Callable[..., list[str]],
     read_text: Callable[[str], str],
 ) -> tuple[str, ...]:
     """The split lists not asked for that name images the build leaves out (`test`, not

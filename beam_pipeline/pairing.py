@@ -72,7 +72,7 @@ def classify(task: ListingTask, path: str, num_bytes: int) -> FileRef | Rejectio
         folder_class = relative.split("/", 1)[0]
     return FileRef(
         relative_path=path[len(task.root) + 1 :],
-        key=join(task.key_prefix, stem),
+        key=join(task.key_prefix, posixpath.basename(stem) if task.key_by_name else stem),
         split=task.split,
         num_bytes=num_bytes,
         folder_class=folder_class,

@@ -123,7 +123,7 @@ def build_index(pipeline: beam.Pipeline, prepared: Prepared) -> Index:
         vocabulary = pipeline | "Vocabulary" >> beam.Create([Vocabulary(prepared.classes)])
     else:
         vocabulary = parsed | "BuildVocabulary" >> BuildVocabulary("train")
-    split_kinds = entries | "ClassifySplits" >> ClassifySplits()
+    split_kinds = entries | "ClassifySplits" >> ClassifySplits(layouts.has_negatives(plan.layout))
     labelled, label_rejected = parsed | "LabelImages" >> LabelImages(
         vocabulary, split_kinds, plan.root
     )

@@ -162,7 +162,8 @@ def plan_build(prepared) -> BuildPlan:
     for entry in entries:
         split, mark = split_marks(entry)
         marks[split].append(mark)
-    kinds = {split: split_kind(*any_marks(m)) for split, m in marks.items()}
+    negatives = layouts.has_negatives(plan.layout)
+    kinds = {split: split_kind(*any_marks(m), negatives) for split, m in marks.items()}
     labelled: list[LabelledEntry] = []
     if vocabulary is not None:
         for p in parsed:

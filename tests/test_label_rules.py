@@ -85,6 +85,51 @@ def test_an_image_outside_the_class_folders_is_rejected_not_background(imagenet_
     assert info.splits["train"].label_sources == {"folder": 6}
 
 
+def test_val_images_moved_into_synset_folders_keep_their_flat_xml(tmp_path):
+    # ImageNet's valprep.sh moves val/X.JPEG into val/<synset>/ and leaves
+    # Annotations/CLS-LOC/val/X.xml where it was: images and XML pair by file name.
+    for i, synset in enumerate(SYNSETS):
+        cls_loc(tmp_path, f"{synset}/{synset}_0", "train", jpeg_bytes())
+        for n in range(2):
+            name = f"ILSVRC2012_val_{i}{n}"
+            cls_loc(tmp_path, f"{synset}/{name}", "val", jpeg_bytes())
+            # The second image's XML names the other class: the XML wins, counted.
+            named = SYNSETS[1 - i] if n else synset
+            box = (2 + n, 3, 40, 30 + i)
+            xml = voc_xml([(named, *box)], size=(64, 48))
+            write(tmp_path / "Annotations/CLS-LOC/val" / f"{name}.xml", xml)
+    out = tmp_path / "out"
+    info = build(tmp_path, out, "--splits", "train,val")
+    validation = info.splits["validation"]
+    assert validation.num_examples == 4 and validation.num_rejected == 0
+    assert validation.label_sources == {"xml": 4}
+    assert validation.folder_disagreements == 2
+    examples = {e[F.FILENAME][0].decode(): e for e in read_split(out, "validation")}
+    for i, synset in enumerate(SYNSETS):
+        for n in range(2):
+            example = examples[f"Data/CLS-LOC/val/{synset}/ILSVRC2012_val_{i}{n}.JPEG"]
+            assert example[F.LABEL] == [(1 - i) if n else i]
+            assert example[F.BBOX_XMIN] == [pytest.approx((2 + n) / 64)]
+            assert example[F.BBOX_YMAX] == [pytest.approx((30 + i) / 48)]
+    assert dead_letters(out) == []
+
+
+def test_a_flat_cls_loc_val_image_without_its_xml_is_rejected_not_background(tmp_path):
+    # CLS-LOC has no negatives: an image whose XML is missing has no class to give it.
+    for i, synset in enumerate(SYNSETS):
+        cls_loc(tmp_path, f"{synset}/{synset}_0", "train", jpeg_bytes())
+        xml = voc_xml([(synset, 1, 1, 30, 30)], size=(64, 48))
+        cls_loc(tmp_path, f"ILSVRC2012_val_{i}", "val", jpeg_bytes(), xml)
+    cls_loc(tmp_path, "ILSVRC2012_val_lost", "val", jpeg_bytes())
+    out = tmp_path / "out"
+    info = build(tmp_path, out, "--splits", "train,val", "--max_bad_fraction", "0.5")
+    assert info.splits["validation"].label_sources == {"xml": 2}
+    (lost,) = dead_letters(out)
+    assert lost["path"] == f"{tmp_path}/Data/CLS-LOC/val/ILSVRC2012_val_lost.JPEG"
+    assert (lost["split"], lost["stage"], lost["reason"]) == ("validation", "label", "no_class")
+    assert "ILSVRC CLS-LOC has no background images" in lost["detail"]
+
+
 def test_a_split_without_annotations_is_unlabelled(imagenet_copy):
     _, out, info = imagenet_copy
     test = info.splits["test"]
