@@ -114,6 +114,8 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
     )
     if prepared.plan.unbuilt:
         out.say(console.unbuilt_note(config.splits, prepared.plan.unbuilt))
+    if shared := prepared.plan.shared_images():
+        out.say(console.shared_note(shared))
     try:
         with out.progress(config.output_dir) as live:
             info = pipeline.execute(options, prepared)

@@ -341,6 +341,17 @@ def unbuilt_note(splits: Sequence[str], unbuilt: Sequence[str]) -> str:
     )
 
 
+def shared_note(shared: Mapping[tuple[str, ...], int]) -> str:
+    """The line saying how many images the build writes in more than one split (VOC lists
+    that overlap), e.g. `Note: 2 images are in more than one split (train and val: 2); ...`."""
+    total = sum(shared.values())
+    each = ", ".join(f"{' and '.join(splits)}: {count:,}" for splits, count in shared.items())
+    return (
+        f"Note: {plural(total, 'image')} {'is' if total == 1 else 'are'} in more than one split "
+        f"({each}); each is written once in every split that lists it"
+    )
+
+
 def plural(number: int, noun: str) -> str:
     """`1 shard`, `1,000 shards`: a number with its noun, plural unless it is 1."""
     return (

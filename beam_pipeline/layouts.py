@@ -96,6 +96,19 @@ class DiscoveryPlan:
     memberships: tuple[tuple[str, str], ...] = ()
     unbuilt: tuple[str, ...] = ()
 
+    def shared_images(self) -> dict[tuple[str, ...], int]:
+        """How many images each combination of splits shares (VOC lists may overlap, as
+        `trainval` does `train` and `val`); each such image is written once in each split."""
+        splits_of: dict[str, set[str]] = {}
+        for key, split in self.memberships:
+            splits_of.setdefault(key, set()).add(split)
+        shared: dict[tuple[str, ...], int] = {}
+        for splits in splits_of.values():
+            if len(splits) > 1:
+                combination = tuple(sorted(splits))
+                shared[combination] = shared.get(combination, 0) + 1
+        return dict(sorted(shared.items()))
+
 
 HasFiles = Callable[[str], bool]
 
@@ -297,15 +310,23 @@ def _choose_voc_splits(years: Sequence[tuple[str, str]], match: Callable) -> str
             "--input_dir and its splits with --splits"
         )
     return (
-        f"the splits every year lists are {common}: choose with --splits {','.join(common)} "
-        f"(each year lists: {each})"
+        f"the splits every year lists are {common}: choose with --splits "
+        f"{','.join(_disjoint(common))} (each year lists: {each})"
     )
 
 
 def _choose_splits(present: Sequence[str]) -> str:
     if not present:
         return "name the splits to build with --splits"
-    return f"the splits there are {list(present)}: choose with --splits {','.join(present)}"
+    return (
+        f"the splits there are {list(present)}: choose with --splits {','.join(_disjoint(present))}"
+    )
+
+
+def _disjoint(present: Sequence[str]) -> list[str]:
+    """The splits to suggest: not VOC's trainval beside train and val (it is the two of them,
+    and building all three would write each image twice)."""
+    return [name for name in present if name != "trainval" or not {"train", "val"} <= {*present}]
 
 
 def parse_split_list(text: str) -> list[str]:

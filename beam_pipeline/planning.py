@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from beam_pipeline import layouts
-from beam_pipeline.console import human_bytes, plural, unbuilt_note
+from beam_pipeline.console import human_bytes, plural, shared_note, unbuilt_note
 from beam_pipeline.discovery import list_task
 from beam_pipeline.entries import IndexEntry, LabelledEntry, ParsedEntry
 from beam_pipeline.examples import build_example
@@ -93,6 +93,7 @@ class BuildPlan:
     files_listed: int
     input_splits: tuple[str, ...] = ()
     unbuilt: tuple[str, ...] = ()
+    shared: dict[tuple[str, ...], int] = dataclasses.field(default_factory=dict)
 
     def to_json(self, rejections: int | None = None) -> dict[str, Any]:
         listed = self.rejections if rejections is None else self.rejections[:rejections]
@@ -105,6 +106,7 @@ class BuildPlan:
             "refusal": self.refusal,
             "files_listed": self.files_listed,
             "unbuilt_splits": list(self.unbuilt),
+            "shared_images": {"+".join(splits): n for splits, n in self.shared.items()},
             "seconds": round(self.seconds, 3),
             "splits": {name: dataclasses.asdict(split) for name, split in self.splits.items()},
             "rejections": [dataclasses.asdict(r) for r in listed],
@@ -212,6 +214,7 @@ def plan_build(prepared) -> BuildPlan:
         files_listed=listed,
         input_splits=config.splits,
         unbuilt=plan.unbuilt,
+        shared=plan.shared_images(),
     )
 
 
@@ -369,6 +372,8 @@ def format_plan(plan: BuildPlan, rejections: int = 20) -> str:
     lines.append("")
     if plan.unbuilt:
         lines.append(unbuilt_note(plan.input_splits, plan.unbuilt))
+    if plan.shared:
+        lines.append(shared_note(plan.shared))
     if plan.refusal is None:
         lines.append("The build would go ahead.")
     else:

@@ -18,7 +18,7 @@ import pytest
 from helpers import failure_line, ilsvrc_image, summary_rows, write
 
 from beam_pipeline import cli, machine, pipeline, sample_tree, watch, writing
-from beam_pipeline.console import BuildConsole, human_bytes, plural
+from beam_pipeline.console import BuildConsole, human_bytes, plural, shared_note
 
 WORKERS = ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
@@ -316,6 +316,17 @@ def test_the_summary_lists_rejections_per_split_by_reason(small_tree, tmp_path, 
     assert "files rejected or reported in train: empty_file 1, not_an_image_file 1\n" in printed
     assert "files rejected or reported in validation: not_an_image 1\n" in printed
     assert f"every rejected file, with its reason: {out}/rejected.jsonl\n" in printed
+
+
+def test_images_in_more_than_one_split_are_one_line():
+    assert shared_note({("train", "validation"): 1}) == (
+        "Note: 1 image is in more than one split (train and validation: 1); each is written "
+        "once in every split that lists it"
+    )
+    assert shared_note({("train", "trainval"): 2_500, ("trainval", "validation"): 7}) == (
+        "Note: 2,507 images are in more than one split (train and trainval: 2,500, trainval and "
+        "validation: 7); each is written once in every split that lists it"
+    )
 
 
 def test_counts_take_the_plural_unless_they_are_one():

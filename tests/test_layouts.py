@@ -103,6 +103,27 @@ def test_splits_in_the_tree_but_not_asked_for_are_named(tmp_path):
     assert plan(devkit, layouts.VOC).unbuilt == ("test", "trainval")
 
 
+def test_overlapping_voc_lists_are_counted_and_trainval_is_not_offered_beside_its_parts(
+    tmp_path,
+):
+    voc = tmp_path / "VOC2007"
+    for name, ids in {"train": "a b", "val": "c b", "trainval": "a b c"}.items():
+        write(voc / "ImageSets/Main" / f"{name}.txt", ids.replace(" ", "\n") + "\n")
+    write(voc / "JPEGImages/a.jpg", b"x")
+    assert plan(voc, layouts.VOC).shared_images() == {("train", "validation"): 1}  # b
+    assert plan(voc, layouts.VOC, ("train", "val", "trainval")).shared_images() == {
+        ("train", "trainval"): 1,  # a
+        ("train", "trainval", "validation"): 1,  # b
+        ("trainval", "validation"): 1,  # c
+    }
+    assert plan(voc, layouts.VOC, ("trainval",)).shared_images() == {}
+    with pytest.raises(layouts.LayoutError) as error:
+        plan(voc, layouts.VOC, ("test",))
+    assert str(error.value).endswith(
+        "the splits there are ['train', 'trainval', 'val']: choose with --splits train,val"
+    )
+
+
 def test_voc_devkit_with_several_years_prefixes_keys(tmp_path):
     for year in ("VOC2007", "VOC2012"):
         write(tmp_path / year / "ImageSets/Main/train.txt", "000001\n")
