@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import posixpath
 import uuid
 from collections.abc import Iterable, Iterator
@@ -42,7 +43,7 @@ from schemas import (
     is_shard_filename,
 )
 from schemas.label_map import LABEL_MAP_FILE, label_map_text
-from schemas.paths import join
+from schemas.paths import is_local, join
 from schemas.tfds_metadata import TFDS_FILES, tfds_files
 
 logger = logging.getLogger(__name__)
@@ -126,6 +127,22 @@ def check_writable(output_dir: str) -> None:
         FileSystems.delete(sorted({probe, *(m.path for m in found.metadata_list)}))
     except Exception as error:  # noqa: BLE001 - every file system raises its own errors
         raise OutputNotWritableError(f"cannot write to {output_dir}: {error}") from None
+
+
+def unwritable_reason(output_dir: str) -> str | None:
+    """Why `output_dir` could not be written, found without writing (for `plan`): a local
+    path whose nearest existing directory is not writable (read-only mount, permissions) or is
+    a file. None when it looks writable, and for object stores (only a write tells)."""
+    if not is_local(output_dir):
+        return None
+    path = os.path.abspath(output_dir)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        return f"cannot write to {output_dir}: {path} is a file, not a directory"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return f"cannot write to {output_dir}: {path} is not writable"
+    return None
 
 
 def remove_work_dirs(output_dir: str) -> None:

@@ -42,7 +42,7 @@ from beam_pipeline.options import DASK_RUNNER, BuildConfig, beam_argv
 from beam_pipeline.output import prepare_output
 from beam_pipeline.writing import AssignShards, WriteShards
 from schemas import BUILD_INFO_FILE, DatasetInfo
-from schemas.paths import join
+from schemas.paths import is_local, join
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +66,11 @@ def prepare(config: BuildConfig) -> Prepared:
     root, layout = layouts.locate_tree(config.input_dir, config.layout, has_files, subdirectories)
     if root != config.input_dir.rstrip("/"):
         logger.info("Found the %s tree in %s", layout, root)
+    if config.output_dir and is_inside(config.output_dir, root):
+        raise ValueError(
+            f"--output_dir {config.output_dir} lies inside the input tree {root}: the build's "
+            "files would be listed as input by the next build; choose a directory outside it"
+        )
     logger.info("Layout %s in %s", layout, root)
     plan = layouts.plan_discovery(
         root,
@@ -88,6 +93,14 @@ def prepare(config: BuildConfig) -> Prepared:
         raise ValueError("without the train split the vocabulary is unknown: pass --labels_file")
     config = dataclasses.replace(config, input_dir=root, layout=layout)
     return Prepared(config, plan, classes, display_names)
+
+
+def is_inside(path: str, directory: str) -> bool:
+    """Whether `path` is `directory` or lies below it (local links resolved)."""
+    if is_local(path) and is_local(directory):
+        path, directory = os.path.realpath(path), os.path.realpath(directory)
+    path, directory = path.rstrip("/"), directory.rstrip("/")
+    return path == directory or path.startswith(directory + "/")
 
 
 def _versions() -> dict[str, str]:

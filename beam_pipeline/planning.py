@@ -281,7 +281,11 @@ def _record_overhead(sample: list[LabelledEntry], vocabulary: Vocabulary) -> flo
 def _refusal(prepared, spec, counts, rejections, reports) -> str | None:
     """The build's own message when its fail-fast checks would stop it; None otherwise."""
     from beam_pipeline.finalize import check_index_budget
-    from beam_pipeline.output import OutputExistsError, refuse_complete_build
+    from beam_pipeline.output import (
+        OutputExistsError,
+        refuse_complete_build,
+        unwritable_reason,
+    )
 
     config = prepared.config
     if config.output_dir:
@@ -289,6 +293,8 @@ def _refusal(prepared, spec, counts, rejections, reports) -> str | None:
             refuse_complete_build(config.output_dir, overwrite=config.overwrite)
         except OutputExistsError as error:
             return str(error)
+        if reason := unwritable_reason(config.output_dir):
+            return reason
     for name, report in reports.items():
         if report.images == 0:
             return f"split {name!r} has no images"

@@ -154,6 +154,24 @@ def test_plan_refuses_what_the_build_refuses_before_it_starts(sample, capsys, tm
     code, _, err = run_plan(capsys, "--input_dir", tmp_path / "nowhere")
     assert code == 2 and "does not exist or holds no files" in err
     assert not (tmp_path / "nowhere").exists()
+    # An output below a file cannot be created: plan says so without writing anything.
+    blocker = write(tmp_path / "blocker", "a file")
+    code, text, _ = run_plan(capsys, "--input_dir", tree, "--output_dir", blocker / "out")
+    assert code == 1
+    assert text.splitlines()[-1] == (
+        f"The build would be refused: cannot write to {blocker}/out: {blocker} is a file, not a "
+        "directory"
+    )
+    # An output inside the input tree is refused by both, before anything is written.
+    inside = tree / "Data" / "DET" / "out"
+    for command in (["plan"], ["build"]):
+        argv = [*command, "--input_dir", str(tree), "--output_dir", str(inside)]
+        assert commands.main(argv) == 2
+        assert capsys.readouterr().err == (
+            f"error: --output_dir {inside} lies inside the input tree {tree}: the build's files "
+            "would be listed as input by the next build; choose a directory outside it\n"
+        )
+    assert not inside.exists()
 
 
 def test_stats_are_the_builds_recorded_numbers(sample, capsys):
