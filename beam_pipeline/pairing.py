@@ -21,6 +21,9 @@ IMAGE_EXTENSIONS = frozenset(
     {".jpeg", ".jpg", ".jpe", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"}
 )
 ANNOTATION_EXTENSION = ".xml"
+# macOS writes `._NAME` beside NAME on file systems without extended attributes (AppleDouble):
+# metadata, not an image, however it is named.
+APPLE_DOUBLE_PREFIX = "._"
 
 
 def _is_image_name(task: ListingTask, path: str) -> bool:
@@ -53,6 +56,16 @@ def classify(task: ListingTask, path: str, num_bytes: int) -> FileRef | Rejectio
     except UnicodeEncodeError:
         return unlisted_rejection(
             task, path, "undecodable_path", "the file name is not valid UTF-8"
+        )
+    if posixpath.basename(path).startswith(APPLE_DOUBLE_PREFIX):
+        reason = "not_an_image_file" if task.kind == IMAGES else "not_an_annotation_file"
+        return Rejection(
+            task.split,
+            path,
+            DISCOVER,
+            reason,
+            "a macOS metadata file (AppleDouble '._' file, made when a tree is copied from a Mac)",
+            is_image=False,
         )
     wanted = _is_image_name(task, path) or (
         task.kind == ANNOTATIONS and extension.lower() == ANNOTATION_EXTENSION

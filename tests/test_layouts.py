@@ -155,6 +155,14 @@ def test_classify_rejects_stray_files_and_undecodable_names():
     assert (
         pairing.classify(annotations, "/r/Annotations/x.txt", 1).reason == "not_an_annotation_file"
     )
+    # macOS's AppleDouble files beside each image and XML of a tree copied from a Mac.
+    for directory, name, reason in (
+        (task, "/r/JPEGImages/._2007_000001.jpg", "not_an_image_file"),
+        (annotations, "/r/Annotations/._2007_000001.xml", "not_an_annotation_file"),
+    ):
+        apple = pairing.classify(directory, name, 4096)
+        assert (apple.reason, apple.is_image, apple.path) == (reason, False, name)
+        assert apple.detail.startswith("a macOS metadata file (AppleDouble")
 
 
 def ref(path, key, split="train"):
