@@ -116,6 +116,8 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
         out.say(console.unbuilt_note(config.splits, prepared.plan.unbuilt))
     if shared := prepared.plan.shared_images():
         out.say(console.shared_note(shared))
+    for split, annotation_dir in prepared.plan.unannotated:
+        out.say(console.unannotated_note(split, annotation_dir))
     try:
         with out.progress(config.output_dir) as live:
             info = pipeline.execute(options, prepared)

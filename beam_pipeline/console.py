@@ -341,6 +341,15 @@ def unbuilt_note(splits: Sequence[str], unbuilt: Sequence[str]) -> str:
     )
 
 
+def unannotated_note(split: str, annotation_dir: str) -> str:
+    """The line warning that a split other than `test` will be built without labels."""
+    return (
+        f"Unlabelled: the {split} split has no annotations ({annotation_dir} is empty or "
+        "missing, and its images are in no class folders): its examples get label -1; put its "
+        "XML there to label it"
+    )
+
+
 def shared_note(shared: Mapping[tuple[str, ...], int]) -> str:
     """The line saying how many images the build writes in more than one split (VOC lists
     that overlap), e.g. `Note: 2 images are in more than one split (train and val: 2); ...`."""

@@ -86,7 +86,9 @@ class DiscoveryPlan:
 
     `unbuilt` names the input splits the tree holds but the build was not asked for (a `test`
     folder beside the default `train,val`), so the console can say so; it is found on local
-    trees only.
+    trees only. `unannotated` holds (output split, annotation directory) for each ILSVRC split
+    other than `test` that has no XML (nor, in CLS-LOC, class folders): its examples will be
+    unlabelled, which the console says before the build.
     """
 
     layout: str
@@ -95,6 +97,7 @@ class DiscoveryPlan:
     tasks: tuple[ListingTask, ...]
     memberships: tuple[tuple[str, str], ...] = ()
     unbuilt: tuple[str, ...] = ()
+    unannotated: tuple[tuple[str, str], ...] = ()
 
     def shared_images(self) -> dict[tuple[str, ...], int]:
         """How many images each combination of splits shares (VOC lists may overlap, as
@@ -215,7 +218,7 @@ def plan_discovery(
     if layout == VOC:
         return _plan_voc(root, splits, match, read_text)
     subdir = "DET" if layout == ILSVRC_DET else "CLS-LOC"
-    tasks = []
+    tasks, unannotated = [], []
     present = subdirectories(join(root, "Data", subdir))
     for split in splits:
         image_dir = join(root, "Data", subdir, split)
@@ -228,13 +231,26 @@ def plan_discovery(
         folder_classes = layout == ILSVRC_CLS_LOC
         annotation_dir = join(root, "Annotations", subdir, split)
         by_name = folder_classes and bool(match(join(annotation_dir, "*.xml"), 1))
+        if split != "test" and not has_files(annotation_dir):
+            # Class folders label CLS-LOC images without XML (`subdirectories` lists a local
+            # directory's; in an object store, one file below a folder tells).
+            in_folders = folder_classes and bool(
+                subdirectories(image_dir) or has_files(join(image_dir, "*"))
+            )
+            if not in_folders:
+                unannotated.append((name, annotation_dir))
         tasks.append(ListingTask(IMAGES, image_dir, name, split, root, folder_classes, by_name))
         tasks.append(
             ListingTask(ANNOTATIONS, annotation_dir, name, split, root, key_by_name=by_name)
         )
     unbuilt = tuple(name for name in present if name not in splits and not name.startswith("."))
     return DiscoveryPlan(
-        layout, root, tuple(output_split(s) for s in splits), tuple(tasks), unbuilt=unbuilt
+        layout,
+        root,
+        tuple(output_split(s) for s in splits),
+        tuple(tasks),
+        unbuilt=unbuilt,
+        unannotated=tuple(unannotated),
     )
 
 

@@ -23,7 +23,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from beam_pipeline import layouts
-from beam_pipeline.console import human_bytes, plural, shared_note, unbuilt_note
+from beam_pipeline.console import (
+    human_bytes,
+    plural,
+    shared_note,
+    unannotated_note,
+    unbuilt_note,
+)
 from beam_pipeline.discovery import list_task
 from beam_pipeline.entries import IndexEntry, LabelledEntry, ParsedEntry
 from beam_pipeline.examples import build_example
@@ -94,6 +100,7 @@ class BuildPlan:
     input_splits: tuple[str, ...] = ()
     unbuilt: tuple[str, ...] = ()
     shared: dict[tuple[str, ...], int] = dataclasses.field(default_factory=dict)
+    unannotated: tuple[tuple[str, str], ...] = ()
 
     def to_json(self, rejections: int | None = None) -> dict[str, Any]:
         listed = self.rejections if rejections is None else self.rejections[:rejections]
@@ -215,6 +222,7 @@ def plan_build(prepared) -> BuildPlan:
         input_splits=config.splits,
         unbuilt=plan.unbuilt,
         shared=plan.shared_images(),
+        unannotated=plan.unannotated,
     )
 
 
@@ -380,6 +388,8 @@ def format_plan(plan: BuildPlan, rejections: int = 20) -> str:
         lines.append(unbuilt_note(plan.input_splits, plan.unbuilt))
     if plan.shared:
         lines.append(shared_note(plan.shared))
+    for split, annotation_dir in plan.unannotated:
+        lines.append(unannotated_note(split, annotation_dir))
     if plan.refusal is None:
         lines.append("The build would go ahead.")
     else:

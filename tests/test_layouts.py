@@ -103,6 +103,30 @@ def test_splits_in_the_tree_but_not_asked_for_are_named(tmp_path):
     assert plan(devkit, layouts.VOC).unbuilt == ("test", "trainval")
 
 
+def test_splits_other_than_test_without_annotations_are_named(tmp_path):
+    def unannotated(root, layout):
+        return layouts.plan_discovery(
+            str(root), layout, ("train", "val", "test"), has_files, match, read_text,
+            subdirectories,
+        ).unannotated  # fmt: skip
+
+    det = tmp_path / "det"
+    for split in ("train", "val", "test"):
+        ilsvrc_image(det, split, "x", b"x", "<annotation/>" if split == "train" else None)
+    assert unannotated(det, layouts.ILSVRC_DET) == (("validation", f"{det}/Annotations/DET/val"),)
+    cls = tmp_path / "cls"
+    for split in ("train", "val", "test"):  # val in synset folders: its folders label it
+        ilsvrc_image(cls, split, "x" if split == "test" else "n01/x", b"x", task="CLS-LOC")
+    assert unannotated(cls, layouts.ILSVRC_CLS_LOC) == ()
+    flat = tmp_path / "flat"  # ImageNet's val as downloaded, without its XML
+    ilsvrc_image(flat, "train", "n01/x", b"x", task="CLS-LOC")
+    for split in ("val", "test"):
+        ilsvrc_image(flat, split, "x", b"x", task="CLS-LOC")
+    assert unannotated(flat, layouts.ILSVRC_CLS_LOC) == (
+        ("validation", f"{flat}/Annotations/CLS-LOC/val"),
+    )
+
+
 def test_overlapping_voc_lists_are_counted_and_trainval_is_not_offered_beside_its_parts(
     tmp_path,
 ):
