@@ -16,9 +16,10 @@ there is one, else DALI's CPU backend), three rates (images/s), each the median 
   fit, cached      model.fit fed by one batch already decoded, repeated: the model's own speed
                    (the batch is still copied to the device every step, as ours is)
 "fed / cached" near 1.0 means the model never waits on input; well below 1.0 means it is
-input-bound by the loader's share of the host. On a GPU the model runs with mixed precision
-(`mixed_float16`) unless --no_mixed_precision; on a CPU-only host the model and the decoder share
-the same cores, so the comparison says less (benchmarks.loader_benchmark covers that case).
+input-bound by the loader's share of the host. On an accelerator (the Keras backend's own: JAX's
+or PyTorch's GPUs, TensorFlow's with the TensorFlow backend) the model runs with mixed precision
+(`mixed_bfloat16`) unless --no_mixed_precision; on a CPU-only host the model and the decoder
+share the same cores, so the comparison says less (benchmarks.loader_benchmark covers that case).
 """
 
 from __future__ import annotations
@@ -56,6 +57,21 @@ def build_model(name: str, num_outputs: int, uint8: bool = False) -> keras.Model
     return model
 
 
+def accelerators() -> list[str]:
+    """The accelerators the Keras backend computes on. TensorFlow's list says nothing about
+    them with the JAX or PyTorch backend (the GPU host's TensorFlow is a CPU build)."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return [str(device) for device in jax.devices() if device.platform != "cpu"]
+    if backend == "torch":
+        import torch
+
+        return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return [gpu.name for gpu in tf.config.list_physical_devices("GPU")]
+
+
 class Endless(keras.utils.PyDataset):
     """A `DaliDataset`'s stream without epochs (JAX and PyTorch backends), as `.repeat()`."""
 
@@ -86,10 +102,10 @@ def main() -> int:
     )
     args = parser.parse_args()
 
-    gpus = tf.config.list_physical_devices("GPU")
-    mixed = bool(gpus) and not args.no_mixed_precision
+    devices = accelerators()
+    mixed = bool(devices) and not args.no_mixed_precision
     if mixed:
-        keras.mixed_precision.set_global_policy("mixed_float16")
+        keras.mixed_precision.set_global_policy("mixed_bfloat16")
     info = dataset_info(args.data_dir)
     b = args.batch_size
     servers, service = [], args.service
@@ -124,7 +140,7 @@ def main() -> int:
     if args.dali:
         ways["uint8, DALI"] = ("uint8", "dali")
     print(
-        f"device: {', '.join(g.name for g in gpus) or 'CPU only'}; host cores: {os.cpu_count()}; "
+        f"device: {', '.join(devices) or 'CPU only'}; host cores: {os.cpu_count()}; "
         f"Keras backend: {keras.backend.backend()}; "
         f"model: {args.model}, batch {b}, mixed precision: {'on' if mixed else 'off'}"
         + (f"; tf.data service: {args.service}" if service else "")

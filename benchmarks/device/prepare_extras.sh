@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Adds to .device/ what the GPU host needs for issue 14's and 15's figures beyond what
+# ../shared/device/make_parts.sh packs (TensorFlow, Beam, Keras): NVIDIA DALI for CUDA 13 with
+# nvImageCodec and nvJPEG (the host's JAX is a CUDA 13 build), and dask[distributed] for the Dask
+# benchmark. The host reaches no registry, so the wheels travel unpacked, as one xz archive in
+# pieces of at most 50 MB (~180 MB: 4 pieces):
+#   .device/extra-aa, extra-ab, ...   copy each to the host's /tmp/parts, one transfer each
+# benchmarks/device/run.sh unpacks them into /tmp/site (after .device/setup.sh) once per machine.
+# Run from the project root after make_parts.sh; ~4 minutes of CPU (xz). The recipe, call by
+# call, is in benchmarks/RESULTS.md ("On the GPU host").
+set -euo pipefail
+root=$(git rev-parse --show-toplevel); cd "$root"
+[ -f .device/setup.sh ] || { echo "run ../shared/device/make_parts.sh first" >&2; exit 1; }
+pin() { grep -i "^$1==" requirements.txt | cut -d= -f3; }
+PLAT="--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
+  --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+# No dependency resolution: the host already has NumPy, psutil and what JAX and PyTorch bring;
+# a second copy of those on PYTHONPATH would shadow the host's own. So: exactly these wheels.
+# shellcheck disable=SC2086
+python3 -m pip download -q --no-deps $PLAT -d "$tmp/wheels" \
+  nvidia-dali-cuda130==2.4.0 nvidia-nvimgcodec-cu13==0.9.0.20 "nvidia-nvjpeg>=13,<14" \
+  nvidia-nvjpeg2k-cu13==0.11.0.51 nvidia-nvtiff-cu13==0.8.0.82 nvidia-libnvcomp-cu13==5.3.0.16 \
+  nvtx makefun "libcst~=1.8" six packaging \
+  "dask==$(pin 'dask\[distributed\]')" "distributed==$(pin 'dask\[distributed\]')" cloudpickle \
+  fsspec partd locket toolz pyyaml click msgpack sortedcontainers tblib tornado urllib3 zict \
+  jinja2 markupsafe
+mkdir "$tmp/site"
+for wheel in "$tmp"/wheels/*.whl; do unzip -qo "$wheel" -d "$tmp/site"; done
+# The NVIDIA wheels make `nvidia` a regular package; first on PYTHONPATH it would hide the host's
+# own nvidia/* (the CUDA libraries of its JAX). extend_path merges every `nvidia` on sys.path.
+echo '__path__ = __import__("pkgutil").extend_path(__path__, __name__)' > "$tmp/site/nvidia/__init__.py"
+rm -f .device/extra-*
+(cd "$tmp/site" && tar cf - . | xz -9 -T0) | split -b 50M - .device/extra-
+ls -la .device/extra-*
+echo "Now copy each .device/extra-* to the host's /tmp/parts too (benchmarks/RESULTS.md, 'On the GPU host')"

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The figures only the 16-core GPU host gives (issues 14 and 15), stage by stage, each stage's
+# output in $OUT/<stage>.txt (the folder the device tool sends back). On the host, from the
+# repository root, after every .device/part-* and .device/extra-* lies in /tmp/parts:
+#
+#   bash benchmarks/device/run.sh STAGE [STAGE ...]
+#
+#   host      the machine: GPU, CPU, memory, Python and library versions
+#   trees     the benchmark trees under $BENCH (8k, 32k, 64k images; every core; ~2 min)
+#   scaling   command 7c: coordinator vs workers between the 8k and 64k trees, plain CLI
+#   build     command 6 at N = every core: plain CLI, hand-written N-process writer, the limit
+#   dask      command 9 at N = every core: a LocalCluster of N workers against the local build
+#   feed      command 12/14: ResNet-50 (mixed bfloat16, batch 256) fed by the loader (float32,
+#             uint8, tf.data service, DALI on the GPU) against the same model on a cached batch
+#
+# SMALL=1 runs every stage on tiny trees with a small model (a check of this script on any
+# machine; its figures mean nothing). The call sequence is in benchmarks/RESULTS.md.
+set -euo pipefail
+cd "$(git rev-parse --show-toplevel 2>/dev/null || pwd)"
+OUT=${OUT:-/tmp/device-out}
+BENCH=${BENCH:-/tmp/bench}
+mkdir -p "$OUT" "$BENCH"
+if [ "${SMALL:-0}" = 1 ]; then
+  SIZES=(300 600 1200) FEED=(--model small --batch_size 32 --steps 4 --repeats 1)
+  PY=${PYTHON:-python3}
+else
+  SIZES=(8000 32000 64000) FEED=(--steps 50 --repeats 3)
+  PY=python3
+fi
+TREE_S=$BENCH/tree${SIZES[0]} TREE_M=$BENCH/tree${SIZES[1]} TREE_L=$BENCH/tree${SIZES[2]}
+CORES=$($PY -c "from beam_pipeline.machine import available_cores; print(available_cores())")
+
+site() {  # TensorFlow, Beam, Keras (make_parts.sh), then DALI and Dask (prepare_extras.sh)
+  [ "${SMALL:-0}" = 1 ] && return 0
+  # shellcheck disable=SC1091
+  source .device/setup.sh || return 1
+  if [ ! -f /tmp/site/.extras ]; then
+    cat /tmp/parts/extra-* | xz -d | tar xf - -C /tmp/site || { echo "extra parts incomplete"; return 1; }
+    touch /tmp/site/.extras
+  fi
+}
+
+stage_host() {
+  nvidia-smi || true
+  lscpu | grep -E "^(Model name|CPU\(s\)|Thread|Core|Socket)" || true
+  free -g; df -h "$BENCH"
+  $PY -c "import sys, numpy, PIL; print(sys.version); print('numpy', numpy.__version__, 'pillow', PIL.__version__)"
+  $PY -c "import jax; print('jax', jax.__version__, jax.devices())" || true
+  site && $PY -c "
+import apache_beam, keras, tensorflow as tf
+print('beam', apache_beam.__version__, 'keras', keras.__version__, 'tensorflow', tf.__version__)
+import dask, distributed; print('dask', dask.__version__, 'distributed', distributed.__version__)
+import nvidia.dali as dali; print('dali', dali.__version__)"
+  echo "cores available to a build: $CORES"
+}
+
+stage_trees() {
+  for i in 0 1 2; do
+    tree=$BENCH/tree${SIZES[$i]}
+    [ -d "$tree/Data" ] || $PY -m benchmarks.make_tree "$tree" --num_images "${SIZES[$i]}"
+  done
+  du -sh "$BENCH"/tree*
+}
+
+stage_scaling() {
+  site
+  $PY -m benchmarks.scaling "$TREE_S" "$TREE_L" --repeats 1
+}
+
+stage_build() {
+  site
+  $PY -m benchmarks.build_benchmark "$TREE_S" "$TREE_M" --repeats 1 --workers "$CORES" \
+    --contenders "ours, plain CLI (no runner flags: every core);baseline: hand-written $CORES-process writer;limit: Pillow image work alone (full decode), $CORES processes, bytes in memory"
+}
+
+stage_dask() {
+  site
+  $PY -m benchmarks.dask_benchmark "$TREE_S" "$TREE_M" --repeats 1 --workers "$CORES"
+}
+
+stage_feed() {
+  site
+  local out=$BENCH/out${SIZES[1]}
+  [ -f "$out/build_info.json" ] || $PY -m beam_pipeline --input_dir "$TREE_M" --output_dir "$out" \
+    --splits train --num_shards 64 --quiet
+  KERAS_BACKEND=jax $PY -m benchmarks.input_bound_benchmark "$out" "${FEED[@]}" --service 2 --dali
+}
+
+[ $# -gt 0 ] || { sed -n '2,19p' "$0"; exit 2; }
+for stage in "$@"; do
+  declare -F "stage_$stage" >/dev/null || { echo "unknown stage $stage" >&2; exit 2; }
+done
+for stage in "$@"; do
+  echo "== $stage ($(date -u +%H:%M:%S))" | tee -a "$OUT/log.txt"
+  start=$SECONDS
+  "stage_$stage" 2>&1 | tee "$OUT/$stage.txt"
+  echo "== $stage done in $((SECONDS - start)) s" | tee -a "$OUT/log.txt"
+done
