@@ -114,6 +114,8 @@ class DiscoveryPlan:
 
 
 HasFiles = Callable[[str], bool]
+_MAX_LOOKED_AT = 50  # subdirectories looked into for a hint where the tree is
+_TREE_FOLDERS = frozenset({"Data", "Annotations", "JPEGImages", "ImageSets"})  # in a tree root
 
 
 def _layouts_at(root: str, has_files: HasFiles) -> list[str]:
@@ -129,11 +131,36 @@ def _layouts_at(root: str, has_files: HasFiles) -> list[str]:
     return found
 
 
-def _not_a_tree(root: str) -> LayoutError:
+def _not_a_tree(
+    root: str, has_files: HasFiles, subdirectories: Callable[[str], list[str]] = lambda _: []
+) -> LayoutError:
+    """The refusal of a directory that is no tree, with where the tree is when that is near:
+    above `root` (a folder inside a tree was given) or two levels below (a download folder
+    around a `VOCdevkit/`)."""
+    hint = ""
+    parent = root
+    for _ in range(4):
+        parent = posixpath.dirname(parent)
+        if parent in ("", "/"):
+            break
+        top = root[len(parent) :].lstrip("/").split("/", 1)[0]  # root's folder in parent
+        found = _layouts_at(parent, has_files) if top in _TREE_FOLDERS else []
+        if found:
+            hint = f"; it lies inside the {found[0]} tree {parent}: pass that as --input_dir"
+            break
+    if not hint:
+        deeper = [
+            join(root, name, inner)
+            for name in subdirectories(root)[:_MAX_LOOKED_AT]
+            for inner in subdirectories(join(root, name))[:_MAX_LOOKED_AT]
+            if _layouts_at(join(root, name, inner), has_files)
+        ]
+        if deeper:
+            hint = f"; a tree lies two levels below it: pass {' or '.join(deeper)} as --input_dir"
     return LayoutError(
         f"{root} is not an ILSVRC (Data/DET, Data/CLS-LOC) or Pascal VOC "
         "(JPEGImages, Annotations, ImageSets/Main) tree, nor holds one in a subdirectory, "
-        "or it holds no files"
+        "or it holds no files" + hint
     )
 
 
@@ -141,7 +168,7 @@ def detect_layout(root: str, has_files: HasFiles) -> str:
     """Names the layout of the tree at `root`; raises LayoutError when it is none or ambiguous."""
     found = _layouts_at(root, has_files)
     if not found:
-        raise _not_a_tree(root)
+        raise _not_a_tree(root, has_files)
     if len(found) > 1:
         raise LayoutError(f"{root} holds several layouts {found}; choose one with --layout")
     return found[0]
@@ -182,8 +209,14 @@ def locate_tree(
         trees = ", ".join(f"{path} ({found})" for path, found in below)
         raise LayoutError(f"{root} holds several trees: {trees}; pass one as --input_dir")
     if layout != AUTO:
+        other = _layouts_at(root, has_files)
+        if other:
+            raise LayoutError(
+                f"{root} holds the layout {other[0]!r}, not {layout!r}: pass --layout "
+                f"{other[0]} or leave --layout out (it is detected)"
+            )
         return root, layout  # plan_discovery names what is missing
-    raise _not_a_tree(root)
+    raise _not_a_tree(root, has_files, subdirectories)
 
 
 def _voc_years(root: str, match: Callable[[str], list[str]]) -> list[tuple[str, str]]:

@@ -118,6 +118,8 @@ def check_writable(output_dir: str) -> None:
 
     Probes left by a run killed at this very moment are deleted too.
     """
+    if reason := unwritable_reason(output_dir):
+        raise OutputNotWritableError(reason)
     probe = join(output_dir, f"{_PROBE_PREFIX}{uuid.uuid4().hex}")
     try:
         ensure_dir(output_dir)

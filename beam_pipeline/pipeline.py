@@ -60,6 +60,11 @@ class Prepared:
 def prepare(config: BuildConfig) -> Prepared:
     """Detects the layout, plans discovery and reads the labels file; raises on bad input."""
     if not has_files(config.input_dir):
+        if is_local(config.input_dir) and os.path.isfile(config.input_dir):
+            raise ValueError(
+                f"--input_dir {config.input_dir} is a file: pass the directory that holds the "
+                "tree (Data/ and Annotations/, or VOC's JPEGImages/ and ImageSets/)"
+            )
         raise ValueError(f"--input_dir {config.input_dir} does not exist or holds no files")
     if config.labels_file and not FileSystems.exists(config.labels_file):
         raise ValueError(f"--labels_file {config.labels_file} does not exist")

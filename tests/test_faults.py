@@ -125,7 +125,15 @@ def test_output_location_that_is_a_file_gives_a_clear_error(tree, tmp_path, caps
     out.write_text("not a directory")
     code = cli.main(["--input_dir", str(tree), "--output_dir", str(out)])
     assert code == 2
-    assert f"cannot write to {out}" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        f"error: cannot write to {out}: {out} is a file, not a directory\n"
+    )
+    code = cli.main(["--input_dir", str(out), "--output_dir", str(tmp_path / "build")])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"error: --input_dir {out} is a file: pass the directory that holds the tree (Data/ and "
+        "Annotations/, or VOC's JPEGImages/ and ImageSets/)\n"
+    )
 
 
 KILL_ARGS = [

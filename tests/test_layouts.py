@@ -248,6 +248,26 @@ def test_a_tree_one_level_down_is_found(tmp_path):
         str(tmp_path / "kaggle"),
         layouts.ILSVRC_DET,
     )
+    # A tree of another layout than the one asked for.
+    with pytest.raises(layouts.LayoutError) as error:
+        locate(tmp_path / "kaggle/ILSVRC", layouts.ILSVRC_DET)
+    assert str(error.value) == (
+        f"{tmp_path}/kaggle/ILSVRC holds the layout 'ilsvrc_cls_loc', not 'ilsvrc_det': pass "
+        "--layout ilsvrc_cls_loc or leave --layout out (it is detected)"
+    )
+    # A folder inside a tree, and a folder two levels above trees: the refusal says where.
+    with pytest.raises(layouts.LayoutError) as error:
+        locate(tmp_path / "kaggle/ILSVRC/Data/CLS-LOC")
+    assert str(error.value).endswith(
+        f"or it holds no files; it lies inside the ilsvrc_cls_loc tree {tmp_path}/kaggle/ILSVRC: "
+        "pass that as --input_dir"
+    )
+    with pytest.raises(layouts.LayoutError) as error:
+        locate(tmp_path)
+    assert str(error.value).endswith(
+        f"or it holds no files; a tree lies two levels below it: pass {voc} or "
+        f"{tmp_path}/kaggle/ILSVRC as --input_dir"
+    )
 
 
 def test_several_trees_below_or_none_are_refused_naming_them(tmp_path):
