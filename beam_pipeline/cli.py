@@ -145,5 +145,6 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
         workers=pipeline.describe_workers(options),
         log_path=out.log_path,
         rejected=rejections_by_split(config.output_dir) if info.failures else None,
+        requested_shards={split: config.num_shards_for(split) for split in info.splits},
     )
     return 0

@@ -400,11 +400,13 @@ def print_summary(
     workers: str,
     log_path: str,
     rejected: Mapping[str, Mapping[str, int]] | None = None,
+    requested_shards: Mapping[str, int | None] | None = None,
 ) -> None:
     """The table a finished build ends with: what was written, from where, how fast.
 
     `rejected` maps each split ("" for files in none) to its rejections by reason
-    (from `rejected.jsonl`).
+    (from `rejected.jsonl`); `requested_shards` each split to its `--num_shards` (None: by
+    size), so a split given fewer shards than asked (it has fewer examples) says so.
     """
     splits = sorted(info.splits.items())
     examples = sum(split.num_examples for _, split in splits)
@@ -432,6 +434,13 @@ def print_summary(
     )
     console.print(table)
     lines = [f"{plural(info.num_classes, 'class')} + background (index {info.background_index})"]
+    for name, split in splits:
+        asked = (requested_shards or {}).get(name)
+        if asked is not None and asked > split.num_shards:
+            lines.append(
+                f"{name}: {plural(split.num_shards, 'shard')}, not the {asked:,} asked for: a "
+                "shard holds at least one example"
+            )
     for split, reasons in sorted((rejected or {}).items()):
         where = f"in {split}" if split else "outside any split"
         listed = ", ".join(f"{reason} {count:,}" for reason, count in sorted(reasons.items()))

@@ -318,6 +318,16 @@ def test_the_summary_lists_rejections_per_split_by_reason(small_tree, tmp_path, 
     assert f"every rejected file, with its reason: {out}/rejected.jsonl\n" in printed
 
 
+def test_a_split_given_fewer_shards_than_asked_says_so(small_tree, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["--input_dir", str(small_tree), "--output_dir", str(out)]
+    assert cli.main([*argv, "--num_shards", "train=70,val=20"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert "train: 60 shards, not the 70 asked for: a shard holds at least one example" in printed
+    assert not [line for line in printed if line.startswith("validation: ")]  # 20 of 20
+    assert len(list(out.glob("train-*-of-00060.tfrecord"))) == 60
+
+
 def test_images_in_more_than_one_split_are_one_line():
     assert shared_note({("train", "validation"): 1}) == (
         "Note: 1 image is in more than one split (train and validation: 1); each is written "
