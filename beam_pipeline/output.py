@@ -19,11 +19,13 @@ local or `gs://`; all access goes through Beam's FileSystems.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import posixpath
 import uuid
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -61,6 +63,10 @@ class OutputNotWritableError(RuntimeError):
     """The output location cannot be written (read-only, not a directory, no permission...)."""
 
 
+class OutputBusyError(OutputNotWritableError):
+    """Another build is writing into the output directory (it holds its lock)."""
+
+
 def prepare_output(output_dir: str, *, overwrite: bool, resume: bool) -> None:
     """Refuses to replace a complete build without --overwrite; clears our own stale files.
 
@@ -68,14 +74,20 @@ def prepare_output(output_dir: str, *, overwrite: bool, resume: bool) -> None:
     then TFDS's metadata, which would describe the old shards. With --resume the shards and
     progress records of an interrupted build are kept.
 
+    The launching process holds the directory's lock from here until `unlock_output`, so a
+    second build into it is refused before it deletes anything.
+
     Raises:
       OutputExistsError: a complete build is there and `overwrite` is off.
       OutputNotWritableError: the location cannot be created or written.
+      OutputBusyError: another build holds the directory's lock.
     """
-    if refuse_complete_build(output_dir, overwrite=overwrite):
+    complete = refuse_complete_build(output_dir, overwrite=overwrite)
+    check_writable(output_dir)
+    lock_output(output_dir)
+    if complete:
         markers = [join(output_dir, name) for name in (BUILD_INFO_FILE, LEGACY_INFO_FILE)]
         FileSystems.delete([path for path in markers if FileSystems.exists(path)])
-    check_writable(output_dir)
     (listing,) = FileSystems.match([join(output_dir, "*")])
     names = {m.path: m.path.rsplit("/", 1)[-1] for m in listing.metadata_list}
     tfds = [path for path, name in names.items() if name in TFDS_FILES]
@@ -129,6 +141,43 @@ def check_writable(output_dir: str) -> None:
         FileSystems.delete(sorted({probe, *(m.path for m in found.metadata_list)}))
     except Exception as error:  # noqa: BLE001 - every file system raises its own errors
         raise OutputNotWritableError(f"cannot write to {output_dir}: {error}") from None
+
+
+LOCK_FILE = ".lock"
+_locks: dict[str, Any] = {}  # real path of a locked output directory -> its open lock file
+
+
+def lock_output(output_dir: str) -> None:
+    """Takes the exclusive lock of a local output directory (flock on the empty `OUT/.lock`:
+    the system drops it when this process ends, however it ends) for this process. Object
+    stores have no locks: there, one build per output directory is the user's rule.
+
+    Raises:
+      OutputBusyError: another process holds the lock.
+    """
+    if not is_local(output_dir):
+        return
+    key = os.path.realpath(output_dir)
+    if key in _locks:
+        return
+    lock = open(os.path.join(key, LOCK_FILE), "ab")  # noqa: SIM115 - held past this call
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise OutputBusyError(
+            f"another build is writing to {output_dir} (it holds {join(output_dir, LOCK_FILE)}); "
+            "wait for it to end, or choose another --output_dir"
+        ) from None
+    _locks[key] = lock
+
+
+def unlock_output(output_dir: str) -> None:
+    """Releases `lock_output`'s lock (the file stays: deleting it would race a new taker)."""
+    if is_local(output_dir):
+        lock = _locks.pop(os.path.realpath(output_dir), None)
+        if lock is not None:
+            lock.close()
 
 
 def unwritable_reason(output_dir: str) -> str | None:

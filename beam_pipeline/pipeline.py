@@ -39,7 +39,7 @@ from beam_pipeline.labelling import (
 )
 from beam_pipeline.labels import Vocabulary, parse_display_names, parse_labels_file
 from beam_pipeline.options import DASK_RUNNER, BuildConfig, beam_argv
-from beam_pipeline.output import prepare_output
+from beam_pipeline.output import prepare_output, unlock_output
 from beam_pipeline.writing import AssignShards, WriteShards
 from schemas import BUILD_INFO_FILE, DatasetInfo
 from schemas.paths import is_local, join
@@ -348,6 +348,7 @@ def execute(options: PipelineOptions, prepared: Prepared) -> DatasetInfo:
             build_pipeline(pipeline, prepared)
     finally:
         watch.clear(prepared.config.output_dir)
+        unlock_output(prepared.config.output_dir)
     info_path = join(prepared.config.output_dir, BUILD_INFO_FILE)
     return DatasetInfo.from_json(read_file(info_path).decode("utf-8"))
 

@@ -245,6 +245,40 @@ def test_resume_removes_the_shards_of_an_attempt_with_other_options(tree, tmp_pa
     assert files(out) == {**files(reference), "notes.txt": b"not ours: kept"}
 
 
+def test_a_second_build_into_a_directory_being_written_is_refused(tree, tmp_path, capsys):
+    # A build in another process holds the output's lock; the second deletes nothing.
+    out = tmp_path / "out"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCK_AND_WAIT, str(out)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        (out / "train-00000-of-00001.tfrecord").write_bytes(b"being written")
+        argv = ["--input_dir", str(tree), "--output_dir", str(out)]
+        for extra in ([], ["--overwrite"], ["--resume"]):
+            assert cli.main([*argv, *extra]) == 2
+            assert capsys.readouterr().err == (
+                f"error: another build is writing to {out} (it holds {out}/.lock); wait for it "
+                "to end, or choose another --output_dir\n"
+            )
+        assert (out / "train-00000-of-00001.tfrecord").read_bytes() == b"being written"
+    finally:
+        holder.kill()
+        holder.wait()
+    assert cli.main(argv) == 0  # the lock dies with its process
+    assert cli.main([*argv, "--overwrite"]) == 0  # and this process takes it again
+
+
+LOCK_AND_WAIT = """
+import sys, time
+from beam_pipeline import output
+output.check_writable(sys.argv[1])
+output.lock_output(sys.argv[1])
+print("locked", flush=True)
+time.sleep(600)
+"""
+
+
 def test_resume_and_overwrite_exclude_each_other(tree, tmp_path, capsys):
     argv = ["--input_dir", str(tree), "--output_dir", str(tmp_path / "out")]
     assert cli.main([*argv, "--resume", "--overwrite"]) == 2
