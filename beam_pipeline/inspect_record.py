@@ -268,7 +268,10 @@ def format_text(shard: str, index: int, info: DatasetInfo | None, described: dic
     lines += [f"{key}: (missing)" for key in described["missing"]]
     width, height = described["size"]
     objects = described["objects"]
-    lines.append(f"objects: {len(objects)} (pixels of the stored {width}x{height} image)")
+    lines.append(
+        f"objects: {len(objects)} (boxes [xmin, ymin, xmax, ymax], relative, then in pixels of "
+        f"the stored {width}x{height} image)"
+    )
     for i, obj in enumerate(objects):
         text = "" if obj["text"] == obj["name"] else f", text {obj['text']!r}"
         box = ", ".join(map(str, obj["box"]))

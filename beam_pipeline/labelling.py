@@ -172,8 +172,27 @@ class _LabelFn(beam.DoFn):
             labelled = label_entry(self._root, parsed, vocabulary, kinds)
             if isinstance(labelled, Rejection):
                 yield beam.pvalue.TaggedOutput(REJECTED, count_rejection(labelled))
-            else:
-                yield labelled
+                continue
+            yield labelled
+            if labelled.folder_disagrees:
+                report = disagreement(self._root, labelled, vocabulary)
+                yield beam.pvalue.TaggedOutput(REJECTED, count_rejection(report))
+
+
+def disagreement(root: str, labelled: LabelledEntry, vocabulary: Vocabulary) -> Rejection:
+    """The line of `rejected.jsonl` that names an image whose XML and class folder disagree:
+    reported, not rejected (the image is written with the XML's class)."""
+    entry = labelled.entry
+    name = vocabulary.name(labelled.label)
+    return Rejection(
+        entry.split,
+        join(root, entry.filename),
+        LABEL,
+        "folder_disagreement",
+        f"the XML's main object is {name!r}, the class folder is {entry.folder_class!r}; "
+        f"labelled {name!r} (the XML wins)",
+        is_image=False,
+    )
 
 
 def label_entry(

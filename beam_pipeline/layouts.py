@@ -115,7 +115,8 @@ class DiscoveryPlan:
 
 HasFiles = Callable[[str], bool]
 _MAX_LOOKED_AT = 50  # subdirectories looked into for a hint where the tree is
-_TREE_FOLDERS = frozenset({"Data", "Annotations", "JPEGImages", "ImageSets"})  # in a tree root
+# The folders of a tree root (or of a VOC year) that builds list.
+TREE_FOLDERS = frozenset({"Data", "Annotations", "JPEGImages", "ImageSets"})
 
 
 def _layouts_at(root: str, has_files: HasFiles) -> list[str]:
@@ -144,7 +145,7 @@ def _not_a_tree(
         if parent in ("", "/"):
             break
         top = root[len(parent) :].lstrip("/").split("/", 1)[0]  # root's folder in parent
-        found = _layouts_at(parent, has_files) if top in _TREE_FOLDERS else []
+        found = _layouts_at(parent, has_files) if top in TREE_FOLDERS else []
         if found:
             hint = f"; it lies inside the {found[0]} tree {parent}: pass that as --input_dir"
             break

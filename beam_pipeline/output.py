@@ -25,7 +25,6 @@ import os
 import posixpath
 import uuid
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -143,14 +142,14 @@ def check_writable(output_dir: str) -> None:
         raise OutputNotWritableError(f"cannot write to {output_dir}: {error}") from None
 
 
-LOCK_FILE = ".lock"
-_locks: dict[str, Any] = {}  # real path of a locked output directory -> its open lock file
+_locks: dict[str, int] = {}  # real path of a locked output directory -> its open descriptor
 
 
 def lock_output(output_dir: str) -> None:
-    """Takes the exclusive lock of a local output directory (flock on the empty `OUT/.lock`:
-    the system drops it when this process ends, however it ends) for this process. Object
-    stores have no locks: there, one build per output directory is the user's rule.
+    """Takes the exclusive lock of a local output directory for this process (flock on the
+    directory itself: no file is left behind, and the system drops the lock when the process
+    ends, however it ends). Object stores have no locks: there, one build per output directory
+    is the user's rule; so is it on a file system without flock (logged).
 
     Raises:
       OutputBusyError: another process holds the lock.
@@ -160,24 +159,28 @@ def lock_output(output_dir: str) -> None:
     key = os.path.realpath(output_dir)
     if key in _locks:
         return
-    lock = open(os.path.join(key, LOCK_FILE), "ab")  # noqa: SIM115 - held past this call
+    descriptor = os.open(key, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        lock.close()
+        os.close(descriptor)
         raise OutputBusyError(
-            f"another build is writing to {output_dir} (it holds {join(output_dir, LOCK_FILE)}); "
-            "wait for it to end, or choose another --output_dir"
+            f"another build is writing to {output_dir}; wait for it to end, or choose another "
+            "--output_dir"
         ) from None
-    _locks[key] = lock
+    except OSError as error:
+        os.close(descriptor)
+        logger.warning("Not locking %s (%s): run one build at a time into it", output_dir, error)
+        return
+    _locks[key] = descriptor
 
 
 def unlock_output(output_dir: str) -> None:
-    """Releases `lock_output`'s lock (the file stays: deleting it would race a new taker)."""
+    """Releases `lock_output`'s lock."""
     if is_local(output_dir):
-        lock = _locks.pop(os.path.realpath(output_dir), None)
-        if lock is not None:
-            lock.close()
+        descriptor = _locks.pop(os.path.realpath(output_dir), None)
+        if descriptor is not None:
+            os.close(descriptor)
 
 
 def unwritable_reason(output_dir: str) -> str | None:

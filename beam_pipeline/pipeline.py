@@ -71,10 +71,11 @@ def prepare(config: BuildConfig) -> Prepared:
     root, layout = layouts.locate_tree(config.input_dir, config.layout, has_files, subdirectories)
     if root != config.input_dir.rstrip("/"):
         logger.info("Found the %s tree in %s", layout, root)
-    if config.output_dir and is_inside(config.output_dir, root):
+    if config.output_dir and in_listed_folders(config.output_dir, root):
         raise ValueError(
-            f"--output_dir {config.output_dir} lies inside the input tree {root}: the build's "
-            "files would be listed as input by the next build; choose a directory outside it"
+            f"--output_dir {config.output_dir} lies inside the input tree {root}'s image or "
+            "annotation folders: the next build would list its files as input; choose a "
+            "directory outside them"
         )
     logger.info("Layout %s in %s", layout, root)
     plan = layouts.plan_discovery(
@@ -100,12 +101,21 @@ def prepare(config: BuildConfig) -> Prepared:
     return Prepared(config, plan, classes, display_names)
 
 
-def is_inside(path: str, directory: str) -> bool:
-    """Whether `path` is `directory` or lies below it (local links resolved)."""
-    if is_local(path) and is_local(directory):
-        path, directory = os.path.realpath(path), os.path.realpath(directory)
-    path, directory = path.rstrip("/"), directory.rstrip("/")
-    return path == directory or path.startswith(directory + "/")
+def _absolute(path: str) -> str:
+    """A local path made absolute (build_info.json records where the tree was); URLs as they are."""
+    return os.path.abspath(path) if is_local(path) else path
+
+
+def in_listed_folders(path: str, root: str) -> bool:
+    """Whether `path` lies in the folders a build of the tree at `root` lists (`Data/`,
+    `Annotations/`, VOC's `JPEGImages/` and `ImageSets/`, in a year folder or not); local
+    links resolved. Beside them (`ROOT/out`) nothing is listed."""
+    if is_local(path) and is_local(root):
+        path, root = os.path.realpath(path), os.path.realpath(root)
+    path, root = path.rstrip("/"), root.rstrip("/")
+    if not path.startswith(root + "/"):
+        return False
+    return bool(set(path[len(root) + 1 :].split("/")[:2]) & layouts.TREE_FOLDERS)
 
 
 def _versions() -> dict[str, str]:
@@ -164,7 +174,7 @@ def finalize_spec(prepared: Prepared) -> FinalizeSpec:
         splits=plan.splits,
         max_bad_fraction=config.max_bad_fraction,
         options=config.to_metadata(),
-        source={"input_dir": config.input_dir, "layout": plan.layout},
+        source={"input_dir": _absolute(config.input_dir), "layout": plan.layout},
         versions=_versions(),
         display_names=prepared.display_names,
         vocabulary_source=(

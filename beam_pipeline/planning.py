@@ -38,6 +38,7 @@ from beam_pipeline.images import ORIGINAL, NormalisedImage
 from beam_pipeline.labelling import (
     any_marks,
     class_names,
+    disagreement,
     label_entry,
     parse_entry,
     split_marks,
@@ -178,6 +179,8 @@ def plan_build(prepared) -> BuildPlan:
         for p in parsed:
             result = label_entry(plan.root, p, vocabulary, kinds)
             (rejections if isinstance(result, Rejection) else labelled).append(result)
+            if isinstance(result, LabelledEntry) and result.folder_disagrees:
+                rejections.append(disagreement(plan.root, result, vocabulary))
 
     counts = collections.Counter(entry.split for entry in entries)
     for name, report in reports.items():

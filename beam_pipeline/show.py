@@ -595,6 +595,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="Plot each split's class counts instead (needs matplotlib).",
     )
     args = parser.parse_args(argv)
+    folder = os.path.dirname(os.path.abspath(args.output))
+    if not os.path.isdir(folder):
+        print(f"error: --output {args.output}: the folder {folder} does not exist", file=sys.stderr)
+        return 2
     try:
         if args.histogram:
             return _histogram(args)

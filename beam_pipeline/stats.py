@@ -129,7 +129,7 @@ def format_stats(stats: dict[str, Any]) -> str:
             imbalance = (
                 f"{classes['imbalance']:.2f}"
                 if classes["imbalance"] is not None
-                else f"infinite ({len(classes['empty']):,} classes have no example)"
+                else f"infinite ({plural(len(classes['empty']), 'class')} without examples)"
             )
             lines.append(
                 f"  examples per class: min {classes['min']:,}, median "

@@ -50,7 +50,8 @@ def read_records(stream: BinaryIO) -> Iterator[bytes]:
             raise CorruptRecordError(offset, index, "truncated length header")
         length_bytes, (length_crc,) = header[:8], _CRC.unpack(header[8:])
         if masked_crc(length_bytes) != length_crc:
-            raise CorruptRecordError(offset, index, "length checksum mismatch")
+            first = " at the file's start (is it a TFRecord file?)" if offset == 0 else ""
+            raise CorruptRecordError(offset, index, "length checksum mismatch" + first)
         (length,) = _LENGTH.unpack(length_bytes)
         body = stream.read(length + 4)
         if len(body) < length + 4:

@@ -258,8 +258,8 @@ def test_a_second_build_into_a_directory_being_written_is_refused(tree, tmp_path
         for extra in ([], ["--overwrite"], ["--resume"]):
             assert cli.main([*argv, *extra]) == 2
             assert capsys.readouterr().err == (
-                f"error: another build is writing to {out} (it holds {out}/.lock); wait for it "
-                "to end, or choose another --output_dir\n"
+                f"error: another build is writing to {out}; wait for it to end, or choose "
+                "another --output_dir\n"
             )
         assert (out / "train-00000-of-00001.tfrecord").read_bytes() == b"being written"
     finally:

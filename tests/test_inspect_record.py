@@ -75,7 +75,8 @@ def known_lines(path, index, count, data, names_from="class names from the build
         'image/object/class/text: ["circle", "square"]',
         "image/object/difficult: [1, 0]",
         "image/object/truncated: [0, 1]",
-        "objects: 2 (pixels of the stored 100x60 image)",
+        "objects: 2 (boxes [xmin, ymin, xmax, ymax], relative, then in pixels of the stored "
+        "100x60 image)",
         "  0: circle (label 0) box [0.1, 0.083333336, 0.49, 0.56666666] pixels [10, 5, 49, 34] "
         "difficult 1 truncated 0",
         "  1: square (label 2) box [0.6, 0.33333334, 0.99, 0.98333335] pixels [60, 20, 99, 59] "
@@ -129,7 +130,8 @@ def test_an_unlabelled_record_says_so(built, capsys):
         *[f"{key}: []" for key in (F.BBOX_XMIN, F.BBOX_YMIN, F.BBOX_XMAX, F.BBOX_YMAX)],
         *[f"{key}: []" for key in (F.OBJECT_LABEL, F.OBJECT_TEXT)],
         *[f"{key}: []" for key in (F.OBJECT_DIFFICULT, F.OBJECT_TRUNCATED)],
-        "objects: 0 (pixels of the stored 40x30 image)",
+        "objects: 0 (boxes [xmin, ymin, xmax, ymax], relative, then in pixels of the stored "
+        "40x30 image)",
     ]
 
 

@@ -81,7 +81,7 @@ def test_an_image_outside_the_class_folders_is_rejected_not_background(imagenet_
     assert stray["path"] == f"{root}/Data/CLS-LOC/val/ILSVRC2012_val_stray.JPEG"
     assert (stray["split"], stray["stage"]) == ("validation", "label")
     assert info.splits["validation"].num_rejected == 1
-    assert info.failures == {"no_class": 1}
+    assert info.failures == {"no_class": 1, "folder_disagreement": 1}  # reported, not rejected
     assert info.splits["train"].label_sources == {"folder": 6}
 
 
@@ -111,7 +111,16 @@ def test_val_images_moved_into_synset_folders_keep_their_flat_xml(tmp_path):
             assert example[F.LABEL] == [(1 - i) if n else i]
             assert example[F.BBOX_XMIN] == [pytest.approx((2 + n) / 64)]
             assert example[F.BBOX_YMAX] == [pytest.approx((30 + i) / 48)]
-    assert dead_letters(out) == []
+    # Each disagreement is named in rejected.jsonl, as reported (the image is written).
+    assert sorted((d["path"], d["reason"], d["detail"]) for d in dead_letters(out)) == [
+        (
+            f"{tmp_path}/Data/CLS-LOC/val/{synset}/ILSVRC2012_val_{i}1.JPEG",
+            "folder_disagreement",
+            f"the XML's main object is {SYNSETS[1 - i]!r}, the class folder is {synset!r}; "
+            f"labelled {SYNSETS[1 - i]!r} (the XML wins)",
+        )
+        for i, synset in enumerate(SYNSETS)
+    ]
 
 
 def test_a_flat_cls_loc_val_image_without_its_xml_is_rejected_not_background(tmp_path):

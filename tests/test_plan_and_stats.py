@@ -168,10 +168,14 @@ def test_plan_refuses_what_the_build_refuses_before_it_starts(sample, capsys, tm
         argv = [*command, "--input_dir", str(tree), "--output_dir", str(inside)]
         assert commands.main(argv) == 2
         assert capsys.readouterr().err == (
-            f"error: --output_dir {inside} lies inside the input tree {tree}: the build's files "
-            "would be listed as input by the next build; choose a directory outside it\n"
+            f"error: --output_dir {inside} lies inside the input tree {tree}'s image or "
+            "annotation folders: the next build would list its files as input; choose a "
+            "directory outside them\n"
         )
     assert not inside.exists()
+    # Beside those folders (ROOT/out), nothing is listed: allowed.
+    code, text, _ = run_plan(capsys, "--input_dir", tree, "--output_dir", tree / "out")
+    assert code == 0 and text.splitlines()[-1] == "The build would go ahead."
 
 
 def test_stats_are_the_builds_recorded_numbers(sample, capsys):

@@ -340,6 +340,15 @@ def test_bad_arguments_exit_2_with_what_is_known(built, tmp_path, capsys, argv, 
     assert not (tmp_path / "x.png").exists()
 
 
+def test_an_output_in_a_missing_folder_exits_2_naming_it(built, tmp_path, capsys):
+    code, out, err = run(capsys, built, "-o", tmp_path / "nowhere" / "x.png")
+    assert (code, out) == (2, "")
+    assert (
+        err
+        == f"error: --output {tmp_path}/nowhere/x.png: the folder {tmp_path}/nowhere does not exist"
+    )
+
+
 def test_a_directory_without_a_build_exits_2(tmp_path, capsys):
     code, _, err = run(capsys, tmp_path, "-o", tmp_path / "x.png")
     assert code == 2

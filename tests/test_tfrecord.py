@@ -37,7 +37,11 @@ def test_tensorflow_reads_our_records(tmp_path):
         (lambda d: d[:-3], "truncated record data"),
         (lambda d: d[:5], "truncated length header"),
         (lambda d: d[:20] + bytes([d[20] ^ 1]) + d[21:], "data checksum mismatch"),
-        (lambda d: bytes([d[0] ^ 1]) + d[1:], "length checksum mismatch"),
+        (
+            lambda d: bytes([d[0] ^ 1]) + d[1:],
+            "length checksum mismatch at the file's start (is it a TFRecord file?)",
+        ),
+        (lambda d: d[:28] + bytes([d[28] ^ 1]) + d[29:], "length checksum mismatch"),
     ],
 )
 def test_damage_is_reported_with_record_index(damage, problem):
