@@ -211,8 +211,10 @@ def read_build_info(read_text: Callable[[str], str | None], output_dir: str) -> 
     if legacy is None:
         raise NoBuildError(
             f"{output_dir} holds no committed build ({BUILD_INFO_FILE} is missing): build it "
-            f"first (python -m beam_pipeline --input_dir TREE --output_dir {output_dir}), or let "
-            "the running build finish; shards without it are never read"
+            f"first (python -m beam_pipeline --input_dir TREE --output_dir {output_dir}; this "
+            "is the output directory, not the tree), rerun an interrupted build's command "
+            "(--resume keeps its shards), or let the running build finish; shards without it "
+            "are never read"
         )
     try:
         payload = json.loads(legacy)

@@ -354,8 +354,9 @@ def test_a_directory_without_a_build_exits_2(tmp_path, capsys):
     assert code == 2
     assert err == (
         f"error: {tmp_path} holds no committed build (build_info.json is missing): build it "
-        f"first (python -m beam_pipeline --input_dir TREE --output_dir {tmp_path}), or let the "
-        "running build finish; shards without it are never read"
+        f"first (python -m beam_pipeline --input_dir TREE --output_dir {tmp_path}; this is the "
+        "output directory, not the tree), rerun an interrupted build's command (--resume keeps "
+        "its shards), or let the running build finish; shards without it are never read"
     )
     code, _, err = run(capsys, tmp_path / "nowhere", "-o", tmp_path / "x.png")
     assert code == 2 and err.startswith(f"error: {tmp_path / 'nowhere'} does not exist; ")
