@@ -345,8 +345,8 @@ def unannotated_note(split: str, annotation_dir: str) -> str:
     """The line warning that a split other than `test` will be built without labels."""
     return (
         f"Unlabelled: the {split} split has no annotations ({annotation_dir} is empty or "
-        "missing, and its images are in no class folders): its examples get label -1; put its "
-        "XML there to label it"
+        "missing): its examples get label -1; put its XML there (in CLS-LOC, or its images "
+        "into synset folders) to label it"
     )
 
 

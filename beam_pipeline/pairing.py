@@ -58,28 +58,16 @@ def classify(task: ListingTask, path: str, num_bytes: int) -> FileRef | Rejectio
             task, path, "undecodable_path", "the file name is not valid UTF-8"
         )
     if posixpath.basename(path).startswith(APPLE_DOUBLE_PREFIX):
-        reason = "not_an_image_file" if task.kind == IMAGES else "not_an_annotation_file"
-        return Rejection(
-            task.split,
+        return _stray(
+            task,
             path,
-            DISCOVER,
-            reason,
             "a macOS metadata file (AppleDouble '._' file, made when a tree is copied from a Mac)",
-            is_image=False,
         )
     wanted = _is_image_name(task, path) or (
         task.kind == ANNOTATIONS and extension.lower() == ANNOTATION_EXTENSION
     )
     if not wanted:
-        reason = "not_an_image_file" if task.kind == IMAGES else "not_an_annotation_file"
-        return Rejection(
-            task.split,
-            path,
-            DISCOVER,
-            reason,
-            f"unexpected extension {extension!r} in {task.directory}",
-            is_image=False,
-        )
+        return _stray(task, path, f"unexpected extension {extension!r} in {task.directory}")
     folder_class = None
     if task.folder_classes and "/" in relative:
         folder_class = relative.split("/", 1)[0]
@@ -90,6 +78,12 @@ def classify(task: ListingTask, path: str, num_bytes: int) -> FileRef | Rejectio
         num_bytes=num_bytes,
         folder_class=folder_class,
     )
+
+
+def _stray(task: ListingTask, path: str, detail: str) -> Rejection:
+    """A file that is neither an image nor an XML where it lies: reported, not counted."""
+    reason = "not_an_image_file" if task.kind == IMAGES else "not_an_annotation_file"
+    return Rejection(task.split, path, DISCOVER, reason, detail, is_image=False)
 
 
 def pair_files(

@@ -250,6 +250,21 @@ def test_plan_reads_no_pixels(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["splits"]["train"]["examples"] == 6
 
 
+def test_plan_warns_of_a_validation_split_without_annotations(tmp_path, capsys):
+    root = tmp_path / "tree"
+    for n in range(3):
+        ilsvrc_image(root, "train", f"i{n}", jpeg_bytes(), voc_xml([("cat", 1, 1, 9, 9)]))
+        ilsvrc_image(root, "val", f"v{n}", jpeg_bytes())  # its XML were never copied
+    assert planning.main(["--input_dir", str(root)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2] == (
+        f"Unlabelled: the validation split has no annotations ({root}/Annotations/DET/val is "
+        "empty or missing): its examples get label -1; put its XML there (in CLS-LOC, or its "
+        "images into synset folders) to label it"
+    )
+    assert "validation (unlabelled):" in lines
+
+
 def test_verify_runs_from_the_command_line_too(sample, capsys):
     _, out, info = sample
     assert commands.main(["verify", str(out), "--workers", "1"]) == 0
