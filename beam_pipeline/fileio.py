@@ -61,6 +61,22 @@ def has_files(directory: str) -> bool:
     return any(isinstance(item, Listed) for item in list_tree(directory))
 
 
+def has_top_level_files(directory: str, extension: str) -> bool:
+    """Whether a file named `*extension` lies directly in `directory`, not below a folder of it.
+
+    Locally one directory scan, stopping at the first such file. An object store lists every
+    object below a prefix (all of ImageNet's train XML to find none at the top), so there the
+    answer is whether ImageNet's first validation file is there (`ILSVRC2012_val_00000001`).
+    """
+    if not is_local(directory):
+        return FileSystems.exists(join(directory, f"ILSVRC2012_val_00000001{extension}"))
+    try:
+        with os.scandir(directory) as entries:
+            return any(e.name.lower().endswith(extension) and e.is_file() for e in entries)
+    except OSError:
+        return False
+
+
 def subdirectories(directory: str) -> list[str]:
     """Names of the subdirectories of a local `directory` that hold files, sorted.
 
@@ -73,9 +89,9 @@ def subdirectories(directory: str) -> list[str]:
     return [name for name in names if has_files(join(directory, name))]
 
 
-def match(pattern: str, limit: int | None = None) -> list[str]:
-    """The sorted paths that match a glob pattern (at most `limit` of them)."""
-    (result,) = FileSystems.match([pattern], limits=[limit])
+def match(pattern: str) -> list[str]:
+    """The sorted paths that match a glob pattern."""
+    (result,) = FileSystems.match([pattern])
     return sorted(m.path for m in result.metadata_list)
 
 

@@ -239,14 +239,16 @@ def plan_discovery(
     layout: str,
     splits: Sequence[str],
     has_files: HasFiles,
-    match: Callable[..., list[str]],
+    match: Callable[[str], list[str]],
     read_text: Callable[[str], str],
     subdirectories: Callable[[str], list[str]] = lambda _: [],
+    has_top_level_files: Callable[[str, str], bool] = lambda directory, extension: False,
 ) -> DiscoveryPlan:
     """Lists what to walk for the requested input splits (e.g. `train`, `val`).
 
-    `subdirectories` (names of a directory's subdirectories that hold files) only serves error
-    messages: a missing split's names the splits that are there.
+    `subdirectories` (names of a directory's subdirectories that hold files) serves messages:
+    a missing split's names the splits that are there, and the splits not asked for are named.
+    `has_top_level_files(directory, extension)` tells a CLS-LOC split whose XML lie flat.
     """
     root = root.rstrip("/")
     if layout == VOC:
@@ -264,7 +266,7 @@ def plan_discovery(
         name = output_split(split)
         folder_classes = layout == ILSVRC_CLS_LOC
         annotation_dir = join(root, "Annotations", subdir, split)
-        by_name = folder_classes and bool(match(join(annotation_dir, "*.xml"), 1))
+        by_name = folder_classes and has_top_level_files(annotation_dir, ".xml")
         if split != "test" and not has_files(annotation_dir):
             # Class folders label CLS-LOC images without XML (`subdirectories` lists a local
             # directory's; in an object store, one file below a folder tells).
@@ -291,7 +293,7 @@ def plan_discovery(
 def _plan_voc(
     root: str,
     splits: Sequence[str],
-    match: Callable[..., list[str]],
+    match: Callable[[str], list[str]],
     read_text: Callable[[str], str],
 ) -> DiscoveryPlan:
     years = _voc_years(root, match)
@@ -324,7 +326,7 @@ def _unbuilt_voc_lists(
     years: Sequence[tuple[str, str]],
     splits: Sequence[str],
     built: set[str],
-    match: Callable[..., list[str]],
+    match: Callable[[str], list[str]],
     read_text: Callable[[str], str],
 ) -> tuple[str, ...]:
     """The split lists not asked for that name images the build leaves out (`test`, not

@@ -29,7 +29,14 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 from beam_pipeline import layouts, machine, watch
 from beam_pipeline.discovery import DiscoverImages
 from beam_pipeline.failures import BUILD_FAILED_MARKER
-from beam_pipeline.fileio import has_files, match, read_file, read_text, subdirectories
+from beam_pipeline.fileio import (
+    has_files,
+    has_top_level_files,
+    match,
+    read_file,
+    read_text,
+    subdirectories,
+)
 from beam_pipeline.finalize import CheckIndexBudget, Finalize, FinalizeSpec
 from beam_pipeline.labelling import (
     BuildVocabulary,
@@ -86,6 +93,7 @@ def prepare(config: BuildConfig) -> Prepared:
         match,
         read_text,
         subdirectories,
+        has_top_level_files,
     )
     classes, display_names = None, {}
     if config.labels_file:

@@ -5,7 +5,7 @@ from helpers import CORPUS, ilsvrc_image, jpeg_bytes, write
 
 from beam_pipeline import layouts, pairing
 from beam_pipeline.entries import FileRef
-from beam_pipeline.fileio import has_files, match, subdirectories
+from beam_pipeline.fileio import has_files, has_top_level_files, match, subdirectories
 from beam_pipeline.rejections import Rejection
 
 VOC1 = CORPUS / "datumaro/voc_dataset/voc_dataset1"
@@ -101,6 +101,27 @@ def test_splits_in_the_tree_but_not_asked_for_are_named(tmp_path):
     assert plan(devkit, layouts.VOC, ("trainval",)).unbuilt == ("test",)
     write(devkit / "VOC2012/ImageSets/Main/trainval.txt", "a\nb\nd\n")  # d: in no other list
     assert plan(devkit, layouts.VOC).unbuilt == ("test", "trainval")
+
+
+def test_cls_loc_splits_whose_xml_lie_flat_pair_by_file_name(tmp_path):
+    ilsvrc_image(tmp_path, "train", "n01/n01_1", b"x", "<annotation/>", task="CLS-LOC")
+    ilsvrc_image(tmp_path, "val", "n01/v1", b"x", task="CLS-LOC")  # moved into its folder
+    write(tmp_path / "Annotations/CLS-LOC/val/v1.xml", "<annotation/>")  # where it was
+    assert has_top_level_files(str(tmp_path / "Annotations/CLS-LOC/val"), ".xml")
+    assert not has_top_level_files(str(tmp_path / "Annotations/CLS-LOC/train"), ".xml")
+    plan = layouts.plan_discovery(
+        str(tmp_path), layouts.ILSVRC_CLS_LOC, ("train", "val"), has_files, match, read_text,
+        subdirectories, has_top_level_files,
+    )  # fmt: skip
+    assert [(t.split, t.kind, t.key_by_name) for t in plan.tasks] == [
+        ("train", "images", False),
+        ("train", "annotations", False),
+        ("validation", "images", True),
+        ("validation", "annotations", True),
+    ]
+    image = pairing.classify(plan.tasks[2], f"{tmp_path}/Data/CLS-LOC/val/n01/v1.JPEG", 1)
+    xml = pairing.classify(plan.tasks[3], f"{tmp_path}/Annotations/CLS-LOC/val/v1.xml", 1)
+    assert image.key == xml.key == "val/v1" and image.folder_class == "n01"
 
 
 def test_splits_other_than_test_without_annotations_are_named(tmp_path):
