@@ -269,11 +269,13 @@ def test_label_images_applies_the_rule_per_split_kind_and_rejects_what_it_cannot
             label="labelled",
         )
         assert_that(
-            rejected | beam.Map(lambda r: (r.split, r.path, r.stage, r.reason)),
+            rejected | beam.Map(lambda r: (r.split, r.path, r.stage, r.reason, r.is_image)),
             equal_to(
                 [
-                    ("validation", "/r/stray.JPEG", "label", "no_class"),
-                    ("validation", "/r/c.xml", "label", "unknown_class"),
+                    ("validation", "/r/stray.JPEG", "label", "no_class", True),
+                    ("validation", "/r/c.xml", "label", "unknown_class", True),
+                    # Reported, not rejected: v2 is labelled by its XML, above.
+                    ("validation", "/r/v2.JPEG", "label", "folder_disagreement", False),
                 ]
             ),
             label="rejected",
