@@ -123,15 +123,16 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
             info = pipeline.execute(options, prepared)
             if live is not None:
                 live.finish()
-    except KeyboardInterrupt:
-        logger.error("Interrupted", exc_info=True)
-        out.say(
-            "BUILD INTERRUPTED: nothing was committed; rerun with --resume to keep the shards "
-            "already written"
-        )
-        out.say(f"full log: {out.log_path}")
-        return 130
-    except Exception as error:
+    except (KeyboardInterrupt, Exception) as error:
+        # Ctrl-C reaches an in-process build inside a DoFn, which the runner re-raises wrapped.
+        if isinstance(error, KeyboardInterrupt) or pipeline.was_interrupted(error):
+            logger.error("Interrupted", exc_info=error)
+            out.say(
+                "BUILD INTERRUPTED: nothing was committed; rerun with --resume to keep the shards "
+                "already written"
+            )
+            out.say(f"full log: {out.log_path}")
+            return 130
         logger.error("Build failed", exc_info=error)
         out.say(pipeline.failure_message(error))
         out.say(f"full log: {out.log_path}")

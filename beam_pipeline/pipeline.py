@@ -383,6 +383,20 @@ _EXCEPTION_LINE = re.compile(r"^((?:\w+\.)*\w*(?:Error|Exception|Exit|Interrupt)
 _STEP = re.compile(r" ?\[while running '([^']*)'\].*$")
 
 
+def was_interrupted(error: BaseException) -> bool:
+    """Whether a failed run was a Ctrl-C: a KeyboardInterrupt in its cause chain, or in the
+    text the runner re-raised it as (`RuntimeError: KeyboardInterrupt [while running ...]`)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        if any(line.startswith("KeyboardInterrupt") for line in str(error).splitlines()):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def failure_message(error: BaseException) -> str:
     """One line, starting 'BUILD FAILED:', for an exception a pipeline run raised.
 

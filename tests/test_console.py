@@ -8,6 +8,7 @@ import pty
 import re
 import select
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -221,6 +222,47 @@ def test_a_crash_is_one_line_naming_the_error_and_the_step(
         "WriteShards/WriteShard/ParDo(_WriteShardFn)); the traceback is in the log"
     )
     assert 'raise ZeroDivisionError("a bug in the writer")' in log.read_text(encoding="utf-8")
+
+
+def test_ctrl_c_during_an_in_process_build_is_an_interruption(slow_tree, tmp_path):
+    # The runner re-raises the KeyboardInterrupt that hits a DoFn as a RuntimeError.
+    out = tmp_path / "out"
+    argv = ["--input_dir", slow_tree, "--output_dir", out, "--direct_running_mode", "in_memory"]
+    argv += ["--image_policy", "exact", "--image_size", "224x224", "--num_shards", "8"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "beam_pipeline", *map(str, argv)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 300
+    while not list(out.glob("*.tfrecord")) and time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.01)
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    assert err.splitlines()[-2] == (
+        "BUILD INTERRUPTED: nothing was committed; rerun with --resume to keep the shards "
+        "already written"
+    )
+    assert not (out / "build_info.json").exists()
+
+
+def test_an_interruption_is_told_from_a_failure():
+    assert pipeline.was_interrupted(KeyboardInterrupt())
+    wrapped = RuntimeError("KeyboardInterrupt [while running 'WriteShards/WriteShard']")
+    assert pipeline.was_interrupted(wrapped)
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as cause:
+            raise RuntimeError("the runner gave up") from cause
+    except RuntimeError as error:
+        assert pipeline.was_interrupted(error)
+    assert not pipeline.was_interrupted(RuntimeError("ValueError: disk on fire"))
 
 
 def test_a_worker_process_traceback_becomes_one_line():
