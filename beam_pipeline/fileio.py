@@ -32,10 +32,15 @@ def read_file(path: str) -> bytes:
 
 def decode_text(data: bytes) -> str:
     """A text file's bytes as text: UTF-8, with or without a byte-order mark, or UTF-16 with
-    one (what Windows editors save); raises UnicodeDecodeError otherwise."""
+    one (what Windows editors save); raises UnicodeDecodeError otherwise, and for NUL bytes
+    (UTF-16 without its mark decodes as UTF-8 with a NUL between letters)."""
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         return data.decode("utf-16")
-    return data.decode("utf-8-sig")
+    text = data.decode("utf-8-sig")
+    if "\x00" in text:  # valid UTF-8, but UTF-16 or UTF-32 without a byte-order mark
+        position = data.index(b"\x00")
+        raise UnicodeDecodeError("utf-8", data, position, position + 1, "NUL byte")
+    return text
 
 
 def read_text(path: str, flag: str = "") -> str:
@@ -48,8 +53,9 @@ def read_text(path: str, flag: str = "") -> str:
         raise ValueError(f"{named}: cannot read it: {error.detail}") from None
     except UnicodeDecodeError as error:
         bad = error.object[error.start : error.start + 1]
+        hint = " (UTF-16 without a byte-order mark?)" if bad == b"\x00" else ""
         raise ValueError(
-            f"{named}: not UTF-8 text (byte {error.start} is {bad!r}); save it as UTF-8"
+            f"{named}: not UTF-8 text (byte {error.start} is {bad!r}{hint}); save it as UTF-8"
         ) from None
 
 

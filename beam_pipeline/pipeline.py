@@ -98,8 +98,8 @@ def prepare(config: BuildConfig) -> Prepared:
     classes, display_names = None, {}
     if config.labels_file:
         text = read_text(config.labels_file, "--labels_file")
-        classes, display_names = parse_labels_file(text), parse_display_names(text)
         try:
+            classes, display_names = parse_labels_file(text), parse_display_names(text)
             Vocabulary(classes)
         except ValueError as error:
             raise ValueError(f"--labels_file {config.labels_file}: {error}") from None

@@ -254,6 +254,16 @@ def test_a_labels_file_that_is_not_text_or_not_a_file_is_refused_naming_it(tmp_p
     assert capsys.readouterr().err == (
         f"error: --labels_file {latin1}: not UTF-8 text (byte 7 is b'\\xe9'); save it as UTF-8\n"
     )
+    utf16 = tmp_path / "utf16-no-bom.txt"
+    utf16.write_bytes("n01\n".encode("utf-16-le"))  # no byte-order mark: NULs between letters
+    assert cli.main([*argv, "--labels_file", str(utf16)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --labels_file {utf16}: not UTF-8 text (byte 1 is b'\\x00' (UTF-16 without a "
+        "byte-order mark?)); save it as UTF-8\n"
+    )
+    empty = write(tmp_path / "empty.txt", "\n")
+    assert cli.main([*argv, "--labels_file", str(empty)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: --labels_file {empty}: ")
     assert cli.main([*argv, "--labels_file", str(folder)]) == 2
     error = capsys.readouterr().err
     assert error.startswith(f"error: --labels_file {folder}: cannot read it: IsADirectoryError")
