@@ -11,6 +11,7 @@ import collections
 import concurrent.futures
 import hashlib
 import os
+import posixpath
 from collections.abc import Iterable, Iterator
 
 from apache_beam.io.filesystem import CompressionTypes
@@ -84,15 +85,25 @@ def has_top_level_files(directory: str, extension: str) -> bool:
 
 
 def subdirectories(directory: str) -> list[str]:
-    """Names of the subdirectories of a local `directory` that hold files, sorted.
+    """Names of the subdirectories of a local `directory` that hold files (other than hidden
+    ones), sorted.
 
     Object stores have no directories to list cheaply: [] for remote paths (callers use this
-    for error messages only).
+    for messages, and to find a tree one level down).
     """
     if not is_local(directory) or not os.path.isdir(directory):
         return []
     names = sorted(entry.name for entry in os.scandir(directory) if entry.is_dir())
-    return [name for name in names if has_files(join(directory, name))]
+    return [name for name in names if _has_visible_files(join(directory, name))]
+
+
+def _has_visible_files(directory: str) -> bool:
+    """Whether a file whose name does not start with a dot lies below `directory` (`.DS_Store`
+    and macOS's `._NAME` files alone do not make a folder of images)."""
+    return any(
+        isinstance(item, Listed) and not posixpath.basename(item.path).startswith(".")
+        for item in list_tree(directory)
+    )
 
 
 def match(pattern: str) -> list[str]:

@@ -330,16 +330,22 @@ def _unbuilt_voc_lists(
     read_text: Callable[[str], str],
 ) -> tuple[str, ...]:
     """The split lists not asked for that name images the build leaves out (`test`, not
-    `trainval` when `train` and `val` are built)."""
-    unbuilt = []
+    `trainval` when `train` and `val` are built), among those every year lists (what
+    `--splits` can name: a split missing in one year is refused)."""
+    lists: dict[str, list[tuple[str, str]]] = {}  # name -> (key prefix, path) in each year
     for year_dir, prefix in years:
         for path in match(join(year_dir, "ImageSets", "Main", "*.txt")):
             name = posixpath.basename(path)[: -len(".txt")]
-            if "_" in name or name in splits or name in unbuilt:  # <class>_<split>: per class
-                continue
-            ids = parse_split_list(read_text(path))
-            if any(join(prefix, image_id) not in built for image_id in ids):
+            if "_" not in name and name not in splits:  # <class>_<split>: per class
+                lists.setdefault(name, []).append((prefix, path))
+    unbuilt = []
+    for name, found in sorted(lists.items()):
+        if len(found) < len(years):
+            continue
+        for prefix, path in found:
+            if any(join(prefix, i) not in built for i in parse_split_list(read_text(path))):
                 unbuilt.append(name)
+                break
     return tuple(unbuilt)
 
 

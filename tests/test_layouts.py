@@ -78,6 +78,8 @@ def test_splits_in_the_tree_but_not_asked_for_are_named(tmp_path):
         ilsvrc_image(tmp_path, split, "n01/x" if split == "train" else "x", b"x", task="CLS-LOC")
     write(tmp_path / "Data/CLS-LOC/.cache/x.JPEG", b"x")  # a hidden folder is not a split
     (tmp_path / "Data/CLS-LOC/empty").mkdir()  # nor is a folder without files
+    write(tmp_path / "Data/CLS-LOC/mac/._x.JPEG", b"x")  # nor one of hidden files alone
+    write(tmp_path / "Data/CLS-LOC/mac/.DS_Store", b"x")
 
     def ilsvrc(splits):
         return layouts.plan_discovery(
@@ -96,8 +98,12 @@ def test_splits_in_the_tree_but_not_asked_for_are_named(tmp_path):
             write(devkit / year / "ImageSets/Main" / f"{name}.txt", ids + "\n")
         write(devkit / year / "ImageSets/Main/cat_train.txt", "a 1\n")  # per class: not a split
         write(devkit / year / "JPEGImages/a.jpg", b"x")
-    assert plan(devkit, layouts.VOC).unbuilt == ("test",)  # trainval is train + val: all built
-    assert plan(devkit, layouts.VOC, ("train",)).unbuilt == ("test", "trainval", "val")
+    # trainval is train + val: all built. VOC2012 has no test list, so --splits could not
+    # name test (it would be refused): not offered.
+    assert plan(devkit, layouts.VOC).unbuilt == ()
+    assert plan(devkit, layouts.VOC, ("train",)).unbuilt == ("trainval", "val")
+    write(devkit / "VOC2012/ImageSets/Main/test.txt", "c\n")
+    assert plan(devkit, layouts.VOC).unbuilt == ("test",)
     assert plan(devkit, layouts.VOC, ("trainval",)).unbuilt == ("test",)
     write(devkit / "VOC2012/ImageSets/Main/trainval.txt", "a\nb\nd\n")  # d: in no other list
     assert plan(devkit, layouts.VOC).unbuilt == ("test", "trainval")
