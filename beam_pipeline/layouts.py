@@ -115,6 +115,12 @@ class DiscoveryPlan:
 
 HasFiles = Callable[[str], bool]
 _MAX_LOOKED_AT = 50  # subdirectories looked into for a hint where the tree is
+# Folders whose files make a directory a tree of a layout, if a broken one.
+_MARKERS = {
+    ILSVRC_DET: ("Data", "Annotations"),
+    ILSVRC_CLS_LOC: ("Data", "Annotations"),
+    VOC: ("JPEGImages", "Annotations", "*/JPEGImages"),
+}
 # The folders of a tree root (or of a VOC year) that builds list.
 TREE_FOLDERS = frozenset({"Data", "Annotations", "JPEGImages", "ImageSets"})
 
@@ -210,13 +216,19 @@ def locate_tree(
         trees = ", ".join(f"{path} ({found})" for path, found in below)
         raise LayoutError(f"{root} holds several trees: {trees}; pass one as --input_dir")
     if layout != AUTO:
-        other = _layouts_at(root, has_files)
+        other = [(root, found) for found in _layouts_at(root, has_files)] or [
+            (join(root, name), found)
+            for name in subdirectories(root)
+            for found in _layouts_at(join(root, name), has_files)
+        ]
         if other:
+            path, found = other[0]
             raise LayoutError(
-                f"{root} holds the layout {other[0]!r}, not {layout!r}: pass --layout "
-                f"{other[0]} or leave --layout out (it is detected)"
+                f"{path} holds the layout {found!r}, not {layout!r}: pass --layout {found} or "
+                "leave --layout out (it is detected)"
             )
-        return root, layout  # plan_discovery names what is missing
+        if any(has_files(join(root, folder)) for folder in _MARKERS[layout]):
+            return root, layout  # a tree with a gap: plan_discovery names what is missing
     raise _not_a_tree(root, has_files, subdirectories)
 
 

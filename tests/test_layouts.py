@@ -270,11 +270,20 @@ def test_a_tree_one_level_down_is_found(tmp_path):
     assert locate(tmp_path / "kaggle") == (str(tmp_path / "kaggle/ILSVRC"), layouts.ILSVRC_CLS_LOC)
     kaggle = locate(tmp_path / "kaggle", layouts.ILSVRC_CLS_LOC)
     assert kaggle == (str(tmp_path / "kaggle/ILSVRC"), layouts.ILSVRC_CLS_LOC)
-    # Asked for another layout than the one below: the root is kept, planning names the gap.
-    assert locate(tmp_path / "kaggle", layouts.ILSVRC_DET) == (
-        str(tmp_path / "kaggle"),
-        layouts.ILSVRC_DET,
+    # Asked for another layout than the one here or below: the refusal names the tree's.
+    with pytest.raises(layouts.LayoutError) as error:
+        locate(tmp_path / "kaggle", layouts.ILSVRC_DET)
+    assert str(error.value).startswith(
+        f"{tmp_path}/kaggle/ILSVRC holds the layout 'ilsvrc_cls_loc', not 'ilsvrc_det': "
     )
+    # Naming the right layout keeps the hints: a folder inside the tree names the tree.
+    with pytest.raises(layouts.LayoutError, match=r"inside the ilsvrc_cls_loc tree .*kaggle/ILSV"):
+        locate(tmp_path / "kaggle/ILSVRC/Data/CLS-LOC", layouts.ILSVRC_CLS_LOC)
+    with pytest.raises(layouts.LayoutError, match=r"two levels below it: pass .*VOCdevkit or"):
+        locate(tmp_path, layouts.VOC)
+    # A tree with a gap (no split lists yet) is kept: planning names what is missing.
+    write(tmp_path / "bare" / "JPEGImages" / "x.jpg", b"x")
+    assert locate(tmp_path / "bare", layouts.VOC) == (str(tmp_path / "bare"), layouts.VOC)
     # A tree of another layout than the one asked for.
     with pytest.raises(layouts.LayoutError) as error:
         locate(tmp_path / "kaggle/ILSVRC", layouts.ILSVRC_DET)
