@@ -319,13 +319,13 @@ _SOURCE_WORDS = {
 
 def label_summary(split: SplitInfo) -> str:
     """Where a split's labels came from, e.g. `900 from XML, 100 background`."""
-    parts = [
-        f"{split.label_sources[source]:,} {_SOURCE_WORDS[source]}"
-        for source in LABEL_SOURCES
-        if split.label_sources.get(source)
-    ]
-    if split.folder_disagreements:
-        parts.append(f"{split.folder_disagreements:,} whose XML and folder name different classes")
+    parts = []
+    for source in LABEL_SOURCES:
+        if split.label_sources.get(source):
+            part = f"{split.label_sources[source]:,} {_SOURCE_WORDS[source]}"
+            if source == FROM_XML and split.folder_disagreements:  # the XML won over the folder
+                part += f" ({split.folder_disagreements:,} in a folder of another class)"
+            parts.append(part)
     return ", ".join(parts) or "none"
 
 

@@ -77,7 +77,8 @@ class SplitPlanReport:
     label_sources: dict[str, int] = dataclasses.field(default_factory=dict)
     class_counts: dict[str, int] = dataclasses.field(default_factory=dict)
     unknown_classes: dict[str, int] = dataclasses.field(default_factory=dict)
-    rejected: dict[str, int] = dataclasses.field(default_factory=dict)
+    rejected: dict[str, int] = dataclasses.field(default_factory=dict)  # images, by reason
+    reported: dict[str, int] = dataclasses.field(default_factory=dict)  # other files, notes
     examples: int = 0
     shards: int = 0
     examples_per_shard: tuple[int, int] = (0, 0)
@@ -200,7 +201,7 @@ def plan_build(prepared) -> BuildPlan:
         report = reports[rejection.split]
         if rejection.is_image and rejection.stage == DISCOVER:
             report.images += 1
-        _add(report.rejected, rejection.reason)
+        _add(report.rejected if rejection.is_image else report.reported, rejection.reason)
         if rejection.reason in ORPHAN_REASONS:
             _add(report.orphans, rejection.reason)
         if rejection.reason == "unknown_class":
@@ -365,6 +366,8 @@ def format_plan(plan: BuildPlan, rejections: int = 20) -> str:
         if report.rejected:
             total = sum(report.rejected.values())
             lines.append(f"  would reject {total:,}: {_counts(report.rejected)}")
+        if report.reported:
+            lines.append(f"  would report (not rejected): {_counts(report.reported)}")
         if report.shards:
             low, high = report.examples_per_shard
             per_shard = f"{low:,}" if low == high else f"{low:,}-{high:,}"

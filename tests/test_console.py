@@ -19,7 +19,14 @@ import pytest
 from helpers import failure_line, ilsvrc_image, summary_rows, write
 
 from beam_pipeline import cli, machine, pipeline, sample_tree, watch, writing
-from beam_pipeline.console import BuildConsole, human_bytes, plural, shared_note
+from beam_pipeline.console import (
+    BuildConsole,
+    human_bytes,
+    label_summary,
+    plural,
+    shared_note,
+)
+from schemas import SplitInfo
 
 WORKERS = ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
@@ -378,6 +385,13 @@ def test_images_in_more_than_one_split_are_one_line():
     assert shared_note({("train", "trainval"): 2_500, ("trainval", "validation"): 7}) == (
         "Note: 2,507 images are in more than one split (train and trainval: 2,500, trainval and "
         "validation: 7); each is written once in every split that lists it"
+    )
+
+
+def test_the_labels_cell_counts_each_example_once():
+    split = SplitInfo(7, 7, 0, (3, 4, 0), (), {"xml": 5, "folder": 2}, folder_disagreements=1)
+    assert label_summary(split) == (
+        "5 from XML (1 in a folder of another class), 2 from the class folder"
     )
 
 

@@ -104,11 +104,8 @@ def test_plan_of_a_bad_tree_counts_orphans_unknown_classes_and_rejections(bad_tr
     train, val = plan["splits"]["train"], plan["splits"]["validation"]
     assert (train["images"], train["annotated"], train["examples"]) == (10, 10, 9)
     assert train["orphans"] == {"annotation_without_image": 1}
-    assert train["rejected"] == {
-        "annotation_without_image": 1,
-        "annotation_malformed": 1,
-        "not_an_image_file": 1,
-    }
+    assert train["rejected"] == {"annotation_malformed": 1}  # images: 10 - 1 = 9 examples
+    assert train["reported"] == {"annotation_without_image": 1, "not_an_image_file": 1}
     assert train["class_counts"] == {"cat": 4, "dog": 4, "bird": 1, "background": 0}
     assert (val["images"], val["examples"]) == (3, 2)
     assert val["unknown_classes"] == {"fox": 1} and val["rejected"] == {"unknown_class": 1}
