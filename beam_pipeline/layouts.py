@@ -324,13 +324,15 @@ def _plan_voc(
                 )
             for image_id in parse_split_list(read_text(list_path)):
                 memberships.append((join(prefix, image_id), output_split(split)))
+    # The lists not asked for, offered beside what is built: not trainval beside train or val.
+    unbuilt = _unbuilt_voc_lists(years, splits, {key for key, _ in memberships}, match, read_text)
     return DiscoveryPlan(
         VOC,
         root,
         tuple(output_split(s) for s in splits),
         tuple(tasks),
         tuple(memberships),
-        _unbuilt_voc_lists(years, splits, {key for key, _ in memberships}, match, read_text),
+        tuple(name for name in unbuilt if name in _disjoint([*splits, *unbuilt])),
     )
 
 
@@ -394,9 +396,9 @@ def _choose_splits(present: Sequence[str]) -> str:
 
 
 def _disjoint(present: Sequence[str]) -> list[str]:
-    """The splits to suggest: not VOC's trainval beside train and val (it is the two of them,
-    and building all three would write each image twice)."""
-    return [name for name in present if name != "trainval" or not {"train", "val"} <= {*present}]
+    """The splits to suggest: not VOC's trainval beside train or val (it is the two of them:
+    building it with either would write their images twice)."""
+    return [name for name in present if name != "trainval" or not {"train", "val"} & {*present}]
 
 
 def parse_split_list(text: str) -> list[str]:

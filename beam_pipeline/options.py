@@ -211,8 +211,13 @@ def parse_num_shards(text: str | None) -> dict[str, int] | int | None:
         result = {}
         for part in text.split(","):
             name, _, value = part.partition("=")
-            result[output_split(name.strip())] = int(value)
+            split = output_split(name.strip())
+            if split in result:
+                raise KeyError(name.strip())
+            result[split] = int(value)
         return result
+    except KeyError as error:
+        raise ValueError(f"--num_shards names {error.args[0]!r} twice: {text!r}") from None
     except ValueError:
         raise ValueError(f"--num_shards must be N or split=N,...; got {text!r}") from None
 

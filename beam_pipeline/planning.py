@@ -81,6 +81,7 @@ class SplitPlanReport:
     reported: dict[str, int] = dataclasses.field(default_factory=dict)  # other files, notes
     examples: int = 0
     shards: int = 0
+    shards_asked: int | None = None  # --num_shards for the split; more than examples: capped
     examples_per_shard: tuple[int, int] = (0, 0)
     image_bytes: int = 0
     estimated_bytes: int | None = None
@@ -270,6 +271,7 @@ def _plan_shards(reports, labelled, config, vocabulary) -> None:
         for index in range(plan.num_examples % plan.num_shards):
             per_shard[index] += 1
         report.examples_per_shard = (min(per_shard), max(per_shard))
+        report.shards_asked = config.num_shards_for(name)
         if config.image_policy.mode == ORIGINAL and vocabulary is not None:
             overhead = _record_overhead(samples[name], vocabulary)
             report.estimated_bytes = sizes[name] + round(overhead * plan.num_examples)
@@ -382,6 +384,11 @@ def format_plan(plan: BuildPlan, rejections: int = 20) -> str:
                 f"  shards: {report.shards:,} of {of} ({plural(report.examples, 'example')}); "
                 f"images {human_bytes(report.image_bytes)}, records {estimate}"
             )
+            if report.shards_asked is not None and report.shards_asked > report.shards:
+                lines.append(
+                    f"  (not the {report.shards_asked:,} shards asked for: a shard holds at "
+                    "least one example)"
+                )
     if plan.rejections and rejections:
         lines.append("")
         lines.append(f"rejections ({len(plan.rejections):,}; --json lists them all):")

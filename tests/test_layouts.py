@@ -101,12 +101,12 @@ def test_splits_in_the_tree_but_not_asked_for_are_named(tmp_path):
     # trainval is train + val: all built. VOC2012 has no test list, so --splits could not
     # name test (it would be refused): not offered.
     assert plan(devkit, layouts.VOC).unbuilt == ()
-    assert plan(devkit, layouts.VOC, ("train",)).unbuilt == ("trainval", "val")
+    assert plan(devkit, layouts.VOC, ("train",)).unbuilt == ("val",)  # trainval: not with train
     write(devkit / "VOC2012/ImageSets/Main/test.txt", "c\n")
     assert plan(devkit, layouts.VOC).unbuilt == ("test",)
     assert plan(devkit, layouts.VOC, ("trainval",)).unbuilt == ("test",)
     write(devkit / "VOC2012/ImageSets/Main/trainval.txt", "a\nb\nd\n")  # d: in no other list
-    assert plan(devkit, layouts.VOC).unbuilt == ("test", "trainval")
+    assert plan(devkit, layouts.VOC, ("test",)).unbuilt == ("train", "val")
 
 
 def test_cls_loc_splits_whose_xml_lie_flat_pair_by_file_name(tmp_path):

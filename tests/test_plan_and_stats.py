@@ -254,6 +254,13 @@ def test_plan_warns_of_a_validation_split_without_annotations(tmp_path, capsys):
         ilsvrc_image(root, "val", f"v{n}", jpeg_bytes())  # its XML were never copied
     assert planning.main(["--input_dir", str(root)]) == 0
     lines = capsys.readouterr().out.splitlines()
+    assert planning.main(["--input_dir", str(root), "--num_shards", "train=5,val=2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    (train,) = [i for i, line in enumerate(lines) if line.startswith("  shards: 3 of 1 example")]
+    assert lines[train + 1] == "  (not the 5 shards asked for: a shard holds at least one example)"
+    assert lines.count(lines[train + 1]) == 1  # validation: 2 of 3, as asked
+    assert planning.main(["--input_dir", str(root)]) == 0
+    lines = capsys.readouterr().out.splitlines()
     assert lines[-2] == (
         f"Unlabelled: the validation split has no annotations ({root}/Annotations/DET/val is "
         "empty or missing): its examples get label -1; put its XML there (in CLS-LOC, or its "
