@@ -441,6 +441,12 @@ def print_summary(
                 f"{name}: {plural(split.num_shards, 'shard')}, not the {asked:,} asked for: a "
                 "shard holds at least one example"
             )
+        empty = sum(1 for shard in split.shards if shard.num_examples == 0)
+        if empty:
+            lines.append(
+                f"{name}: {empty:,} of {plural(split.num_shards, 'shard')} hold no example: "
+                "images rejected while writing left them empty (valid, read as no records)"
+            )
     for split, reasons in sorted((rejected or {}).items()):
         where = f"in {split}" if split else "outside any split"
         listed = ", ".join(f"{reason} {count:,}" for reason, count in sorted(reasons.items()))

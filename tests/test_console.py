@@ -16,9 +16,10 @@ import termios
 import time
 
 import pytest
-from helpers import failure_line, ilsvrc_image, summary_rows, write
+from helpers import failure_line, ilsvrc_image, jpeg_bytes, summary_rows, write
 
-from beam_pipeline import cli, machine, pipeline, sample_tree, watch, writing
+from beam_pipeline import cli, machine, pipeline, sample_tree, verify, watch, writing
+from beam_pipeline.annotations import voc_xml
 from beam_pipeline.console import (
     BuildConsole,
     human_bytes,
@@ -375,6 +376,22 @@ def test_a_split_given_fewer_shards_than_asked_says_so(small_tree, tmp_path, cap
     assert "train: 60 shards, not the 70 asked for: a shard holds at least one example" in printed
     assert not [line for line in printed if line.startswith("validation: ")]  # 20 of 20
     assert len(list(out.glob("train-*-of-00060.tfrecord"))) == 60
+
+
+def test_shards_left_empty_by_rejected_images_are_named(tmp_path, capsys):
+    # The shard plan counts 4 images; 2 of them turn out truncated when written.
+    for i in range(4):
+        data = jpeg_bytes() if i < 2 else b"\xff\xd8\xff\xe0 cut short"
+        ilsvrc_image(tmp_path / "tree", "train", f"i{i}", data, voc_xml([("cat", 1, 1, 9, 9)]))
+    out = tmp_path / "out"
+    argv = ["--input_dir", tmp_path / "tree", "--output_dir", out, "--splits", "train"]
+    assert cli.main([*map(str, argv), "--num_shards", "4", "--max_bad_fraction", "0.6"]) == 0
+    assert (
+        "train: 2 of 4 shards hold no example: images rejected while writing left them empty "
+        "(valid, read as no records)"
+    ) in capsys.readouterr().out.splitlines()
+    assert sorted(p.stat().st_size == 0 for p in out.glob("train-*.tfrecord")) == [0, 0, 1, 1]
+    assert verify.main([str(out)]) == 0
 
 
 def test_images_in_more_than_one_split_are_one_line():
