@@ -112,12 +112,8 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
         f"Building {config.output_dir} from {config.input_dir} ({config.layout}); "
         f"full log: {out.log_path}"
     )
-    if prepared.plan.unbuilt:
-        out.say(console.unbuilt_note(config.splits, prepared.plan.unbuilt))
-    if shared := prepared.plan.shared_images():
-        out.say(console.shared_note(shared))
-    for split, annotation_dir in prepared.plan.unannotated:
-        out.say(console.unannotated_note(split, annotation_dir))
+    for note in console.tree_notes(prepared.plan, config.splits):
+        out.say(note)
     try:
         with out.progress(config.output_dir) as live:
             info = pipeline.execute(options, prepared)
@@ -125,7 +121,7 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
                 live.finish()
     except (KeyboardInterrupt, Exception) as error:
         # Ctrl-C reaches an in-process build inside a DoFn, which the runner re-raises wrapped.
-        if isinstance(error, KeyboardInterrupt) or pipeline.was_interrupted(error):
+        if pipeline.was_interrupted(error):
             logger.error("Interrupted", exc_info=error)
             out.say(
                 "BUILD INTERRUPTED: nothing was committed; rerun with --resume to keep the shards "

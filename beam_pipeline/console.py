@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from rich import box
 from rich.console import Console
@@ -42,6 +42,9 @@ from beam_pipeline import watch
 from schemas import DEAD_LETTER_FILE, LABEL_SOURCES, DatasetInfo, SplitInfo
 from schemas.classes import FROM_BACKGROUND, FROM_FOLDER, FROM_NOTHING, FROM_XML
 from schemas.paths import join
+
+if TYPE_CHECKING:
+    from beam_pipeline.layouts import DiscoveryPlan
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 POLL_SECONDS = 0.5
@@ -359,6 +362,16 @@ def shared_note(shared: Mapping[tuple[str, ...], int]) -> str:
         f"Note: {plural(total, 'image')} {'is' if total == 1 else 'are'} in more than one split "
         f"({each}); each is written once in every split that lists it"
     )
+
+
+def tree_notes(plan: DiscoveryPlan, splits: Sequence[str]) -> list[str]:
+    """What the console (and `plan`) says of the tree before a build of `splits` starts: the
+    splits it leaves out, the images several splits share, the splits without annotations."""
+    notes = [unbuilt_note(splits, plan.unbuilt)] if plan.unbuilt else []
+    if shared := plan.shared_images():
+        notes.append(shared_note(shared))
+    notes += [unannotated_note(split, directory) for split, directory in plan.unannotated]
+    return notes
 
 
 def plural(number: int, noun: str) -> str:

@@ -23,13 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from beam_pipeline import layouts
-from beam_pipeline.console import (
-    human_bytes,
-    plural,
-    shared_note,
-    unannotated_note,
-    unbuilt_note,
-)
+from beam_pipeline.console import human_bytes, plural, tree_notes
 from beam_pipeline.discovery import list_task
 from beam_pipeline.entries import IndexEntry, LabelledEntry, ParsedEntry
 from beam_pipeline.examples import build_example
@@ -100,10 +94,9 @@ class BuildPlan:
     refusal: str | None
     seconds: float
     files_listed: int
-    input_splits: tuple[str, ...] = ()
     unbuilt: tuple[str, ...] = ()
     shared: dict[tuple[str, ...], int] = dataclasses.field(default_factory=dict)
-    unannotated: tuple[tuple[str, str], ...] = ()
+    notes: tuple[str, ...] = ()  # what the build says of the tree before it starts
 
     def to_json(self, rejections: int | None = None) -> dict[str, Any]:
         listed = self.rejections if rejections is None else self.rejections[:rejections]
@@ -224,10 +217,9 @@ def plan_build(prepared) -> BuildPlan:
         refusal=refusal,
         seconds=time.monotonic() - started,
         files_listed=listed,
-        input_splits=config.splits,
         unbuilt=plan.unbuilt,
         shared=plan.shared_images(),
-        unannotated=plan.unannotated,
+        notes=tuple(tree_notes(plan, config.splits)),
     )
 
 
@@ -397,12 +389,7 @@ def format_plan(plan: BuildPlan, rejections: int = 20) -> str:
         if len(plan.rejections) > rejections:
             lines.append(f"  ... and {len(plan.rejections) - rejections:,} more")
     lines.append("")
-    if plan.unbuilt:
-        lines.append(unbuilt_note(plan.input_splits, plan.unbuilt))
-    if plan.shared:
-        lines.append(shared_note(plan.shared))
-    for split, annotation_dir in plan.unannotated:
-        lines.append(unannotated_note(split, annotation_dir))
+    lines += plan.notes
     if plan.refusal is None:
         lines.append("The build would go ahead.")
     else:
