@@ -138,7 +138,10 @@ def _revisited_of_tree(element, tasks: Sequence[layouts.ListingTask]):
     """(task index, [(path, real path)]) → (path, Rejection) for each directory of the tree that
     the single walk would have refused as entered twice."""
     index, entered = element
-    found = revisited(Entered(os.fsdecode(path), os.fsdecode(real)) for path, real in entered)
+    found = revisited(
+        (Entered(os.fsdecode(path), os.fsdecode(real)) for path, real in entered),
+        tasks[index].directory,
+    )
     for unlisted in found:
         rejection = pairing.unlisted_rejection(
             tasks[index], unlisted.path, unlisted.reason, unlisted.detail

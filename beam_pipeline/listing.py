@@ -3,8 +3,9 @@
 Remote paths (`gs://`, ...) go through Beam's FileSystems. Local paths are walked here, because
 Beam's local listing silently drops what it cannot stat (a broken symlink disappears) and never
 enters a symlinked directory (a tree of linked class folders would come out empty). This walk
-follows directory links, refuses to enter a directory twice (so symlink loops end), and reports
-broken links, unreadable entries and special files instead of skipping them.
+follows directory links, refuses to enter a directory twice (so symlink loops end), lists a
+directory of the tree by its own path rather than by a link to it (its XML lie on that path), and
+reports broken links, unreadable entries and special files instead of skipping them.
 
 A build lists a tree in parts, on many workers (`list_directory` for the top levels, one
 directory at a time, `walk_subtree` below them). Each part reports the directories it entered
@@ -62,7 +63,8 @@ def list_tree(directory: str) -> Iterator[Listed | Unlisted]:
             yield Listed(metadata.path, metadata.size_in_bytes)
         return
     if os.path.isdir(directory):
-        yield from _walk(directory.rstrip("/"), set())
+        root = directory.rstrip("/")
+        yield from _walk(root, set(), (root, os.path.realpath(root)))
 
 
 def _visited_twice(path: str, real: str) -> Unlisted:
@@ -73,13 +75,33 @@ def _visited_twice(path: str, real: str) -> Unlisted:
     )
 
 
-def _walk(path: str, visited: set[str]) -> Iterator[Listed | Unlisted]:
+def _aliased(path: str, real: str, root: tuple[str, str] | None) -> Unlisted | None:
+    """The refusal of a link to a directory of the tree itself, which the walk lists by its
+    own path (the XML beside it are found by that path), or None.
+
+    `root`: (the tree's path as walked, its real path); `path` lies below the first.
+    """
+    if root is None:
+        return None
+    top, top_real = root
+    inside = real == top_real or real.startswith(top_real.rstrip("/") + "/")
+    if not inside or real == top_real.rstrip("/") + path[len(top) :]:
+        return None
+    return Unlisted(
+        path,
+        "directory_visited_twice",
+        f"resolves to {real}, a directory of the tree listed by its own path (a link to it)",
+    )
+
+
+def _walk(path: str, visited: set[str], root: tuple[str, str]) -> Iterator[Listed | Unlisted]:
     real = os.path.realpath(path)
-    if real in visited:
-        yield _visited_twice(path, real)
+    refused = _aliased(path, real, root)
+    if refused is not None or real in visited:
+        yield refused or _visited_twice(path, real)
         return
     visited.add(real)
-    yield from _scan(path, lambda child: _walk(child, visited))
+    yield from _scan(path, lambda child: _walk(child, visited, root))
 
 
 def _walk_entered(path: str, ancestors: set[str]) -> Iterator[Listed | Unlisted | Entered]:
@@ -113,18 +135,23 @@ def walk_subtree(directory: str) -> Iterator[Listed | Unlisted | Entered]:
         yield from _walk_entered(directory.rstrip("/"), set())
 
 
-def revisited(entered: Iterable[Entered]) -> list[Unlisted]:
-    """The directories that a single walk of the tree would not enter: those resolving to a
-    directory it entered before, in walk order (depth first, by name), and not below one of
-    these. `entered`: every directory that the parts of one tree entered, in any order."""
+def revisited(entered: Iterable[Entered], root: str | None = None) -> list[Unlisted]:
+    """The directories that a single walk of the tree would not enter: links to a directory
+    of the tree (listed by its own path), those resolving to a directory it entered before, in
+    walk order (depth first, by name), and not below one of these. `entered`: every directory
+    that the parts of one tree entered, in any order; `root`: the tree's top directory."""
+    items = sorted(entered, key=lambda item: item.path.split("/"))
+    top = root.rstrip("/") if root is not None else None
+    top_real = next((item.real for item in items if item.path == top), None)
     seen: set[str] = set()
     refused: list[Unlisted] = []
     skipped_below: list[str] = []
-    for item in sorted(entered, key=lambda item: item.path.split("/")):
+    for item in items:
         if is_below(item.path, skipped_below):
             continue
-        if item.real in seen:
-            refused.append(_visited_twice(item.path, item.real))
+        aliased = _aliased(item.path, item.real, (top, top_real) if top_real else None)
+        if aliased is not None or item.real in seen:
+            refused.append(aliased or _visited_twice(item.path, item.real))
             skipped_below.append(item.path)
         else:
             seen.add(item.real)

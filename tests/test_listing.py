@@ -81,3 +81,32 @@ def test_build_accounts_for_links_loops_and_odd_names(tmp_path):
     ]
     odd = next(d for d in dead_letters(tmp_path / "out") if d["reason"] == "undecodable_path")
     assert odd["path"].endswith("real/caf\\udce9.JPEG")
+
+
+def test_a_link_to_a_directory_of_the_tree_is_refused_wherever_it_sorts(tmp_path):
+    # "A_alias" sorts before the folder it links to: the folder is listed by its own path.
+    write(tmp_path / "n02" / "x.JPEG", b"x")
+    os.symlink(tmp_path / "n02", tmp_path / "A_alias")
+    items = list(list_tree(str(tmp_path)))
+    assert items[0] == Unlisted(
+        str(tmp_path / "A_alias"), "directory_visited_twice", items[0].detail
+    )
+    assert "listed by its own path" in items[0].detail
+    assert items[1:] == [Listed(str(tmp_path / "n02" / "x.JPEG"), 1)]
+
+
+def test_an_alias_of_an_annotated_folder_keeps_its_images_paired_with_their_xml(tmp_path):
+    # The images are found by the path their XML mirrors: none turns into a background negative.
+    root = tmp_path / "tree"
+    for i in range(4):
+        box = ("cat" if i % 2 else "dog", 1, 1, 20, 20)
+        ilsvrc_image(root, "train", f"ILSVRC2014_0000/img{i}", jpeg_bytes(), voc_xml([box]))
+    os.symlink(root / "Data/DET/train/ILSVRC2014_0000", root / "Data/DET/train/A_alias")
+    info = build(root, tmp_path / "out", "--splits", "train")
+    train = info.splits["train"]
+    assert (train.num_examples, dict(train.label_sources)) == (4, {"xml": 4})
+    names = sorted(e[F.LABEL_TEXT][0].decode() for e in read_split(tmp_path / "out", "train"))
+    assert names == ["cat", "cat", "dog", "dog"]
+    assert [(d["reason"], d["path"].split("/")[-1]) for d in dead_letters(tmp_path / "out")] == [
+        ("directory_visited_twice", "A_alias")
+    ]

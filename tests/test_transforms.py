@@ -101,7 +101,7 @@ def linked_tree(tmp_path, layout):
     links = {
         "two": {"b": "a"},  # a second link to a directory of another part: refused
         "loop": {"a/x/up": "."},  # a loop to the top: refused, and nothing below it listed
-        "sibling": {"d/e/early": "d/z"},  # reaches d/z first: listed there, d/z refused
+        "sibling": {"d/e/early": "d/z"},  # reaches d/z first: refused, d/z listed by its path
         "deep": {"c/in": "m/deep", "m/deep/er/back": "c"},  # across levels, both ways
         "outside": {"a/ext": "EXT", "d/e/ext": "EXT"},  # one directory outside, two links
         "chain": {"b": "a", "b2": "b", "c/via": "b/x"},  # links to links
