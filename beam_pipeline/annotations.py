@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import threading
 from collections.abc import Iterable, Sequence
 from xml.sax.saxutils import escape
@@ -22,6 +23,7 @@ from lxml import etree
 from beam_pipeline.rejections import InputError
 
 _parsers = threading.local()
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +46,8 @@ class AnnotatedObject:
 
 @dataclasses.dataclass(frozen=True)
 class Annotation:
-    """One parsed XML file. `width`/`height` are None when `<size>` is absent or zero."""
+    """One parsed XML file. `width`/`height` are None when `<size>` is absent or zero (the
+    labelling step fills in the image file's size where the main object depends on it)."""
 
     width: int | None
     height: int | None
@@ -132,10 +135,9 @@ def _parse_object(node: etree._Element, index: int) -> AnnotatedObject:
     coords = {}
     for tag in ("xmin", "ymin", "xmax", "ymax"):
         text = _text(bndbox, tag)
-        try:
-            value = float(text) if text else math.nan
-        except ValueError:
-            value = math.nan
+        # A decimal number, as annotation tools write it: float() alone would also take
+        # "1_0", "nan" and "infinity".
+        value = float(text) if text and _NUMBER.fullmatch(text) else math.nan
         if not math.isfinite(value):
             raise InputError("annotation_bad_coordinate", f"{where} ({name}): <{tag}> is {text!r}")
         coords[tag] = value

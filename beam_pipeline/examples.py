@@ -7,11 +7,12 @@ so the same input always gives the same bytes.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 from beam_pipeline.entries import LabelledEntry
 from beam_pipeline.images import NormalisedImage
-from beam_pipeline.labels import Vocabulary
+from beam_pipeline.labels import Vocabulary, main_object_index
 from beam_pipeline.rejections import InputError
 from schemas import features as F
 from schemas.example_proto import Example
@@ -56,9 +57,29 @@ def normalised_boxes(
     return boxes
 
 
+def check_main_object(labelled: LabelledEntry, width: int, height: int) -> None:
+    """Raises InputError(`size_unknown`) when the label would change with the decoded size.
+
+    The labelling step clamps boxes to the XML's `<size>` or, without one, to the size in the
+    image's header; only when it could not read that header did it compare unclamped areas.
+    """
+    annotation = labelled.annotation
+    if annotation is None or annotation.width is not None or len(annotation.objects) < 2:
+        return
+    main = main_object_index(dataclasses.replace(annotation, width=width, height=height))
+    if labelled.object_labels[main] != labelled.label:
+        raise InputError(
+            "size_unknown",
+            f"the XML has no <size> and the image's header was unreadable when it was labelled; "
+            f"clamped to the {width}x{height} image its largest box is object #{main} "
+            f"({annotation.objects[main].name}), not the one its label came from; rebuild",
+        )
+
+
 def build_example(labelled: LabelledEntry, image: NormalisedImage, vocabulary: Vocabulary) -> bytes:
     """Serialises one example; raises InputError for geometry that does not fit the image."""
     boxes = normalised_boxes(labelled, image.source_width, image.source_height)
+    check_main_object(labelled, image.source_width, image.source_height)
     objects = labelled.annotation.objects if labelled.annotation is not None else ()
     entry = labelled.entry
     values = {

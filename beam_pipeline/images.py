@@ -18,6 +18,8 @@ import io
 import warnings
 
 import numpy as np
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
 from PIL import Image
 
 from beam_pipeline.readback import sniff_format
@@ -118,6 +120,22 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
     out = io.BytesIO()
     rgb.save(out, format="JPEG", quality=policy.jpeg_quality)
     return NormalisedImage(out.getvalue(), target[0], target[1], fmt, width, height, reencoded=True)
+
+
+def header_size(path: str) -> tuple[int, int] | None:
+    """(width, height) from an image file's header (a few KiB read, nothing decoded), or None
+    when it is no image Pillow knows, or cannot be read: the writer rejects such a file."""
+    try:
+        with (
+            FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream,
+            warnings.catch_warnings(),
+        ):
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(stream) as image:
+                width, height = image.size
+    except Exception:  # noqa: BLE001 - any failure here is the image's, reported when written
+        return None
+    return (width, height) if width > 0 and height > 0 else None
 
 
 def _open(data: bytes, fmt: str, max_pixels: int) -> Image.Image:

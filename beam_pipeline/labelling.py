@@ -10,6 +10,7 @@ Each step sends its rejections to a `rejected` output.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 import apache_beam as beam
@@ -21,6 +22,7 @@ from beam_pipeline.coders import ParsedEntryCoder
 from beam_pipeline.entries import IndexEntry, LabelledEntry, ParsedEntry
 from beam_pipeline.failures import BuildFailed
 from beam_pipeline.fileio import read_file
+from beam_pipeline.images import header_size
 from beam_pipeline.labels import Vocabulary, image_label, split_kind
 from beam_pipeline.rejections import (
     ANNOTATION,
@@ -58,7 +60,12 @@ class _ParseAnnotationFn(beam.DoFn):
 
 
 def parse_entry(root: str, entry: IndexEntry) -> ParsedEntry | Rejection:
-    """The entry with its annotation parsed (None when it has none), or the XML's Rejection."""
+    """The entry with its annotation parsed (None when it has none), or the XML's Rejection.
+
+    An XML without `<size>` that has several objects gets the image file's size from its
+    header: the main object is the largest box clamped to the image, and a box reaching past
+    the image's edge would otherwise be compared by its unclamped area.
+    """
     if entry.annotation_filename is None:
         return ParsedEntry(entry, None)
     path = join(root, entry.annotation_filename)
@@ -66,6 +73,10 @@ def parse_entry(root: str, entry: IndexEntry) -> ParsedEntry | Rejection:
         annotation = parse_annotation(read_file(path))
     except InputError as error:
         return Rejection.from_error(error, split=entry.split, path=path, stage=ANNOTATION)
+    if annotation.width is None and len(annotation.objects) > 1:
+        size = header_size(join(root, entry.filename))
+        if size is not None:
+            annotation = dataclasses.replace(annotation, width=size[0], height=size[1])
     return ParsedEntry(entry, annotation)
 
 

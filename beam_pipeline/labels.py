@@ -1,7 +1,8 @@
 """Class vocabulary and the image-label rule.
 
 The rule: the image's label is the class of its main object, the object whose bounding box has
-the largest area (clamped to the annotated image size); ties go to the object that comes first
+the largest area (clamped to the image: its XML's `<size>`, or the size in the image file's
+header when the XML has none); ties go to the object that comes first
 in the XML. An image with no objects takes the class of its synset folder when the layout has
 one (ILSVRC CLS-LOC train), otherwise the background class, which is the last index; an image
 without XML is background only in a layout with negatives (DET, VOC), and rejected in CLS-LOC.

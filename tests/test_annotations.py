@@ -69,6 +69,9 @@ def test_xml_without_objects_is_a_negative_not_an_error():
         (b"<annotation><object><name>cat</name></object></annotation>", "annotation_bad_object"),
         (voc_xml([("cat", "a", 1, 5, 5)]).encode(), "annotation_bad_coordinate"),
         (voc_xml([("cat", "nan", 1, 5, 5)]).encode(), "annotation_bad_coordinate"),
+        (voc_xml([("cat", "1_0", 1, 50, 5)]).encode(), "annotation_bad_coordinate"),
+        (voc_xml([("cat", "Infinity", 1, 50, 5)]).encode(), "annotation_bad_coordinate"),
+        (voc_xml([("cat", "0x10", 1, 50, 5)]).encode(), "annotation_bad_coordinate"),
         (voc_xml([("cat", 5, 1, 2, 5)]).encode(), "annotation_degenerate_box"),
         (voc_xml([("cat", 1, 1, 1, 5)]).encode(), "annotation_degenerate_box"),
         (

@@ -89,6 +89,13 @@ def case_table(port, secret_path):
         "xml_truncated": (jpeg_bytes(), voc_xml(box)[:40], ("annotation", "annotation_malformed")),
         "xml_empty": (jpeg_bytes(), "", ("annotation", "annotation_empty")),
         "no_size": (jpeg_bytes(), voc_xml([("cat", 16, 12, 32, 24)]), "kept"),
+        # Without <size>, the largest box is still measured inside the image: the dog's box
+        # is 4x48 px there (unclamped, ~10,000x48), the cat's 30x30.
+        "no_size_clamped": (
+            jpeg_bytes(),
+            voc_xml([("dog", 60, 0, 10000, 48), ("cat", 0, 0, 30, 30)]),
+            "kept",
+        ),
         "float_coords": (
             jpeg_bytes(),
             voc_xml([("cat", 6.4, 4.8, 32.0, 24.0)], size=(64, 48)),
@@ -244,6 +251,8 @@ def test_annotation_edge_cases_are_read_as_documented(outcome):
         info.background_index,
     )
     assert written["no_size"][F.BBOX_XMIN] == pytest.approx([16 / 64])  # by the decoded size
+    assert written["no_size_clamped"][F.LABEL] == [cat]
+    assert written["no_size_clamped"][F.BBOX_XMIN] == pytest.approx([60 / 64, 0.0])
     assert written["float_coords"][F.BBOX_XMIN] == pytest.approx([0.1])
     assert written["out_of_bounds"][F.BBOX_XMIN] == pytest.approx([0.0])  # clamped
     assert written["out_of_bounds"][F.BBOX_XMAX] == pytest.approx([1.0])

@@ -1,6 +1,10 @@
 import pytest
+from helpers import jpeg_bytes, write
 
-from beam_pipeline.annotations import AnnotatedObject, Annotation, Box
+from beam_pipeline.annotations import AnnotatedObject, Annotation, Box, voc_xml
+from beam_pipeline.entries import IndexEntry, LabelledEntry
+from beam_pipeline.examples import check_main_object
+from beam_pipeline.labelling import parse_entry
 from beam_pipeline.labels import (
     ANNOTATED,
     CLASS_FOLDERS,
@@ -133,3 +137,28 @@ def test_the_unknown_class_is_read_back_from_its_rejection(name):
         VOCAB.index(name)
     assert unknown_class_name(error.value.detail) == name
     assert unknown_class_name("something else") is None
+
+
+def test_an_xml_without_size_is_labelled_by_the_size_in_the_image_header(tmp_path):
+    # 50x50 image; the cat box is 10,000 px wide unclamped, 40x10 inside the image.
+    write(tmp_path / "Data/x.JPEG", jpeg_bytes(50, 50))
+    write(
+        tmp_path / "Annotations/x.xml",
+        voc_xml([("cat", 10, 0, 10000, 10), ("dog", 0, 0, 30, 30)]),
+    )
+    entry = IndexEntry("train", "train/x", "Data/x.JPEG", "Annotations/x.xml", None, 0)
+    parsed = parse_entry(str(tmp_path), entry)
+    assert (parsed.annotation.width, parsed.annotation.height) == (50, 50)
+    assert image_label(parsed.annotation, None, VOCAB).label == 1  # dog: 900 px against 400
+
+
+def test_a_label_that_the_decoded_size_would_change_is_refused_when_written():
+    # The header could not be read when labelling (no size): the writer's decoded size decides.
+    annotation = Annotation(None, None, (obj("cat", 10, 0, 10000, 10), obj("dog", 0, 0, 30, 30)))
+    unclamped = image_label(annotation, None, VOCAB)
+    assert unclamped.label == 0  # cat, by its unclamped area
+    entry = IndexEntry("train", "train/x", "x.JPEG", "x.xml", None, 0)
+    labelled = LabelledEntry(entry, annotation, unclamped.label, unclamped.object_labels, "xml")
+    with pytest.raises(InputError, match="size_unknown"):
+        check_main_object(labelled, 50, 50)
+    check_main_object(labelled, 20000, 50)  # the cat's box is the largest in this image
