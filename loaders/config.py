@@ -45,9 +45,52 @@ class ReadConfig:
     value_range: tuple[float, float] = (0.0, 1.0)
 
     def __post_init__(self):
-        if self.shuffle_buffer < 1:
-            raise ValueError("shuffle_buffer must be at least 1")
-        if not 0.0 < self.eval_central_crop <= 1.0:
-            raise ValueError("eval_central_crop must be in (0, 1]")
-        if not 0.0 < self.crop_area_range[0] <= self.crop_area_range[1] <= 1.0:
-            raise ValueError("crop_area_range must satisfy 0 < low <= high <= 1")
+        """Refuses, naming the field, a value tf.data would reject only when iterating (or
+        silently misuse): ValueError or TypeError."""
+        _count("shuffle_buffer", self.shuffle_buffer, low=1)
+        _count("cycle_length", self.cycle_length, low=1, autotune=True)
+        _count("num_parallel_calls", self.num_parallel_calls, low=1, autotune=True)
+        _count("prefetch", self.prefetch, low=0, autotune=True)
+        for name in ("random_crop", "random_flip"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(
+                    f"ReadConfig.{name} must be True or False, not {getattr(self, name)!r}"
+                )
+        low, high = _pair("crop_area_range", self.crop_area_range)
+        if not 0.0 < low <= high <= 1.0:
+            raise ValueError("ReadConfig.crop_area_range must satisfy 0 < low <= high <= 1")
+        low, high = _pair("crop_aspect_ratio_range", self.crop_aspect_ratio_range)
+        if not 0.0 < low <= high:
+            raise ValueError("ReadConfig.crop_aspect_ratio_range must satisfy 0 < low <= high")
+        if not _is_number(self.min_object_covered) or not 0.0 <= self.min_object_covered <= 1.0:
+            raise ValueError(
+                f"ReadConfig.min_object_covered must be in [0, 1], not {self.min_object_covered!r}"
+            )
+        if not _is_number(self.eval_central_crop) or not 0.0 < self.eval_central_crop <= 1.0:
+            raise ValueError("ReadConfig.eval_central_crop must be in (0, 1]")
+        low, high = _pair("value_range", self.value_range)
+        if not low < high:
+            raise ValueError(
+                "ReadConfig.value_range must be (low, high) with low < high, "
+                f"not {self.value_range!r}"
+            )
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _count(name: str, value, *, low: int, autotune: bool = False) -> None:
+    """An int knob at least `low` (or AUTOTUNE where `autotune`)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"ReadConfig.{name} must be an int, not {value!r}")
+    if value < low and not (autotune and value == AUTOTUNE):
+        allowed = f"at least {low}" + (" or AUTOTUNE (-1)" if autotune else "")
+        raise ValueError(f"ReadConfig.{name} must be {allowed}, not {value}")
+
+
+def _pair(name: str, value) -> tuple[float, float]:
+    """A (low, high) pair of numbers."""
+    if not isinstance(value, (tuple, list)) or len(value) != 2 or not all(map(_is_number, value)):
+        raise TypeError(f"ReadConfig.{name} must be a pair of numbers, not {value!r}")
+    return value[0], value[1]

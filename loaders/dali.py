@@ -103,9 +103,18 @@ def load_dali_dataset(
             "(detection targets come from load_dataset)"
         )
     image_size, label_mode, dtype = checked_arguments(
-        batch_size, image_size, label_mode, dtype, "rel_yxyx", None
+        batch_size,
+        image_size,
+        label_mode,
+        dtype,
+        "rel_yxyx",
+        None,
+        training=training,
+        seed=seed,
+        config=config,
     )
     device_id = _device_id(device)
+    data_dir = os.fspath(data_dir)
     if "://" in data_dir:
         raise ValueError(
             f"data_dir {data_dir!r}: DALI's reader reads local files only; copy the build to a "
@@ -391,8 +400,9 @@ def shard_indexes(info: BuildInfo, split: str, index_dir: str | None = None) -> 
     indexes = []
     for path, shard in zip(info.shard_paths(split), info.split(split).shards, strict=True):
         index = os.path.join(index_dir, os.path.basename(path) + ".idx")
-        if not _index_is_current(index, shard.num_examples, shard.num_bytes):
+        if not _index_is_current(index, shard):
             write_index(path, index, shard.num_examples)
+            _write_atomically(index + _OF_SHARD, shard.sha256)
         indexes.append(index)
     return indexes
 
@@ -405,18 +415,33 @@ def default_index_dir(info: BuildInfo) -> str:
     return os.path.join(cache, "imagenet-tfrecords", "dali-index", key.hexdigest()[:16])
 
 
-def _index_is_current(index: str, num_records: int, num_bytes: int) -> bool:
+# Beside each index: the SHA-256 (from build_info.json) of the shard it was written for. A
+# rebuild with another seed can keep a shard's record count and size but not its offsets.
+_OF_SHARD = ".sha256"
+
+
+def _index_is_current(index: str, shard) -> bool:
     try:
+        with open(index + _OF_SHARD) as file:
+            if file.read() != shard.sha256:
+                return False
         with open(index) as file:
             lines = file.read().split("\n")[:-1]
     except OSError:
         return False
-    if len(lines) != num_records:
+    if len(lines) != shard.num_examples:
         return False
     if not lines:
-        return num_bytes == 0
+        return shard.num_bytes == 0
     offset, size = map(int, lines[-1].split())
-    return offset + size == num_bytes
+    return offset + size == shard.num_bytes
+
+
+def _write_atomically(path: str, text: str) -> None:
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with open(temporary, "w") as file:
+        file.write(text)
+    os.replace(temporary, path)
 
 
 def write_index(shard: str, index: str, expected: int) -> None:
@@ -445,7 +470,4 @@ def write_index(shard: str, index: str, expected: int) -> None:
             f"shard {shard}: {len(lines)} whole records in {end} bytes, build_info.json says "
             f"{expected} (python -m beam_pipeline.verify locates the damage)"
         )
-    temporary = f"{index}.tmp-{os.getpid()}"
-    with open(temporary, "w") as file:
-        file.writelines(lines)
-    os.replace(temporary, index)
+    _write_atomically(index, "".join(lines))

@@ -15,7 +15,6 @@ from loaders.config import ReadConfig, tf_data_value
 from loaders.info import dataset_info
 from loaders.preprocessing import eval_view, output_dtype, train_view, view_boxes
 from loaders.reader import SplitRecords, checked_record, read_records
-from loaders.service import checked_service
 from schemas import features as F
 from schemas import one_hot_length, tf_feature_spec
 
@@ -83,7 +82,8 @@ def load_dataset(
         `label_mode=None`; detection puts them in its dict as "filename". For evaluation and
         error analysis: `fit` would read a third element as sample weights.
       input_context: from `tf.distribute`; each input pipeline reads its own files, or every
-        n-th record when there are fewer files than pipelines.
+        n-th record when there are fewer files than pipelines (not with `service`, where
+        each pipeline needs files of its own).
       config: the loader's knobs.
 
     Raises:
@@ -91,15 +91,27 @@ def load_dataset(
       CorruptDatasetError: a shard is missing or has another size than recorded.
       KeyError: unknown split.
       ValueError, TypeError: a bad argument (named), before any graph is built; a training
-        split smaller than one batch; a labelled mode on an unlabelled split (label -1).
+        split smaller than one batch; a labelled mode on an unlabelled split (label -1);
+        `service` with fewer shards than input pipelines.
+      ConnectionError: no tf.data service dispatcher answers at `service`.
       tf.errors.InvalidArgumentError (while iterating): a shard whose records are corrupt; the
         message names the file.
     """
     image_size, label_mode, dtype = checked_arguments(
-        batch_size, image_size, label_mode, dtype, bounding_box_format, max_boxes
+        batch_size,
+        image_size,
+        label_mode,
+        dtype,
+        bounding_box_format,
+        max_boxes,
+        training=training,
+        seed=seed,
+        config=config,
     )
+    checked_input_context(input_context)
     info = dataset_info(data_dir)
     refuse_unlabelled(info, split, label_mode)
+    refuse_service_sharding(info, split, service, input_context)
     records = read_records(
         info, split, training=training, seed=seed, input_context=input_context, config=config
     )
@@ -128,6 +140,36 @@ def refuse_unlabelled(info, split: str, label_mode: str | None) -> None:
             f"split {split!r} of {info.data_dir} is unlabelled (its tree has no annotations and "
             f"no class folders; every record has label -1): label_mode={label_mode!r} needs "
             "labels; label_mode=None loads its images"
+        )
+
+
+def checked_input_context(input_context) -> None:
+    """TypeError, naming the argument, when `input_context` is not a `tf.distribute` one."""
+    if input_context is not None and not all(
+        isinstance(getattr(input_context, name, None), int)
+        for name in ("num_input_pipelines", "input_pipeline_id")
+    ):
+        raise TypeError(
+            "input_context must be a tf.distribute.InputContext (the argument of the function "
+            f"given to distribute_datasets_from_function) or None, not {input_context!r}"
+        )
+
+
+def refuse_service_sharding(info, split: str, service, input_context) -> None:
+    """ValueError when `service` and `input_context` would need every n-th record.
+
+    With fewer shards than input pipelines, each pipeline keeps every n-th record of the
+    stream; behind a tf.data service in "distributed_epoch" mode that stream is each worker's
+    part, not the split, so the pipelines would read records twice and miss others.
+    """
+    if service is None or input_context is None:
+        return
+    shards, pipelines = len(info.split(split).shards), input_context.num_input_pipelines
+    if shards < pipelines:
+        raise ValueError(
+            f"service= with {pipelines} input pipelines needs at least as many shards, and "
+            f"split {split!r} has {shards}: each pipeline reads whole shards from the service. "
+            f"Rebuild with --num_shards {split}={pipelines} (or more), or load without service="
         )
 
 
@@ -188,6 +230,10 @@ def batch_examples(
         deterministic=True if seed is not None else None,
     )
     if service is not None:
+        # Imported here: `python -m loaders.service` runs that module as __main__, and an
+        # import of it by `import loaders` would make runpy warn.
+        from loaders.service import checked_service
+
         dataset = dataset.apply(
             tf.data.experimental.service.distribute(
                 processing_mode="distributed_epoch", service=checked_service(service)
@@ -208,12 +254,31 @@ def batch_examples(
     return dataset.prefetch(tf_data_value(config.prefetch))
 
 
-def checked_arguments(batch_size, image_size, label_mode, dtype, box_format, max_boxes):
+def checked_arguments(
+    batch_size,
+    image_size,
+    label_mode,
+    dtype,
+    box_format,
+    max_boxes,
+    *,
+    training=False,
+    seed=None,
+    config=ReadConfig(),
+):
     """(image_size as (h, w), label_mode with "categorical" as "one_hot", dtype's name).
 
     Raises:
       TypeError, ValueError: naming the argument, before TensorFlow builds anything.
     """
+    if not isinstance(training, bool):
+        raise TypeError(f"training must be True or False, not {training!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise TypeError(f"seed must be an int or None, not {seed!r}")
+    if not isinstance(config, ReadConfig):
+        raise TypeError(
+            f"config must be a loaders.ReadConfig (ReadConfig(shuffle_buffer=...)), not {config!r}"
+        )
     if isinstance(batch_size, bool) or not isinstance(batch_size, int):
         raise TypeError(f"batch_size must be an int, not {batch_size!r}")
     if batch_size < 1:

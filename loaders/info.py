@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import warnings
 
 import tensorflow as tf
 
 from schemas import ClassList, DatasetInfo, NoBuildError, SplitInfo, read_build_info
-from schemas.paths import join
+from schemas.paths import is_local, join
 
 
 class IncompleteDatasetError(NoBuildError):
@@ -79,7 +80,21 @@ class BuildInfo:
 
         Balances data where a few labels (often images without objects) dominate; classes
         absent from the split get weight 1.0.
+
+        Raises:
+          KeyError: no such split (naming the splits there are).
+          ValueError: the split is unlabelled, so it has no class counts to balance.
         """
+        if split not in self.info.splits:
+            raise KeyError(
+                f"class_weight(split={split!r}): {self.data_dir} has no split {split!r}; it has "
+                f"{self.splits}: pass the split to balance"
+            )
+        if not self.split(split).labelled:
+            raise ValueError(
+                f"class_weight: split {split!r} of {self.data_dir} is unlabelled (label -1 on "
+                "every record), so it has no class counts; pass a labelled split"
+            )
         counts = self.split(split).class_counts
         present = [c for c in counts if c > 0]
         total = sum(present)
@@ -89,7 +104,7 @@ class BuildInfo:
         }
 
 
-def dataset_info(data_dir: str) -> BuildInfo:
+def dataset_info(data_dir: str | os.PathLike) -> BuildInfo:
     """Reads `data_dir/build_info.json` (local or gs://), or a schema 1.x build's metadata.
 
     Raises:
@@ -104,6 +119,12 @@ def dataset_info(data_dir: str) -> BuildInfo:
         with tf.io.gfile.GFile(path, "r") as f:
             return f.read()
 
+    data_dir = os.fspath(data_dir)
+    if is_local(data_dir) and not os.path.isdir(data_dir):
+        raise IncompleteDatasetError(
+            f"{data_dir} {'is a file' if os.path.exists(data_dir) else 'does not exist'}: "
+            "data_dir is the --output_dir of a build, a directory"
+        )
     try:
         return BuildInfo(data_dir.rstrip("/"), read_build_info(read_text, data_dir))
     except NoBuildError as error:

@@ -59,9 +59,11 @@ def read_records(
     index = input_context.input_pipeline_id if input_context else 0
     by_file = len(files) >= num_pipelines
 
-    dataset = tf.data.Dataset.from_tensor_slices((files, tf.constant(counts, tf.int64)))
-    if num_pipelines > 1 and by_file:
-        dataset = dataset.shard(num_pipelines, index)
+    mine = slice(index, None, num_pipelines) if by_file else slice(None)
+    # The pipeline's files are picked here, not by `Dataset.shard`: a tf.data service in
+    # "distributed_epoch" mode hands the source's elements out among its workers, and a
+    # `shard` after the source would then pick from each worker's part instead of the list.
+    dataset = tf.data.Dataset.from_tensor_slices((files[mine], tf.constant(counts[mine], tf.int64)))
     if training:
         # Element sharding needs every pipeline to walk the files in the same order.
         file_seed = seed if seed is not None or by_file else 0

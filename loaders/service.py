@@ -19,26 +19,62 @@ import sys
 _ADDRESS = re.compile(r"^(?:grpc://)?(?P<host>\[[^\]]+\]|[^:/\s]+):(?P<port>\d{1,5})$")
 
 
+# The dispatcher's own RPC that answers who it is (tensorflow/core/data/service/dispatcher.proto).
+_GET_VERSION = "/tensorflow.data.DispatcherService/GetVersion"
+
+
 def checked_service(address: str, timeout: float = 5.0) -> str:
-    """`address` as "grpc://host:port", once its dispatcher answers a TCP connection.
+    """`address` as "grpc://host:port", once a tf.data service dispatcher answers there.
+
+    tf.data retries an address forever, whatever answers it (nothing, a web server, one of the
+    service's workers), so the dispatcher is asked for its version first, over gRPC.
 
     Raises:
       ValueError: not "[grpc://]host:port".
-      ConnectionError: nothing listens there (tf.data would otherwise retry forever).
+      ConnectionError: no dispatcher answers there (naming what does, when something does).
     """
+    import grpc  # TensorFlow's own dependency
+
     found = _ADDRESS.match(str(address))
     if not found:
         raise ValueError(f"service must be 'grpc://host:port', not {address!r}")
-    host, port = found.group("host").strip("[]"), int(found.group("port"))
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            pass
-    except OSError as error:
-        raise ConnectionError(
-            f"cannot reach the tf.data service dispatcher at {host}:{port} ({error}); start "
-            "one with `python -m loaders.service dispatcher --port PORT`"
-        ) from None
-    return f"grpc://{found.group('host')}:{port}"
+    host, port = found.group("host"), int(found.group("port"))
+    start = "start one with `python -m loaders.service dispatcher --port PORT`"
+    with grpc.insecure_channel(f"{host}:{port}") as channel:
+        ask = channel.unary_unary(_GET_VERSION)
+        try:
+            ask(b"", timeout=timeout)
+        except grpc.RpcError as error:
+            code, details = error.code(), error.details()
+            if code == grpc.StatusCode.UNIMPLEMENTED:
+                why = "a gRPC server answers, but it is not a dispatcher (a worker's port?)"
+            elif code == grpc.StatusCode.UNAVAILABLE and "HTTP/2" in (details or ""):
+                why = f"something that does not speak gRPC answers ({details})"
+            elif code == grpc.StatusCode.UNAVAILABLE:
+                why = f"nothing answers ({details})"
+            else:
+                why = f"{code.name}: {details}"
+            raise ConnectionError(
+                f"no tf.data service dispatcher at {host}:{port}: {why}; {start}"
+            ) from None
+    return f"grpc://{host}:{port}"
+
+
+def port_is_free(port: int) -> bool:
+    """Whether nothing listens on `port`. gRPC binds with SO_REUSEPORT, so a second server on
+    a port in use starts "successfully" and the kernel splits the connections between them."""
+    if port == 0:
+        return True
+    family, address = (
+        (socket.AF_INET6, ("::", port)) if socket.has_ipv6 else (socket.AF_INET, ("", port))
+    )
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError:
+            return False
+    return True
 
 
 def start_dispatcher(port: int = 0, work_dir: str | None = None):
@@ -72,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     worker.add_argument("--dispatcher", required=True, help="HOST:PORT of the dispatcher")
     worker.add_argument("--port", type=int, default=0, help="its own port (default: any free)")
     args = parser.parse_args(argv)
+    if not port_is_free(args.port):
+        parser.error(f"--port {args.port} is in use (another dispatcher or worker?); pick another")
     if args.role == "dispatcher":
         server = start_dispatcher(args.port, args.work_dir)
         print(f"tf.data service dispatcher at {server.target}", flush=True)

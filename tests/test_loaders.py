@@ -2,6 +2,7 @@ import collections
 import hashlib
 import io
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -84,6 +85,11 @@ def test_keras_names_categorical_int_image_size_and_class_names(built):
         ({"image_size": 0}, ValueError, "image_size must be positive, not 0"),
         ({"label_mode": "sparse"}, ValueError, "label_mode must be one of"),
         ({"dtype": "int8"}, ValueError, "dtype must be one of"),
+        ({"training": "yes"}, TypeError, "training must be True or False, not 'yes'"),
+        ({"seed": "a"}, TypeError, "seed must be an int or None, not 'a'"),
+        ({"seed": 1.5}, TypeError, "seed must be an int or None, not 1.5"),
+        ({"config": {"shuffle_buffer": 8}}, TypeError, "config must be a loaders.ReadConfig"),
+        ({"input_context": "x"}, TypeError, "input_context must be a tf.distribute.InputContext"),
     ],
 )
 def test_a_bad_argument_is_named_before_any_graph_is_built(built, kwargs, error, message):
@@ -120,6 +126,8 @@ def test_an_unlabelled_split_loads_its_images_alone(tmp_path):
     assert [batch.shape[0] for batch in images] == [2, 2, 1]
     with pytest.raises(ValueError, match=r"label -1\): label_mode='int' needs labels; "):
         load_dataset(str(out), "test", batch_size=2, label_mode="int")
+    with pytest.raises(ValueError, match=r"class_weight: split 'test' of .* is unlabelled"):
+        dataset_info(str(out)).class_weight("test")
     # A labelled split loads images alone too.
     train = load_dataset(str(out), "train", batch_size=4, image_size=SIZE, label_mode=None)
     assert train.element_spec == tf.TensorSpec((None, 32, 32, 3), tf.float32)
@@ -220,6 +228,42 @@ def test_incomplete_directory_is_refused(built, tmp_path):
         load_dataset(str(tmp_path), "train", batch_size=4)
     with pytest.raises(KeyError, match="no split 'test'"):
         load_dataset(built, "test", batch_size=4)
+    with pytest.raises(IncompleteDatasetError, match=r"/nowhere does not exist: data_dir is the"):
+        load_dataset(str(tmp_path / "nowhere"), "train", batch_size=4)
+    shard = str(tmp_path / "train-00000-of-00001.tfrecord")
+    with pytest.raises(IncompleteDatasetError, match=r"tfrecord is a file: data_dir is the"):
+        dataset_info(shard)
+
+
+def test_data_dir_may_be_a_path(built):
+    batches = load_dataset(pathlib.Path(built), "validation", batch_size=25, image_size=SIZE)
+    assert [x.shape[0] for x, _ in batches] == [25]
+    assert dataset_info(pathlib.Path(built)).data_dir == str(built)
+
+
+@pytest.mark.parametrize(
+    "field, value, error, message",
+    [
+        ("cycle_length", 0, ValueError, "ReadConfig.cycle_length must be at least 1 or AUTOTUNE"),
+        ("num_parallel_calls", 0, ValueError, "ReadConfig.num_parallel_calls must be at least 1"),
+        ("prefetch", -5, ValueError, "ReadConfig.prefetch must be at least 0 or AUTOTUNE"),
+        ("shuffle_buffer", 2.5, TypeError, "ReadConfig.shuffle_buffer must be an int"),
+        ("random_flip", "no", TypeError, "ReadConfig.random_flip must be True or False"),
+        ("min_object_covered", 2.0, ValueError, "ReadConfig.min_object_covered must be in [0, 1]"),
+        ("crop_aspect_ratio_range", (2, 1), ValueError, "ReadConfig.crop_aspect_ratio_range"),
+        ("crop_area_range", (0.5,), TypeError, "ReadConfig.crop_area_range must be a pair"),
+        ("value_range", (1.0, 1.0), ValueError, "ReadConfig.value_range must be (low, high)"),
+    ],
+)
+def test_a_bad_read_config_is_named_when_made(field, value, error, message):
+    with pytest.raises(error) as raised:
+        ReadConfig(**{field: value})
+    assert str(raised.value).startswith(message)
+
+
+def test_class_weight_of_a_split_the_build_lacks_names_the_splits(built):
+    with pytest.raises(KeyError, match=r"class_weight\(split='test'\): .* pass the split"):
+        dataset_info(built).class_weight("test")
 
 
 def test_dataset_info_counts_and_class_weight(built):

@@ -2,10 +2,12 @@
 
 import collections
 import hashlib
+import http.server
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -69,11 +71,56 @@ def test_a_bad_or_silent_service_address_is_refused(built):
     with socket.socket() as probe:  # a free port with nothing listening
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    with pytest.raises(ConnectionError, match=rf"dispatcher at 127\.0\.0\.1:{port} "):
+    with pytest.raises(ConnectionError, match=rf"dispatcher at 127\.0\.0\.1:{port}: nothing answ"):
         load_dataset(built, "train", batch_size=8, service=f"grpc://127.0.0.1:{port}")
     for bad in ("http://h:1", "host", "grpc://h:port"):
         with pytest.raises(ValueError, match="service must be 'grpc://host:port'"):
             checked_service(bad)
+
+
+def test_input_pipelines_behind_the_service_read_each_record_once(built, service):
+    # Two pipelines share the 4 train shards: each reads its own 2 through the service.
+    kwargs = {"batch_size": 8, "image_size": SIZE, "label_mode": "int", "dtype": "uint8"}
+    expected = digests(load_dataset(built, "train", **kwargs))
+    for _ in range(3):  # the service's workers take the shards in varying order
+        seen = collections.Counter()
+        for index in range(2):
+            context = tf.distribute.InputContext(2, index, 1)
+            seen += digests(
+                load_dataset(built, "train", service=service, input_context=context, **kwargs)
+            )
+        assert seen == expected
+
+
+def test_more_input_pipelines_than_shards_behind_the_service_are_refused(built, service):
+    context = tf.distribute.InputContext(5, 0, 1)
+    with pytest.raises(ValueError, match=r"has 4: .*--num_shards train=5"):
+        load_dataset(built, "train", batch_size=8, service=service, input_context=context)
+
+
+def test_an_address_where_no_dispatcher_answers_is_refused(built, service):
+    worker = start_worker(service)  # a gRPC server of the service, but not its dispatcher
+    try:
+        with pytest.raises(ConnectionError, match="it is not a dispatcher"):
+            load_dataset(built, "train", batch_size=8, service=f"grpc://{worker._address}")
+    finally:
+        worker._stop()
+    web = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(ConnectionError, match="does not speak gRPC"):
+            checked_service(f"127.0.0.1:{web.server_port}", timeout=10)
+    finally:
+        web.shutdown()
+
+
+def test_a_dispatcher_on_a_port_in_use_is_refused(service):
+    port = service.rsplit(":", 1)[1]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    command = [sys.executable, "-m", "loaders.service", "dispatcher", "--port", port]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert f"--port {port} is in use" in done.stderr
 
 
 def test_the_command_line_recipe_serves_a_trainer(built, tmp_path):
@@ -82,7 +129,12 @@ def test_the_command_line_recipe_serves_a_trainer(built, tmp_path):
         port = probe.getsockname()[1]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     command = [sys.executable, "-m", "loaders.service"]
-    servers = [subprocess.Popen([*command, "dispatcher", "--port", str(port)], env=env)]
+    logs = [tmp_path / "dispatcher.log", tmp_path / "worker.log"]
+    servers = [
+        subprocess.Popen(
+            [*command, "dispatcher", "--port", str(port)], env=env, stderr=logs[0].open("w")
+        )
+    ]
     try:
         address = f"127.0.0.1:{port}"
         deadline = time.monotonic() + 120
@@ -93,7 +145,11 @@ def test_the_command_line_recipe_serves_a_trainer(built, tmp_path):
             except ConnectionError:
                 assert servers[0].poll() is None and time.monotonic() < deadline
                 time.sleep(0.2)
-        servers.append(subprocess.Popen([*command, "worker", "--dispatcher", address], env=env))
+        servers.append(
+            subprocess.Popen(
+                [*command, "worker", "--dispatcher", address], env=env, stderr=logs[1].open("w")
+            )
+        )
         dataset = load_dataset(
             built,
             "validation",
@@ -116,3 +172,5 @@ def test_the_command_line_recipe_serves_a_trainer(built, tmp_path):
         for server in servers:
             server.terminate()
             server.wait(30)
+    for log in logs:  # runpy warns when `import loaders` has imported loaders.service already
+        assert "RuntimeWarning" not in log.read_text(), log
