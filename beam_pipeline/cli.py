@@ -107,6 +107,11 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
         logger.error("Refused: %s", error)
         out.say(f"error: {error}")
         return 2
+    except Exception as error:  # reading the tree failed (storage out of reach, say)
+        logger.error("Could not prepare the build", exc_info=error)
+        out.say(pipeline.failure_message(error))
+        out.say(f"full log: {out.log_path}")
+        return 1
     config = prepared.config
     out.say(
         f"Building {config.output_dir} from {config.input_dir} ({config.layout}); "

@@ -26,6 +26,7 @@ Like Beam's, it runs batch pipelines in the global window, and it reports no Bea
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -54,6 +55,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_pipeline import machine
+from beam_pipeline.failures import BuildFailed
 
 logger = logging.getLogger(__name__)
 
@@ -317,25 +319,40 @@ class _Translator(PipelineVisitor):
         return sinks
 
 
+# A build fails when its cluster has had no worker this long (all died, or were stopped: the
+# scheduler would otherwise wait for new ones forever), and waits this long for a first one.
+NO_WORKERS_SECONDS = 60.0
+_POLL_SECONDS = 0.2
+
+
 class DaskRunnerResult(PipelineResult):
     """The running build; waiting for it closes the client (and a LocalCluster it started)."""
 
-    def __init__(self, client, futures):
+    def __init__(self, client, futures, address=None):
         super().__init__(PipelineState.RUNNING)
         self._client = client
         self._futures = futures
+        self._address = address or client.scheduler.address
 
     def wait_until_finish(self, duration=None):
-        import dask.distributed as ddist
-
         if self._state in (PipelineState.DONE, PipelineState.FAILED, PipelineState.CANCELLED):
             return self._state
         try:
-            timeout = None if duration is None else duration / 1000
-            for _ in ddist.as_completed(
-                self._futures, loop=self._client.loop, timeout=timeout, with_results=True
-            ):
-                pass  # results are empty; gathering them raises a task's error here
+            deadline = None if duration is None else time.monotonic() + duration / 1000
+            without_workers = None
+            while not all(future.done() for future in self._futures):
+                if any(future.status == "error" for future in self._futures):
+                    break
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"the build did not finish in {duration} ms")
+                if self._client.nthreads():
+                    without_workers = None
+                elif without_workers is None:
+                    without_workers = time.monotonic()
+                elif time.monotonic() - without_workers > NO_WORKERS_SECONDS:
+                    raise BuildFailed(no_workers_message(self._address, "has had"))
+                time.sleep(_POLL_SECONDS)
+            self._client.gather(self._futures)  # the results are empty; raises a task's error
             self._state = PipelineState.DONE
         except BaseException:
             self._state = PipelineState.FAILED
@@ -391,6 +408,14 @@ class DaskRunner(beam_dask.DaskRunner):
             ) from error
         try:
             global last_cluster
+            if not client.nthreads():
+                logger.info("Waiting for the first worker of %s", client.scheduler.address)
+                try:
+                    client.wait_for_workers(1, timeout=NO_WORKERS_SECONDS)
+                except (TimeoutError, ddist.TimeoutError):
+                    raise ConnectionError(
+                        no_workers_message(address or client.scheduler.address, "has")
+                    ) from None
             threads = sum(client.nthreads().values())
             last_cluster = (address, len(client.nthreads()), threads)
             logger.info(
@@ -407,4 +432,14 @@ class DaskRunner(beam_dask.DaskRunner):
         except BaseException:
             client.close()
             raise
-        return DaskRunnerResult(client, futures)
+        return DaskRunnerResult(client, futures, address)
+
+
+def no_workers_message(address: str, verb: str) -> str:
+    """Why a build on a cluster without workers stops, and what to do."""
+    return (
+        f"the Dask cluster at {address} {verb} no worker for {NO_WORKERS_SECONDS:.0f} s: start "
+        f"some (`dask worker {address} --nthreads 1`); a worker dies when it cannot import this "
+        "package (install it where the workers and the scheduler run), and an adaptive "
+        "cluster needs a minimum of one"
+    )

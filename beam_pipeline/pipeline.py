@@ -15,6 +15,7 @@ the output directory, so bad flags and trees fail before anything is written.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import logging
 import os
 import platform
@@ -24,7 +25,13 @@ from collections.abc import Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import (
+    DirectOptions,
+    PipelineOptions,
+    SetupOptions,
+    StandardOptions,
+    WorkerOptions,
+)
 
 from beam_pipeline import layouts, machine, watch
 from beam_pipeline.discovery import DiscoverImages
@@ -66,6 +73,7 @@ class Prepared:
 
 def prepare(config: BuildConfig) -> Prepared:
     """Detects the layout, plans discovery and reads the labels file; raises on bad input."""
+    check_file_systems(config)
     if not has_files(config.input_dir):
         if is_local(config.input_dir) and os.path.isfile(config.input_dir):
             raise ValueError(
@@ -107,6 +115,69 @@ def prepare(config: BuildConfig) -> Prepared:
         raise ValueError("without the train split the vocabulary is unknown: pass --labels_file")
     config = dataclasses.replace(config, input_dir=root, layout=layout)
     return Prepared(config, plan, classes, display_names)
+
+
+def check_file_systems(config: BuildConfig) -> None:
+    """ValueError, naming the flag, for a URL whose scheme no installed Beam file system reads
+    (`gs://` without `apache-beam[gcp]`)."""
+    for flag, path in _path_flags(config):
+        if is_local(path):
+            continue
+        try:
+            FileSystems.get_filesystem(path)
+        except ValueError:
+            scheme = path.split("://", 1)[0]
+            extra = {"gs": "gcp", "s3": "aws", "az": "azure"}.get(scheme)
+            hint = f": pip install 'apache-beam[{extra}]'" if extra else ""
+            raise ValueError(
+                f"{flag} {path}: no Apache Beam file system for {scheme}:// is installed{hint}"
+            ) from None
+
+
+def _path_flags(config: BuildConfig) -> list[tuple[str, str]]:
+    flags = [
+        ("--input_dir", config.input_dir),
+        ("--output_dir", config.output_dir),
+        ("--labels_file", config.labels_file),
+    ]
+    return [(flag, path) for flag, path in flags if path]
+
+
+def with_absolute_paths(config: BuildConfig) -> BuildConfig:
+    """The config with local paths made absolute: a cluster's workers run in directories of
+    their own, where a relative path names another tree (or none)."""
+    return dataclasses.replace(
+        config,
+        input_dir=_absolute(config.input_dir),
+        output_dir=_absolute(config.output_dir) if config.output_dir else config.output_dir,
+        labels_file=_absolute(config.labels_file) if config.labels_file else None,
+    )
+
+
+_DATAFLOW = ("dataflowrunner", "dataflow", "testdataflowrunner")
+
+
+def check_dataflow(options: PipelineOptions, config: BuildConfig) -> None:
+    """ValueError for a Dataflow build its workers could not run: local paths (they read
+    Cloud Storage, not this machine's disk), or no way to install this package on them."""
+    runner = options.view_as(StandardOptions).runner or ""
+    if runner.lower().rsplit(".", 1)[-1] not in _DATAFLOW:
+        return
+    local = [f"{flag} {path}" for flag, path in _path_flags(config) if is_local(path)]
+    if local:
+        raise ValueError(
+            f"--runner {runner}: {', '.join(local)} {'is' if len(local) == 1 else 'are'} on "
+            "this machine, which Dataflow's workers cannot read; copy it to Cloud Storage and "
+            "pass gs://BUCKET/... paths"
+        )
+    setup = options.view_as(SetupOptions)
+    image = options.view_as(WorkerOptions).sdk_container_image
+    if not (setup.setup_file or setup.extra_packages or image):
+        raise ValueError(
+            f"--runner {runner}: the workers need this package: pass --setup_file ./setup.py "
+            "(a checkout's, or the unpacked sdist's), --extra_package the sdist, or "
+            "--sdk_container_image an image that has it installed"
+        )
 
 
 def _absolute(path: str) -> str:
@@ -305,6 +376,52 @@ def pipeline_options(
     return options
 
 
+# Runners by the names a user types, for the did-you-mean of a mistyped --runner.
+_RUNNER_NAMES = (
+    "DaskRunner",
+    "DataflowRunner",
+    "DirectRunner",
+    "FlinkRunner",
+    "FnApiRunner",
+    "PortableRunner",
+    "PrismRunner",
+    "SparkRunner",
+)
+_LOCAL_WORKER_FLAGS = {"--direct_num_workers", "--direct_running_mode"}
+
+
+def check_runner(options: PipelineOptions, argv: Sequence[str]) -> None:
+    """ValueError for a runner Beam does not know (naming the closest), and for flags the
+    runner would ignore: `--streaming` (the build is a batch pipeline), local or cloud
+    worker counts on Dask."""
+    named = {token.split("=", 1)[0] for token in argv}
+    if "--streaming" in named:
+        raise ValueError("--streaming: a build is a batch pipeline over a finite tree; drop it")
+    runner = options.view_as(StandardOptions).runner
+    if runner is None:
+        return
+    if runner == DASK_RUNNER:
+        ignored = sorted(named & (_CLOUD_WORKER_FLAGS | _LOCAL_WORKER_FLAGS))
+        if ignored:
+            raise ValueError(
+                f"{', '.join(ignored)} does nothing on Dask, whose cluster runs the build: give "
+                "it workers (`dask worker SCHEDULER --nworkers N --nthreads 1` on each "
+                "machine); without --dask_client_address the build starts one per core here"
+            )
+        return
+    if "." in runner:  # a runner's class path: Beam imports it
+        return
+    from apache_beam.runners.runner import _RUNNER_MAP
+
+    if runner.lower() in _RUNNER_MAP or runner.lower() + "runner" in _RUNNER_MAP:
+        return
+    close = difflib.get_close_matches(runner, _RUNNER_NAMES, n=1, cutoff=0.6)
+    raise ValueError(
+        f"unknown --runner {runner}{f' (did you mean {close[0]}?)' if close else ''}: "
+        f"{', '.join(_RUNNER_NAMES)}, or a runner's class path"
+    )
+
+
 def describe_workers(options: PipelineOptions) -> str:
     """How the build ran, for its summary: `2 worker processes (FnApiRunner)`, or the runner."""
     runner = options.view_as(StandardOptions).runner
@@ -345,7 +462,9 @@ def prepare_build(
     argv = list(argv)
     # The project's flags never reach Beam.
     beam_flags = beam_argv(argv)
-    config = BuildConfig.from_options(PipelineOptions(argv))
+    config = with_absolute_paths(BuildConfig.from_options(PipelineOptions(argv)))
+    check_dataflow(PipelineOptions(beam_flags), config)
+    check_runner(PipelineOptions(beam_flags), beam_flags)
     prepared = prepare(config)
     images = count_images_up_to(prepared.plan, SMALL_BUILD_IMAGES) if every_core else None
     options = pipeline_options(beam_flags, every_core=every_core, images=images)
@@ -379,6 +498,7 @@ def run(argv: Sequence[str] | None = None) -> DatasetInfo:
     return execute(*prepare_build(sys.argv[1:] if argv is None else argv))
 
 
+_LONGEST = 600  # characters of a multi-line error message the one-line failure keeps
 _EXCEPTION_LINE = re.compile(r"^((?:\w+\.)*\w*(?:Error|Exception|Exit|Interrupt)): (.*)$")
 _STEP = re.compile(r" ?\[while running '([^']*)'\].*$")
 
@@ -410,7 +530,8 @@ def failure_message(error: BaseException) -> str:
         if BUILD_FAILED_MARKER in line:
             line = line[line.index(BUILD_FAILED_MARKER) :]
             return _STEP.sub("", line).strip().strip("'\"")
-    kind, message = type(error).__name__, text.splitlines()[0] if text else ""
+    # A message of several lines (Beam's option validation, Dask's) is said on one.
+    kind, message = type(error).__name__, " ".join(text.split())[:_LONGEST]
     for line in text.splitlines():
         found = _EXCEPTION_LINE.match(line)
         if found and not found.group(2).startswith("Traceback"):

@@ -2,6 +2,7 @@
 
 import collections
 import pathlib
+import time
 
 import apache_beam as beam
 import pytest
@@ -145,3 +146,42 @@ def test_its_own_local_cluster_has_one_single_threaded_worker_per_core(tree, tmp
     info = build(tree, tmp_path / "out", "--runner", "DaskRunner")
     assert dask_runner.last_cluster == (None, 3, 3)
     assert info.splits["train"].num_examples > 0
+
+
+def test_relative_paths_name_the_launchers_tree_on_the_workers(
+    cluster, tree, tmp_path, monkeypatch
+):
+    # The workers run in directories of their own: the build gives them absolute paths.
+    build(tree, tmp_path / "local", "--max_bad_fraction", "0.05")
+    expected = files(tmp_path / "local")
+    monkeypatch.chdir(tree.parent)
+    relative = ["--input_dir", tree.name, "--output_dir", "out_rel", "--max_bad_fraction", "0.05"]
+    pipeline.run([*relative, *dask_flags(cluster)])
+    assert files(tree.parent / "out_rel") == expected
+
+
+def test_a_cluster_without_workers_is_refused(tree, tmp_path, monkeypatch):
+    monkeypatch.setattr(dask_runner, "NO_WORKERS_SECONDS", 2)
+    empty = LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address=None)
+    flags = ["--runner", "DaskRunner", "--dask_client_address", empty.scheduler_address]
+    with empty, pytest.raises(ConnectionError) as raised:
+        build(tree, tmp_path / "out", *flags)
+    assert str(raised.value).startswith(
+        f"the Dask cluster at {empty.scheduler_address} has no worker for 2 s: start some"
+    )
+
+
+def test_a_build_whose_workers_all_died_fails_loudly(monkeypatch):
+    monkeypatch.setattr(dask_runner, "NO_WORKERS_SECONDS", 2)
+    local = LocalCluster(
+        n_workers=1, threads_per_worker=1, host="127.0.0.1", dashboard_address=None
+    )
+    with local, Client(local, set_as_default=False) as client:
+        slow = client.submit(time.sleep, 600, pure=False)
+        result = dask_runner.DaskRunnerResult(client, [slow], local.scheduler_address)
+        local.scale(0)
+        with pytest.raises(dask_runner.BuildFailed) as raised:
+            result.wait_until_finish()
+    assert pipeline.failure_message(raised.value).startswith(
+        f"BUILD FAILED: the Dask cluster at {local.scheduler_address} has had no worker for 2 s"
+    )

@@ -12,7 +12,7 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 
-from beam_pipeline import cli, machine, pipeline
+from beam_pipeline import cli, machine, pipeline, sample_tree
 from beam_pipeline.cli import tune_malloc
 from beam_pipeline.options import (
     DASK_RUNNER,
@@ -359,3 +359,105 @@ def test_help_lists_every_project_flag_wherever_it_is_asked(where, capsys):
     for flag in flags:
         assert flag in printed
     assert "Every Apache Beam pipeline option is accepted" in " ".join(printed.split())
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (
+            ["--runner", "DaskRuner"],
+            "unknown --runner DaskRuner (did you mean DaskRunner?): DaskRunner, DataflowRunner, ",
+        ),
+        (["--runner", "Foo"], "unknown --runner Foo: DaskRunner, DataflowRunner, DirectRunner"),
+        (["--streaming"], "--streaming: a build is a batch pipeline over a finite tree; drop it"),
+        (
+            ["--runner", "DaskRunner", "--direct_num_workers", "4", "--num_workers", "2"],
+            "--direct_num_workers, --num_workers does nothing on Dask, whose cluster runs the "
+            "build",
+        ),
+        (
+            ["--runner", "DataflowRunner", "--project", "p", "--region", "r"],
+            "--runner DataflowRunner: --input_dir TREE, --output_dir OUT are on this machine, "
+            "which Dataflow's workers cannot read",
+        ),
+        (
+            [
+                "--runner",
+                "DataflowRunner",
+                "--input_dir",
+                "gs://b/tree",
+                "--output_dir",
+                "gs://b/o",
+            ],
+            "--runner DataflowRunner: the workers need this package: pass --setup_file ./setup.py",
+        ),
+        (
+            ["--output_dir", "gs://b/out"],
+            "--output_dir gs://b/out: no Apache Beam file system for gs:// is installed: "
+            "pip install 'apache-beam[gcp]'",
+        ),
+    ],
+)
+def test_a_runner_or_flag_the_build_would_ignore_or_fail_on_is_refused_first(
+    tmp_path, capsys, flags, message
+):
+    if "gs://b/out" in flags and _has_gcs():
+        pytest.skip("Beam's gs:// file system is installed here")
+    tree = tmp_path / "tree"
+    sample_tree.write_tree(str(tree), num_train=4, num_val=2, seed=0)
+    out = tmp_path / "out"
+    argv = ["--input_dir", str(tree), "--output_dir", str(out), *flags]
+    assert cli.main(argv) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(
+        "error: " + message.replace("TREE", str(tree)).replace("OUT", str(out))
+    ), error
+    assert not out.exists()
+
+
+def _has_gcs() -> bool:
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        FileSystems.get_filesystem("gs://b/x")
+    except ValueError:
+        return False
+    return True
+
+
+def test_relative_paths_reach_the_pipeline_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    made = pipeline.with_absolute_paths(config("--labels_file", "labels.txt"))
+    assert (made.input_dir, made.output_dir, made.labels_file) == (
+        str(tmp_path / "in"),
+        str(tmp_path / "out"),
+        str(tmp_path / "labels.txt"),
+    )
+    remote = BuildConfig("gs://b/tree", "gs://b/out")
+    assert pipeline.with_absolute_paths(remote) == remote
+
+
+def test_a_multi_line_error_is_said_on_one_line():
+    error = ValueError(
+        "Pipeline has validations errors: \nMissing required option: project.\n"
+        "Missing required option: region."
+    )
+    assert pipeline.failure_message(error) == (
+        "BUILD FAILED: ValueError: Pipeline has validations errors: Missing required option: "
+        "project. Missing required option: region.; the traceback is in the log"
+    )
+
+
+def test_an_error_while_reading_the_tree_is_one_line_not_a_traceback(tmp_path, capsys, monkeypatch):
+    def unreachable(path):
+        raise ConnectionError("storage out of reach\nretried 10 times")
+
+    monkeypatch.setattr(pipeline, "has_files", unreachable)
+    argv = ["--input_dir", str(tmp_path), "--output_dir", str(tmp_path / "out")]
+    assert cli.main(argv) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == (
+        "BUILD FAILED: ConnectionError: storage out of reach retried 10 times; the traceback is "
+        "in the log"
+    )
+    assert lines[1].startswith("full log: ")
