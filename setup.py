@@ -3,7 +3,8 @@
 `install_requires` is what a Beam worker needs to run the builder; nothing is assumed to be on
 the worker image besides Apache Beam itself. TensorFlow is only needed by the loader
 (`pip install .[loader]`): the builder serialises `tf.train.Example` without it. `.[dask]`
-adds Dask's distributed scheduler for `--runner DaskRunner`.
+adds Dask's distributed scheduler for `--runner DaskRunner`, `.[dataflow]` Beam's Google Cloud
+I/O for `--runner DataflowRunner` and `gs://` paths.
 """
 
 import pathlib
@@ -42,8 +43,11 @@ setuptools.setup(
         # `show --histogram` plots the class counts; the contact sheet needs Pillow alone.
         "show": ["matplotlib>=3.8"],
         # loaders.dali: decoding on the GPU with NVIDIA DALI; pick the wheel of your CUDA major.
-        "gpu": ["nvidia-dali-cuda120>=2.0"],
-        "gpu-cuda13": ["nvidia-dali-cuda130>=2.0"],
+        # The loader itself needs TensorFlow (`import loaders`), so it comes along.
+        "gpu": ["nvidia-dali-cuda120>=2.0", "tensorflow>=2.16"],
+        "gpu-cuda13": ["nvidia-dali-cuda130>=2.0", "tensorflow>=2.16"],
+        # --runner DataflowRunner and gs:// paths: Beam's Google Cloud I/O and the runner.
+        "dataflow": ["apache-beam[gcp]>=2.60,<3"],
         "dev": ["pytest>=8", "ruff>=0.6", "psutil>=5.9", "tensorflow>=2.16"],
     },
     entry_points={

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -59,4 +60,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a stderr handler on the way; the read-only commands print what they have to say.
         logging.getLogger().addHandler(logging.NullHandler())
     module = importlib.import_module(COMMANDS[command][0])
-    return module.main(rest)
+    try:
+        code = module.main(rest)
+        sys.stdout.flush()  # here, where a closed pipe can still be caught
+        return code
+    except BrokenPipeError:
+        # The reader left (`stats OUT | head`): say nothing more, as other tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1

@@ -84,6 +84,13 @@ def read_build_info(output_dir: str) -> DatasetInfo:
       ValueError, KeyError, TypeError: the file is not this project's metadata.
     """
 
+    if is_local(output_dir) and not os.path.isdir(output_dir):
+        what = "is a file" if os.path.exists(output_dir) else "does not exist"
+        raise NoBuildError(
+            f"{output_dir} {what}; name the output directory of a build "
+            f"(python -m beam_pipeline --input_dir TREE --output_dir OUT)"
+        )
+
     def read_text(name: str) -> str | None:
         path = join(output_dir, name)
         if not file_exists(path):

@@ -42,7 +42,7 @@ from beam_pipeline.readback import (
 from beam_pipeline.tfrecord import CorruptRecordError, read_records
 from schemas import BACKGROUND, BUILD_INFO_FILE, UNLABELLED, DatasetInfo, SplitInfo
 from schemas import features as F
-from schemas.paths import is_local, join
+from schemas.paths import join
 
 TILE = 192  # side of the square each image is scaled into, in sheet pixels
 PAD = 6  # between tiles and around the sheet
@@ -152,12 +152,6 @@ def class_colour(label: int, background_index: int) -> tuple[int, int, int]:
 
 def read_info(output_dir: str) -> DatasetInfo:
     """The build's metadata; UsageError when `output_dir` holds no committed build."""
-    if is_local(output_dir) and not os.path.isdir(output_dir):
-        what = "is a file" if os.path.exists(output_dir) else "does not exist"
-        raise UsageError(
-            f"{output_dir} {what}; name the output directory of a build "
-            f"(python -m beam_pipeline --input_dir TREE --output_dir OUT)"
-        )
     try:
         return read_build_info(output_dir)
     except NoBuildError as error:

@@ -97,7 +97,11 @@ def start_worker(dispatcher: str, port: int = 0):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loaders.service", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m loaders.service",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     roles = parser.add_subparsers(dest="role", required=True)
     dispatcher = roles.add_parser("dispatcher", help="run the dispatcher (one per service)")
     dispatcher.add_argument("--port", type=int, default=5050)

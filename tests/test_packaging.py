@@ -12,7 +12,14 @@ import pytest
 from helpers import summary_rows
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PROJECT_FILES = ["setup.py", "pyproject.toml", "README.md", "MANIFEST.in", "requirements.txt"]
+PROJECT_FILES = [
+    "setup.py",
+    "pyproject.toml",
+    "README.md",
+    "MANIFEST.in",
+    "requirements.txt",
+    "LICENSE",
+]
 PACKAGES = ["beam_pipeline", "schemas", "loaders"]
 
 
@@ -22,7 +29,7 @@ def sdist(tmp_path_factory):
     work = tmp_path_factory.mktemp("project")
     for name in PROJECT_FILES:
         shutil.copy(ROOT / name, work / name)
-    for package in PACKAGES:
+    for package in [*PACKAGES, "tests"]:  # the tests are there, as in a checkout
         shutil.copytree(
             ROOT / package, work / package, ignore=shutil.ignore_patterns("__pycache__")
         )
@@ -54,6 +61,12 @@ def test_sdist_holds_every_module_and_declares_worker_dependencies(sdist):
     # Dask only for builds on a Dask cluster.
     assert "dask" not in declared
     assert "dask[distributed]" in requires.split("[dask]", 1)[1].split("\n[", 1)[0]
+    assert "apache-beam[gcp]" in requires.split("[dataflow]", 1)[1].split("\n[", 1)[0]
+    # DALI's loader is a loader: TensorFlow comes with it.
+    assert "tensorflow" in requires.split("[gpu]", 1)[1].split("\n[", 1)[0]
+    # The licence travels; the tests do not (the workers install this).
+    assert any(name.endswith("/LICENSE") for name in names)
+    assert not any("/tests/" in name for name in names)
 
 
 def test_installed_sdist_builds_a_tree_in_a_fresh_interpreter(sdist, tmp_path):

@@ -3,6 +3,8 @@ command line that holds them."""
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 from helpers import build, ilsvrc_image, jpeg_bytes, read_split, write
@@ -296,3 +298,17 @@ def test_plan_counts_class_folder_images_without_xml(tmp_path, capsys):
     assert lines[-1].startswith("The build would be refused: 1 of 5 images rejected ")
     assert planning.main(["--input_dir", str(root), "--splits", "train", "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["unbuilt_splits"] == ["test"]
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(sample):
+    # `stats OUT | head -1`: the pipe closes before the command has written everything.
+    _, out, _ = sample
+    script = (
+        "import os, sys; from beam_pipeline import commands; r, w = os.pipe(); os.close(r); "
+        "os.dup2(w, 1); sys.exit(commands.main(['stats', sys.argv[1]]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(out)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr

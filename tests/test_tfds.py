@@ -181,6 +181,11 @@ def test_upgrade_makes_a_schema_1_build_a_tfds_dataset_without_touching_a_shard(
     assert labels == [r[F.LABEL][0] for r in read_split(built, "validation")]
     assert verify.verify(str(legacy)) == (4, [])
     assert upgrade.main([str(tmp_path / "nothing")]) == 2
+    assert f"{tmp_path / 'nothing'} does not exist; name the output directory of a build" in (
+        capsys.readouterr().err
+    )
+    (tmp_path / "empty").mkdir()
+    assert upgrade.main([str(tmp_path / "empty")]) == 2
     assert "holds no committed build (build_info.json is missing)" in capsys.readouterr().err
 
 
