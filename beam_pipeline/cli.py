@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 
 from beam_pipeline import console
+from beam_pipeline.failures import interrupts_remembered
 
 # glibc mallopt parameters, and the environment variables that set them in child processes.
 _MALLOC_SETTINGS = (
@@ -120,7 +121,7 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
     for note in console.tree_notes(prepared.plan, config.splits):
         out.say(note)
     try:
-        with out.progress(config.output_dir) as live:
+        with interrupts_remembered(), out.progress(config.output_dir) as live:
             info = pipeline.execute(options, prepared)
             if live is not None:
                 live.finish()

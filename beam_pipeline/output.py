@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.failures import BuildFailed
+from beam_pipeline.failures import BuildFailed, refuse_if_interrupted
 from beam_pipeline.fileio import ensure_dir
 from beam_pipeline.readback import read_build_info
 from beam_pipeline.rejections import Rejection
@@ -285,7 +285,12 @@ def remove_other_shards(output_dir: str, info: DatasetInfo) -> None:
 
 def commit(output_dir: str, info: DatasetInfo) -> None:
     """Deletes shard files that are not `info`'s, then writes `labels.txt`, `label_map.pbtxt`,
-    TFDS's metadata and, last, `build_info.json` (the commit marker); clears work dirs."""
+    TFDS's metadata and, last, `build_info.json` (the commit marker); clears work dirs.
+
+    Raises:
+      KeyboardInterrupt: a Ctrl-C reached this process earlier and was swallowed on the way.
+    """
+    refuse_if_interrupted()
     remove_other_shards(output_dir, info)
     labels = "".join(name + "\n" for name in info.classes)
     write_atomic(output_dir, LABELS_FILE, labels.encode("utf-8"))

@@ -1,8 +1,12 @@
 """The output directory's helpers: temp-then-rename, the commit files, the shard check."""
 
+import os
+import signal
+import time
+
 import pytest
 
-from beam_pipeline import output
+from beam_pipeline import failures, output
 from beam_pipeline.failures import BuildFailed
 from beam_pipeline.rejections import IMAGE, Rejection
 from schemas import DatasetInfo, ShardInfo, SplitInfo
@@ -91,3 +95,22 @@ def test_commit_writes_labels_then_the_marker_and_clears_the_work_dirs(tmp_path)
         '{"detail": "cut", "is_image": true, "path": "/t/a.JPEG", "reason": "truncated_image", '
         '"split": "train", "stage": "image"}\n'
     )
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # that drop
+def test_a_ctrl_c_dropped_on_the_way_still_stops_the_commit(tmp_path):
+    # Python prints and drops a KeyboardInterrupt raised in a finalizer (a `__del__`); the
+    # build would then go on to commit. The handler remembers it, and the commit refuses.
+    class Finalized:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the handler runs here and raises; Python drops it
+
+    committed = info(ShardInfo("train-00000-of-00001.tfrecord", 1, 5, "x"))
+    with failures.interrupts_remembered():
+        Finalized()  # collected at once: the interrupt is raised inside __del__ and dropped
+        with pytest.raises(KeyboardInterrupt, match="Ctrl-C before the commit"):
+            output.commit(str(tmp_path), committed)
+    assert not (tmp_path / "build_info.json").exists()
+    output.commit(str(tmp_path), committed)  # outside it, and the next build, commit as usual
+    assert (tmp_path / "build_info.json").exists()
