@@ -108,11 +108,8 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
         logger.error("Refused: %s", error)
         out.say(f"error: {error}")
         return 2
-    except Exception as error:  # reading the tree failed (storage out of reach, say)
-        logger.error("Could not prepare the build", exc_info=error)
-        out.say(pipeline.failure_message(error))
-        out.say(f"full log: {out.log_path}")
-        return 1
+    except Exception as error:  # noqa: BLE001 - reading the tree failed (storage out of reach)
+        return _failed(out, error, "Could not prepare the build")
     config = prepared.config
     out.say(
         f"Building {config.output_dir} from {config.input_dir} ({config.layout}); "
@@ -135,10 +132,7 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
             )
             out.say(f"full log: {out.log_path}")
             return 130
-        logger.error("Build failed", exc_info=error)
-        out.say(pipeline.failure_message(error))
-        out.say(f"full log: {out.log_path}")
-        return 1
+        return _failed(out, error, "Build failed")
     console.print_summary(
         sys.stdout,
         info,
@@ -148,6 +142,15 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
         workers=pipeline.describe_workers(options),
         log_path=out.log_path,
         rejected=rejections_by_split(config.output_dir) if info.failures else None,
-        requested_shards={split: config.num_shards_for(split) for split in info.splits},
     )
     return 0
+
+
+def _failed(out: console.BuildConsole, error: BaseException, what: str) -> int:
+    """Logs the traceback, says the one `BUILD FAILED:` line and where the log is; exit 1."""
+    from beam_pipeline import pipeline
+
+    logger.error(what, exc_info=error)
+    out.say(pipeline.failure_message(error))
+    out.say(f"full log: {out.log_path}")
+    return 1

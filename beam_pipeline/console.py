@@ -413,14 +413,14 @@ def print_summary(
     workers: str,
     log_path: str,
     rejected: Mapping[str, Mapping[str, int]] | None = None,
-    requested_shards: Mapping[str, int | None] | None = None,
 ) -> None:
     """The table a finished build ends with: what was written, from where, how fast.
 
     `rejected` maps each split ("" for files in none) to its rejections by reason
-    (from `rejected.jsonl`); `requested_shards` each split to its `--num_shards` (None: by
-    size), so a split given fewer shards than asked (it has fewer examples) says so.
+    (from `rejected.jsonl`). A split given fewer shards than `--num_shards` asked (it has
+    fewer examples; the build's recorded options say what was asked) says so.
     """
+    requested = info.options.get("num_shards")
     splits = sorted(info.splits.items())
     examples = sum(split.num_examples for _, split in splits)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
@@ -448,7 +448,7 @@ def print_summary(
     console.print(table)
     lines = [f"{plural(info.num_classes, 'class')} + background (index {info.background_index})"]
     for name, split in splits:
-        asked = (requested_shards or {}).get(name)
+        asked = requested.get(name) if isinstance(requested, dict) else requested
         if asked is not None and asked > split.num_shards:
             lines.append(
                 f"{name}: {plural(split.num_shards, 'shard')}, not the {asked:,} asked for: a "

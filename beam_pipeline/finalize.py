@@ -224,8 +224,8 @@ class _FinalizeFn(beam.DoFn):
         rejections = sorted(set(rejections))
         output.write_dead_letter(spec.output_dir, rejections)
         info = assemble_info(spec, vocabulary, plans, index_counts, results, rejections)
-        output.check_shard_files(spec.output_dir, info)
-        output.commit(spec.output_dir, info)
+        listed = output.check_shard_files(spec.output_dir, info)
+        output.commit(spec.output_dir, info, listed)
         yield info
 
 

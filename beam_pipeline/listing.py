@@ -84,8 +84,9 @@ def _aliased(path: str, real: str, root: tuple[str, str] | None) -> Unlisted | N
     if root is None:
         return None
     top, top_real = root
-    inside = real == top_real or real.startswith(top_real.rstrip("/") + "/")
-    if not inside or real == top_real.rstrip("/") + path[len(top) :]:
+    top_real = top_real.rstrip("/")
+    inside = real == top_real or is_below(real, [top_real])
+    if not inside or real == top_real + path[len(top) :]:
         return None
     return Unlisted(
         path,

@@ -249,49 +249,50 @@ def write_dead_letter(output_dir: str, rejections: Iterable[Rejection]) -> None:
     write_atomic(output_dir, DEAD_LETTER_FILE, dead_letter.encode("utf-8"))
 
 
-def check_shard_files(output_dir: str, info: DatasetInfo) -> None:
-    """Raises BuildFailed unless every shard of `info` is in place with its recorded size.
-
-    One listing of the directory, whatever the number of shards.
-    """
+def list_shard_files(output_dir: str) -> dict[str, int]:
+    """{file name: size} of the shard files in `output_dir`: one listing, whatever their number."""
     (match,) = FileSystems.match([join(output_dir, "*" + SHARD_SUFFIX)])
-    sizes = {m.path.rsplit("/", 1)[-1]: m.size_in_bytes for m in match.metadata_list}
+    return {posixpath.basename(m.path): m.size_in_bytes for m in match.metadata_list}
+
+
+def check_shard_files(output_dir: str, info: DatasetInfo) -> dict[str, int]:
+    """Raises BuildFailed unless every shard of `info` is in place with its recorded size;
+    returns the listing (`list_shard_files`), for `commit`."""
+    sizes = list_shard_files(output_dir)
     for split_info in info.splits.values():
         for shard in split_info.shards:
             if sizes.get(shard.file) != shard.num_bytes:
                 found = sizes.get(shard.file, "no file")
                 raise BuildFailed(f"{shard.file}: expected {shard.num_bytes} bytes, found {found}")
+    return sizes
 
 
-def remove_other_shards(output_dir: str, info: DatasetInfo) -> None:
+def remove_other_shards(
+    output_dir: str, info: DatasetInfo, listed: dict[str, int] | None = None
+) -> None:
     """Deletes the shard files that are not `info`'s: those an interrupted build with other
     options left (`--resume` keeps what is there), which a glob such as `train-*.tfrecord`
-    would read beside this build's."""
-    (match,) = FileSystems.match([join(output_dir, "*" + SHARD_SUFFIX)])
+    would read beside this build's. `listed`: the directory's `list_shard_files`, if known."""
+    listed = list_shard_files(output_dir) if listed is None else listed
     ours = {shard.file for split in info.splits.values() for shard in split.shards}
-    others = sorted(
-        m.path
-        for m in match.metadata_list
-        if is_shard_filename(posixpath.basename(m.path)) and posixpath.basename(m.path) not in ours
-    )
+    others = sorted(name for name in listed if is_shard_filename(name) and name not in ours)
     if others:
         logger.info(
-            "Removing %d shard files that are not this build's: %s",
-            len(others),
-            ", ".join(posixpath.basename(path) for path in others),
+            "Removing %d shard files that are not this build's: %s", len(others), ", ".join(others)
         )
-        FileSystems.delete(others)
+        FileSystems.delete([join(output_dir, name) for name in others])
 
 
-def commit(output_dir: str, info: DatasetInfo) -> None:
+def commit(output_dir: str, info: DatasetInfo, listed: dict[str, int] | None = None) -> None:
     """Deletes shard files that are not `info`'s, then writes `labels.txt`, `label_map.pbtxt`,
     TFDS's metadata and, last, `build_info.json` (the commit marker); clears work dirs.
+    `listed`: the shard listing `check_shard_files` returned, so the directory is listed once.
 
     Raises:
       KeyboardInterrupt: a Ctrl-C reached this process earlier and was swallowed on the way.
     """
     refuse_if_interrupted()
-    remove_other_shards(output_dir, info)
+    remove_other_shards(output_dir, info, listed)
     labels = "".join(name + "\n" for name in info.classes)
     write_atomic(output_dir, LABELS_FILE, labels.encode("utf-8"))
     label_map = label_map_text(info.classes, info.display_names)

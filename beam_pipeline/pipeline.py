@@ -463,8 +463,9 @@ def prepare_build(
     # The project's flags never reach Beam.
     beam_flags = beam_argv(argv)
     config = with_absolute_paths(BuildConfig.from_options(PipelineOptions(argv)))
-    check_dataflow(PipelineOptions(beam_flags), config)
-    check_runner(PipelineOptions(beam_flags), beam_flags)
+    beam_options = PipelineOptions(beam_flags)
+    check_dataflow(beam_options, config)
+    check_runner(beam_options, beam_flags)
     prepared = prepare(config)
     images = count_images_up_to(prepared.plan, SMALL_BUILD_IMAGES) if every_core else None
     options = pipeline_options(beam_flags, every_core=every_core, images=images)

@@ -13,7 +13,7 @@ from schemas import DatasetInfo
 from schemas import NoBuildError as NoBuildError  # re-exported: what read_build_info raises
 from schemas import read_build_info as read_metadata
 from schemas.example_proto import Example
-from schemas.paths import is_local, join
+from schemas.paths import is_local, join, not_a_directory
 
 UNLABELLED_NAME = "unlabelled"  # what `show` and `inspect` call label -1
 
@@ -83,9 +83,7 @@ def read_build_info(output_dir: str) -> DatasetInfo:
       NoBuildError: no committed build there (the message says how to make one).
       ValueError, KeyError, TypeError: the file is not this project's metadata.
     """
-
-    if is_local(output_dir) and not os.path.isdir(output_dir):
-        what = "is a file" if os.path.exists(output_dir) else "does not exist"
+    if what := not_a_directory(output_dir):
         raise NoBuildError(
             f"{output_dir} {what}; name the output directory of a build "
             f"(python -m beam_pipeline --input_dir TREE --output_dir OUT)"

@@ -9,7 +9,7 @@ import warnings
 import tensorflow as tf
 
 from schemas import ClassList, DatasetInfo, NoBuildError, SplitInfo, read_build_info
-from schemas.paths import is_local, join
+from schemas.paths import join, not_a_directory
 
 
 class IncompleteDatasetError(NoBuildError):
@@ -120,10 +120,9 @@ def dataset_info(data_dir: str | os.PathLike) -> BuildInfo:
             return f.read()
 
     data_dir = os.fspath(data_dir)
-    if is_local(data_dir) and not os.path.isdir(data_dir):
+    if what := not_a_directory(data_dir):
         raise IncompleteDatasetError(
-            f"{data_dir} {'is a file' if os.path.exists(data_dir) else 'does not exist'}: "
-            "data_dir is the --output_dir of a build, a directory"
+            f"{data_dir} {what}: data_dir is the --output_dir of a build, a directory"
         )
     try:
         return BuildInfo(data_dir.rstrip("/"), read_build_info(read_text, data_dir))

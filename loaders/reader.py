@@ -77,7 +77,10 @@ def read_records(
     )
     if num_pipelines > 1 and not by_file:
         dataset = dataset.shard(num_pipelines, index)
-    return SplitRecords(dataset, _per_pipeline_count(counts, num_pipelines, index, by_file))
+    examples = sum(counts[mine])
+    if not by_file:  # every num-th record of all the files
+        examples = (examples - index + num_pipelines - 1) // num_pipelines
+    return SplitRecords(dataset, examples)
 
 
 def _interleave_shards(
@@ -96,15 +99,6 @@ def _interleave_shards(
         num_parallel_calls=tf_data_value(config.num_parallel_calls),
         deterministic=deterministic,
     )
-
-
-def _per_pipeline_count(counts: list[int], num_pipelines: int, index: int, by_file: bool) -> int:
-    """Examples one input pipeline sees: its files' counts, or every num-th element."""
-    if num_pipelines == 1:
-        return sum(counts)
-    if by_file:
-        return sum(counts[index::num_pipelines])
-    return (sum(counts) - index + num_pipelines - 1) // num_pipelines
 
 
 def read_shard(path: tf.Tensor, expected: tf.Tensor, guard_missing: bool = True) -> tf.data.Dataset:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 
 def join(base: str, *parts: str) -> str:
     """Joins with '/', for local paths and `gs://` URLs alike; empty parts are skipped."""
@@ -11,3 +13,11 @@ def join(base: str, *parts: str) -> str:
 def is_local(path: str) -> bool:
     """Whether `path` is on the local file system (no `scheme://`)."""
     return "://" not in path
+
+
+def not_a_directory(path: str) -> str | None:
+    """ "is a file" or "does not exist" for a local path that is no directory; else None (a
+    directory, or a URL, which only a listing can tell)."""
+    if not is_local(path) or os.path.isdir(path):
+        return None
+    return "is a file" if os.path.exists(path) else "does not exist"
