@@ -240,7 +240,7 @@ def parse_image_size(mode: str, text: str | None) -> tuple[int, ...]:
     return parts
 
 
-def _known_flags(parser: argparse.ArgumentParser) -> list[str]:
+def known_flags(parser: argparse.ArgumentParser) -> list[str]:
     return [flag for action in parser._actions for flag in action.option_strings]
 
 
@@ -296,10 +296,11 @@ def _beam_parser(beam_argv: Sequence[str]) -> argparse.ArgumentParser:
     return captured[0]
 
 
-def beam_argv(argv: Sequence[str]) -> list[str]:
+def beam_argv(argv: Sequence[str], *, command_flags: Sequence[str] = ()) -> list[str]:
     """The part of a command line that is Beam's: every flag but the project's, in order.
 
     `--runner DaskRunner` (and Beam's class path for it) becomes `DASK_RUNNER`.
+    `command_flags` are a subcommand's own flags (already parsed), offered as suggestions too.
 
     Raises:
       ValueError: for a flag or value that neither the project nor Beam knows, naming the
@@ -317,7 +318,8 @@ def beam_argv(argv: Sequence[str]) -> list[str]:
     beam = _beam_parser(rest)
     _, unknown = beam.parse_known_args(rest)
     if unknown:
-        raise ValueError(_unknown_message(unknown, [*_known_flags(project), *_known_flags(beam)]))
+        known = [*command_flags, *known_flags(project), *known_flags(beam)]
+        raise ValueError(_unknown_message(unknown, known))
     return rest
 
 

@@ -164,15 +164,39 @@ def lock_output(output_dir: str) -> None:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(descriptor)
-        raise OutputBusyError(
-            f"another build is writing to {output_dir}; wait for it to end, or choose another "
-            "--output_dir"
-        ) from None
+        raise OutputBusyError(_busy_message(output_dir)) from None
     except OSError as error:
         os.close(descriptor)
         logger.warning("Not locking %s (%s): run one build at a time into it", output_dir, error)
         return
     _locks[key] = descriptor
+
+
+def busy_reason(output_dir: str) -> str | None:
+    """The refusal `lock_output` would give because another build holds the directory's lock,
+    found without taking it (for `plan`); None when it is free, absent or not local."""
+    if not is_local(output_dir) or os.path.realpath(output_dir) in _locks:
+        return None
+    try:
+        descriptor = os.open(output_dir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _busy_message(output_dir)
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)  # closing the only descriptor also drops the shared lock
+    return None
+
+
+def _busy_message(output_dir: str) -> str:
+    return (
+        f"another build is writing to {output_dir}; wait for it to end, or choose another "
+        "--output_dir"
+    )
 
 
 def unlock_output(output_dir: str) -> None:

@@ -289,6 +289,7 @@ def _refusal(prepared, spec, counts, rejections, reports) -> str | None:
     from beam_pipeline.finalize import check_index_budget
     from beam_pipeline.output import (
         OutputExistsError,
+        busy_reason,
         refuse_complete_build,
         unwritable_reason,
     )
@@ -299,7 +300,7 @@ def _refusal(prepared, spec, counts, rejections, reports) -> str | None:
             refuse_complete_build(config.output_dir, overwrite=config.overwrite)
         except OutputExistsError as error:
             return str(error)
-        if reason := unwritable_reason(config.output_dir):
+        if reason := unwritable_reason(config.output_dir) or busy_reason(config.output_dir):
             return reason
     for name, report in reports.items():
         if report.images == 0:
@@ -403,7 +404,7 @@ def _counts(counts: dict[str, int]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from beam_pipeline.layouts import LayoutError
-    from beam_pipeline.options import BuildConfig, beam_argv
+    from beam_pipeline.options import BuildConfig, beam_argv, known_flags
     from beam_pipeline.pipeline import prepare
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -424,7 +425,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         from apache_beam.options.pipeline_options import PipelineOptions
 
-        beam_argv(rest)
+        beam_argv(rest, command_flags=known_flags(parser))
         config = BuildConfig.from_options(PipelineOptions(rest), need_output=False)
         prepared = prepare(config)
         plan = plan_build(prepared)

@@ -235,7 +235,7 @@ def _tfds_content(name: str, text: str) -> object:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m beam_pipeline.verify", description=__doc__.split("\n\n")[0]
+        prog="python -m beam_pipeline verify", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("data_dir")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)

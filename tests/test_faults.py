@@ -9,7 +9,7 @@ import time
 import pytest
 from helpers import build, failure_line
 
-from beam_pipeline import cli, fileio, sample_tree, writing
+from beam_pipeline import cli, fileio, planning, sample_tree, writing
 from beam_pipeline.coders import LabelledEntryCoder
 from schemas import BUILD_INFO_FILE
 
@@ -262,9 +262,18 @@ def test_a_second_build_into_a_directory_being_written_is_refused(tree, tmp_path
                 "another --output_dir\n"
             )
         assert (out / "train-00000-of-00001.tfrecord").read_bytes() == b"being written"
+        # plan foresees the refusal, and its look at the lock leaves it held.
+        assert planning.main(argv) == 1
+        assert capsys.readouterr().out.splitlines()[-1] == (
+            f"The build would be refused: another build is writing to {out}; wait for it to "
+            "end, or choose another --output_dir"
+        )
+        assert cli.main(argv) == 2
+        assert "another build is writing" in capsys.readouterr().err
     finally:
         holder.kill()
         holder.wait()
+    assert planning.main(argv) == 0
     assert cli.main(argv) == 0  # the lock dies with its process
     assert cli.main([*argv, "--overwrite"]) == 0  # and this process takes it again
 

@@ -150,6 +150,10 @@ def test_plan_refuses_what_the_build_refuses_before_it_starts(sample, capsys, tm
     )
     code, _, err = run_plan(capsys, "--input_dir", tree, "--num_shardz", "2")
     assert code == 2 and err.startswith("error: unknown flag --num_shardz (did you mean")
+    # plan's own flags are suggested too.
+    code, _, err = run_plan(capsys, "--input_dir", tree, "--rejection", "5")
+    assert code == 2
+    assert err.startswith("error: unknown flag --rejection (did you mean --rejections?)")
     code, _, err = run_plan(capsys, "--input_dir", tmp_path / "nowhere")
     assert code == 2 and "does not exist or holds no files" in err
     assert not (tmp_path / "nowhere").exists()
