@@ -25,7 +25,10 @@ Like Beam's, it runs batch pipelines in the global window, and it reports no Bea
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
+import socket
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -433,6 +436,73 @@ class DaskRunner(beam_dask.DaskRunner):
             client.close()
             raise
         return DaskRunnerResult(client, futures, address)
+
+
+def check_scheduler(options) -> None:
+    """ValueError when no Dask scheduler answers at --dask_client_address, found before the
+    build writes anything. Dask's client would retry for its whole connect timeout (30 s by
+    default) after the output directory was made, and something else listening there (a web
+    server, a worker) made it fail with a MemoryError or hang. A TCP address is asked who it is,
+    as Dask's own tools do; a TLS one is only connected to (its credentials are the client's);
+    a scheduler file may appear later (Dask waits for it)."""
+    import dask
+    from dask.utils import parse_timedelta
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    dask_options = options.view_as(beam_dask.DaskOptions).get_all_options(
+        drop_default=True, current_only=True
+    )
+    address = dask_options.get("address")
+    if not address:
+        return
+    try:
+        scheme, location = parse_address(address)
+        host, port = parse_host_port(location)
+    except ValueError as error:
+        raise ValueError(
+            f"--dask_client_address {address}: not a scheduler address ({error}); give "
+            "tcp://HOST:PORT, as `dask scheduler` prints it"
+        ) from None
+    if scheme not in ("tcp", "tls"):
+        return
+    timeout = float(
+        dask_options.get("timeout")
+        or parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"))
+    )
+    unreachable = f"cannot reach the Dask scheduler at {address} (--dask_client_address)"
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as error:
+        raise ValueError(
+            f"{unreachable}: {error.strerror or error}; start it (`dask scheduler`) or correct "
+            "the address"
+        ) from None
+    if scheme != "tcp":
+        return
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:  # its own event loop
+        try:
+            identity = thread.submit(asyncio.run, _identity(f"tcp://{location}", timeout)).result()
+        except Exception:  # noqa: BLE001 - whatever answered, it spoke no Dask
+            identity = None
+    kind = identity.get("type") if isinstance(identity, dict) else None
+    if kind == "Scheduler":
+        return
+    what = (
+        f"a Dask {kind.lower()} answers there, not the scheduler"
+        if isinstance(kind, str)
+        else "something accepts connections there but does not answer as a Dask server"
+    )
+    raise ValueError(
+        f"{unreachable}: {what}; give the scheduler's address (`dask scheduler` prints it)"
+    )
+
+
+async def _identity(address: str, timeout: float) -> Any:
+    """What a Dask server at `address` says it is (its `identity` handler), within `timeout`."""
+    from distributed.core import rpc
+
+    async with rpc(address, timeout=timeout) as server:
+        return await asyncio.wait_for(server.identity(), timeout)
 
 
 def no_workers_message(address: str, verb: str) -> str:

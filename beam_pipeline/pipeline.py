@@ -391,9 +391,9 @@ _LOCAL_WORKER_FLAGS = {"--direct_num_workers", "--direct_running_mode"}
 
 
 def check_runner(options: PipelineOptions, argv: Sequence[str]) -> None:
-    """ValueError for a runner Beam does not know (naming the closest), and for flags the
-    runner would ignore: `--streaming` (the build is a batch pipeline), local or cloud
-    worker counts on Dask."""
+    """ValueError for a runner Beam does not know (naming the closest), for flags the runner
+    would ignore (`--streaming`: the build is a batch pipeline; local or cloud worker counts on
+    Dask), and for a Dask scheduler address where nothing answers."""
     named = {token.split("=", 1)[0] for token in argv}
     if "--streaming" in named:
         raise ValueError("--streaming: a build is a batch pipeline over a finite tree; drop it")
@@ -408,6 +408,9 @@ def check_runner(options: PipelineOptions, argv: Sequence[str]) -> None:
                 "it workers (`dask worker SCHEDULER --nworkers N --nthreads 1` on each "
                 "machine); without --dask_client_address the build starts one per core here"
             )
+        from beam_pipeline.dask_runner import check_scheduler
+
+        check_scheduler(options)
         return
     if "." in runner:  # a runner's class path: Beam imports it
         return

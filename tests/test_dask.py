@@ -1,7 +1,9 @@
 """Builds on a real `dask.distributed` cluster: 2 worker processes on loopback."""
 
 import collections
+import http.server
 import pathlib
+import threading
 import time
 
 import apache_beam as beam
@@ -13,7 +15,7 @@ from dask.utils import key_split
 from helpers import build, dead_letters, ilsvrc_image, jpeg_bytes, write
 from test_console import run_cli
 
-from beam_pipeline import dask_runner, machine, options, pipeline, sample_tree
+from beam_pipeline import cli, dask_runner, machine, options, pipeline, sample_tree
 from schemas import BUILD_INFO_FILE
 
 WORKERS = 2
@@ -129,14 +131,48 @@ def test_a_step_it_cannot_translate_is_refused_by_name(cluster):
         p | "Tick" >> beam.Impulse()
 
 
-def test_an_unreachable_scheduler_is_named_with_its_flag(tree, tmp_path):
-    argv = ["--dask_client_address", "tcp://127.0.0.1:9", "--dask_connection_timeout", "2"]
-    with pytest.raises(ConnectionError) as raised:
-        build(tree, tmp_path / "out", "--runner", "DaskRunner", *argv)
-    assert str(raised.value).startswith(
-        "cannot reach the Dask scheduler at tcp://127.0.0.1:9 (--dask_client_address): "
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def test_an_address_where_no_scheduler_answers_is_refused_before_anything_is_written(
+    cluster, tree, tmp_path, capsys
+):
+    out = tmp_path / "out"
+    argv = ["--input_dir", str(tree), "--output_dir", str(out), "--runner", "DaskRunner"]
+    address = "--dask_client_address"
+    refused = "error: cannot reach the Dask scheduler at {} (--dask_client_address): {}\n"
+    hint = "; give the scheduler's address (`dask scheduler` prints it)"
+    # Nothing listens: refused at once (Dask's client would have retried for 30 s).
+    assert cli.main([*argv, address, "tcp://127.0.0.1:9"]) == 2
+    assert capsys.readouterr().err == refused.format(
+        "tcp://127.0.0.1:9",
+        "Connection refused; start it (`dask scheduler`) or correct the address",
     )
-    assert not (tmp_path / "out" / BUILD_INFO_FILE).exists()
+    # A web server: Dask's client failed with a MemoryError reading its reply as a frame.
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), QuietHandler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    try:
+        web_address = f"tcp://127.0.0.1:{web.server_address[1]}"
+        assert cli.main([*argv, address, web_address, "--dask_connection_timeout", "2"]) == 2
+    finally:
+        web.shutdown()
+    assert capsys.readouterr().err == refused.format(
+        web_address,
+        f"something accepts connections there but does not answer as a Dask server{hint}",
+    )
+    # One of the cluster's workers.
+    worker = next(iter(cluster.scheduler_info["workers"]))
+    assert cli.main([*argv, address, worker]) == 2
+    assert capsys.readouterr().err == refused.format(
+        worker, f"a Dask worker answers there, not the scheduler{hint}"
+    )
+    assert cli.main([*argv, address, "tcp://127.0.0.1:port"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "error: --dask_client_address tcp://127.0.0.1:port: not a scheduler address ("
+    )
+    assert not out.exists()
 
 
 def test_its_own_local_cluster_has_one_single_threaded_worker_per_core(tree, tmp_path, monkeypatch):
