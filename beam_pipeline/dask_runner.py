@@ -441,8 +441,8 @@ class DaskRunner(beam_dask.DaskRunner):
 def check_scheduler(options) -> None:
     """ValueError when no Dask scheduler answers at --dask_client_address, found before the
     build writes anything. Dask's client would retry for its whole connect timeout (30 s by
-    default) after the output directory was made, and something else listening there (a web
-    server, a worker) made it fail with a MemoryError or hang. A TCP address is asked who it is,
+    default) after the output directory was made, and a web server listening there made it
+    fail with a MemoryError (its reply read as a frame length). A TCP address is asked who it is,
     as Dask's own tools do; a TLS one is only connected to (its credentials are the client's);
     a scheduler file may appear later (Dask waits for it)."""
     import dask
