@@ -21,7 +21,7 @@ import posixpath
 import re
 from collections.abc import Callable, Sequence
 
-from schemas.paths import join
+from schemas.paths import is_local, join
 
 ILSVRC_DET = "ilsvrc_det"
 ILSVRC_CLS_LOC = "ilsvrc_cls_loc"
@@ -138,12 +138,17 @@ def _layouts_at(root: str, has_files: HasFiles) -> list[str]:
     return found
 
 
+def _no_subdirectories(_: str) -> list[str]:
+    """The default where folders cannot be listed (object stores): no hints from them."""
+    return []
+
+
 def _not_a_tree(
-    root: str, has_files: HasFiles, subdirectories: Callable[[str], list[str]] = lambda _: []
+    root: str, has_files: HasFiles, subdirectories: Callable[[str], list[str]] = _no_subdirectories
 ) -> LayoutError:
     """The refusal of a directory that is no tree, with where the tree is when that is near:
     above `root` (a folder inside a tree was given) or two levels below (a download folder
-    around a `VOCdevkit/`)."""
+    around a `VOCdevkit/`); for a local folder of images, how to link it as a tree."""
     hint = ""
     parent = root
     for _ in range(4):
@@ -164,10 +169,49 @@ def _not_a_tree(
         ]
         if deeper:
             hint = f"; a tree lies two levels below it: pass {' or '.join(deeper)} as --input_dir"
+    if not has_files(root):
+        hint = "; it holds no files"
+    elif not hint and is_local(root) and subdirectories is not _no_subdirectories:
+        hint = _folders_hint(root, subdirectories)
     return LayoutError(
         f"{root} is not an ILSVRC (Data/DET, Data/CLS-LOC) or Pascal VOC "
-        "(JPEGImages, Annotations, ImageSets/Main) tree, nor holds one in a subdirectory, "
-        "or it holds no files" + hint
+        "(JPEGImages, Annotations, ImageSets/Main) tree, nor holds one in a subdirectory" + hint
+    )
+
+
+_SPLIT_FOLDERS = {"train": "train", "val": "val", "validation": "val", "test": "test"}
+
+
+def _folders_hint(root: str, subdirectories: Callable[[str], list[str]]) -> str:
+    """How to build a local folder of class folders (or of split folders of class folders) as
+    a CLS-LOC tree, whose images without XML take their folder's class: links, no copies."""
+    names = subdirectories(root)
+    root = posixpath.abspath(root)
+    splits = {
+        name: _SPLIT_FOLDERS[name.lower()] for name in names if name.lower() in _SPLIT_FOLDERS
+    }
+    if splits:
+        links = " && ".join(
+            f"ln -s {root}/{name} TREE/Data/CLS-LOC/{split}" for name, split in splits.items()
+        )
+        return (
+            f"; if {', '.join(name + '/' for name in splits)} hold one folder per class, link "
+            "them into an ILSVRC CLS-LOC tree, whose images take their folder's class: "
+            f"mkdir -p TREE/Data/CLS-LOC && {links}; then --input_dir TREE "
+            f"--splits {','.join(sorted(set(splits.values())))}"
+        )
+    if names:
+        shown = ", ".join(name + "/" for name in names[:3]) + (", ..." if len(names) > 3 else "")
+        return (
+            f"; if its folders ({shown}) are one per class, link it as the train split of an "
+            "ILSVRC CLS-LOC tree, whose images take their folder's class: mkdir -p "
+            f"TREE/Data/CLS-LOC && ln -s {root} TREE/Data/CLS-LOC/train; then --input_dir TREE "
+            "--splits train"
+        )
+    return (
+        "; a folder of images without labels builds as an unlabelled test split, with your "
+        f"model's classes: mkdir -p TREE/Data/CLS-LOC && ln -s {root} TREE/Data/CLS-LOC/test; "
+        "then --input_dir TREE --splits test --labels_file CLASSES.txt"
     )
 
 
@@ -185,7 +229,7 @@ def locate_tree(
     root: str,
     layout: str,
     has_files: HasFiles,
-    subdirectories: Callable[[str], list[str]] = lambda _: [],
+    subdirectories: Callable[[str], list[str]] = _no_subdirectories,
 ) -> tuple[str, str]:
     """(tree root, layout): `root` itself, or the one subdirectory that holds the tree.
 
