@@ -295,13 +295,13 @@ def test_a_tree_one_level_down_is_found(tmp_path):
     with pytest.raises(layouts.LayoutError) as error:
         locate(tmp_path / "kaggle/ILSVRC/Data/CLS-LOC")
     assert str(error.value).endswith(
-        f"or it holds no files; it lies inside the ilsvrc_cls_loc tree {tmp_path}/kaggle/ILSVRC: "
-        "pass that as --input_dir"
+        f"nor holds one in a subdirectory; it lies inside the ilsvrc_cls_loc tree "
+        f"{tmp_path}/kaggle/ILSVRC: pass that as --input_dir"
     )
     with pytest.raises(layouts.LayoutError) as error:
         locate(tmp_path)
     assert str(error.value).endswith(
-        f"or it holds no files; a tree lies two levels below it: pass {voc} or "
+        f"nor holds one in a subdirectory; a tree lies two levels below it: pass {voc} or "
         f"{tmp_path}/kaggle/ILSVRC as --input_dir"
     )
 
