@@ -205,21 +205,25 @@ def parse_num_shards(text: str | None) -> dict[str, int] | int | None:
     if text is None or not str(text).strip():
         return None
     text = str(text).strip()
-    try:
-        if "=" not in text:
+    malformed = ValueError(f"--num_shards must be N or split=N,...; got {text!r}")
+    if "=" not in text:
+        try:
             return int(text)
-        result = {}
-        for part in text.split(","):
-            name, _, value = part.partition("=")
-            split = output_split(name.strip())
-            if split in result:
-                raise KeyError(name.strip())
+        except ValueError:
+            raise malformed from None
+    result = {}
+    for part in text.split(","):
+        name, _, value = part.partition("=")
+        if not name.strip():
+            raise malformed
+        split = output_split(name.strip())
+        if split in result:
+            raise ValueError(f"--num_shards names {name.strip()!r} twice: {text!r}")
+        try:
             result[split] = int(value)
-        return result
-    except KeyError as error:
-        raise ValueError(f"--num_shards names {error.args[0]!r} twice: {text!r}") from None
-    except ValueError:
-        raise ValueError(f"--num_shards must be N or split=N,...; got {text!r}") from None
+        except ValueError:
+            raise malformed from None
+    return result
 
 
 def parse_image_size(mode: str, text: str | None) -> tuple[int, ...]:

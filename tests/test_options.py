@@ -220,6 +220,10 @@ def test_parsers():
     for twice in ("train=2,train=3", "val=2,validation=3"):  # not the last one silently
         with pytest.raises(ValueError, match=r"^--num_shards names '(train|validation)' twice: "):
             parse_num_shards(twice)
+    for malformed in ("x", "train=a", "train", "=3", "train=4,", "4,2"):
+        with pytest.raises(ValueError) as error:
+            parse_num_shards(malformed)
+        assert str(error.value) == f"--num_shards must be N or split=N,...; got {malformed!r}"
     assert parse_image_size("original", None) == ()
 
 
