@@ -392,9 +392,8 @@ def _unbuilt_voc_lists(
     `--splits` can name: a split missing in one year is refused)."""
     lists: dict[str, list[tuple[str, str]]] = {}  # name -> (key prefix, path) in each year
     for year_dir, prefix in years:
-        for path in match(join(year_dir, "ImageSets", "Main", "*.txt")):
-            name = posixpath.basename(path)[: -len(".txt")]
-            if "_" not in name and name not in splits:  # <class>_<split>: per class
+        for name, path in _split_lists(year_dir, match).items():
+            if name not in splits:
                 lists.setdefault(name, []).append((prefix, path))
     unbuilt = []
     for name, found in sorted(lists.items()):
@@ -411,9 +410,7 @@ def _choose_voc_splits(years: Sequence[tuple[str, str]], match: Callable) -> str
     """The fix for a missing VOC split list: the splits every year lists, and each year's."""
     listed = {}
     for year_dir, prefix in years:
-        lists = match(join(year_dir, "ImageSets", "Main", "*.txt"))
-        names = [posixpath.basename(p)[: -len(".txt")] for p in lists]
-        listed[prefix] = [name for name in names if "_" not in name]  # not <class>_<split>
+        listed[prefix] = list(_split_lists(year_dir, match))
     if len(listed) == 1:
         return _choose_splits(*listed.values())
     common = [
@@ -429,6 +426,17 @@ def _choose_voc_splits(years: Sequence[tuple[str, str]], match: Callable) -> str
         f"the splits every year lists are {common}: choose with --splits "
         f"{','.join(_disjoint(common))} (each year lists: {each})"
     )
+
+
+def _split_lists(year_dir: str, match: Callable[[str], list[str]]) -> dict[str, str]:
+    """Split name → path of a VOC year's split lists, by name (`<class>_<split>.txt`, a class's
+    own list, is none)."""
+    lists = {}
+    for path in match(join(year_dir, "ImageSets", "Main", "*.txt")):
+        name = posixpath.basename(path)[: -len(".txt")]
+        if "_" not in name:
+            lists[name] = path
+    return lists
 
 
 def _choose_splits(present: Sequence[str]) -> str:
