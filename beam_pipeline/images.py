@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import re
 import warnings
 
 import numpy as np
@@ -32,6 +33,8 @@ RESIZE_MODES = (ORIGINAL, SHORTER_SIDE, EXACT)
 
 # Pillow's own default bound (about 89 Mpx, ~0.25 GiB as RGB): larger images are refused.
 DEFAULT_MAX_PIXELS = 89_478_485
+# The longest side libjpeg writes (JPEG_MAX_DIMENSION).
+JPEG_MAX_SIDE = 65_500
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,17 +100,19 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
 
     Raises:
       InputError: `empty_file`, `not_an_image`, `decompression_bomb`, `truncated_image`,
-        `corrupt_image`.
+        `corrupt_image`, `image_too_large` (the stored size is more than JPEG can hold or more
+        than `max_pixels`), `unsupported_image` (floating-point pixels).
     """
     if not data:
         raise InputError("empty_file", "the file has 0 bytes")
     fmt = sniff_format(data)
     if fmt is None:
         raise InputError("not_an_image", f"unrecognised leading bytes {data[:8]!r}")
-    with _decoding_errors(fmt):
+    with _decoding_errors(fmt, policy.max_pixels):
         image = _open(data, fmt, policy.max_pixels)
         width, height = image.size
         target = policy.target_size(width, height)
+        _check_storable(fmt, (width, height), target, policy)
         keep = fmt == "JPEG" and image.mode == "RGB" and target == (width, height)
         if fmt == "JPEG":
             image.draft(image.mode, (1, 1) if keep else target)
@@ -118,8 +123,32 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
     if rgb.size != target:
         rgb = rgb.resize(target, Image.Resampling.BICUBIC, reducing_gap=3.0)
     out = io.BytesIO()
-    rgb.save(out, format="JPEG", quality=policy.jpeg_quality)
+    try:
+        rgb.save(out, format="JPEG", quality=policy.jpeg_quality)
+    except (OSError, ValueError) as error:  # the image's fault, never the output's
+        raise InputError("corrupt_image", f"{fmt}: cannot be encoded as JPEG: {error}") from None
     return NormalisedImage(out.getvalue(), target[0], target[1], fmt, width, height, reencoded=True)
+
+
+def _check_storable(
+    fmt: str, size: tuple[int, int], target: tuple[int, int], policy: ImagePolicy
+) -> None:
+    """Refuses an image whose stored size JPEG cannot hold (a side over 65,500 px: a 70000x2
+    banner, or a 300x1 strip that `shorter_side 256` scales to 76800x256), or whose resize
+    would make more than `max_pixels` (a memory bomb of the build's own making)."""
+    width, height = target
+    resized = f" (--image_policy {policy.mode} makes it {width}x{height})" if target != size else ""
+    if max(width, height) > JPEG_MAX_SIDE:
+        raise InputError(
+            "image_too_large",
+            f"{fmt} of {size[0]}x{size[1]}{resized}: JPEG holds at most {JPEG_MAX_SIDE} px a side",
+        )
+    if width * height > policy.max_pixels:
+        raise InputError(
+            "image_too_large",
+            f"{fmt} of {size[0]}x{size[1]}{resized}: {width * height} pixels stored "
+            f"(limit {policy.max_pixels}, --max_pixels)",
+        )
 
 
 def header_size(path: str) -> tuple[int, int] | None:
@@ -152,8 +181,11 @@ def _open(data: bytes, fmt: str, max_pixels: int) -> Image.Image:
     return image
 
 
+_BOMB_SIZE = re.compile(r"Image size \((\d+) pixels\)")
+
+
 @contextlib.contextmanager
-def _decoding_errors(fmt: str):
+def _decoding_errors(fmt: str, max_pixels: int):
     """Turns Pillow's errors while opening or decoding into InputErrors with a reason."""
     try:
         with warnings.catch_warnings():
@@ -162,7 +194,11 @@ def _decoding_errors(fmt: str):
     except InputError:
         raise
     except Image.DecompressionBombError as error:
-        raise InputError("decompression_bomb", str(error)) from None
+        # Pillow's own text cites its hard limit (twice its default), not --max_pixels.
+        found = _BOMB_SIZE.search(str(error))
+        pixels = f"{int(found.group(1))} pixels" if found else "too many pixels"
+        detail = f"{fmt} declares {pixels} (limit {max_pixels})"
+        raise InputError("decompression_bomb", detail) from None
     except Image.UnidentifiedImageError:
         raise InputError("corrupt_image", f"{fmt} signature but Pillow cannot read it") from None
     except (OSError, SyntaxError, ValueError, EOFError) as error:
@@ -178,19 +214,29 @@ def _decoding_errors(fmt: str):
 
 
 def to_rgb(image: Image.Image) -> Image.Image:
-    """Converts any Pillow mode to 8-bit RGB; transparency is composited onto white."""
+    """Converts any Pillow mode to 8-bit RGB; transparency (an alpha channel, or a tRNS colour
+    key of any mode) is composited onto white.
+
+    Raises:
+      InputError: `unsupported_image` for floating-point pixels, whose range is unknown.
+    """
     mode = image.mode
-    if mode == "RGB":
+    key = image.info.get("transparency")
+    if mode == "RGB" and key is None:
         return image
     if mode in ("I;16", "I;16B", "I;16L", "I"):
         # 16-bit grey: keep the top 8 bits (Pillow's convert would clip, not scale).
-        array = np.asarray(image).astype(np.uint32) >> 8
-        return Image.fromarray(np.clip(array, 0, 255).astype(np.uint8), "L").convert("RGB")
+        raw = np.asarray(image).astype(np.int64)
+        grey = np.clip(raw >> 8, 0, 255).astype(np.uint8)
+        if isinstance(key, int):
+            grey[raw == key] = 255
+        return Image.fromarray(grey, "L").convert("RGB")
     if mode == "F":
-        array = np.nan_to_num(np.asarray(image, dtype=np.float32))
-        return Image.fromarray(np.clip(array, 0, 255).astype(np.uint8), "L").convert("RGB")
-    has_alpha = mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in image.info
-    if has_alpha:
+        raise InputError(
+            "unsupported_image",
+            "32-bit floating-point pixels have no fixed range: store it as 8 or 16 bits",
+        )
+    if mode in ("RGBA", "LA", "PA", "RGBa", "La") or key is not None:
         rgba = image.convert("RGBA")
         background = Image.new("RGB", rgba.size, (255, 255, 255))
         background.paste(rgba, mask=rgba.getchannel("A"))

@@ -298,8 +298,15 @@ class _WriteShardFn(beam.DoFn):
         return result, rejections
 
     def _encode(self, labelled: LabelledEntry, data: bytes, vocabulary: Vocabulary):
-        """(the framed record, the image as stored)."""
-        image = normalise_image(data, self._policy)
+        """(the framed record, the image as stored).
+
+        An OSError from Pillow that `normalise_image` did not name is the image's fault too:
+        `_write` takes every other OSError for the output's and fails the build.
+        """
+        try:
+            image = normalise_image(data, self._policy)
+        except OSError as error:
+            raise InputError("corrupt_image", f"{type(error).__name__}: {error}") from None
         if image.reencoded:
             self._reencoded.inc()
         return encode_record(build_example(labelled, image, vocabulary)), image

@@ -1,11 +1,13 @@
 """Every kind of bad input, through one real build: what is written, what is rejected and why."""
 
+import io
 import socket
 import threading
 
 import numpy as np
 import pytest
 from helpers import CORPUS, build, dead_letters, decode, jpeg_bytes, read_split, write
+from PIL import Image
 
 from beam_pipeline.annotations import voc_xml
 from schemas import features as F
@@ -17,6 +19,18 @@ SECRET = "TOP-SECRET-CONTENT-7f3a"
 
 def pillow(name):
     return (PILLOW / name).read_bytes()
+
+
+def png_of(width, height):
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), (90, 90, 90)).save(out, format="PNG")
+    return out.getvalue()
+
+
+def float_tiff():
+    out = io.BytesIO()
+    Image.fromarray(np.full((8, 8), 0.5, np.float32), "F").save(out, format="TIFF")
+    return out.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +87,10 @@ def case_table(port, secret_path):
         "la": (pillow("200x32_la.png"), None, (32, 200)),
         "rgba": (pillow("transparent.png"), None, (150, 200)),
         "png_16bit": (pillow("i_trns.png"), None, (64, 64)),
+        "rgb_colour_key": (pillow("rgb_trns.png"), None, (64, 64)),
+        "banner_70000": (png_of(70000, 2), None, ("image", "image_too_large")),
+        "float_tiff": (float_tiff(), None, ("image", "unsupported_image")),
+        "bm_text": (b"BMW service record\n", None, ("image", "not_an_image")),
         "one_pixel": (pillow("jfif_unit_cm.jpg"), None, (1, 1)),
         "progressive": (pillow("app13-multiple.jpg"), None, "kept"),
         **{
@@ -227,6 +245,9 @@ def test_converted_images_have_the_expected_rgb_size(outcome):
             assert written[stem][F.ENCODED][0] != image, stem  # re-encoded
     rgba = decode(written["rgba"]).astype(int)
     assert np.abs(rgba[0, 0] - [255, 255, 255]).max() < 10  # transparent corner → white
+    # An RGB PNG's transparent colour key is white too (it was stored as the key colour).
+    key = np.asarray(Image.open(PILLOW / "rgb_trns.png").convert("RGBA"))[..., 3] == 0
+    assert decode(written["rgb_colour_key"])[key].mean() > 250
 
 
 def test_valid_rgb_jpegs_keep_their_bytes_and_exif_is_not_applied(outcome):

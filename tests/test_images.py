@@ -77,6 +77,74 @@ def test_alpha_is_composited_on_white():
     assert np.abs(rgb[8, 13] - [255, 255, 255]).max() < 20
 
 
+@pytest.mark.parametrize("name", ["l_trns.png", "p_trns_single.png", "rgb_trns.png", "i_trns.png"])
+def test_a_transparent_colour_key_is_composited_on_white_in_every_mode(name):
+    # A tRNS chunk makes one grey level, palette entry or RGB colour transparent.
+    source = Image.open(PILLOW / name)
+    if source.mode == "I;16":
+        raw = np.asarray(source).astype(int)
+        transparent = raw == source.info["transparency"]
+        opaque = np.repeat((raw >> 8)[..., None], 3, axis=2)
+    else:
+        rgba = np.asarray(source.convert("RGBA")).astype(int)
+        transparent, opaque = rgba[..., 3] == 0, rgba[..., :3]
+    assert 0 < transparent.sum() < transparent.size
+    rgb = pixels(normalise_image((PILLOW / name).read_bytes(), KEEP).data)
+    assert rgb[transparent].mean() > 250  # white, not the key colour (or black)
+    assert np.abs(rgb[~transparent] - opaque[~transparent]).mean() < 8  # JPEG's ringing
+
+
+def test_floating_point_pixels_are_refused_not_guessed():
+    # A float TIFF in 0..1 was clipped to 0..255 and stored black.
+    out = io.BytesIO()
+    Image.fromarray(np.full((8, 8), 0.5, np.float32), "F").save(out, format="TIFF")
+    with pytest.raises(InputError) as error:
+        normalise_image(out.getvalue(), KEEP)
+    assert (error.value.reason, error.value.detail) == (
+        "unsupported_image",
+        "32-bit floating-point pixels have no fixed range: store it as 8 or 16 bits",
+    )
+
+
+def test_sizes_jpeg_cannot_hold_are_refused_as_the_images_fault():
+    # 70000x2: a valid PNG, but JPEG holds 65,500 px a side (the encoder raised OSError, which
+    # the writer took for a fault of the output directory and failed the build).
+    out = io.BytesIO()
+    Image.new("RGB", (70000, 2), (100, 100, 100)).save(out, format="PNG")
+    with pytest.raises(InputError) as error:
+        normalise_image(out.getvalue(), KEEP)
+    assert (error.value.reason, error.value.detail) == (
+        "image_too_large",
+        "PNG of 70000x2: JPEG holds at most 65500 px a side",
+    )
+    # A 300x1 strip that shorter_side 256 would scale to 76800x256.
+    with pytest.raises(InputError) as error:
+        normalise_image(jpeg_bytes(300, 1), ImagePolicy("shorter_side", (256,)))
+    assert error.value.detail == (
+        "JPEG of 300x1 (--image_policy shorter_side makes it 76800x256): JPEG holds at most "
+        "65500 px a side"
+    )
+    # One scaled past --max_pixels: a memory bomb of the resize's own making.
+    with pytest.raises(InputError) as error:
+        normalise_image(jpeg_bytes(40, 10), ImagePolicy("shorter_side", (100,), max_pixels=30000))
+    assert error.value.detail == (
+        "JPEG of 40x10 (--image_policy shorter_side makes it 400x100): 40000 pixels stored "
+        "(limit 30000, --max_pixels)"
+    )
+
+
+def test_a_bomb_past_pillows_own_limit_cites_max_pixels():
+    # Pillow raises by itself past twice its limit, citing that figure: the detail cites ours.
+    with pytest.raises(InputError) as error:
+        normalise_image(pillow_bytes("decompression_bomb.gif"), ImagePolicy(max_pixels=1000))
+    assert error.value.reason == "decompression_bomb"
+    assert error.value.detail.endswith("(limit 1000)"), error.value.detail
+
+
+def pillow_bytes(name):
+    return (PILLOW / name).read_bytes()
+
+
 def test_sixteen_bit_grey_is_scaled_not_clipped():
     array = np.full((8, 8), 32768, np.uint16)  # mid-grey in 16 bits
     out = io.BytesIO()
@@ -121,6 +189,12 @@ def test_empty_and_non_image_files():
         normalise_image(b"", KEEP)
     with pytest.raises(InputError, match="not_an_image"):
         normalise_image(b"this is a text file named .JPEG", KEEP)
+    # "BM" starts a BMP, and text: a BMP's info header must follow.
+    with pytest.raises(InputError, match="not_an_image"):
+        normalise_image(b"BMW service record: 2019-03-02, 41,000 km\n", KEEP)
+    bmp = io.BytesIO()
+    Image.new("RGB", (3, 2), (0, 128, 255)).save(bmp, format="BMP")
+    assert normalise_image(bmp.getvalue(), KEEP).source_format == "BMP"
 
 
 def test_max_pixels_refuses_large_images_before_decoding():
