@@ -454,10 +454,12 @@ def _disjoint(present: Sequence[str]) -> list[str]:
 
 
 def parse_split_list(text: str) -> list[str]:
-    """Image ids of a VOC ImageSets file; `#` comments and per-class `id  1` columns allowed."""
+    """Image ids of a VOC ImageSets file: the first word of each line, as VOC's devkit reads
+    it (per-class lists add an ` 1` column); a line starting with `#` is a comment, and a `#`
+    inside an id is part of it."""
     ids = []
     for line in text.splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            ids.append(line.split()[0])
+        words = line.split()
+        if words and not words[0].startswith("#"):
+            ids.append(words[0])
     return ids

@@ -56,6 +56,16 @@ def test_ilsvrc_plan_lists_image_and_annotation_dirs_per_split(tmp_path):
         plan(tmp_path, layouts.ILSVRC_DET, ("test",))
 
 
+def test_split_list_ids_are_first_words_and_comments_whole_lines():
+    text = "# made by hand\r\n2007_000001\r\n  hash#1  \n2007_000002  1\n\n#x\n 2007_3 # note\n"
+    assert layouts.parse_split_list(text) == [
+        "2007_000001",
+        "hash#1",  # a '#' inside an id (it was cut to 'hash')
+        "2007_000002",
+        "2007_3",
+    ]
+
+
 def test_voc_plan_reads_split_lists_and_skips_comments():
     result = plan(CORPUS / "datumaro/voc_dataset/voc_dataset3", layouts.VOC, ("train",))
     assert result.memberships == (("voc_dataset3/2007_000001", "train"),)
