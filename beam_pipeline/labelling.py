@@ -72,7 +72,10 @@ def parse_entry(root: str, entry: IndexEntry) -> ParsedEntry | Rejection:
     try:
         annotation = parse_annotation(read_file(path))
     except InputError as error:
-        return Rejection.from_error(error, split=entry.split, path=path, stage=ANNOTATION)
+        image = join(root, entry.filename)
+        return Rejection.from_error(
+            error, split=entry.split, path=path, stage=ANNOTATION, image=image
+        )
     if annotation.width is None and len(annotation.objects) > 1:
         size = header_size(join(root, entry.filename))
         if size is not None:
@@ -214,8 +217,11 @@ def label_entry(
     try:
         found = image_label(parsed.annotation, entry.folder_class, vocabulary, kinds[entry.split])
     except InputError as error:
-        path = join(root, entry.annotation_filename or entry.filename)
-        return Rejection.from_error(error, split=entry.split, path=path, stage=LABEL)
+        image = join(root, entry.filename)
+        if entry.annotation_filename is None:
+            return Rejection.from_error(error, split=entry.split, path=image, stage=LABEL)
+        path = join(root, entry.annotation_filename)
+        return Rejection.from_error(error, split=entry.split, path=path, stage=LABEL, image=image)
     return LabelledEntry(
         entry,
         parsed.annotation,

@@ -112,7 +112,7 @@ class BuildPlan:
             "shared_images": {"+".join(splits): n for splits, n in self.shared.items()},
             "seconds": round(self.seconds, 3),
             "splits": {name: dataclasses.asdict(split) for name, split in self.splits.items()},
-            "rejections": [dataclasses.asdict(r) for r in listed],
+            "rejections": [r.as_dict() for r in listed],
             "num_rejections": len(self.rejections),
         }
 

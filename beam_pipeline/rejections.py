@@ -44,6 +44,9 @@ class Rejection:
       detail: what exactly was wrong, for a person.
       is_image: True when the file was a discovered image (counts against the error budget and
         in `num_rejected`); False for other files (an annotation without an image, a stray file).
+      image: when `path` is an image's XML, the image it costs (so every image of the tree is
+        either written or named in `rejected.jsonl`); "" otherwise, and then left out of the
+        line.
     """
 
     split: str
@@ -52,13 +55,23 @@ class Rejection:
     reason: str
     detail: str
     is_image: bool = True
+    image: str = ""
+
+    def as_dict(self) -> dict[str, str | bool]:
+        """The fields of a `rejected.jsonl` line (`image` only when set)."""
+        fields = dataclasses.asdict(self)
+        if not self.image:
+            del fields["image"]
+        return fields
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), ensure_ascii=False, sort_keys=True)
+        return json.dumps(self.as_dict(), ensure_ascii=False, sort_keys=True)
 
     @classmethod
-    def from_error(cls, error: InputError, *, split: str, path: str, stage: str) -> Rejection:
-        return cls(split=split, path=path, stage=stage, reason=error.reason, detail=error.detail)
+    def from_error(
+        cls, error: InputError, *, split: str, path: str, stage: str, image: str = ""
+    ) -> Rejection:
+        return cls(split, path, stage, error.reason, error.detail, image=image)
 
 
 def count_rejection(rejection: Rejection) -> Rejection:

@@ -1,5 +1,6 @@
 """Every kind of bad input, through one real build: what is written, what is rejected and why."""
 
+import collections
 import io
 import socket
 import threading
@@ -229,6 +230,24 @@ def test_accounting_holds_per_split(outcome):
     assert [d["reason"] for d in dead_letters(out) if d["split"] == "validation"] == [
         "unknown_class"
     ]
+
+
+def test_every_image_is_written_or_named_once_in_rejected_jsonl(outcome):
+    # An image its XML cost was named only by the XML's path: now `image` names it.
+    cases, _, out, _ = outcome
+    written = examples_by_stem(out)
+    named = collections.Counter(
+        d.get("image", d["path"]).rsplit("/Data/DET/train/cases/", 1)[-1]
+        for d in dead_letters(out)
+        if d["is_image"] and d["split"] == "train"
+    )
+    images = [stem for stem, (image, _, _) in cases.items() if image is not None]
+    assert sorted(named.elements()) == sorted(f"{s}.JPEG" for s in images if s not in written)
+    xml_stage = [d for d in dead_letters(out) if d["stage"] == "annotation"]
+    assert xml_stage and all(
+        d["path"].endswith(".xml") and d["image"].endswith(".JPEG") for d in xml_stage
+    )
+    assert all("image" not in d for d in dead_letters(out) if d["stage"] == "image")
 
 
 def test_converted_images_have_the_expected_rgb_size(outcome):
