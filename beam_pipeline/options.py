@@ -10,10 +10,12 @@ closest known flag, before any work.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import dataclasses
 import difflib
 import importlib.util
+import io
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -284,7 +286,13 @@ def _resolve_runner_flag(argv: Sequence[str]) -> list[str]:
 def _beam_parser(beam_argv: Sequence[str]) -> argparse.ArgumentParser:
     """The parser Beam itself builds from every registered PipelineOptions class."""
     options = PipelineOptions(beam_argv)
-    runner = options.view_as(StandardOptions).runner
+    # A bad value makes Beam's parse print usage and exit: the caller's parse names it instead.
+    quiet = contextlib.redirect_stderr(io.StringIO())
+    try:
+        with quiet:
+            runner = options.view_as(StandardOptions).runner
+    except SystemExit:
+        runner = None
     if runner:
         # A runner's own options (e.g. Dask's) register when its module is imported.
         with contextlib.suppress(Exception):
@@ -294,7 +302,10 @@ def _beam_parser(beam_argv: Sequence[str]) -> argparse.ArgumentParser:
     level = beam_logger.level
     beam_logger.setLevel(logging.ERROR)  # its "Discarding unparseable args": ours says more
     try:
-        options.get_all_options(add_extra_args_fn=captured.append)
+        with quiet:
+            options.get_all_options(add_extra_args_fn=captured.append)
+    except SystemExit:
+        pass
     finally:
         beam_logger.setLevel(level)
     return captured[0]
@@ -308,11 +319,15 @@ def beam_argv(argv: Sequence[str], *, command_flags: Sequence[str] = ()) -> list
 
     Raises:
       ValueError: for a flag or value that neither the project nor Beam knows, naming the
-        closest known flag; for a Dask option without the Dask runner.
+        closest known flag; for a value of the wrong type or a flag without its value (argparse
+        would exit, and the build's console sends its message to the log alone); for a project
+        flag given twice (the last would win silently); for a Dask option without the Dask
+        runner.
     """
-    project = argparse.ArgumentParser(allow_abbrev=False, add_help=False)
+    project = argparse.ArgumentParser(allow_abbrev=False, add_help=False, exit_on_error=False)
     BuildOptions._add_argparse_args(project)
-    _, rest = project.parse_known_args(list(argv))
+    _refuse_repeated(argv, known_flags(project))
+    rest = _parse_known(project, list(argv))
     rest = _resolve_runner_flag(rest)
     dask_flags = sorted({t.split("=", 1)[0] for t in rest if t.startswith("--dask_")})
     if dask_flags and PipelineOptions(rest).view_as(StandardOptions).runner != DASK_RUNNER:
@@ -320,11 +335,33 @@ def beam_argv(argv: Sequence[str], *, command_flags: Sequence[str] = ()) -> list
             f"{', '.join(dask_flags)} is an option of the Dask runner: add --runner DaskRunner"
         )
     beam = _beam_parser(rest)
-    _, unknown = beam.parse_known_args(rest)
+    beam.exit_on_error = False
+    unknown = _parse_known(beam, rest)
     if unknown:
         known = [*command_flags, *known_flags(project), *known_flags(beam)]
         raise ValueError(_unknown_message(unknown, known))
     return rest
+
+
+def _parse_known(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """The tokens `parser` does not know; ValueError (argparse's own words) for a bad value."""
+    try:
+        _, rest = parser.parse_known_args(argv)
+    except argparse.ArgumentError as error:
+        raise ValueError(str(error)) from None
+    return rest
+
+
+def _refuse_repeated(argv: Sequence[str], flags: Sequence[str]) -> None:
+    counts = collections.Counter(
+        token.split("=", 1)[0] for token in argv if token.split("=", 1)[0] in flags
+    )
+    repeated = sorted(flag for flag, count in counts.items() if count > 1)
+    if repeated:
+        raise ValueError(
+            f"{', '.join(repeated)} given more than once: give each flag once (the last one "
+            "would win unseen)"
+        )
 
 
 def _unknown_message(unknown: Sequence[str], known: Sequence[str]) -> str:

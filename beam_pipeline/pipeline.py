@@ -117,6 +117,13 @@ def prepare(config: BuildConfig) -> Prepared:
     return Prepared(config, plan, classes, display_names)
 
 
+_INSTALL_HINTS = {
+    "gs": "pip install 'imagenet-tfrecords[dataflow]' (Beam's gcp extra)",
+    "s3": "pip install 'apache-beam[aws]'",
+    "az": "pip install 'apache-beam[azure]'",
+}
+
+
 def check_file_systems(config: BuildConfig) -> None:
     """ValueError, naming the flag, for a URL whose scheme no installed Beam file system reads
     (`gs://` without `apache-beam[gcp]`)."""
@@ -127,8 +134,7 @@ def check_file_systems(config: BuildConfig) -> None:
             FileSystems.get_filesystem(path)
         except ValueError:
             scheme = path.split("://", 1)[0]
-            extra = {"gs": "gcp", "s3": "aws", "az": "azure"}.get(scheme)
-            hint = f": pip install 'apache-beam[{extra}]'" if extra else ""
+            hint = f": {_INSTALL_HINTS[scheme]}" if scheme in _INSTALL_HINTS else ""
             raise ValueError(
                 f"{flag} {path}: no Apache Beam file system for {scheme}:// is installed{hint}"
             ) from None

@@ -335,6 +335,33 @@ def test_a_typo_never_runs_a_build(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
+    "flags, message",
+    [
+        # A value of the wrong type, or none: argparse's exit said it only in the log.
+        (["--seed", "1.5"], "argument --seed: invalid int value: '1.5'"),
+        (["--overwrite=no"], "argument --overwrite: ignored explicit argument 'no'"),
+        (
+            ["--direct_num_workers", "two"],
+            "argument --direct_num_workers: invalid int value: 'two'",
+        ),
+        (["--runner"], "argument --runner: expected one argument"),
+        (["--labels_file"], "argument --labels_file: expected one argument"),
+        # A flag given twice: the last one won, unseen (a wrapper script appending flags).
+        (
+            ["--num_shards", "2", "--seed", "1", "--num_shards=5", "--seed", "2"],
+            "--num_shards, --seed given more than once: give each flag once (the last one "
+            "would win unseen)",
+        ),
+    ],
+)
+def test_a_bad_value_or_a_repeated_flag_is_one_error_line(tmp_path, capsys, flags, message):
+    out = tmp_path / "out"
+    assert cli.main(["--input_dir", str(tmp_path), "--output_dir", str(out), *flags]) == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
     "value, unknown",
     [("trian=2", "['trian']"), ("train=2,test=1", "['test']")],
 )
@@ -398,7 +425,7 @@ def test_help_lists_every_project_flag_wherever_it_is_asked(where, capsys):
         (
             ["--output_dir", "gs://b/out"],
             "--output_dir gs://b/out: no Apache Beam file system for gs:// is installed: "
-            "pip install 'apache-beam[gcp]'",
+            "pip install 'imagenet-tfrecords[dataflow]' (Beam's gcp extra)",
         ),
     ],
 )
@@ -410,8 +437,10 @@ def test_a_runner_or_flag_the_build_would_ignore_or_fail_on_is_refused_first(
     tree = tmp_path / "tree"
     sample_tree.write_tree(str(tree), num_train=4, num_val=2, seed=0)
     out = tmp_path / "out"
-    argv = ["--input_dir", str(tree), "--output_dir", str(out), *flags]
-    assert cli.main(argv) == 2
+    given = {token for token in flags if token.startswith("--")}
+    paths = [(flag, str(path)) for flag, path in (("--input_dir", tree), ("--output_dir", out))]
+    argv = [token for flag, path in paths if flag not in given for token in (flag, path)]
+    assert cli.main([*argv, *flags]) == 2
     error = capsys.readouterr().err
     assert error.startswith(
         "error: " + message.replace("TREE", str(tree)).replace("OUT", str(out))
