@@ -9,6 +9,12 @@
     OUT/dataset_info.json, features.json, image.*.labels.txt
                                       TFDS metadata   then (schemas/tfds_metadata.py)
     OUT/build_info.json               commit marker   written last
+    OUT/.imagenet-tfrecords           owner mark      written before anything else, kept
+
+A build replaces or deletes the files above, so it writes into a directory only when it is
+empty of them or a build made it (`refuse_foreign_files`): files of the same names that no
+build wrote (another dataset's `*-00000-of-00004.tfrecord`, a `labels.txt`, a `.tmp/`) are
+never touched.
 
 Every file reaches its final name by a rename from `.tmp/` (`incomplete_file`, after TFDS's
 `utils.incomplete_file`), so a crash never leaves a file under a final name that is not whole,
@@ -51,7 +57,12 @@ logger = logging.getLogger(__name__)
 
 TEMP_DIR = ".tmp"
 PROGRESS_DIR = ".progress"
+OWNER_FILE = ".imagenet-tfrecords"
 _PROBE_PREFIX = ".write-probe-"
+_OWNER_TEXT = (
+    b"A build of imagenet-tfrecords writes into this directory: a rebuild (--overwrite, "
+    b"--resume) replaces its shards, metadata and work folders.\n"
+)
 
 
 class OutputExistsError(RuntimeError):
@@ -66,6 +77,10 @@ class OutputBusyError(OutputNotWritableError):
     """Another build is writing into the output directory (it holds its lock)."""
 
 
+class ForeignFilesError(OutputExistsError):
+    """The output directory holds files that a build would replace but no build wrote."""
+
+
 def prepare_output(output_dir: str, *, overwrite: bool, resume: bool) -> None:
     """Refuses to replace a complete build without --overwrite; clears our own stale files.
 
@@ -78,12 +93,17 @@ def prepare_output(output_dir: str, *, overwrite: bool, resume: bool) -> None:
 
     Raises:
       OutputExistsError: a complete build is there and `overwrite` is off.
+      ForeignFilesError: files a build would replace are there, and no build wrote them.
       OutputNotWritableError: the location cannot be created or written.
       OutputBusyError: another build holds the directory's lock.
     """
     complete = refuse_complete_build(output_dir, overwrite=overwrite)
+    refuse_foreign_files(output_dir)
     check_writable(output_dir)
     lock_output(output_dir)
+    if not FileSystems.exists(join(output_dir, OWNER_FILE)):
+        with FileSystems.create(join(output_dir, OWNER_FILE)) as stream:
+            stream.write(_OWNER_TEXT)
     if complete:
         markers = [join(output_dir, name) for name in (BUILD_INFO_FILE, LEGACY_INFO_FILE)]
         FileSystems.delete([path for path in markers if FileSystems.exists(path)])
@@ -122,6 +142,57 @@ def refuse_complete_build(output_dir: str, *, overwrite: bool) -> bool:
             f"{output_dir} already holds a complete build; pass --overwrite to replace it"
         )
     return True
+
+
+def refuse_foreign_files(output_dir: str) -> None:
+    """Raises ForeignFilesError when `output_dir` holds files a build would replace or delete
+    (shard-named files, the metadata's names, files in `.tmp/` or `.progress/`) and no build
+    made the directory: it has neither the owner mark nor a build's `build_info.json` (a build
+    of a version before the mark). Other files are never touched, so they do not matter."""
+    if _made_by_a_build(output_dir):
+        return
+    if foreign := files_a_build_replaces(output_dir):
+        shown = ", ".join(foreign[:4]) + (
+            f" and {len(foreign) - 4} more" if len(foreign) > 4 else ""
+        )
+        raise ForeignFilesError(
+            f"{output_dir} holds files that a build would replace or delete, and no build of "
+            f"imagenet-tfrecords wrote them: {shown}; choose an empty or new --output_dir, or "
+            "move them away (--overwrite and --resume replace only a build's own files)"
+        )
+
+
+def _made_by_a_build(output_dir: str) -> bool:
+    """The owner mark, a `build_info.json` (readable or not), or a schema 1.x build's
+    `dataset_info.json` (TFDS's file of the same name, or anyone's, is no mark)."""
+    if any(FileSystems.exists(join(output_dir, n)) for n in (OWNER_FILE, BUILD_INFO_FILE)):
+        return True
+    try:
+        read_build_info(output_dir)
+    except (NoBuildError, ValueError):
+        return False
+    return True
+
+
+def files_a_build_replaces(output_dir: str) -> list[str]:
+    """The names in `output_dir` a build replaces or deletes (work folders' files by their
+    path in it), sorted; [] for a directory that does not exist."""
+    try:
+        (top,) = FileSystems.match([join(output_dir, "*")])
+    except Exception:  # noqa: BLE001 - a missing directory holds nothing
+        return []
+    ours = {LABELS_FILE, LABEL_MAP_FILE, DEAD_LETTER_FILE, *TFDS_FILES}
+    names = sorted(
+        name
+        for name in (m.path.rstrip("/").rsplit("/", 1)[-1] for m in top.metadata_list)
+        if is_shard_filename(name) or name in ours
+    )
+    for folder in (TEMP_DIR, PROGRESS_DIR):
+        (inside,) = FileSystems.match([join(output_dir, folder, "**")])
+        names += sorted(
+            f"{folder}/{m.path[len(join(output_dir, folder)) + 1 :]}" for m in inside.metadata_list
+        )
+    return names
 
 
 def check_writable(output_dir: str) -> None:

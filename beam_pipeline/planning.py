@@ -291,6 +291,7 @@ def _refusal(prepared, spec, counts, rejections, reports) -> str | None:
         OutputExistsError,
         busy_reason,
         refuse_complete_build,
+        refuse_foreign_files,
         unwritable_reason,
     )
 
@@ -298,6 +299,7 @@ def _refusal(prepared, spec, counts, rejections, reports) -> str | None:
     if config.output_dir:
         try:
             refuse_complete_build(config.output_dir, overwrite=config.overwrite)
+            refuse_foreign_files(config.output_dir)
         except OutputExistsError as error:
             return str(error)
         if reason := unwritable_reason(config.output_dir) or busy_reason(config.output_dir):

@@ -199,7 +199,8 @@ def test_a_failed_build_ends_with_one_line_and_the_log(small_tree, tmp_path):
     log = pathlib.Path(lines[-1][len("full log: ") :])
     assert "BuildFailed: BUILD FAILED:" in log.read_text(encoding="utf-8")
     # The dead letters explain it; no live count or temp file is left behind.
-    assert [p.relative_to(out).as_posix() for p in out.rglob("*")] == ["rejected.jsonl"]
+    left = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+    assert left == [".imagenet-tfrecords", "rejected.jsonl"]
 
 
 def test_verbose_shows_the_runner_and_the_traceback(small_tree, tmp_path):

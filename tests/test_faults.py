@@ -7,9 +7,9 @@ import sys
 import time
 
 import pytest
-from helpers import build, failure_line
+from helpers import build, failure_line, write
 
-from beam_pipeline import cli, fileio, planning, sample_tree, writing
+from beam_pipeline import cli, fileio, output, planning, sample_tree, writing
 from beam_pipeline.coders import LabelledEntryCoder
 from schemas import BUILD_INFO_FILE
 
@@ -238,11 +238,53 @@ def test_resume_removes_the_shards_of_an_attempt_with_other_options(tree, tmp_pa
     argv = ["--input_dir", str(tree), "--num_shards", "train=2,val=1"]
     assert cli.main([*argv, "--output_dir", str(reference)]) == 0
     out.mkdir()
+    (out / output.OWNER_FILE).write_bytes((reference / output.OWNER_FILE).read_bytes())
     for name in ("train-00003-of-00008.tfrecord", "validation-00000-of-00004.tfrecord"):
         (out / name).write_bytes(b"left by an attempt with --num_shards train=8,val=4")
     (out / "notes.txt").write_text("not ours: kept")
     assert cli.main([*argv, "--output_dir", str(out), "--resume"]) == 0
     assert files(out) == {**files(reference), "notes.txt": b"not ours: kept"}
+
+
+FOREIGN = {
+    "coco-00000-of-00004.tfrecord": b"another dataset's shard",
+    "train-00000-of-00001.tfrecord": b"someone's shard",
+    "labels.txt": b"my labels",
+    "dataset_info.json": b'{"name": "my_tfds_dataset"}',
+    ".tmp/cache/scratch.bin": b"a tool's scratch",
+    ".progress/notes.json": b"{}",
+}
+
+
+@pytest.mark.parametrize("flags", [[], ["--overwrite"], ["--resume"]])
+def test_files_no_build_wrote_are_never_replaced_or_deleted(tree, tmp_path, capsys, flags):
+    # A directory holding other files of the names a build writes or deletes: the build
+    # replaced or deleted them all, exit 0, with any flag.
+    out = tmp_path / "shared"
+    for name, data in {**FOREIGN, "keep.txt": b"other names were always kept"}.items():
+        write(out / name, data)
+    before = files(out)
+    argv = ["--input_dir", str(tree), "--output_dir", str(out), *flags]
+    assert planning.main(argv) == 1
+    refusal = (
+        f"{out} holds files that a build would replace or delete, and no build of "
+        "imagenet-tfrecords wrote them: coco-00000-of-00004.tfrecord, dataset_info.json, "
+        "labels.txt, train-00000-of-00001.tfrecord and 2 more; choose an empty or new "
+        "--output_dir, or move them away (--overwrite and --resume replace only a build's own "
+        "files)"
+    )
+    assert capsys.readouterr().out.splitlines()[-1] == f"The build would be refused: {refusal}"
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err == f"error: {refusal}\n"
+    assert files(out) == before
+    # Other names alone are no obstacle, and are kept; the build marks the directory its own.
+    for name in FOREIGN:
+        (out / name).unlink()
+    assert cli.main(argv) == 0
+    assert (out / "keep.txt").read_bytes() == b"other names were always kept"
+    assert (out / output.OWNER_FILE).is_file()
+    rebuild = ["--input_dir", str(tree), "--output_dir", str(out), "--overwrite"]
+    assert cli.main(rebuild) == 0  # and replaces its own build
 
 
 def test_a_second_build_into_a_directory_being_written_is_refused(tree, tmp_path, capsys):
