@@ -4,10 +4,12 @@
 
 For every shard in the build's metadata (`build_info.json`): the file exists; each record's
 framing and CRC32C are valid; each record is an Example with every schema key, of the right
-kind and length, whose one-hot agrees with its label and whose boxes lie in [0, 1]; each image
-fully decodes as RGB at its recorded size; and the record count, byte count and SHA-256 match
-the metadata. The first problem of each shard is reported with the shard and record index.
-TFDS's metadata beside the shards (`dataset_info.json`, `features.json`, the `.labels.txt`
+kind and length, whose one-hot agrees with its label, whose class text is the metadata's name
+for its label, and whose boxes lie in [0, 1]; each image fully decodes as RGB at its recorded
+size; and the record count, byte count and SHA-256 match the metadata. The first problem of
+each shard is reported with the shard and record index. The metadata must agree with itself
+(`check_metadata`), the directory must hold no shard of a split that it does not list, and
+`rejected.jsonl` must account for the rejections it counts. TFDS's metadata beside the shards (`dataset_info.json`, `features.json`, the `.labels.txt`
 files) must say what `build_info.json` says (a build of schema 1.x has none: `upgrade` writes
 it). Exit code 0 when everything checks, 1 when something does not, 2 when OUT holds no
 committed build.
@@ -16,6 +18,7 @@ committed build.
 from __future__ import annotations
 
 import argparse
+import collections
 import concurrent.futures
 import dataclasses
 import hashlib
@@ -34,13 +37,19 @@ from beam_pipeline.readback import read_build_info
 from beam_pipeline.tfrecord import CorruptRecordError, read_records
 from schemas import (
     BUILD_INFO_FILE,
+    DEAD_LETTER_FILE,
     FEATURES,
+    LEGACY_INFO_FILE,
     SCHEMA_VERSION,
+    SHARD_SUFFIX,
     UNLABELLED,
     DatasetInfo,
     ShardInfo,
+    is_shard_filename,
+    shard_filename,
 )
 from schemas import features as F
+from schemas.classes import BACKGROUND
 from schemas.example_proto import Example
 from schemas.paths import join
 from schemas.tfds_metadata import tfds_files
@@ -82,10 +91,13 @@ def check_example(
     decode: bool = True,
     labelled: bool = True,
     schema_version: str = SCHEMA_VERSION,
+    classes: Sequence[str] = (),
 ) -> str | None:
     """What is wrong with one serialised Example (of a labelled split or not), or None.
 
-    Keys newer than the build's `schema_version` are not required.
+    Keys newer than the build's `schema_version` are not required. With the build's `classes`,
+    the label's class text must be the class the metadata names (`background` for the
+    background index, empty when unlabelled).
     """
     try:
         example = Example.FromString(record)
@@ -125,6 +137,16 @@ def check_example(
             return f"object {i} box {(xmin, ymin, xmax, ymax)} is not inside [0, 1]"
     if any(not 0 <= c < num_classes for c in values[F.OBJECT_LABEL]):
         return "an object label is outside the vocabulary"
+    if classes:
+        name = (
+            "" if label == UNLABELLED else (classes[label] if label < num_classes else BACKGROUND)
+        )
+        expected = name.encode("utf-8")
+        if values[F.LABEL_TEXT] != [expected]:
+            return (
+                f"{F.LABEL_TEXT} is {values[F.LABEL_TEXT][0]!r}, but label {label} is "
+                f"{expected!r} in {BUILD_INFO_FILE}"
+            )
     if values[F.FORMAT] != [F.IMAGE_FORMAT.encode()] or values[F.CHANNELS] != [F.IMAGE_CHANNELS]:
         return f"format {values[F.FORMAT]} / channels {values[F.CHANNELS]} is not 3-channel JPEG"
     if decode:
@@ -159,6 +181,7 @@ def verify_shard(
     decode: bool = True,
     labelled: bool = True,
     schema_version: str = SCHEMA_VERSION,
+    classes: Sequence[str] = (),
 ) -> Problem | None:
     """Checks one shard; returns its first problem or None."""
     path = join(data_dir, shard.file)
@@ -169,7 +192,9 @@ def verify_shard(
         reader = _HashingReader(stream)
         try:
             for count, record in enumerate(read_records(reader), start=1):
-                problem = check_example(record, num_classes, decode, labelled, schema_version)
+                problem = check_example(
+                    record, num_classes, decode, labelled, schema_version, classes
+                )
                 if problem:
                     return Problem(shard.file, count - 1, problem)
         except CorruptRecordError as error:
@@ -194,7 +219,7 @@ def verify(data_dir: str, workers: int = 1, decode: bool = True) -> tuple[int, l
         for shard in split.shards
     ]
     args = [
-        (data_dir, shard, info.num_classes, decode, labelled, info.schema_version)
+        (data_dir, shard, info.num_classes, decode, labelled, info.schema_version, info.classes)
         for shard, labelled in shards
     ]
     if workers > 1:
@@ -202,10 +227,105 @@ def verify(data_dir: str, workers: int = 1, decode: bool = True) -> tuple[int, l
             results = list(pool.map(verify_shard, *zip(*args, strict=True)))
     else:
         results = [verify_shard(*a) for a in args]
-    problems = [problem for problem in results if problem is not None]
+    problems = check_metadata(info) + [problem for problem in results if problem is not None]
+    problems += check_stray_shards(data_dir, info) + check_rejections(data_dir, info)
     if FileSystems.exists(join(data_dir, BUILD_INFO_FILE)):
         problems += check_tfds_metadata(data_dir, info)
     return len(shards), problems
+
+
+def check_metadata(info: DatasetInfo) -> list[Problem]:
+    """The metadata's own sums: each split lists shards 0..n-1 of n, once each; its shards'
+    examples add up to its count; discovered = written + rejected; its class counts add up."""
+    name = _metadata_file(info)
+    problems = []
+    for split_name, split in sorted(info.splits.items()):
+
+        def problem(message: str, split_name=split_name) -> None:
+            problems.append(Problem(name, None, f"split {split_name!r}: {message}"))
+
+        n = len(split.shards)
+        expected = [shard_filename(split_name, i, n) for i in range(n)]
+        listed = [shard.file for shard in split.shards]
+        if listed != expected:
+            missing = sorted(set(expected) - set(listed))
+            problem(
+                f"lists {n} shards but not as {split_name}-00000-of-{n:05d} to "
+                f"-{n - 1:05d} (missing {missing[:3]}, listed {listed[:3]}...)"
+                if missing
+                else f"lists its {n} shards out of order or twice"
+            )
+        written = sum(shard.num_examples for shard in split.shards)
+        if written != split.num_examples:
+            problem(f"its shards hold {written} examples, num_examples says {split.num_examples}")
+        if split.num_discovered != split.num_examples + split.num_rejected:
+            problem(
+                f"num_discovered {split.num_discovered} != num_examples {split.num_examples} + "
+                f"num_rejected {split.num_rejected}"
+            )
+        counted = sum(split.class_counts)
+        if split.labelled and split.class_counts and counted != split.num_examples:
+            problem(f"class_counts add up to {counted}, num_examples is {split.num_examples}")
+    return problems
+
+
+def check_stray_shards(data_dir: str, info: DatasetInfo) -> list[Problem]:
+    """Shard-named files of a split that the metadata does not list: a glob such as
+    `train-*.tfrecord` (the readers of "Reading the records elsewhere") would read them."""
+    listed = {shard.file for split in info.splits.values() for shard in split.shards}
+    (found,) = FileSystems.match([join(data_dir, f"*{SHARD_SUFFIX}")])
+    names = sorted(m.path.rsplit("/", 1)[-1] for m in found.metadata_list)
+    return [
+        Problem(
+            name,
+            None,
+            f"not a shard of this build ({_metadata_file(info)} does not list it), but a glob "
+            f"such as {name.rsplit('-', 3)[0]}-*{SHARD_SUFFIX} reads it: delete it",
+        )
+        for name in names
+        if name not in listed and is_shard_filename(name) and name.rsplit("-", 3)[0] in info.splits
+    ]
+
+
+def check_rejections(data_dir: str, info: DatasetInfo) -> list[Problem]:
+    """`rejected.jsonl` against the metadata: per split, its image lines are `num_rejected`,
+    and its reasons are `failures`."""
+    path = join(data_dir, DEAD_LETTER_FILE)
+    if not FileSystems.exists(path):
+        return [Problem(DEAD_LETTER_FILE, None, "missing: the account of rejected files is lost")]
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+        text = stream.read().decode("utf-8", errors="replace")
+    try:
+        lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+        images = collections.Counter(line["split"] for line in lines if line["is_image"])
+        reasons = collections.Counter(line["reason"] for line in lines)
+    except (ValueError, KeyError, TypeError) as error:
+        return [Problem(DEAD_LETTER_FILE, None, f"not the lines a build writes ({error})")]
+    problems = []
+    for name, split in sorted(info.splits.items()):
+        if images.get(name, 0) != split.num_rejected:
+            problems.append(
+                Problem(
+                    DEAD_LETTER_FILE,
+                    None,
+                    f"names {images.get(name, 0)} rejected images of split {name!r}, "
+                    f"{_metadata_file(info)} counts {split.num_rejected}",
+                )
+            )
+    if dict(reasons) != dict(info.failures):
+        problems.append(
+            Problem(
+                DEAD_LETTER_FILE,
+                None,
+                f"its reasons {dict(sorted(reasons.items()))} are not {_metadata_file(info)}'s "
+                f"failures {dict(sorted(info.failures.items()))}",
+            )
+        )
+    return problems
+
+
+def _metadata_file(info: DatasetInfo) -> str:
+    return BUILD_INFO_FILE if info.schema_version.split(".")[0] != "1" else LEGACY_INFO_FILE
 
 
 def check_tfds_metadata(data_dir: str, info: DatasetInfo) -> list[Problem]:
@@ -249,7 +369,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for problem in problems:
         print(f"FAIL {problem}")
     if problems:
-        print(f"{len(problems)} of {num_shards} shards have problems")
+        files = len({problem.file for problem in problems})
+        print(
+            f"{plural(len(problems), 'problem')} in {plural(files, 'file')} "
+            f"({num_shards} shards checked)"
+        )
         return 1
     print(f"OK: {plural(num_shards, 'shard')} verified")
     if not FileSystems.exists(join(args.data_dir, BUILD_INFO_FILE)):

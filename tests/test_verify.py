@@ -1,11 +1,12 @@
 import io
+import json
 import shutil
 import struct
 
 import pytest
 from helpers import build, build_sample, jpeg_bytes
 
-from beam_pipeline import sample_tree, verify
+from beam_pipeline import sample_tree, upgrade, verify
 from beam_pipeline.tfrecord import encode_record, read_records
 from schemas import BUILD_INFO_FILE, DatasetInfo
 from schemas import features as F
@@ -58,7 +59,7 @@ def test_flipped_byte_is_located(copy, capsys):
     code, output = run(copy, capsys)
     assert code == 1
     assert f"FAIL {shard.name} record 3: data checksum mismatch (byte {start})" in output
-    assert "1 of 4 shards have problems" in output
+    assert "1 problem in 1 file (4 shards checked)" in output
 
 
 def test_flipped_length_is_located(copy, capsys):
@@ -96,7 +97,11 @@ def test_valid_frame_with_a_broken_image_is_located(copy, capsys):
     code, output = run(copy, capsys)
     assert code == 1
     assert f"{shard.name} record 4: image does not decode" in output
-    assert run(copy, capsys, "--no_decode")[1].strip().endswith("1 of 4 shards have problems")
+    assert (
+        run(copy, capsys, "--no_decode")[1]
+        .strip()
+        .endswith("1 problem in 1 file (4 shards checked)")
+    )
 
 
 def test_wrong_label_and_missing_record_are_reported(copy, capsys):
@@ -151,3 +156,90 @@ def test_a_one_shard_build_says_one_shard(tmp_path, capsys):
     build(tree, out, "--splits", "train", "--num_shards", "1")
     code, output = run(out, capsys)
     assert code == 0 and output.strip() == "OK: 1 shard verified"
+
+
+def edit_info(out, change):
+    """Rewrites `build_info.json` through `change(payload)`, and TFDS's files to agree (as
+    `upgrade` would), so only the checks of the metadata itself can notice."""
+    path = out / BUILD_INFO_FILE
+    payload = json.loads(path.read_text())
+    change(payload)
+    path.write_text(json.dumps(payload))
+    assert upgrade.main([str(out)]) == 0
+
+
+def test_metadata_that_disagrees_with_itself_is_reported(copy, capsys):
+    # A shard dropped from the list (the loader read 7 of 8 shards, verify said OK), and a
+    # count lowered: the sums and the shard names no longer agree.
+    def change(payload):
+        train = payload["splits"]["train"]
+        train["shards"] = train["shards"][:-1]
+        payload["splits"]["validation"]["num_examples"] -= 1
+
+    edit_info(copy, change)
+    capsys.readouterr()
+    code, output = run(copy, capsys)
+    assert code == 1
+    assert (
+        "FAIL build_info.json: split 'train': lists 2 shards but not as train-00000-of-00002 to "
+        "-00001 (missing ['train-00000-of-00002.tfrecord', 'train-00001-of-00002.tfrecord'], "
+        "listed ['train-00000-of-00003.tfrecord', 'train-00001-of-00003.tfrecord']...)"
+    ) in output
+    assert (
+        "FAIL build_info.json: split 'train': its shards hold 16 examples, num_examples" in output
+    )
+    assert (
+        "FAIL build_info.json: split 'validation': its shards hold 8 examples, num_examples says 7"
+    ) in output
+    assert "FAIL build_info.json: split 'validation': num_discovered 8 != num_examples 7" in output
+    # The shard it no longer lists is still on disk, where a glob reads it.
+    assert (
+        "FAIL train-00002-of-00003.tfrecord: not a shard of this build (build_info.json does not "
+        "list it), but a glob such as train-*.tfrecord reads it: delete it"
+    ) in output
+
+
+def test_class_names_that_disagree_with_the_records_are_reported(copy, capsys):
+    def swap(payload):
+        payload["classes"][0], payload["classes"][1] = payload["classes"][1], payload["classes"][0]
+
+    edit_info(copy, swap)
+    capsys.readouterr()
+    code, output = run(copy, capsys, "--no_decode")
+    assert code == 1
+    assert "image/class/text is b'" in output and "in build_info.json" in output
+
+
+def test_a_stray_shard_a_glob_would_read_is_reported(copy, capsys):
+    (copy / "train-00003-of-00003.tfrecord").write_bytes(shard_of(copy, 0).read_bytes())
+    (copy / "notes-00000-of-00001.tfrecord").write_bytes(b"not a split of the build: no glob")
+    code, output = run(copy, capsys, "--no_decode")
+    assert code == 1
+    assert output.splitlines() == [
+        "FAIL train-00003-of-00003.tfrecord: not a shard of this build (build_info.json does not "
+        "list it), but a glob such as train-*.tfrecord reads it: delete it",
+        "1 problem in 1 file (4 shards checked)",
+    ]
+
+
+def test_the_account_of_rejections_is_checked(copy, capsys):
+    rejected = copy / "rejected.jsonl"
+    line = {
+        "split": "train",
+        "path": "x",
+        "stage": "image",
+        "reason": "truncated_image",
+        "detail": "",
+        "is_image": True,
+    }
+    rejected.write_text(rejected.read_text() + json.dumps(line) + "\n")
+    code, output = run(copy, capsys, "--no_decode")
+    assert code == 1
+    assert (
+        "FAIL rejected.jsonl: names 1 rejected images of split 'train', build_info.json counts 0"
+        in output
+    )
+    rejected.unlink()
+    code, output = run(copy, capsys, "--no_decode")
+    assert code == 1
+    assert "FAIL rejected.jsonl: missing: the account of rejected files is lost" in output
