@@ -50,15 +50,27 @@ logger = logging.getLogger(__name__)
 
 
 def rejections_by_split(output_dir: str) -> dict[str, dict[str, int]]:
-    """Split → reason → count, from a committed build's `rejected.jsonl`."""
+    """Split → reason → count, from a committed build's `rejected.jsonl`.
+
+    Raises:
+      ValueError: the file is missing or not a build's (named, with `verify` to run).
+    """
     from beam_pipeline.fileio import read_file
+    from beam_pipeline.rejections import InputError
     from schemas import DEAD_LETTER_FILE
     from schemas.paths import join
 
+    path = join(output_dir, DEAD_LETTER_FILE)
     counts = collections.defaultdict(collections.Counter)
-    for line in read_file(join(output_dir, DEAD_LETTER_FILE)).decode("utf-8").splitlines():
-        rejection = json.loads(line)
-        counts[rejection["split"]][rejection["reason"]] += 1
+    try:
+        for line in read_file(path).decode("utf-8").splitlines():
+            rejection = json.loads(line)
+            counts[rejection["split"]][rejection["reason"]] += 1
+    except (InputError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"{path} cannot be read ({error}), and the build counts rejections: "
+            f"python -m beam_pipeline verify {output_dir} checks what else is damaged"
+        ) from None
     return {split: dict(reasons) for split, reasons in counts.items()}
 
 

@@ -45,6 +45,7 @@ from schemas import (
     LABELS_FILE,
     LEGACY_INFO_FILE,
     SHARD_SUFFIX,
+    DamagedBuildError,
     DatasetInfo,
     NoBuildError,
     is_shard_filename,
@@ -131,15 +132,18 @@ def refuse_complete_build(output_dir: str, *, overwrite: bool) -> bool:
     Raises:
       OutputExistsError: a complete build is there and `overwrite` is off.
     """
+    what = "a complete build"
     try:
         read_build_info(output_dir)
     except NoBuildError:
         return False
+    except DamagedBuildError:
+        what = f"a build whose {BUILD_INFO_FILE} is damaged"
     except ValueError:  # metadata this code cannot read (another schema): still a build
         pass
     if not overwrite:
         raise OutputExistsError(
-            f"{output_dir} already holds a complete build; pass --overwrite to replace it"
+            f"{output_dir} already holds {what}; pass --overwrite to replace it"
         )
     return True
 

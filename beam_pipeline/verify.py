@@ -1,6 +1,6 @@
 """Re-read a committed build and check every byte of it against its metadata.
 
-    python -m beam_pipeline.verify OUT [--workers 2] [--no_decode]
+    python -m beam_pipeline verify OUT [--workers 2] [--no_decode]
 
 For every shard in the build's metadata (`build_info.json`): the file exists; each record's
 framing and CRC32C are valid; each record is an Example with every schema key, of the right
@@ -9,10 +9,11 @@ for its label, and whose boxes lie in [0, 1]; each image fully decodes as RGB at
 size; and the record count, byte count and SHA-256 match the metadata. The first problem of
 each shard is reported with the shard and record index. The metadata must agree with itself
 (`check_metadata`), the directory must hold no shard of a split that it does not list, and
-`rejected.jsonl` must account for the rejections it counts. TFDS's metadata beside the shards (`dataset_info.json`, `features.json`, the `.labels.txt`
-files) must say what `build_info.json` says (a build of schema 1.x has none: `upgrade` writes
-it). Exit code 0 when everything checks, 1 when something does not, 2 when OUT holds no
-committed build.
+`rejected.jsonl` must account for the rejections it counts. TFDS's metadata beside the
+shards (`dataset_info.json`, `features.json`, the `.labels.txt` files) must say what
+`build_info.json` says (a build of schema 1.x has none: `upgrade` writes it). Exit code 0 when
+everything checks, 1 when something does not (a damaged `build_info.json` included), 2 when
+OUT holds no committed build.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from schemas import (
     SCHEMA_VERSION,
     SHARD_SUFFIX,
     UNLABELLED,
+    DamagedBuildError,
     DatasetInfo,
     ShardInfo,
     is_shard_filename,
@@ -363,6 +365,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         num_shards, problems = verify(args.data_dir, args.workers, not args.no_decode)
+    except DamagedBuildError as error:
+        print(f"FAIL {error}")
+        return 1
     except (FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -17,6 +17,7 @@ from typing import Any
 
 from schemas.classes import FROM_NOTHING, ClassList
 from schemas.features import SCHEMA_VERSION
+from schemas.paths import join
 
 BUILD_INFO_FILE = "build_info.json"
 # Where builds of schema 1.x kept their metadata (now TFDS's dataset_info.json, see above).
@@ -192,6 +193,11 @@ class NoBuildError(FileNotFoundError):
     """A directory without a committed build (no build metadata)."""
 
 
+class DamagedBuildError(ValueError):
+    """A build whose `build_info.json` is there but cannot be read: not JSON, or a field of
+    the schema missing or of the wrong kind."""
+
+
 def read_build_info(read_text: Callable[[str], str | None], output_dir: str) -> DatasetInfo:
     """A committed build's metadata: `build_info.json`, or a schema 1.x build's file.
 
@@ -202,11 +208,12 @@ def read_build_info(read_text: Callable[[str], str | None], output_dir: str) -> 
 
     Raises:
       NoBuildError: no committed build there (the message says why and what to do).
+      DamagedBuildError: `build_info.json` is damaged (the message names it).
       ValueError: the metadata is of a schema this code cannot read.
     """
     text = read_text(BUILD_INFO_FILE)
     if text is not None:
-        return DatasetInfo.from_json(text)
+        return _parse_build_info(text, join(output_dir, BUILD_INFO_FILE))
     legacy = read_text(LEGACY_INFO_FILE)
     if legacy is None:
         raise NoBuildError(
@@ -227,6 +234,22 @@ def read_build_info(read_text: Callable[[str], str | None], output_dir: str) -> 
             "committing, or a directory TFDS wrote); rebuild it with --overwrite"
         )
     return DatasetInfo.from_payload(payload)
+
+
+def _parse_build_info(text: str, path: str) -> DatasetInfo:
+    damaged = f"{path} is damaged and the build cannot be read"
+    fix = "rebuild it (--overwrite replaces it)"
+    try:
+        payload = json.loads(text)
+    except ValueError as error:
+        raise DamagedBuildError(f"{damaged} (not JSON: {error}); {fix}") from None
+    if not isinstance(payload, dict) or "schema_version" not in payload:
+        raise DamagedBuildError(f"{damaged} (it has no schema_version); {fix}")
+    try:
+        return DatasetInfo.from_payload(payload)
+    except (KeyError, TypeError, AttributeError) as error:
+        what = f"no {error}" if isinstance(error, KeyError) else str(error)
+        raise DamagedBuildError(f"{damaged} ({what}); {fix}") from None
 
 
 def _histogram_json(counts: dict[int, int]) -> dict[str, int]:

@@ -3,14 +3,16 @@ command line that holds them."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 from helpers import build, ilsvrc_image, jpeg_bytes, read_split, write
 
-from beam_pipeline import commands, planning, sample_tree, stats
+from beam_pipeline import cli, commands, planning, sample_tree, stats
 from beam_pipeline.annotations import voc_xml
+from loaders import load_dataset
 from schemas import BUILD_INFO_FILE, DatasetInfo
 
 
@@ -225,6 +227,25 @@ def test_stats_text_names_rejections_and_says_what_an_old_build_lacks(bad_tree, 
     text = stats.format_stats(stats.build_stats(str(out)))
     assert "  image width: not recorded (built before schema 1.2; rebuild to record it)" in text
     assert DatasetInfo.from_json(path.read_text()).splits["train"].image_widths == {}
+    # Without rejected.jsonl, the reasons are unknown: one line naming it (was a traceback).
+    (out / "rejected.jsonl").unlink()
+    capsys.readouterr()
+    assert commands.main(["stats", str(out)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {out}/rejected.jsonl cannot be read (")
+    # A damaged build_info.json is named, for stats, verify, the loader and a new build.
+    path.write_text(path.read_text()[:300])
+    damaged = f"{path} is damaged and the build cannot be read (not JSON: "
+    assert commands.main(["stats", str(out)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {damaged}")
+    assert commands.main(["verify", str(out)]) == 1
+    assert capsys.readouterr().out.startswith(f"FAIL {damaged}")
+    with pytest.raises(ValueError, match=re.escape(damaged)):
+        load_dataset(str(out), "train", batch_size=2)
+    assert cli.main(["--input_dir", str(root), "--output_dir", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {out} already holds a build whose build_info.json is damaged; pass "
+        "--overwrite to replace it\n"
+    )
 
 
 def test_stats_of_a_directory_without_a_build(tmp_path, capsys):
