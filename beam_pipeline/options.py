@@ -72,7 +72,10 @@ class BuildOptions(PipelineOptions):
             "the shorter side to --image_size; exact: scale to --image_size HxW.",
         )
         parser.add_argument(
-            "--image_size", default=None, help="256 for shorter_side, 224x224 (HxW) for exact."
+            "--image_size",
+            default=None,
+            help="Required with a resize policy: N (e.g. 256) for shorter_side, HxW (e.g. "
+            "224x224) for exact.",
         )
         parser.add_argument(
             "--jpeg_quality", type=int, default=95, help="Quality of re-encoded JPEGs."

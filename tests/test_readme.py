@@ -1,0 +1,75 @@
+"""The README's console excerpts of `plan`, `inspect` and `stats`, run on the bundled sample
+exactly as `./run_local.sh` builds it: every line the README shows must be what the command
+prints (they had drifted: a record key added in schema 1.2, the sizes it grew)."""
+
+import re
+import shlex
+
+import pytest
+from helpers import build
+from test_readers import readme_blocks
+
+from beam_pipeline import commands, sample_tree
+
+# Seconds vary from run to run; everything else must not.
+_SECONDS = re.compile(r"\(\d+(\.\d+)? s\)")
+
+
+@pytest.fixture(scope="module")
+def sample_dir(tmp_path_factory):
+    """A working directory holding `sample_data/tree` and its build `sample_data/out`, as
+    `./run_local.sh` makes them."""
+    work = tmp_path_factory.mktemp("work")
+    tree = work / "sample_data" / "tree"
+    sample_tree.write_tree(str(tree))
+    build(tree, work / "sample_data" / "out", "--num_shards", "train=4,val=2")
+    return work
+
+
+def excerpts(command: str) -> list[tuple[list[str], list[str]]]:
+    """(argv, shown lines) of each README text block that runs `python -m beam_pipeline
+    <command>`; a line `...` stands for lines the README leaves out."""
+    found = []
+    for section in ("## Seeing the data: plan, show, inspect, stats, verify",):
+        for language, block in readme_blocks(section):
+            first, *shown = block.rstrip("\n").split("\n")
+            prefix = f"$ python -m beam_pipeline {command} "
+            if language == "text" and first.startswith(prefix):
+                found.append((shlex.split(first)[5:], shown))
+    assert found, f"no README excerpt of {command}"
+    return found
+
+
+def assert_shows(printed: str, shown: list[str]) -> None:
+    """Each run of README lines between `...` lines is printed, in order, line for line."""
+    lines = [_SECONDS.sub("(N s)", line) for line in printed.rstrip("\n").split("\n")]
+    position = 0
+    parts, part = [], []
+    for line in [*shown, "..."]:
+        if line.strip() == "...":
+            parts.append(part)
+            part = []
+        else:
+            part.append(_SECONDS.sub("(N s)", line))
+    for number, part in enumerate(parts):
+        if not part:
+            continue
+        if number == 0:
+            assert lines[: len(part)] == part
+            position = len(part)
+            continue
+        for start in range(position, len(lines) - len(part) + 1):
+            if lines[start : start + len(part)] == part:
+                position = start + len(part)
+                break
+        else:
+            pytest.fail(f"README lines not printed in order: {part}\nprinted:\n{printed}")
+
+
+@pytest.mark.parametrize("command", ["plan", "inspect", "stats"])
+def test_the_readme_shows_what_the_command_prints(sample_dir, monkeypatch, capsys, command):
+    monkeypatch.chdir(sample_dir)
+    for argv, shown in excerpts(command):
+        capsys.readouterr()
+        assert commands.main([command, *argv]) == 0
+        assert_shows(capsys.readouterr().out, shown)
