@@ -13,6 +13,7 @@ from schemas import DatasetInfo
 from schemas import NoBuildError as NoBuildError  # re-exported: what read_build_info raises
 from schemas import read_build_info as read_metadata
 from schemas.example_proto import Example
+from schemas.metadata import tree_instead_of_build
 from schemas.paths import is_local, join, not_a_directory
 
 UNLABELLED_NAME = "unlabelled"  # what `show` and `inspect` call label -1
@@ -100,4 +101,14 @@ def read_build_info(output_dir: str) -> DatasetInfo:
         with open_file(path) as stream:
             return stream.read().decode("utf-8")
 
-    return read_metadata(read_text, output_dir)
+    try:
+        return read_metadata(read_text, output_dir)
+    except NoBuildError:
+        if tree := tree_instead_of_build(output_dir, _is_dir):
+            raise tree from None
+        raise
+
+
+def _is_dir(path: str) -> bool:
+    """Local directories only: an object store has none to tell a tree by cheaply."""
+    return is_local(path) and os.path.isdir(path)

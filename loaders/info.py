@@ -9,6 +9,7 @@ import warnings
 import tensorflow as tf
 
 from schemas import ClassList, DatasetInfo, NoBuildError, SplitInfo, read_build_info
+from schemas.metadata import tree_instead_of_build
 from schemas.paths import join, not_a_directory
 
 
@@ -127,7 +128,8 @@ def dataset_info(data_dir: str | os.PathLike) -> BuildInfo:
     try:
         return BuildInfo(data_dir.rstrip("/"), read_build_info(read_text, data_dir))
     except NoBuildError as error:
-        raise IncompleteDatasetError(str(error)) from None
+        tree = tree_instead_of_build(data_dir, tf.io.gfile.isdir)
+        raise IncompleteDatasetError(str(tree or error)) from None
 
 
 def renamed(module: str, name: str) -> type[BuildInfo]:

@@ -198,6 +198,23 @@ class DamagedBuildError(ValueError):
     the schema missing or of the wrong kind."""
 
 
+# Folders of an input tree (ILSVRC's, VOC's, or a download around one), never of a build.
+_TREE_FOLDERS = ("Data", "Annotations", "JPEGImages", "ImageSets", "VOCdevkit", "ILSVRC")
+
+
+def tree_instead_of_build(output_dir: str, is_dir: Callable[[str], bool]) -> NoBuildError | None:
+    """The error for a directory without a build that is an input tree (it holds `Data/`,
+    `JPEGImages/`...), naming it as the tree to build; None for any other directory."""
+    for folder in _TREE_FOLDERS:
+        if is_dir(join(output_dir, folder)):
+            return NoBuildError(
+                f"{output_dir} is an input tree (it holds {folder}/), not a build: build it "
+                f"first (python -m beam_pipeline --input_dir {output_dir} --output_dir OUT) "
+                "and read OUT"
+            )
+    return None
+
+
 def read_build_info(read_text: Callable[[str], str | None], output_dir: str) -> DatasetInfo:
     """A committed build's metadata: `build_info.json`, or a schema 1.x build's file.
 

@@ -251,6 +251,18 @@ def test_stats_text_names_rejections_and_says_what_an_old_build_lacks(bad_tree, 
 def test_stats_of_a_directory_without_a_build(tmp_path, capsys):
     assert commands.main(["stats", str(tmp_path)]) == 2
     assert capsys.readouterr().err.startswith(f"error: {tmp_path} holds no committed build")
+    # An input tree, given where its build belongs: said so (the message suggested building
+    # into it), by the commands and by the loader.
+    write(tmp_path / "Data/DET/train/a.JPEG", jpeg_bytes())
+    tree = (
+        f"{tmp_path} is an input tree (it holds Data/), not a build: build it first (python -m "
+        f"beam_pipeline --input_dir {tmp_path} --output_dir OUT) and read OUT"
+    )
+    assert commands.main(["stats", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"error: {tree}\n"
+    with pytest.raises(FileNotFoundError) as error:  # IncompleteDatasetError
+        load_dataset(str(tmp_path), "train", batch_size=2)
+    assert str(error.value) == tree
 
 
 def test_the_command_line_lists_its_commands_and_refuses_unknown_ones(capsys):
