@@ -9,12 +9,13 @@ import ctypes
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
 
 from beam_pipeline import console
-from beam_pipeline.failures import interrupts_remembered
+from beam_pipeline.failures import interrupts_remembered, stopping_signal
 
 # glibc mallopt parameters, and the environment variables that set them in child processes.
 _MALLOC_SETTINGS = (
@@ -143,12 +144,14 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
         # Ctrl-C reaches an in-process build inside a DoFn, which the runner re-raises wrapped.
         if pipeline.was_interrupted(error):
             logger.error("Interrupted", exc_info=error)
+            stopped_by = stopping_signal()
+            by = "" if stopped_by == signal.SIGINT else f" by {stopped_by.name}"
             out.say(
-                "BUILD INTERRUPTED: nothing was committed; rerun with --resume to keep the shards "
-                "already written"
+                f"BUILD INTERRUPTED{by}: nothing was committed; rerun with --resume to keep the "
+                "shards already written"
             )
             out.say(f"full log: {out.log_path}")
-            return 130
+            return 128 + stopped_by
         return _failed(out, error, "Build failed")
     console.print_summary(
         sys.stdout,

@@ -19,24 +19,39 @@ class BuildFailed(RuntimeError):
         super().__init__(message)
 
 
+_STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_last_signal: list[int] = []  # the signal that stopped the last build, if one did
+
+
 def _on_interrupt(signum, frame):
     _interrupted.set()
-    raise KeyboardInterrupt
+    _last_signal[:] = [signum]
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 @contextlib.contextmanager
 def interrupts_remembered():
-    """Within it, a Ctrl-C (SIGINT) raises KeyboardInterrupt as Python's own handler does, and
-    is remembered: one that lands in a finalizer (a `__del__`, a weakref callback), where
-    Python prints and drops the exception, still stops the commit (`refuse_if_interrupted`).
-    For the main thread of a build that runs in its own process."""
+    """Within it, a Ctrl-C (SIGINT) or a SIGTERM (`kill`, `timeout`, a cluster's scheduler)
+    raises KeyboardInterrupt, as Python's own handler does for SIGINT (its default for SIGTERM
+    ends the process without a word), and is remembered: one that lands in a finalizer (a
+    `__del__`, a weakref callback), where Python prints and drops the exception, still stops
+    the commit (`refuse_if_interrupted`). For the main thread of a build that runs in its own
+    process; `stopping_signal` tells which signal it was, after."""
     _interrupted.clear()
-    previous = signal.signal(signal.SIGINT, _on_interrupt)
+    _last_signal.clear()
+    previous = {number: signal.signal(number, _on_interrupt) for number in _STOPPING_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
         _interrupted.clear()
+
+
+def stopping_signal() -> signal.Signals:
+    """The signal that interrupted the last build (SIGINT when none was seen: a Ctrl-C that
+    reached the build before the handler was in place)."""
+    return signal.Signals(_last_signal[0] if _last_signal else signal.SIGINT)
 
 
 def refuse_if_interrupted() -> None:

@@ -233,8 +233,12 @@ def test_a_crash_is_one_line_naming_the_error_and_the_step(
     assert 'raise ZeroDivisionError("a bug in the writer")' in log.read_text(encoding="utf-8")
 
 
-def test_ctrl_c_during_an_in_process_build_is_an_interruption(slow_tree, tmp_path):
-    # The runner re-raises the KeyboardInterrupt that hits a DoFn as a RuntimeError.
+@pytest.mark.parametrize(
+    "stop, code, by", [(signal.SIGINT, 130, ""), (signal.SIGTERM, 143, " by SIGTERM")]
+)
+def test_ctrl_c_during_an_in_process_build_is_an_interruption(slow_tree, tmp_path, stop, code, by):
+    # The runner re-raises the KeyboardInterrupt that hits a DoFn as a RuntimeError. SIGTERM
+    # (kill, timeout, a cluster's scheduler) ended the build without a word.
     out = tmp_path / "out"
     argv = ["--input_dir", slow_tree, "--output_dir", out, "--direct_running_mode", "in_memory"]
     argv += ["--image_policy", "exact", "--image_size", "224x224", "--num_shards", "8"]
@@ -250,11 +254,11 @@ def test_ctrl_c_during_an_in_process_build_is_an_interruption(slow_tree, tmp_pat
     while not list(out.glob("*.tfrecord")) and time.monotonic() < deadline:
         assert process.poll() is None, process.communicate()
         time.sleep(0.01)
-    os.killpg(process.pid, signal.SIGINT)
+    os.killpg(process.pid, stop)
     _, err = process.communicate(timeout=120)
-    assert process.returncode == 130, err
+    assert process.returncode == code, err
     assert err.splitlines()[-2] == (
-        "BUILD INTERRUPTED: nothing was committed; rerun with --resume to keep the shards "
+        f"BUILD INTERRUPTED{by}: nothing was committed; rerun with --resume to keep the shards "
         "already written"
     )
     assert not (out / "build_info.json").exists()
