@@ -6,9 +6,10 @@
     OUT/rejected.jsonl                dead letters    written first by Finalize, even on failure
     OUT/labels.txt                    class names     written once the build checks out
     OUT/label_map.pbtxt               OD API classes  then
-    OUT/dataset_info.json, features.json, image.*.labels.txt
+    OUT/features.json, image.*.labels.txt
                                       TFDS metadata   then (schemas/tfds_metadata.py)
-    OUT/build_info.json               commit marker   written last
+    OUT/build_info.json               commit marker   then
+    OUT/dataset_info.json             TFDS's marker   written last
     OUT/.imagenet-tfrecords           owner mark      written before anything else, kept
 
 A build replaces or deletes the files above, so it writes into a directory only when it is
@@ -52,7 +53,7 @@ from schemas import (
 )
 from schemas.label_map import LABEL_MAP_FILE, label_map_text
 from schemas.paths import is_local, join
-from schemas.tfds_metadata import TFDS_FILES, tfds_files
+from schemas.tfds_metadata import TFDS_FILES, TFDS_INFO_FILE, tfds_files
 
 logger = logging.getLogger(__name__)
 
@@ -384,8 +385,10 @@ def remove_other_shards(
 
 def commit(output_dir: str, info: DatasetInfo, listed: dict[str, int] | None = None) -> None:
     """Deletes shard files that are not `info`'s, then writes `labels.txt`, `label_map.pbtxt`,
-    TFDS's metadata and, last, `build_info.json` (the commit marker); clears work dirs.
-    `listed`: the shard listing `check_shard_files` returned, so the directory is listed once.
+    TFDS's metadata but its `dataset_info.json`, then `build_info.json` (the commit marker of
+    this project's readers) and, last, `dataset_info.json` (TFDS's: a crash before it leaves a
+    directory TFDS refuses, not one it reads as complete); clears work dirs. `listed`: the
+    shard listing `check_shard_files` returned, so the directory is listed once.
 
     Raises:
       KeyboardInterrupt: a Ctrl-C reached this process earlier and was swallowed on the way.
@@ -396,7 +399,10 @@ def commit(output_dir: str, info: DatasetInfo, listed: dict[str, int] | None = N
     write_atomic(output_dir, LABELS_FILE, labels.encode("utf-8"))
     label_map = label_map_text(info.classes, info.display_names)
     write_atomic(output_dir, LABEL_MAP_FILE, label_map.encode("utf-8"))
-    for name, text in tfds_files(info).items():
+    tfds = tfds_files(info)
+    tfds_marker = tfds.pop(TFDS_INFO_FILE)
+    for name, text in tfds.items():
         write_atomic(output_dir, name, text.encode("utf-8"))
     write_atomic(output_dir, BUILD_INFO_FILE, info.to_json().encode("utf-8"))
+    write_atomic(output_dir, TFDS_INFO_FILE, tfds_marker.encode("utf-8"))
     remove_work_dirs(output_dir)

@@ -218,3 +218,30 @@ def test_tfds_metadata_without_build_info_is_not_a_build(built, tmp_path, tree):
     build(tree, copy, "--splits", "train,val,test", "--num_shards", "train=2,val=1,test=1")
     assert shard_digests(copy) == shard_digests(built)
     assert verify.verify(str(copy)) == (4, [])
+
+
+def test_a_commit_cut_short_leaves_nothing_tfds_reads_as_complete(built, tmp_path, monkeypatch):
+    # TFDS's own marker, dataset_info.json, is written after build_info.json: a build killed
+    # before its commit marker had left every TFDS file, and TFDS read the directory.
+    info = DatasetInfo.from_json((built / BUILD_INFO_FILE).read_text())
+    copy = shutil.copytree(built, tmp_path / "copy")
+    for name in (BUILD_INFO_FILE, TFDS_INFO_FILE):
+        (copy / name).unlink()
+    real = output.write_atomic
+
+    def dies_at_the_marker(output_dir, name, data):
+        if name == BUILD_INFO_FILE:
+            raise SystemExit("killed")
+        real(output_dir, name, data)
+
+    monkeypatch.setattr(output, "write_atomic", dies_at_the_marker)
+    with pytest.raises(SystemExit):
+        output.commit(str(copy), info)
+    assert not (copy / BUILD_INFO_FILE).exists() and not (copy / TFDS_INFO_FILE).exists()
+    with pytest.raises(Exception, match="dataset_info.json"):
+        tfds.builder_from_directory(str(copy))
+    with pytest.raises(IncompleteDatasetError):
+        dataset_info(str(copy))
+    monkeypatch.setattr(output, "write_atomic", real)
+    output.commit(str(copy), info)
+    assert tfds.builder_from_directory(str(copy)).info.splits["train"].num_examples == 9 + 1
