@@ -238,7 +238,7 @@ def test_a_commit_cut_short_leaves_nothing_tfds_reads_as_complete(built, tmp_pat
     with pytest.raises(SystemExit):
         output.commit(str(copy), info)
     assert not (copy / BUILD_INFO_FILE).exists() and not (copy / TFDS_INFO_FILE).exists()
-    with pytest.raises(Exception, match="dataset_info.json"):
+    with pytest.raises(Exception, match=r"dataset_info\.json"):
         tfds.builder_from_directory(str(copy))
     with pytest.raises(IncompleteDatasetError):
         dataset_info(str(copy))
