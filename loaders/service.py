@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     roles = parser.add_subparsers(dest="role", required=True)
     dispatcher = roles.add_parser("dispatcher", help="run the dispatcher (one per service)")
-    dispatcher.add_argument("--port", type=int, default=5050)
+    dispatcher.add_argument("--port", type=int, default=5050, help="its port (default: 5050)")
     dispatcher.add_argument(
         "--work_dir", help="where the dispatcher keeps its state, so a restart resumes its jobs"
     )
