@@ -153,10 +153,12 @@ def write_tree(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("output_dir")
-    parser.add_argument("--train", type=int, default=1000)
-    parser.add_argument("--val", type=int, default=250)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "output_dir", help="where the tree is written (ROOT/Data, ROOT/Annotations)"
+    )
+    parser.add_argument("--train", type=int, default=1000, help="train images (default 1000)")
+    parser.add_argument("--val", type=int, default=250, help="validation images (default 250)")
+    parser.add_argument("--seed", type=int, default=0, help="the drawing's seed (default 0)")
     args = parser.parse_args(argv)
     images = write_tree(args.output_dir, args.train, args.val, args.seed)
     print(f"wrote {len(images)} images to {args.output_dir}")

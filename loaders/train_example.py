@@ -73,11 +73,11 @@ def train(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("data_dir")
-    parser.add_argument("--epochs", type=int, default=8)
-    parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--image_size", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("data_dir", help="a build's output directory")
+    parser.add_argument("--epochs", type=int, default=8, help="default 8")
+    parser.add_argument("--batch_size", type=int, default=32, help="default 32")
+    parser.add_argument("--image_size", type=int, default=64, help="square side (default 64)")
+    parser.add_argument("--seed", type=int, default=0, help="default 0")
     parser.add_argument(
         "--min_accuracy", type=float, default=0.0, help="Exit 1 below this validation accuracy."
     )
