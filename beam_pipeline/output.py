@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import posixpath
@@ -100,12 +101,15 @@ def prepare_output(output_dir: str, *, overwrite: bool, resume: bool) -> None:
       OutputBusyError: another build holds the directory's lock.
     """
     complete = refuse_complete_build(output_dir, overwrite=overwrite)
-    refuse_foreign_files(output_dir)
     check_writable(output_dir)
-    lock_output(output_dir)
+    lock_output(output_dir)  # first: a build writing there is said so, not taken for foreign
+    try:
+        refuse_foreign_files(output_dir, complete=complete)
+    except ForeignFilesError:
+        unlock_output(output_dir)
+        raise
     if not FileSystems.exists(join(output_dir, OWNER_FILE)):
-        with FileSystems.create(join(output_dir, OWNER_FILE)) as stream:
-            stream.write(_OWNER_TEXT)
+        write_atomic(output_dir, OWNER_FILE, _OWNER_TEXT)
     if complete:
         markers = [join(output_dir, name) for name in (BUILD_INFO_FILE, LEGACY_INFO_FILE)]
         FileSystems.delete([path for path in markers if FileSystems.exists(path)])
@@ -149,12 +153,12 @@ def refuse_complete_build(output_dir: str, *, overwrite: bool) -> bool:
     return True
 
 
-def refuse_foreign_files(output_dir: str) -> None:
+def refuse_foreign_files(output_dir: str, *, complete: bool = False) -> None:
     """Raises ForeignFilesError when `output_dir` holds files a build would replace or delete
     (shard-named files, the metadata's names, files in `.tmp/` or `.progress/`) and no build
-    made the directory: it has neither the owner mark nor a build's `build_info.json` (a build
-    of a version before the mark). Other files are never touched, so they do not matter."""
-    if _made_by_a_build(output_dir):
+    made the directory (`complete`: a build is known to be there). Other files are never
+    touched, so they do not matter."""
+    if complete or _made_by_a_build(output_dir):
         return
     if foreign := files_a_build_replaces(output_dir):
         shown = ", ".join(foreign[:4]) + (
@@ -163,20 +167,52 @@ def refuse_foreign_files(output_dir: str) -> None:
         raise ForeignFilesError(
             f"{output_dir} holds files that a build would replace or delete, and no build of "
             f"imagenet-tfrecords wrote them: {shown}; choose an empty or new --output_dir, or "
-            "move them away (--overwrite and --resume replace only a build's own files)"
+            "move them away (--overwrite and --resume replace only a build's own files; if an "
+            "earlier version of imagenet-tfrecords, which did not mark its directories, wrote "
+            f"them: touch {join(output_dir, OWNER_FILE)} and rerun)"
         )
 
 
 def _made_by_a_build(output_dir: str) -> bool:
-    """The owner mark, a `build_info.json` (readable or not), or a schema 1.x build's
-    `dataset_info.json` (TFDS's file of the same name, or anyone's, is no mark)."""
+    """The owner mark; a `build_info.json` (readable or not) or a schema 1.x build's
+    `dataset_info.json` (TFDS's file of the same name, or anyone's, is no mark); or what an
+    unfinished build of a version before the mark left: progress records of its shards, or a
+    `rejected.jsonl` of rejections."""
     if any(FileSystems.exists(join(output_dir, n)) for n in (OWNER_FILE, BUILD_INFO_FILE)):
         return True
     try:
         read_build_info(output_dir)
     except (NoBuildError, ValueError):
-        return False
+        return _old_build_traces(output_dir)
     return True
+
+
+def _old_build_traces(output_dir: str) -> bool:
+    """Whether a progress record of a shard, or the first line of `rejected.jsonl`, has the
+    keys a build writes there."""
+    (records,) = FileSystems.match([join(output_dir, PROGRESS_DIR, "*.json")], limits=[1])
+    paths = [m.path for m in records.metadata_list]
+    if FileSystems.exists(join(output_dir, DEAD_LETTER_FILE)):
+        paths.append(join(output_dir, DEAD_LETTER_FILE))
+    for path in paths:
+        lines = path.endswith(".jsonl")  # one rejection a line: the first tells
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+            text = stream.read(1 << 20 if lines else -1).decode("utf-8", errors="replace")
+        first = text.splitlines()[0] if text.strip() else "{}"
+        try:
+            fields = set(json.loads(first if lines else text))
+        except (ValueError, TypeError):
+            continue
+        if fields >= _OLD_TRACES[lines]:
+            return True
+    return False
+
+
+# The keys of a progress record (False) and of a `rejected.jsonl` line (True).
+_OLD_TRACES = {
+    False: {"fingerprint", "result", "rejections"},
+    True: {"split", "path", "stage", "reason", "detail", "is_image"},
+}
 
 
 def files_a_build_replaces(output_dir: str) -> list[str]:

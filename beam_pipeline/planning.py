@@ -298,12 +298,15 @@ def _refusal(prepared, spec, counts, rejections, reports) -> str | None:
     config = prepared.config
     if config.output_dir:
         try:
-            refuse_complete_build(config.output_dir, overwrite=config.overwrite)
-            refuse_foreign_files(config.output_dir)
+            complete = refuse_complete_build(config.output_dir, overwrite=config.overwrite)
         except OutputExistsError as error:
             return str(error)
         if reason := unwritable_reason(config.output_dir) or busy_reason(config.output_dir):
             return reason
+        try:
+            refuse_foreign_files(config.output_dir, complete=complete)
+        except OutputExistsError as error:
+            return str(error)
     for name, report in reports.items():
         if report.images == 0:
             return f"split {name!r} has no images"

@@ -234,7 +234,13 @@ class _WriteShardFn(beam.DoFn):
             result, rejections = self._write(
                 split, index, num_shards, name, members, vocabulary, tally
             )
-            progress.save(self._output_dir, shard_print, result, rejections)
+            try:
+                progress.save(self._output_dir, shard_print, result, rejections)
+            except OSError as error:  # the output's fault, as in `_write`
+                raise BuildFailed(
+                    f"cannot write the progress record of shard {name} to {self._output_dir}: "
+                    f"{error}"
+                ) from error
         tally.flush()
         for rejection in rejections:
             yield beam.pvalue.TaggedOutput(REJECTED, count_rejection(rejection))

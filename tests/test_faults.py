@@ -1,5 +1,6 @@
 """Faults during a build: retried bundles, unwritable outputs."""
 
+import json
 import os
 import signal
 import subprocess
@@ -105,7 +106,7 @@ def test_full_output_location_fails_loudly_and_commits_nothing(tree, tmpfs, caps
     code = cli.main(["--input_dir", str(tree), "--output_dir", str(out), "--num_shards", "2"])
     assert code == 1
     message = failure_line(capsys.readouterr().err)
-    assert message.startswith("BUILD FAILED: cannot write shard ")
+    assert message.startswith("BUILD FAILED: cannot write ")  # a shard or its progress record
     assert "No space left on device" in message
     assert not (out / BUILD_INFO_FILE).exists()
 
@@ -271,7 +272,8 @@ def test_files_no_build_wrote_are_never_replaced_or_deleted(tree, tmp_path, caps
         "imagenet-tfrecords wrote them: coco-00000-of-00004.tfrecord, dataset_info.json, "
         "labels.txt, train-00000-of-00001.tfrecord and 2 more; choose an empty or new "
         "--output_dir, or move them away (--overwrite and --resume replace only a build's own "
-        "files)"
+        "files; if an earlier version of imagenet-tfrecords, which did not mark its "
+        f"directories, wrote them: touch {out}/.imagenet-tfrecords and rerun)"
     )
     assert capsys.readouterr().out.splitlines()[-1] == f"The build would be refused: {refusal}"
     assert cli.main(argv) == 2
@@ -285,6 +287,26 @@ def test_files_no_build_wrote_are_never_replaced_or_deleted(tree, tmp_path, caps
     assert (out / output.OWNER_FILE).is_file()
     rebuild = ["--input_dir", str(tree), "--output_dir", str(out), "--overwrite"]
     assert cli.main(rebuild) == 0  # and replaces its own build
+
+
+@pytest.mark.parametrize("trace", ["progress record", "rejected.jsonl"])
+def test_an_unfinished_build_of_a_version_without_the_mark_is_still_its_own(tree, tmp_path, trace):
+    # Interrupted or failed before this version: shards and what the build wrote first.
+    out = tmp_path / "out"
+    argv = ["--input_dir", str(tree), "--output_dir", str(out)]
+    assert cli.main(argv) == 0
+    reference = files(out)
+    for name in (output.OWNER_FILE, BUILD_INFO_FILE, "dataset_info.json", "labels.txt"):
+        (out / name).unlink()
+    if trace == "progress record":
+        (out / "rejected.jsonl").unlink()
+        record = {"fingerprint": "of an older build", "result": {}, "rejections": []}
+        write(out / ".progress" / "train-00000-of-00001.tfrecord.json", json.dumps(record))
+    else:
+        line = {"split": "train", "path": "x", "stage": "image", "reason": "truncated_image"}
+        write(out / "rejected.jsonl", json.dumps({**line, "detail": "", "is_image": True}))
+    assert cli.main([*argv, "--resume"]) == 0
+    assert files(out) == reference
 
 
 def test_a_second_build_into_a_directory_being_written_is_refused(tree, tmp_path, capsys):
@@ -323,8 +345,7 @@ def test_a_second_build_into_a_directory_being_written_is_refused(tree, tmp_path
 LOCK_AND_WAIT = """
 import sys, time
 from beam_pipeline import output
-output.check_writable(sys.argv[1])
-output.lock_output(sys.argv[1])
+output.prepare_output(sys.argv[1], overwrite=False, resume=False)  # locks it, as a build does
 print("locked", flush=True)
 time.sleep(600)
 """
