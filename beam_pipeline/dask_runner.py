@@ -465,10 +465,9 @@ def check_scheduler(options) -> None:
         ) from None
     if scheme not in ("tcp", "tls"):
         return
-    timeout = float(
-        dask_options.get("timeout")
-        or parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"))
-    )
+    given = dask_options.get("timeout")  # Beam's parse: an int, or a marker for "5s"
+    default = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"))
+    timeout = float(given if isinstance(given, (int, float)) and given > 0 else default)
     unreachable = f"cannot reach the Dask scheduler at {address} (--dask_client_address)"
     try:
         socket.create_connection((host, port), timeout=timeout).close()

@@ -176,7 +176,7 @@ def _open(data: bytes, fmt: str, max_pixels: int) -> Image.Image:
     if width * height > max_pixels:
         raise InputError(
             "decompression_bomb",
-            f"{fmt} declares {width}x{height} = {width * height} pixels (limit {max_pixels})",
+            f"{fmt} declares {width}x{height} = {width * height} pixels (limit {max_pixels}, --max_pixels)",
         )
     return image
 
@@ -197,7 +197,7 @@ def _decoding_errors(fmt: str, max_pixels: int):
         # Pillow's own text cites its hard limit (twice its default), not --max_pixels.
         found = _BOMB_SIZE.search(str(error))
         pixels = f"{int(found.group(1))} pixels" if found else "too many pixels"
-        detail = f"{fmt} declares {pixels} (limit {max_pixels})"
+        detail = f"{fmt} declares {pixels} (limit {max_pixels}, --max_pixels)"
         raise InputError("decompression_bomb", detail) from None
     except Image.UnidentifiedImageError:
         raise InputError("corrupt_image", f"{fmt} signature but Pillow cannot read it") from None
@@ -222,6 +222,10 @@ def to_rgb(image: Image.Image) -> Image.Image:
     """
     mode = image.mode
     key = image.info.get("transparency")
+    if isinstance(key, tuple) and max(key) > 255:
+        # A 16-bit RGB PNG's key: Pillow reads its pixels as 8 bits, where several colours
+        # share the key's top bits, so the key cannot be applied; its colours are kept.
+        key = None
     if mode == "RGB" and key is None:
         return image
     if mode in ("I;16", "I;16B", "I;16L", "I"):

@@ -1,4 +1,6 @@
 import io
+import struct
+import zlib
 
 import numpy as np
 import pytest
@@ -94,6 +96,30 @@ def test_a_transparent_colour_key_is_composited_on_white_in_every_mode(name):
     assert np.abs(rgb[~transparent] - opaque[~transparent]).mean() < 8  # JPEG's ringing
 
 
+def test_a_sixteen_bit_rgb_colour_key_is_not_applied_to_eight_bit_pixels():
+    # Pillow reads 16-bit RGB as 8 bits but keeps the 16-bit key: matching it against the
+    # 8-bit pixels whitened a colour that was not the key. The colours are kept.
+    def chunk(kind, data):
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    colours = [(0x1234, 0x5678, 0x9ABC), (0x3412, 0x7856, 0xBC9A)] * 4
+    rows = b"".join(b"\x00" + b"".join(struct.pack(">HHH", *c) for c in colours) for _ in range(8))
+    png = b"".join(
+        [
+            b"\x89PNG\r\n\x1a\n",
+            chunk(b"IHDR", struct.pack(">IIBBBBB", 8, 8, 16, 2, 0, 0, 0)),
+            chunk(b"tRNS", struct.pack(">HHH", *colours[0])),
+            chunk(b"IDAT", zlib.compress(rows)),
+            chunk(b"IEND", b""),
+        ]
+    )
+    rgb = pixels(normalise_image(png, KEEP).data)
+    expected = np.array([[c >> 8 for c in colour] for colour in colours[:8]])
+    assert np.abs(rgb - expected[None]).mean() < 8  # no pixel turned white
+
+
 def test_floating_point_pixels_are_refused_not_guessed():
     # A float TIFF in 0..1 was clipped to 0..255 and stored black.
     out = io.BytesIO()
@@ -138,7 +164,7 @@ def test_a_bomb_past_pillows_own_limit_cites_max_pixels():
     with pytest.raises(InputError) as error:
         normalise_image(pillow_bytes("decompression_bomb.gif"), ImagePolicy(max_pixels=1000))
     assert error.value.reason == "decompression_bomb"
-    assert error.value.detail.endswith("(limit 1000)"), error.value.detail
+    assert error.value.detail.endswith("(limit 1000, --max_pixels)"), error.value.detail
 
 
 def pillow_bytes(name):
