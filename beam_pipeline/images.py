@@ -176,7 +176,8 @@ def _open(data: bytes, fmt: str, max_pixels: int) -> Image.Image:
     if width * height > max_pixels:
         raise InputError(
             "decompression_bomb",
-            f"{fmt} declares {width}x{height} = {width * height} pixels (limit {max_pixels}, --max_pixels)",
+            f"{fmt} declares {width}x{height} = {width * height} pixels "
+            f"(limit {max_pixels}, --max_pixels)",
         )
     return image
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 import re
+import shlex
 from collections.abc import Callable, Sequence
 
 from schemas.paths import is_local, join
@@ -187,31 +188,34 @@ def _folders_hint(root: str, subdirectories: Callable[[str], list[str]]) -> str:
     a CLS-LOC tree, whose images without XML take their folder's class: links, no copies."""
     names = subdirectories(root)
     root = posixpath.abspath(root)
-    splits = {
-        name: _SPLIT_FOLDERS[name.lower()] for name in names if name.lower() in _SPLIT_FOLDERS
-    }
+    splits: dict[str, str] = {}  # tree split -> folder (`val/` wins over `validation/`)
+    for name in names:
+        if name.lower() in _SPLIT_FOLDERS:
+            splits.setdefault(_SPLIT_FOLDERS[name.lower()], name)
+    mkdir = "mkdir -p TREE/Data/CLS-LOC"
     if splits:
         links = " && ".join(
-            f"ln -s {root}/{name} TREE/Data/CLS-LOC/{split}" for name, split in splits.items()
+            f"ln -s {shlex.quote(join(root, name))} TREE/Data/CLS-LOC/{split}"
+            for split, name in sorted(splits.items())
         )
+        labels = "" if "train" in splits else " --labels_file CLASSES.txt"
         return (
-            f"; if {', '.join(name + '/' for name in splits)} hold one folder per class, link "
-            "them into an ILSVRC CLS-LOC tree, whose images take their folder's class: "
-            f"mkdir -p TREE/Data/CLS-LOC && {links}; then --input_dir TREE "
-            f"--splits {','.join(sorted(set(splits.values())))}"
+            f"; if {', '.join(name + '/' for name in splits.values())} hold one folder per "
+            "class, link them into an ILSVRC CLS-LOC tree, whose images take their folder's "
+            f"class: {mkdir} && {links}; then --input_dir TREE --splits "
+            f"{','.join(sorted(splits))}{labels}"
         )
     if names:
         shown = ", ".join(name + "/" for name in names[:3]) + (", ..." if len(names) > 3 else "")
         return (
             f"; if its folders ({shown}) are one per class, link it as the train split of an "
-            "ILSVRC CLS-LOC tree, whose images take their folder's class: mkdir -p "
-            f"TREE/Data/CLS-LOC && ln -s {root} TREE/Data/CLS-LOC/train; then --input_dir TREE "
-            "--splits train"
+            f"ILSVRC CLS-LOC tree, whose images take their folder's class: {mkdir} && ln -s "
+            f"{shlex.quote(root)} TREE/Data/CLS-LOC/train; then --input_dir TREE --splits train"
         )
     return (
         "; a folder of images without labels builds as an unlabelled test split, with your "
-        f"model's classes: mkdir -p TREE/Data/CLS-LOC && ln -s {root} TREE/Data/CLS-LOC/test; "
-        "then --input_dir TREE --splits test --labels_file CLASSES.txt"
+        f"model's classes: {mkdir} && ln -s {shlex.quote(root)} TREE/Data/CLS-LOC/test; then "
+        "--input_dir TREE --splits test --labels_file CLASSES.txt"
     )
 
 

@@ -324,12 +324,12 @@ def beam_argv(argv: Sequence[str], *, command_flags: Sequence[str] = ()) -> list
       ValueError: for a flag or value that neither the project nor Beam knows, naming the
         closest known flag; for a value of the wrong type or a flag without its value (argparse
         would exit, and the build's console sends its message to the log alone); for a project
-        flag given twice (the last would win silently); for a Dask option without the Dask
-        runner.
+        flag given twice with different values (the last would win silently); for a Dask
+        option without the Dask runner.
     """
     project = argparse.ArgumentParser(allow_abbrev=False, add_help=False, exit_on_error=False)
     BuildOptions._add_argparse_args(project)
-    _refuse_repeated(argv, known_flags(project))
+    _refuse_repeated(argv, project)
     rest = _parse_known(project, list(argv))
     rest = _resolve_runner_flag(rest)
     dask_flags = sorted({t.split("=", 1)[0] for t in rest if t.startswith("--dask_")})
@@ -355,15 +355,28 @@ def _parse_known(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     return rest
 
 
-def _refuse_repeated(argv: Sequence[str], flags: Sequence[str]) -> None:
-    counts = collections.Counter(
-        token.split("=", 1)[0] for token in argv if token.split("=", 1)[0] in flags
-    )
-    repeated = sorted(flag for flag, count in counts.items() if count > 1)
+def _refuse_repeated(argv: Sequence[str], parser: argparse.ArgumentParser) -> None:
+    """ValueError for a flag of `parser` given twice with different values (the last one
+    would win unseen, as when a wrapper script appends its own); the same twice is harmless."""
+    takes_value = {
+        flag: action.nargs != 0 for action in parser._actions for flag in action.option_strings
+    }
+    values: dict[str, set[str | None]] = collections.defaultdict(set)
+    for position, token in enumerate(argv):
+        flag, equals, value = token.partition("=")
+        if flag not in takes_value:
+            continue
+        if not equals and takes_value[flag]:
+            value = argv[position + 1] if position + 1 < len(argv) else None
+        values[flag].add(value if equals or takes_value[flag] else None)
+    repeated = sorted(flag for flag, seen in values.items() if len(seen) > 1)
     if repeated:
+        given = "; ".join(
+            f"{flag} {' and '.join(sorted(map(str, values[flag])))}" for flag in repeated
+        )
         raise ValueError(
-            f"{', '.join(repeated)} given more than once: give each flag once (the last one "
-            "would win unseen)"
+            f"{', '.join(repeated)} given twice with different values ({given}): give each "
+            "once (the last one would win unseen)"
         )
 
 

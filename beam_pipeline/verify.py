@@ -147,7 +147,7 @@ def check_example(
         if values[F.LABEL_TEXT] != [expected]:
             return (
                 f"{F.LABEL_TEXT} is {values[F.LABEL_TEXT][0]!r}, but label {label} is "
-                f"{expected!r} in {BUILD_INFO_FILE}"
+                f"{expected!r} in the build's metadata"
             )
     if values[F.FORMAT] != [F.IMAGE_FORMAT.encode()] or values[F.CHANNELS] != [F.IMAGE_CHANNELS]:
         return f"format {values[F.FORMAT]} / channels {values[F.CHANNELS]} is not 3-channel JPEG"
@@ -229,17 +229,20 @@ def verify(data_dir: str, workers: int = 1, decode: bool = True) -> tuple[int, l
             results = list(pool.map(verify_shard, *zip(*args, strict=True)))
     else:
         results = [verify_shard(*a) for a in args]
-    problems = check_metadata(info) + [problem for problem in results if problem is not None]
-    problems += check_stray_shards(data_dir, info) + check_rejections(data_dir, info)
-    if FileSystems.exists(join(data_dir, BUILD_INFO_FILE)):
+    has_build_info = FileSystems.exists(join(data_dir, BUILD_INFO_FILE))
+    metadata = BUILD_INFO_FILE if has_build_info else LEGACY_INFO_FILE  # a schema 1.x build
+    problems = check_metadata(info, metadata)
+    problems += [problem for problem in results if problem is not None]
+    problems += check_stray_shards(data_dir, info, metadata)
+    problems += check_rejections(data_dir, info, metadata)
+    if has_build_info:
         problems += check_tfds_metadata(data_dir, info)
     return len(shards), problems
 
 
-def check_metadata(info: DatasetInfo) -> list[Problem]:
+def check_metadata(info: DatasetInfo, name: str = BUILD_INFO_FILE) -> list[Problem]:
     """The metadata's own sums: each split lists shards 0..n-1 of n, once each; its shards'
     examples add up to its count; discovered = written + rejected; its class counts add up."""
-    name = _metadata_file(info)
     problems = []
     for split_name, split in sorted(info.splits.items()):
 
@@ -271,7 +274,9 @@ def check_metadata(info: DatasetInfo) -> list[Problem]:
     return problems
 
 
-def check_stray_shards(data_dir: str, info: DatasetInfo) -> list[Problem]:
+def check_stray_shards(
+    data_dir: str, info: DatasetInfo, metadata: str = BUILD_INFO_FILE
+) -> list[Problem]:
     """Shard-named files of a split that the metadata does not list: a glob such as
     `train-*.tfrecord` (the readers of "Reading the records elsewhere") would read them."""
     listed = {shard.file for split in info.splits.values() for shard in split.shards}
@@ -281,7 +286,7 @@ def check_stray_shards(data_dir: str, info: DatasetInfo) -> list[Problem]:
         Problem(
             name,
             None,
-            f"not a shard of this build ({_metadata_file(info)} does not list it), but a glob "
+            f"not a shard of this build ({metadata} does not list it), but a glob "
             f"such as {name.rsplit('-', 3)[0]}-*{SHARD_SUFFIX} reads it: delete it",
         )
         for name in names
@@ -289,7 +294,9 @@ def check_stray_shards(data_dir: str, info: DatasetInfo) -> list[Problem]:
     ]
 
 
-def check_rejections(data_dir: str, info: DatasetInfo) -> list[Problem]:
+def check_rejections(
+    data_dir: str, info: DatasetInfo, metadata: str = BUILD_INFO_FILE
+) -> list[Problem]:
     """`rejected.jsonl` against the metadata: per split, its image lines are `num_rejected`,
     and its reasons are `failures`."""
     path = join(data_dir, DEAD_LETTER_FILE)
@@ -310,8 +317,8 @@ def check_rejections(data_dir: str, info: DatasetInfo) -> list[Problem]:
                 Problem(
                     DEAD_LETTER_FILE,
                     None,
-                    f"names {images.get(name, 0)} rejected images of split {name!r}, "
-                    f"{_metadata_file(info)} counts {split.num_rejected}",
+                    f"names {plural(images.get(name, 0), 'rejected image')} of split "
+                    f"{name!r}, {metadata} counts {split.num_rejected}",
                 )
             )
     if dict(reasons) != dict(info.failures):
@@ -319,15 +326,11 @@ def check_rejections(data_dir: str, info: DatasetInfo) -> list[Problem]:
             Problem(
                 DEAD_LETTER_FILE,
                 None,
-                f"its reasons {dict(sorted(reasons.items()))} are not {_metadata_file(info)}'s "
+                f"its reasons {dict(sorted(reasons.items()))} are not {metadata}'s "
                 f"failures {dict(sorted(info.failures.items()))}",
             )
         )
     return problems
-
-
-def _metadata_file(info: DatasetInfo) -> str:
-    return BUILD_INFO_FILE if info.schema_version.split(".")[0] != "1" else LEGACY_INFO_FILE
 
 
 def check_tfds_metadata(data_dir: str, info: DatasetInfo) -> list[Problem]:

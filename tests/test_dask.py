@@ -168,6 +168,9 @@ def test_an_address_where_no_scheduler_answers_is_refused_before_anything_is_wri
     assert capsys.readouterr().err == refused.format(
         worker, f"a Dask worker answers there, not the scheduler{hint}"
     )
+    # A timeout with a unit: Beam's parse gives a marker object, which crashed the probe.
+    assert cli.main([*argv, address, "tcp://127.0.0.1:9", "--dask_connection_timeout", "2s"]) == 2
+    assert "Connection refused" in capsys.readouterr().err
     assert cli.main([*argv, address, "tcp://127.0.0.1:port"]) == 2
     assert capsys.readouterr().err.startswith(
         "error: --dask_client_address tcp://127.0.0.1:port: not a scheduler address ("

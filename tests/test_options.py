@@ -12,7 +12,7 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 
-from beam_pipeline import cli, machine, pipeline, sample_tree
+from beam_pipeline import cli, machine, options, pipeline, sample_tree
 from beam_pipeline.cli import tune_malloc
 from beam_pipeline.options import (
     DASK_RUNNER,
@@ -348,9 +348,9 @@ def test_a_typo_never_runs_a_build(tmp_path, capsys):
         (["--labels_file"], "argument --labels_file: expected one argument"),
         # A flag given twice: the last one won, unseen (a wrapper script appending flags).
         (
-            ["--num_shards", "2", "--seed", "1", "--num_shards=5", "--seed", "2"],
-            "--num_shards, --seed given more than once: give each flag once (the last one "
-            "would win unseen)",
+            ["--num_shards", "2", "--seed", "1", "--num_shards=5", "--seed", "2", "--seed", "1"],
+            "--num_shards, --seed given twice with different values (--num_shards 2 and 5; "
+            "--seed 1 and 2): give each once (the last one would win unseen)",
         ),
     ],
 )
@@ -359,6 +359,11 @@ def test_a_bad_value_or_a_repeated_flag_is_one_error_line(tmp_path, capsys, flag
     assert cli.main(["--input_dir", str(tmp_path), "--output_dir", str(out), *flags]) == 2
     assert capsys.readouterr().err == f"error: {message}\n"
     assert not out.exists()
+
+
+def test_the_same_flag_and_value_twice_is_harmless():
+    argv = ["--input_dir", "in", "--output_dir", "out", "--seed", "3", "--seed=3"]
+    assert options.beam_argv([*argv, "--overwrite", "--overwrite", "--input_dir", "in"]) == []
 
 
 @pytest.mark.parametrize(

@@ -207,7 +207,7 @@ def test_class_names_that_disagree_with_the_records_are_reported(copy, capsys):
     capsys.readouterr()
     code, output = run(copy, capsys, "--no_decode")
     assert code == 1
-    assert "image/class/text is b'" in output and "in build_info.json" in output
+    assert "image/class/text is b'" in output and "in the build's metadata" in output
 
 
 def test_a_stray_shard_a_glob_would_read_is_reported(copy, capsys):
@@ -236,9 +236,13 @@ def test_the_account_of_rejections_is_checked(copy, capsys):
     code, output = run(copy, capsys, "--no_decode")
     assert code == 1
     assert (
-        "FAIL rejected.jsonl: names 1 rejected images of split 'train', build_info.json counts 0"
+        "FAIL rejected.jsonl: names 1 rejected image of split 'train', build_info.json counts 0"
         in output
     )
+    assert (
+        "FAIL rejected.jsonl: its reasons {'truncated_image': 1} are not build_info.json's "
+        "failures {}"
+    ) in output
     rejected.unlink()
     code, output = run(copy, capsys, "--no_decode")
     assert code == 1
