@@ -121,11 +121,6 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
         logger.error("Refused: %s", error)
         out.say(f"error: {error}")
         return 2
-    except SystemExit as error:  # argparse's exit, past the checks above: its words are logged
-        if error.code in (0, None):
-            raise
-        out.say(f"error: a flag could not be read; argparse's message is in {out.log_path}")
-        return 2
     except Exception as error:  # noqa: BLE001 - reading the tree failed (storage out of reach)
         return _failed(out, error, "Could not prepare the build")
     config = prepared.config

@@ -366,9 +366,9 @@ def _refuse_repeated(argv: Sequence[str], parser: argparse.ArgumentParser) -> No
         flag, equals, value = token.partition("=")
         if flag not in takes_value:
             continue
-        if not equals and takes_value[flag]:
+        if takes_value[flag] and not equals:
             value = argv[position + 1] if position + 1 < len(argv) else None
-        values[flag].add(value if equals or takes_value[flag] else None)
+        values[flag].add(value)
     repeated = sorted(flag for flag, seen in values.items() if len(seen) > 1)
     if repeated:
         given = "; ".join(

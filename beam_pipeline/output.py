@@ -153,12 +153,15 @@ def refuse_complete_build(output_dir: str, *, overwrite: bool) -> bool:
     return True
 
 
-def refuse_foreign_files(output_dir: str, *, complete: bool = False) -> None:
+def refuse_foreign_files(output_dir: str, *, complete: bool) -> None:
     """Raises ForeignFilesError when `output_dir` holds files a build would replace or delete
     (shard-named files, the metadata's names, files in `.tmp/` or `.progress/`) and no build
-    made the directory (`complete`: a build is known to be there). Other files are never
-    touched, so they do not matter."""
-    if complete or _made_by_a_build(output_dir):
+    made it. A build made it when `complete` (`refuse_complete_build` found a build there), or
+    it has the owner mark, or what an unfinished build of a version before the mark left.
+    Other files are never touched, so they do not matter."""
+    if complete or FileSystems.exists(join(output_dir, OWNER_FILE)):
+        return
+    if _old_build_traces(output_dir):
         return
     if foreign := files_a_build_replaces(output_dir):
         shown = ", ".join(foreign[:4]) + (
@@ -173,46 +176,29 @@ def refuse_foreign_files(output_dir: str, *, complete: bool = False) -> None:
         )
 
 
-def _made_by_a_build(output_dir: str) -> bool:
-    """The owner mark; a `build_info.json` (readable or not) or a schema 1.x build's
-    `dataset_info.json` (TFDS's file of the same name, or anyone's, is no mark); or what an
-    unfinished build of a version before the mark left: progress records of its shards, or a
-    `rejected.jsonl` of rejections."""
-    if any(FileSystems.exists(join(output_dir, n)) for n in (OWNER_FILE, BUILD_INFO_FILE)):
-        return True
-    try:
-        read_build_info(output_dir)
-    except (NoBuildError, ValueError):
-        return _old_build_traces(output_dir)
-    return True
+# The keys a build writes in a progress record, and in each line of `rejected.jsonl`.
+_PROGRESS_KEYS = {"fingerprint", "result", "rejections"}
+_REJECTION_KEYS = {"split", "path", "stage", "reason", "detail", "is_image"}
 
 
 def _old_build_traces(output_dir: str) -> bool:
     """Whether a progress record of a shard, or the first line of `rejected.jsonl`, has the
-    keys a build writes there."""
+    keys a build writes there: what an unfinished build of a version before the mark left."""
     (records,) = FileSystems.match([join(output_dir, PROGRESS_DIR, "*.json")], limits=[1])
-    paths = [m.path for m in records.metadata_list]
+    candidates = [(m.path, _PROGRESS_KEYS) for m in records.metadata_list]
     if FileSystems.exists(join(output_dir, DEAD_LETTER_FILE)):
-        paths.append(join(output_dir, DEAD_LETTER_FILE))
-    for path in paths:
-        lines = path.endswith(".jsonl")  # one rejection a line: the first tells
+        candidates.append((join(output_dir, DEAD_LETTER_FILE), _REJECTION_KEYS))
+    for path, keys in candidates:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
-            text = stream.read(1 << 20 if lines else -1).decode("utf-8", errors="replace")
-        first = text.splitlines()[0] if text.strip() else "{}"
+            text = stream.read().decode("utf-8", errors="replace")
+        if keys is _REJECTION_KEYS:
+            text = text.split("\n", 1)[0]
         try:
-            fields = set(json.loads(first if lines else text))
+            if set(json.loads(text)) >= keys:
+                return True
         except (ValueError, TypeError):
             continue
-        if fields >= _OLD_TRACES[lines]:
-            return True
     return False
-
-
-# The keys of a progress record (False) and of a `rejected.jsonl` line (True).
-_OLD_TRACES = {
-    False: {"fingerprint", "result", "rejections"},
-    True: {"split", "path", "stage", "reason", "detail", "is_image"},
-}
 
 
 def files_a_build_replaces(output_dir: str) -> list[str]:

@@ -245,16 +245,13 @@ def check_metadata(info: DatasetInfo, name: str = BUILD_INFO_FILE) -> list[Probl
     examples add up to its count; discovered = written + rejected; its class counts add up."""
     problems = []
     for split_name, split in sorted(info.splits.items()):
-
-        def problem(message: str, split_name=split_name) -> None:
-            problems.append(Problem(name, None, f"split {split_name!r}: {message}"))
-
+        messages = []
         n = len(split.shards)
         expected = [shard_filename(split_name, i, n) for i in range(n)]
         listed = [shard.file for shard in split.shards]
         if listed != expected:
             missing = sorted(set(expected) - set(listed))
-            problem(
+            messages.append(
                 f"lists {n} shards but not as {split_name}-00000-of-{n:05d} to "
                 f"-{n - 1:05d} (missing {missing[:3]}, listed {listed[:3]}...)"
                 if missing
@@ -262,15 +259,20 @@ def check_metadata(info: DatasetInfo, name: str = BUILD_INFO_FILE) -> list[Probl
             )
         written = sum(shard.num_examples for shard in split.shards)
         if written != split.num_examples:
-            problem(f"its shards hold {written} examples, num_examples says {split.num_examples}")
+            messages.append(
+                f"its shards hold {written} examples, num_examples says {split.num_examples}"
+            )
         if split.num_discovered != split.num_examples + split.num_rejected:
-            problem(
+            messages.append(
                 f"num_discovered {split.num_discovered} != num_examples {split.num_examples} + "
                 f"num_rejected {split.num_rejected}"
             )
         counted = sum(split.class_counts)
         if split.labelled and split.class_counts and counted != split.num_examples:
-            problem(f"class_counts add up to {counted}, num_examples is {split.num_examples}")
+            messages.append(
+                f"class_counts add up to {counted}, num_examples is {split.num_examples}"
+            )
+        problems += [Problem(name, None, f"split {split_name!r}: {m}") for m in messages]
     return problems
 
 
