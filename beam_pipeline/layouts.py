@@ -17,6 +17,7 @@ ids; `pairing` turns what the walks find into index entries. File-system access 
 from __future__ import annotations
 
 import dataclasses
+import os
 import posixpath
 import re
 import shlex
@@ -183,11 +184,25 @@ def _not_a_tree(
 _SPLIT_FOLDERS = {"train": "train", "val": "val", "validation": "val", "test": "test"}
 
 
+# Folder names of other datasets' layouts (Kaggle's, YOLO's, COCO's): never classes.
+_NOT_CLASSES = frozenset({"images", "annotations", "labels", "masks", "jpegimages"})
+
+
 def _folders_hint(root: str, subdirectories: Callable[[str], list[str]]) -> str:
     """How to build a local folder of class folders (or of split folders of class folders) as
-    a CLS-LOC tree, whose images without XML take their folder's class: links, no copies."""
+    a CLS-LOC tree, whose images without XML take their folder's class: links, no copies.
+
+    Not for a folder with XML below it, or folders named like another layout's (`images/`,
+    `annotations/`): linked as class folders, its images would take those names as classes.
+    """
     names = subdirectories(root)
     root = posixpath.abspath(root)
+    folders = {*names, *(inner for name in names for inner in subdirectories(join(root, name)))}
+    if _holds_xml(root) or _NOT_CLASSES & {folder.lower() for folder in folders}:
+        return (
+            "; it holds annotations in a layout this tool does not read: arrange it as Pascal "
+            "VOC (JPEGImages/X.jpg, Annotations/X.xml, ImageSets/Main/<split>.txt listing X)"
+        )
     splits: dict[str, str] = {}  # tree split -> folder (`val/` wins over `validation/`)
     for name in names:
         if name.lower() in _SPLIT_FOLDERS:
@@ -217,6 +232,11 @@ def _folders_hint(root: str, subdirectories: Callable[[str], list[str]]) -> str:
         f"model's classes: {mkdir} && ln -s {shlex.quote(root)} TREE/Data/CLS-LOC/test; then "
         "--input_dir TREE --splits test --labels_file CLASSES.txt"
     )
+
+
+def _holds_xml(root: str) -> bool:
+    """Whether an `.xml` file lies below the local directory `root` (links not followed)."""
+    return any(name.lower().endswith(".xml") for _, _, files in os.walk(root) for name in files)
 
 
 def detect_layout(root: str, has_files: HasFiles) -> str:

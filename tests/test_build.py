@@ -408,6 +408,23 @@ def test_a_folder_of_class_folders_is_refused_with_the_links_that_build_it(tmp_p
         ) == [("cat/0", 0), ("cat/1", 0), ("dog/0", 1), ("dog/1", 1)]
 
 
+@pytest.mark.parametrize("layout", ["kaggle", "yolo"])
+def test_another_datasets_layout_is_not_offered_as_class_folders(tmp_path, layout):
+    # Linked as class folders, `images/` and `annotations/` would have become two classes.
+    root = tmp_path / "download"
+    write(root / "set1" / "images" / "a.jpg", jpeg_bytes())
+    if layout == "kaggle":
+        write(root / "set1" / "annotations" / "a.xml", voc_xml([("cat", 1, 1, 9, 9)]))
+    else:
+        write(root / "set1" / "labels" / "a.txt", "0 0.5 0.5 0.2 0.2\n")
+    with pytest.raises(LayoutError) as error:
+        build(root, tmp_path / "out")
+    assert str(error.value) == NOT_A_TREE.format(root) + (
+        "it holds annotations in a layout this tool does not read: arrange it as Pascal VOC "
+        "(JPEGImages/X.jpg, Annotations/X.xml, ImageSets/Main/<split>.txt listing X)"
+    )
+
+
 def test_a_flat_folder_of_images_is_refused_with_the_links_that_build_it_unlabelled(tmp_path):
     photos = tmp_path / "photos"
     for number in range(3):
