@@ -132,6 +132,21 @@ def test_no_progress_when_quiet_or_not_on_a_terminal(small_tree, tmp_path):
     assert "indexing" not in piped.stderr and "writing" not in piped.stderr
 
 
+@pytest.mark.parametrize("module", ["verify", "stats", "inspect_record", "upgrade"])
+def test_a_command_run_as_its_own_module_prints_only_its_answer(module, tmp_path):
+    """`python -m beam_pipeline.verify` (what the loader's errors name) as quiet as the command."""
+    missing = tmp_path / "no-build"
+    done = subprocess.run(
+        [sys.executable, "-m", f"beam_pipeline.{module}", str(missing)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode != 0
+    assert "apitools" not in done.stderr and "WARNING:root" not in done.stderr
+    assert f"error: {missing}" in done.stderr
+
+
 def test_a_good_build_prints_a_short_summary_naming_the_output(small_tree, tmp_path):
     out = tmp_path / "out"
     # What the command a user types does on a tree of 1,000 images or more: one worker process
