@@ -617,7 +617,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CorruptRecordError as error:
         print(
             f"error: a shard of {args.output_dir} is corrupt: {error}; run "
-            f"python -m beam_pipeline.verify {args.output_dir}",
+            f"python -m beam_pipeline verify {args.output_dir}",
             file=sys.stderr,
         )
         return 1

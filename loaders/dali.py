@@ -468,6 +468,6 @@ def write_index(shard: str, index: str, expected: int) -> None:
     if offset != end or len(lines) != expected:
         raise CorruptDatasetError(
             f"shard {shard}: {len(lines)} whole records in {end} bytes, build_info.json says "
-            f"{expected} (python -m beam_pipeline.verify locates the damage)"
+            f"{expected} (python -m beam_pipeline verify locates the damage)"
         )
     _write_atomically(index, "".join(lines))

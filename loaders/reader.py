@@ -16,8 +16,9 @@ import tensorflow as tf
 from loaders.config import AUTOTUNE, ReadConfig, tf_data_value
 from loaders.info import BuildInfo, CorruptDatasetError
 
-# Starts the stand-in for a record a shard failed to yield (a serialised Example never does).
-_MISSING = "\x00"
+# Starts the stand-in for a record a shard failed to yield. A serialised Example never does:
+# as a protobuf tag, "F" (0x46) is field 8 of wire type 6, which protobuf does not define.
+_MISSING = "F"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,12 +124,12 @@ def read_shard(path: tf.Tensor, expected: tf.Tensor, guard_missing: bool = True)
             path = tf.identity(path)
     stand_in = tf.strings.join(
         [
-            _MISSING,
-            "corrupt or truncated shard ",
-            path,
-            ": fewer than its ",
+            _MISSING + "ewer than the ",
             tf.strings.as_string(expected),
-            " records are readable (python -m beam_pipeline.verify locates the damage)",
+            " records that build_info.json counts are readable in shard ",
+            path,
+            ": it is corrupt or truncated (python -m beam_pipeline verify on its build"
+            " locates the damage)",
         ]
     )
     padding = tf.data.Dataset.from_tensors(stand_in).repeat()
@@ -156,5 +157,5 @@ def check_shards(info: BuildInfo, split: str) -> None:
         if size != shard.num_bytes:
             raise CorruptDatasetError(
                 f"shard {path} has {size} bytes, build_info.json says {shard.num_bytes} "
-                "(truncated or replaced; python -m beam_pipeline.verify checks every record)"
+                "(truncated or replaced; python -m beam_pipeline verify checks every record)"
             )

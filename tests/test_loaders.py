@@ -393,7 +393,8 @@ def test_flipped_byte_fails_loudly_naming_the_shard(built, tmp_path, where):
     dataset = load_dataset(str(copy), "validation", batch_size=4, image_size=SIZE)
     with pytest.raises(
         tf.errors.InvalidArgumentError,
-        match=f"corrupt or truncated shard .*{shard.name}: fewer than its {expected} records ",
+        match=f"assertion failed: \\[Fewer than the {expected} records that build_info.json "
+        f"counts are readable in shard .*{shard.name}: it is corrupt or truncated",
     ):
         for _ in dataset:
             pass

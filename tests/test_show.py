@@ -373,7 +373,7 @@ def test_a_corrupt_shard_exits_1(built, info, tmp_path, capsys):
     assert code == 1
     assert err == (
         f"error: a shard of {copy} is corrupt: record 0 at byte 0: data checksum mismatch; "
-        f"run python -m beam_pipeline.verify {copy}"
+        f"run python -m beam_pipeline verify {copy}"
     )
 
 
