@@ -2,11 +2,14 @@
 must stop a commit."""
 
 import contextlib
+import functools
+import logging
 import signal
 import threading
 
 BUILD_FAILED_MARKER = "BUILD FAILED:"
 _interrupted = threading.Event()
+logger = logging.getLogger(__name__)
 
 
 class BuildFailed(RuntimeError):
@@ -29,6 +32,18 @@ def _on_interrupt(signum, frame):
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
+def _log_thread_failure(args: threading.ExceptHookArgs, *, otherwise) -> None:
+    """After a stopping signal, the runner's threads fail as its worker processes end (a gRPC
+    stream cut, "Worker subprocess exited with return code -2"): their tracebacks go to the
+    log, not between the console's lines. Before one, Python's hook prints them as usual."""
+    if not _interrupted.is_set():
+        otherwise(args)
+        return
+    name = args.thread.name if args.thread else "a thread"
+    error = (args.exc_type, args.exc_value, args.exc_traceback)
+    logger.info("After the interruption, %s failed", name, exc_info=error)
+
+
 @contextlib.contextmanager
 def interrupts_remembered():
     """Within it, a Ctrl-C (SIGINT) or a SIGTERM (`kill`, `timeout`, a cluster's scheduler)
@@ -40,11 +55,14 @@ def interrupts_remembered():
     _interrupted.clear()
     _last_signal.clear()
     previous = {number: signal.signal(number, _on_interrupt) for number in _STOPPING_SIGNALS}
+    previous_hook = threading.excepthook
+    threading.excepthook = functools.partial(_log_thread_failure, otherwise=previous_hook)
     try:
         yield
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+        threading.excepthook = previous_hook
         _interrupted.clear()
 
 
