@@ -106,6 +106,14 @@ def _has_visible_files(directory: str) -> bool:
     )
 
 
+def is_directory(path: str) -> bool:
+    """Whether `path` is a directory (an empty one too); in an object store, which has no
+    directories, whether any object lies below it."""
+    if not is_local(path):
+        return has_files(path)
+    return os.path.isdir(path)
+
+
 def match(pattern: str) -> list[str]:
     """The sorted paths that match a glob pattern."""
     (result,) = FileSystems.match([pattern])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -103,6 +104,8 @@ def check_index_budget(
     The message names the classes outside the vocabulary, most frequent first, and where the
     vocabulary came from, since that is the usual cause and fix.
     """
+    rejections = list(rejections)
+    _refuse_unread_inputs(rejections)
     images = [r for r in rejections if r.is_image]
     total = sum(index_counts.values()) + sum(1 for r in images if r.stage == DISCOVER)
     bad = len(images)
@@ -119,6 +122,36 @@ def check_index_budget(
             f"first: {_most_frequent(unknown, 10)}"
         )
     raise BuildFailed(f"{message}; {_see(spec)}")
+
+
+# What the listing could not read, when what it hides may decide labels: a directory (its
+# images, or their XML), or an XML file. An unread image is counted in the error budget instead.
+_UNREAD = ("unreadable_directory", "unreadable_file", "broken_symlink", "not_a_regular_file")
+
+
+def _refuse_unread_inputs(rejections: Iterable[Rejection]) -> None:
+    """Raises BuildFailed, naming them, for directories or XML files the listing could not read:
+    their images would be missing, or labelled background for want of their XML."""
+    unread = sorted(
+        {
+            (r.path, r.reason, r.detail)
+            for r in rejections
+            if r.stage == DISCOVER
+            and (
+                r.reason == "unreadable_directory"
+                or (r.reason in _UNREAD and r.path.lower().endswith(".xml"))
+            )
+        }
+    )
+    if not unread:
+        return
+    shown = "; ".join(f"{path} ({reason}: {detail})" for path, reason, detail in unread[:5])
+    more = f" (and {len(unread) - 5} more)" if len(unread) > 5 else ""
+    raise BuildFailed(
+        f"the tree holds what the build cannot read: {shown}{more}; the images inside, or "
+        "those whose XML it is, would be missing or labelled background. Make them readable "
+        f"(e.g. chmod -R a+rX {shlex.quote(unread[0][0])}) or move them out of the tree"
+    )
 
 
 def _over_budget(spec: FinalizeSpec, bad: int, total: int, images: list[Rejection], when: str):

@@ -323,18 +323,23 @@ def plan_discovery(
     read_text: Callable[[str], str],
     subdirectories: Callable[[str], list[str]] = lambda _: [],
     has_top_level_files: Callable[[str, str], bool] = lambda directory, extension: False,
+    is_directory: Callable[[str], bool] = lambda _: True,
 ) -> DiscoveryPlan:
     """Lists what to walk for the requested input splits (e.g. `train`, `val`).
 
     `subdirectories` (names of a directory's subdirectories that hold files) serves messages:
     a missing split's names the splits that are there, and the splits not asked for are named.
     `has_top_level_files(directory, extension)` tells a CLS-LOC split whose XML lie flat.
+    `is_directory` finds the image folders of an annotated split whose annotation folder is
+    missing (`_refuse_missing_annotation_folders`).
     """
     root = root.rstrip("/")
     if layout == VOC:
-        return _plan_voc(root, splits, match, read_text)
+        plan = _plan_voc(root, splits, match, read_text)
+        _refuse_missing_annotation_folders(_voc_folders(plan, has_files, is_directory))
+        return plan
     subdir = "DET" if layout == ILSVRC_DET else "CLS-LOC"
-    tasks, unannotated = [], []
+    tasks, unannotated, missing = [], [], []
     present = subdirectories(join(root, "Data", subdir))
     for split in splits:
         image_dir = join(root, "Data", subdir, split)
@@ -355,10 +360,13 @@ def plan_discovery(
             )
             if not in_folders:
                 unannotated.append((name, annotation_dir))
+        elif layout == ILSVRC_DET and split != "test":
+            missing += _det_folders(image_dir, annotation_dir, subdirectories, is_directory)
         tasks.append(ListingTask(IMAGES, image_dir, name, split, root, folder_classes, by_name))
         tasks.append(
             ListingTask(ANNOTATIONS, annotation_dir, name, split, root, key_by_name=by_name)
         )
+    _refuse_missing_annotation_folders(missing)
     unbuilt = tuple(name for name in present if name not in splits and not name.startswith("."))
     return DiscoveryPlan(
         layout,
@@ -367,6 +375,65 @@ def plan_discovery(
         tuple(tasks),
         unbuilt=unbuilt,
         unannotated=tuple(unannotated),
+    )
+
+
+def _det_folders(
+    image_dir: str,
+    annotation_dir: str,
+    subdirectories: Callable[[str], list[str]],
+    is_directory: Callable[[str], bool],
+) -> list[tuple[str, str]]:
+    """(image folder, its missing annotation folder) for the folders of an annotated DET split,
+    two levels down (`ILSVRC2014_train_0000`, `ILSVRC2013_train/n01443537`)."""
+    missing = []
+    for name in subdirectories(image_dir):
+        images, annotations = join(image_dir, name), join(annotation_dir, name)
+        if not is_directory(annotations):
+            missing.append((images, annotations))
+            continue
+        for inner in subdirectories(images):
+            if not is_directory(join(annotations, inner)):
+                missing.append((join(images, inner), join(annotations, inner)))
+    return missing
+
+
+def _voc_folders(
+    plan: DiscoveryPlan, has_files: HasFiles, is_directory: Callable[[str], bool]
+) -> list[tuple[str, str]]:
+    """(JPEGImages, its missing Annotations) of each VOC year whose images go into a split
+    with another year's XML."""
+    folders = [
+        (images.directory, annotations.directory)
+        for images, annotations in zip(plan.tasks[::2], plan.tasks[1::2], strict=True)
+    ]
+    if not any(has_files(annotations) for _, annotations in folders):
+        return []  # no year is annotated: the split is unlabelled, or refused without classes
+    return [
+        (images, annotations)
+        for images, annotations in folders
+        if not is_directory(annotations) and has_files(images)
+    ]
+
+
+def _refuse_missing_annotation_folders(missing: Sequence[tuple[str, str]]) -> None:
+    """Refuses a tree where an image folder of an annotated split has no annotation folder.
+
+    An image without XML is a negative in DET and VOC (background), but a whole folder of them
+    whose XML folder is gone is far more often a copy that lost it (ImageNet's and VOC's own
+    images all have XML): building would label every image of the folder background. An empty
+    annotation folder says that its images are negatives on purpose.
+    """
+    if not missing:
+        return
+    shown = "; ".join(f"{images} has no {annotations}" for images, annotations in missing[:5])
+    more = f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""
+    first = missing[0][1]
+    raise LayoutError(
+        f"image folders of an annotated split have no annotation folder: {shown}{more}; a "
+        "build would label all their images background (no objects). Restore their XML (from "
+        "the devkit or the download they came in); if their images really hold no objects, "
+        f"create the empty folder to say so, e.g. mkdir -p {shlex.quote(first)}"
     )
 
 

@@ -39,6 +39,7 @@ from beam_pipeline.failures import BUILD_FAILED_MARKER
 from beam_pipeline.fileio import (
     has_files,
     has_top_level_files,
+    is_directory,
     match,
     read_file,
     read_text,
@@ -102,6 +103,7 @@ def prepare(config: BuildConfig) -> Prepared:
         read_text,
         subdirectories,
         has_top_level_files,
+        is_directory,
     )
     classes, display_names = None, {}
     if config.labels_file:

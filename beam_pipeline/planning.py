@@ -307,15 +307,15 @@ def _refusal(prepared, spec, counts, rejections, reports) -> str | None:
             refuse_foreign_files(config.output_dir, complete=complete)
         except OutputExistsError as error:
             return str(error)
+    try:  # first, as the build checks its index before it writes a shard
+        check_index_budget(spec, counts, rejections)
+    except BuildFailed as error:
+        return _reason(error).rsplit("; see ", 1)[0]
     for name, report in reports.items():
         if report.images == 0:
             return f"split {name!r} has no images"
         if report.examples == 0:
             return f"split {name!r}: all {report.images} images would be rejected"
-    try:
-        check_index_budget(spec, counts, rejections)
-    except BuildFailed as error:
-        return _reason(error).rsplit("; see ", 1)[0]
     return None
 
 

@@ -408,6 +408,74 @@ def test_a_folder_of_class_folders_is_refused_with_the_links_that_build_it(tmp_p
         ) == [("cat/0", 0), ("cat/1", 0), ("dog/0", 1), ("dog/1", 1)]
 
 
+def test_an_image_folder_whose_annotation_folder_is_gone_is_refused(tmp_path):
+    # A copy of DET that lost one folder of XML labelled all its images background, exit 0.
+    tree = tmp_path / "in"
+    dog = voc_xml([("dog", 1, 1, 30, 30)])
+    ilsvrc_image(tree, "train", "ILSVRC2013_train/n02084071/a", jpeg_bytes(), dog)
+    ilsvrc_image(tree, "train", "ILSVRC2013_train/n02121808/b", jpeg_bytes())
+    ilsvrc_image(tree, "train", "ILSVRC2014_train_0000/c", jpeg_bytes())
+    ilsvrc_image(tree, "train", "ILSVRC2014_train_0000/d", jpeg_bytes())
+    annotations = tree / "Annotations/DET/train"
+    with pytest.raises(LayoutError) as refused:
+        build(tree, tmp_path / "out", "--splits", "train")
+    data = tree / "Data/DET/train"
+    assert str(refused.value) == (
+        "image folders of an annotated split have no annotation folder: "
+        f"{data}/ILSVRC2013_train/n02121808 has no {annotations}/ILSVRC2013_train/n02121808; "
+        f"{data}/ILSVRC2014_train_0000 has no {annotations}/ILSVRC2014_train_0000; a build "
+        "would label all their images background (no objects). Restore their XML (from the "
+        "devkit or the download they came in); if their images really hold no objects, create "
+        f"the empty folder to say so, e.g. mkdir -p {annotations}/ILSVRC2013_train/n02121808"
+    )
+    assert not (tmp_path / "out").exists()
+    # The empty folders say the images are negatives.
+    (annotations / "ILSVRC2013_train/n02121808").mkdir()
+    (annotations / "ILSVRC2014_train_0000").mkdir()
+    info = build(tree, tmp_path / "out", "--splits", "train")
+    assert info.splits["train"].class_counts == (1, 3)
+
+
+def test_an_xml_that_cannot_be_read_fails_the_build_by_name(tmp_path, capsys):
+    # Its image had no XML, so it was written as background, exit 0.
+    tree = tmp_path / "in"
+    ilsvrc_image(tree, "train", "a", jpeg_bytes(), voc_xml([("dog", 1, 1, 30, 30)]))
+    ilsvrc_image(tree, "train", "b", jpeg_bytes())
+    xml = tree / "Annotations/DET/train/b.xml"
+    xml.symlink_to(tmp_path / "elsewhere/b.xml")  # a link into a copy that is gone
+    out = tmp_path / "out"
+    argv = ["--input_dir", str(tree), "--output_dir", str(out), "--splits", "train"]
+    argv += ["--max_bad_fraction", "1"]
+    assert cli.main(argv) == 1
+    assert failure_line(capsys.readouterr().err) == (
+        f"BUILD FAILED: the tree holds what the build cannot read: {xml} (broken_symlink: links "
+        f"to '{tmp_path}/elsewhere/b.xml', which does not exist); the images inside, or those "
+        "whose XML it is, would be missing or labelled background. Make them readable (e.g. "
+        f"chmod -R a+rX {xml}) or move them out of the tree"
+    )
+    assert not (out / BUILD_INFO_FILE).exists() and not list(out.glob("*.tfrecord"))
+    assert [line["reason"] for line in dead_letters(out)] == ["broken_symlink"]
+
+
+def test_a_voc_year_without_annotations_beside_an_annotated_one_is_refused(tmp_path):
+    devkit = tmp_path / "VOCdevkit"
+    for year in ("VOC2007", "VOC2012"):
+        write(devkit / year / "ImageSets/Main/train.txt", "000001\n")
+        write(devkit / year / "JPEGImages/000001.jpg", jpeg_bytes())
+    write(devkit / "VOC2007/Annotations/000001.xml", voc_xml([("dog", 1, 1, 30, 30)]))
+    with pytest.raises(
+        LayoutError,
+        match=(
+            f"^image folders of an annotated split have no annotation folder: "
+            f"{devkit}/VOC2012/JPEGImages has no {devkit}/VOC2012/Annotations; "
+        ),
+    ):
+        build(devkit, tmp_path / "out", "--splits", "train")
+    (devkit / "VOC2012/Annotations").mkdir()
+    info = build(devkit, tmp_path / "out", "--splits", "train")
+    assert info.classes == ("dog",) and info.splits["train"].class_counts == (1, 1)
+
+
 @pytest.mark.parametrize("layout", ["kaggle", "yolo"])
 def test_another_datasets_layout_is_not_offered_as_class_folders(tmp_path, layout):
     # Linked as class folders, `images/` and `annotations/` would have become two classes.

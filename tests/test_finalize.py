@@ -197,6 +197,32 @@ def test_the_index_budget_names_the_missing_classes_most_frequent_first():
     )
 
 
+def test_an_unread_directory_or_xml_fails_the_build_whatever_the_budget():
+    # What they hide decides labels: a directory's images or XML, an XML file's objects.
+    unread = [
+        rejection("/t/Annotations/b.XML", "broken_symlink", DISCOVER, is_image=False),
+        rejection("/t/Data/extra", "unreadable_directory", DISCOVER, is_image=False),
+    ]
+    for ordered in (unread, unread[::-1]):
+        with pytest.raises(BuildFailed) as caught:
+            check_index_budget(spec(max_bad_fraction=1.0), {"train": 20}, ordered)
+        assert str(caught.value) == (
+            "BUILD FAILED: the tree holds what the build cannot read: /t/Annotations/b.XML "
+            "(broken_symlink: detail); /t/Data/extra (unreadable_directory: detail); the images "
+            "inside, or those whose XML it is, would be missing or labelled background. Make "
+            "them readable (e.g. chmod -R a+rX /t/Annotations/b.XML) or move them out of the tree"
+        )
+    # An unread image is one rejected image, within the budget; a stray file is reported only.
+    check_index_budget(
+        spec(max_bad_fraction=0.1),
+        {"train": 20},
+        [
+            rejection("/t/Data/a.JPEG", "broken_symlink", DISCOVER),
+            rejection("/t/Data/notes.txt", "unreadable_file", DISCOVER, is_image=False),
+        ],
+    )
+
+
 def test_the_index_budget_message_does_not_depend_on_the_order_workers_ran_in():
     rejections = [
         *unknown("owl", 1),

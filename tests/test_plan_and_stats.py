@@ -142,6 +142,23 @@ def test_plan_exits_1_with_the_builds_own_reason_when_the_build_would_be_refused
         build(root, tmp_path / "out", "--labels_file", labels)
 
 
+def test_plan_gives_the_budget_refusal_before_an_emptied_split_as_the_build_does(tmp_path, capsys):
+    # Every train image names a class outside --labels_file: the build stops at its index
+    # check, before the end where an empty split would be named; plan said the latter.
+    tree = tmp_path / "in"
+    for stem in ("a", "b"):
+        ilsvrc_image(tree, "train", stem, jpeg_bytes(), voc_xml([("eel", 1, 1, 9, 9)]))
+    labels = write(tmp_path / "labels.txt", "n01440764\n")
+    argv = ["--input_dir", tree, "--splits", "train", "--labels_file", labels]
+    code, text, _ = run_plan(capsys, *argv)
+    assert code == 1
+    assert text.splitlines()[-1].startswith(
+        "The build would be refused: 2 of 2 images rejected before any image was read"
+    )
+    with pytest.raises(Exception, match="2 of 2 images rejected before any image was read"):
+        build(tree, tmp_path / "out", "--splits", "train", "--labels_file", labels)
+
+
 def test_plan_refuses_what_the_build_refuses_before_it_starts(sample, capsys, tmp_path):
     tree, out, _ = sample
     code, text, _ = run_plan(capsys, "--input_dir", tree, "--output_dir", out)
