@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.listing import Listed, list_tree
+from beam_pipeline.listing import Listed, is_skipped_folder, list_tree
 from beam_pipeline.rejections import InputError
 from schemas.paths import is_local, join
 
@@ -86,14 +86,18 @@ def has_top_level_files(directory: str, extension: str) -> bool:
 
 def subdirectories(directory: str) -> list[str]:
     """Names of the subdirectories of a local `directory` that hold files (other than hidden
-    ones), sorted.
+    ones), sorted; never a folder that listings skip (`listing.is_skipped_folder`).
 
     Object stores have no directories to list cheaply: [] for remote paths (callers use this
     for messages, and to find a tree one level down).
     """
     if not is_local(directory) or not os.path.isdir(directory):
         return []
-    names = sorted(entry.name for entry in os.scandir(directory) if entry.is_dir())
+    names = sorted(
+        entry.name
+        for entry in os.scandir(directory)
+        if entry.is_dir() and not is_skipped_folder(entry.name)
+    )
     return [name for name in names if _has_visible_files(join(directory, name))]
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import posixpath
 from collections.abc import Iterable, Iterator
 
 from apache_beam.io.filesystems import FileSystems
@@ -55,12 +56,38 @@ class Subdirectory:
     path: str
 
 
+# Folders that tools and file servers leave inside a dataset, never part of it: hidden ones
+# (Jupyter's `.ipynb_checkpoints` holds copies of the images beside it, `.git`, `.cache`), and
+# the thumbnails a Synology NAS writes into every folder. Entered, their images would be
+# written twice, or, as a class folder, become a class and shift every label after it.
+SYNOLOGY_THUMBNAILS = "@eaDir"
+
+
+def is_skipped_folder(name: str) -> bool:
+    """Whether a folder of this name is left out of every listing (and reported)."""
+    return name.startswith(".") or name == SYNOLOGY_THUMBNAILS
+
+
+def _skipped(path: str) -> Unlisted:
+    what = "a hidden folder" if posixpath.basename(path).startswith(".") else "a NAS's thumbnails"
+    return Unlisted(path, "skipped_folder", f"{what}, not part of the dataset: not listed")
+
+
 def list_tree(directory: str) -> Iterator[Listed | Unlisted]:
     """Every file below `directory` in path order; nothing if the directory does not exist."""
     if not is_local(directory):
         (result,) = FileSystems.match([join(directory, "**")])
+        skipped = set()
         for metadata in sorted(result.metadata_list, key=lambda m: m.path):
-            yield Listed(metadata.path, metadata.size_in_bytes)
+            folders = metadata.path[len(directory.rstrip("/")) + 1 :].split("/")[:-1]
+            hidden = next((i for i, name in enumerate(folders) if is_skipped_folder(name)), None)
+            if hidden is None:
+                yield Listed(metadata.path, metadata.size_in_bytes)
+                continue
+            folder = join(directory.rstrip("/"), *folders[: hidden + 1])
+            if folder not in skipped:
+                skipped.add(folder)
+                yield _skipped(folder)
         return
     if os.path.isdir(directory):
         root = directory.rstrip("/")
@@ -174,7 +201,9 @@ def _scan(path: str, subdirectory) -> Iterator:
         return
     for entry in entries:
         try:
-            if entry.is_dir():
+            if entry.is_dir() and is_skipped_folder(entry.name):
+                yield _skipped(entry.path)
+            elif entry.is_dir():
                 yield from subdirectory(entry.path)
             elif entry.is_file():
                 yield Listed(entry.path, entry.stat().st_size)

@@ -42,6 +42,27 @@ def test_reports_broken_links_and_special_files(tmp_path):
     ]
 
 
+def test_class_folders_of_tools_and_file_servers_are_skipped_and_reported(tmp_path):
+    # Jupyter's checkpoint folder became class 0 and shifted every ImageNet label by one, and
+    # a copy inside a class folder was written twice; Synology's thumbnails likewise.
+    train = tmp_path / "in/Data/CLS-LOC/train"
+    for synset in ("n01440764", "n01443537"):
+        write(train / synset / f"{synset}_1.JPEG", jpeg_bytes())
+    write(train / ".ipynb_checkpoints/n01440764_1-checkpoint.JPEG", jpeg_bytes())
+    write(train / "n01443537/.ipynb_checkpoints/n01443537_1-checkpoint.JPEG", jpeg_bytes())
+    write(train / "n01443537/@eaDir/n01443537_1.JPEG/SYNOPHOTO_THUMB_S.jpg", jpeg_bytes())
+    info = build(tmp_path / "in", tmp_path / "out", "--splits", "train")
+    assert info.classes == ("n01440764", "n01443537")
+    assert info.splits["train"].num_examples == 2
+    names = sorted(e[F.FILENAME][0].decode() for e in read_split(tmp_path / "out", "train"))
+    assert names == [f"Data/CLS-LOC/train/{s}/{s}_1.JPEG" for s in info.classes]
+    assert sorted((r["reason"], r["path"]) for r in dead_letters(tmp_path / "out")) == [
+        ("skipped_folder", str(train / ".ipynb_checkpoints")),
+        ("skipped_folder", str(train / "n01443537/.ipynb_checkpoints")),
+        ("skipped_folder", str(train / "n01443537/@eaDir")),
+    ]
+
+
 @pytest.mark.skipif(os.getuid() == 0, reason="root reads unreadable directories")
 def test_reports_unreadable_directories(tmp_path):
     locked = tmp_path / "locked"
