@@ -159,10 +159,15 @@ def _flag(node: etree._Element, tag: str, where: str) -> bool:
     text = _text(node, tag)
     if not text:
         return False
+    if text.lower() in _BOOLEANS:  # some converters write Python's True/False
+        return _BOOLEANS[text.lower()]
     try:
         return float(text) != 0
     except ValueError:
         raise InputError("annotation_bad_object", f"{where}: <{tag}> is {text!r}") from None
+
+
+_BOOLEANS = {"true": True, "false": False}
 
 
 def voc_xml(

@@ -52,6 +52,14 @@ def test_flags_are_read():
     assert (annotation.objects[0].difficult, annotation.objects[0].truncated) == (True, True)
 
 
+@pytest.mark.parametrize("difficult, truncated", [("True", "false"), ("FALSE", "true")])
+def test_flags_written_as_booleans_are_read(difficult, truncated):
+    # Converters that write Python's True/False: the image was rejected as a bad object.
+    xml = voc_xml([("dog", 1, 2, 3, 4, difficult, truncated)], size=(10, 10))
+    (dog,) = parse_annotation(xml.encode()).objects
+    assert (dog.difficult, dog.truncated) == (difficult == "True", truncated == "true")
+
+
 def test_xml_without_objects_is_a_negative_not_an_error():
     annotation = parse_annotation(voc_xml([], size=(64, 48)).encode())
     assert annotation.objects == ()
