@@ -121,6 +121,12 @@ def check_index_budget(
             f"; classes outside the vocabulary ({spec.vocabulary_source}), most frequent "
             f"first: {_most_frequent(unknown, 10)}"
         )
+        spaced = sorted(name for name in unknown if len(name.split()) > 1)
+        if spaced and spec.vocabulary_source.startswith("--labels_file"):
+            message += (
+                f" ({spaced[0]!r} holds a space, and a labels file's class is a line's first "
+                "word: such a class cannot be listed there; rename it)"
+            )
     raise BuildFailed(f"{message}; {_see(spec)}")
 
 

@@ -79,16 +79,31 @@ def parse_labels_file(text: str) -> tuple[str, ...]:
     Accepts plain lists (`n01440764`) and the LOC_synset_mapping format
     (`n01440764 tench, Tinca tinca`). Blank lines and `#` comments are skipped.
     """
-    names = []
-    for line in text.splitlines():
+    names, lines = [], {}
+    for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if line and not line.startswith("#"):
-            names.append(line.split()[0])
+            name = line.split()[0]
+            if "," in name:
+                raise ValueError(
+                    f"line {number} ({line[:60]!r}) is not a class: a class is a line's first "
+                    "word, up to a space (a CSV file, with a header or commas, is not read; "
+                    "LOC_synset_mapping.txt, a list of synsets, or a build's labels.txt is)"
+                )
+            names.append(name)
+            lines.setdefault(name, []).append(line)
     if not names:
         raise ValueError("the labels file lists no classes")
-    duplicates = sorted({name for name in names if names.count(name) > 1})
+    duplicates = sorted(name for name, found in lines.items() if len(found) > 1)
     if duplicates:
-        raise ValueError(f"the labels file lists these classes twice: {duplicates[:10]}")
+        cut = [lines[n][1] for n in duplicates if len(set(lines[n])) > 1]
+        hint = (
+            f" (a class is a line's first word, so {cut[0]!r} names {cut[0].split()[0]!r}: "
+            "a class whose name holds a space cannot be listed; rename it)"
+            if cut
+            else ""
+        )
+        raise ValueError(f"the labels file lists these classes twice: {duplicates[:10]}{hint}")
     return tuple(names)
 
 
@@ -100,9 +115,9 @@ def parse_display_names(text: str) -> dict[str, str]:
     for line in text.splitlines():
         line = line.strip()
         if line and not line.startswith("#"):
-            name, _, rest = line.partition(" ")
-            if rest.strip():
-                names[name] = rest.strip()
+            name, *rest = line.split(None, 1)  # as parse_labels_file: a tab separates too
+            if rest:
+                names[name] = rest[0].strip()
     return names
 
 

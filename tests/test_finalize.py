@@ -223,6 +223,20 @@ def test_an_unread_directory_or_xml_fails_the_build_whatever_the_budget():
     )
 
 
+def test_the_index_budget_says_why_a_class_with_a_space_is_outside_a_labels_file():
+    # A build's labels.txt passed back: `golden retriever` was read as class `golden`.
+    labels_file = FinalizeSpec(
+        **{**spec(max_bad_fraction=0.1).__dict__, "vocabulary_source": "--labels_file /l.txt"}
+    )
+    with pytest.raises(BuildFailed) as caught:
+        check_index_budget(labels_file, {"train": 20}, unknown("golden retriever", 3))
+    assert str(caught.value).endswith(
+        "most frequent first: {'golden retriever': 3} ('golden retriever' holds a space, and a "
+        "labels file's class is a line's first word: such a class cannot be listed there; "
+        "rename it); see /out/rejected.jsonl"
+    )
+
+
 def test_the_index_budget_message_does_not_depend_on_the_order_workers_ran_in():
     rejections = [
         *unknown("owl", 1),

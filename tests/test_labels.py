@@ -14,6 +14,7 @@ from beam_pipeline.labels import (
     clamped_area,
     image_label,
     main_object_index,
+    parse_display_names,
     parse_labels_file,
     split_kind,
     unknown_class_name,
@@ -86,6 +87,43 @@ def test_labels_file_formats():
         parse_labels_file("a\nb\na\n")
     with pytest.raises(ValueError, match="no classes"):
         parse_labels_file("# nothing\n")
+
+
+@pytest.mark.parametrize(
+    "text, line",
+    [
+        ("synset,name\nn01440764,tench\n", "line 1 ('synset,name')"),  # a header took index 0
+        ("n01440764\nn01443537,goldfish\n", "line 2 ('n01443537,goldfish')"),
+    ],
+)
+def test_a_csv_labels_file_is_refused_naming_its_line(text, line):
+    with pytest.raises(ValueError) as refused:
+        parse_labels_file(text)
+    assert str(refused.value) == (
+        f"{line} is not a class: a class is a line's first word, up to a space (a CSV file, "
+        "with a header or commas, is not read; LOC_synset_mapping.txt, a list of synsets, or a "
+        "build's labels.txt is)"
+    )
+
+
+def test_a_class_name_with_a_space_is_explained_when_its_first_word_repeats():
+    # A build's labels.txt of class folders `golden` and `golden retriever`.
+    with pytest.raises(ValueError) as refused:
+        parse_labels_file("golden\ngolden retriever\n")
+    assert str(refused.value) == (
+        "the labels file lists these classes twice: ['golden'] (a class is a line's first "
+        "word, so 'golden retriever' names 'golden': a class whose name holds a space cannot "
+        "be listed; rename it)"
+    )
+
+
+def test_display_names_follow_a_space_or_a_tab():
+    text = "n01440764 tench, Tinca tinca\nn01443537\tgoldfish\nn01484850\n"
+    assert parse_labels_file(text) == ("n01440764", "n01443537", "n01484850")
+    assert parse_display_names(text) == {
+        "n01440764": "tench, Tinca tinca",
+        "n01443537": "goldfish",  # it was under the key 'n01443537\tgoldfish'
+    }
 
 
 def test_real_imagenet_label_list():
