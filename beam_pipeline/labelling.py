@@ -17,13 +17,13 @@ import apache_beam as beam
 from apache_beam.typehints import Tuple
 
 from beam_pipeline import packing, watch
-from beam_pipeline.annotations import parse_annotation
+from beam_pipeline.annotations import Annotation, parse_annotation
 from beam_pipeline.coders import ParsedEntryCoder
 from beam_pipeline.entries import IndexEntry, LabelledEntry, ParsedEntry
 from beam_pipeline.failures import BuildFailed
 from beam_pipeline.fileio import read_file
 from beam_pipeline.images import header_size
-from beam_pipeline.labels import Vocabulary, image_label, split_kind
+from beam_pipeline.labels import Vocabulary, clamped_area, image_label, split_kind
 from beam_pipeline.rejections import (
     ANNOTATION,
     LABEL,
@@ -71,6 +71,7 @@ def parse_entry(root: str, entry: IndexEntry) -> ParsedEntry | Rejection:
     path = join(root, entry.annotation_filename)
     try:
         annotation = parse_annotation(read_file(path))
+        _check_boxes_inside(annotation)
     except InputError as error:
         image = join(root, entry.filename)
         return Rejection.from_error(
@@ -81,6 +82,22 @@ def parse_entry(root: str, entry: IndexEntry) -> ParsedEntry | Rejection:
         if size is not None:
             annotation = dataclasses.replace(annotation, width=size[0], height=size[1])
     return ParsedEntry(entry, annotation)
+
+
+def _check_boxes_inside(annotation: Annotation) -> None:
+    """Raises InputError(`annotation_box_outside_image`) for a box with no area inside the
+    XML's `<size>`: the image is rejected either way once decoded (for that, or for a size
+    that disagrees with the XML's), and known now, it counts in the index's error budget and
+    `plan` names it."""
+    if annotation.width is None:
+        return
+    for obj in annotation.objects:
+        if clamped_area(obj.box, annotation.width, annotation.height) == 0:
+            raise InputError(
+                "annotation_box_outside_image",
+                f"{obj.name} box {obj.box} lies outside the "
+                f"{annotation.width}x{annotation.height} image its <size> gives",
+            )
 
 
 class ParseAnnotations(beam.PTransform):

@@ -136,6 +136,12 @@ def case_table(port, secret_path):
             voc_xml([("cat", 70, 50, 90, 60)]),
             ("image", "annotation_box_outside_image"),
         ),
+        # With <size>, the XML alone tells: rejected by the index (and named by `plan`).
+        "box_outside_size": (
+            jpeg_bytes(),
+            voc_xml([("cat", 5, 5, 20, 20), ("dog", 70, 50, 90, 60)], size=(64, 48)),
+            ("annotation", "annotation_box_outside_image"),
+        ),
         "nested_part": (
             (CORPUS / "datumaro/voc_dataset/voc_dataset1/JPEGImages/2007_000001.jpg").read_bytes(),
             (CORPUS / "datumaro/voc_dataset/voc_dataset1/Annotations/2007_000001.xml")
