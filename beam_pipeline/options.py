@@ -17,6 +17,7 @@ import difflib
 import importlib.util
 import io
 import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -104,6 +105,12 @@ class BuildOptions(PipelineOptions):
         add_console_flags(parser)
 
 
+def _home(path: str | None) -> str | None:
+    """`~/x` or `~user/x` expanded: a shell leaves the tilde of `--output_dir=~/x` as it is,
+    and a build wrote into a folder named `~` in the current directory."""
+    return os.path.expanduser(path) if path and path.startswith("~") else path
+
+
 @dataclasses.dataclass(frozen=True)
 class BuildConfig:
     """Everything a build needs, validated once."""
@@ -164,11 +171,11 @@ class BuildConfig:
         if flags.max_pixels is not None:
             policy_kwargs["max_pixels"] = flags.max_pixels
         return cls(
-            input_dir=flags.input_dir or "",
-            output_dir=flags.output_dir or "",
+            input_dir=_home(flags.input_dir) or "",
+            output_dir=_home(flags.output_dir) or "",
             layout=flags.layout,
             splits=tuple(s.strip() for s in flags.splits.split(",") if s.strip()),
-            labels_file=flags.labels_file,
+            labels_file=_home(flags.labels_file),
             num_shards=parse_num_shards(flags.num_shards),
             target_shard_bytes=int(flags.target_shard_mb * 2**20),
             seed=flags.seed,

@@ -475,6 +475,20 @@ def test_relative_paths_reach_the_pipeline_absolute(tmp_path, monkeypatch):
     assert pipeline.with_absolute_paths(remote) == remote
 
 
+def test_a_tilde_the_shell_left_after_an_equals_sign_means_home(tmp_path, monkeypatch):
+    # `--output_dir=~/out`: bash does not expand it, and a build made ./~/out.
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    argv = ["--input_dir=~/in", "--output_dir=~/out", "--labels_file=~/labels.txt"]
+    made = BuildConfig.from_options(PipelineOptions(argv))
+    assert (made.input_dir, made.output_dir, made.labels_file) == (
+        str(tmp_path / "home/in"),
+        str(tmp_path / "home/out"),
+        str(tmp_path / "home/labels.txt"),
+    )
+    inside = BuildConfig.from_options(PipelineOptions(["--input_dir=a~b", "--output_dir=o~"]))
+    assert (inside.input_dir, inside.output_dir) == ("a~b", "o~")
+
+
 def test_a_multi_line_error_is_said_on_one_line():
     error = ValueError(
         "Pipeline has validations errors: \nMissing required option: project.\n"
