@@ -344,12 +344,14 @@ def unbuilt_note(splits: Sequence[str], unbuilt: Sequence[str]) -> str:
     )
 
 
-def unannotated_note(split: str, annotation_dir: str) -> str:
+def unannotated_note(split: str, annotation_dir: str, layout: str) -> str:
     """The line warning that a split other than `test` will be built without labels."""
+    from beam_pipeline.layouts import ILSVRC_CLS_LOC
+
+    folders = " (or its images into synset folders)" if layout == ILSVRC_CLS_LOC else ""
     return (
         f"Unlabelled: the {split} split has no annotations ({annotation_dir} is empty or "
-        "missing): its examples get label -1; put its XML there (in CLS-LOC, or its images "
-        "into synset folders) to label it"
+        f"missing): its examples get label -1; put its XML there{folders} to label it"
     )
 
 
@@ -370,7 +372,9 @@ def tree_notes(plan: DiscoveryPlan, splits: Sequence[str]) -> list[str]:
     notes = [unbuilt_note(splits, plan.unbuilt)] if plan.unbuilt else []
     if shared := plan.shared_images():
         notes.append(shared_note(shared))
-    notes += [unannotated_note(split, directory) for split, directory in plan.unannotated]
+    notes += [
+        unannotated_note(split, directory, plan.layout) for split, directory in plan.unannotated
+    ]
     return notes
 
 

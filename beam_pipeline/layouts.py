@@ -173,12 +173,36 @@ def _not_a_tree(
             hint = f"; a tree lies two levels below it: pass {' or '.join(deeper)} as --input_dir"
     if not has_files(root):
         hint = "; it holds no files"
-    elif not hint and is_local(root) and subdirectories is not _no_subdirectories:
+    elif not hint:
+        hint = _voc_without_lists_hint(root, has_files, subdirectories)
+    if not hint and is_local(root) and subdirectories is not _no_subdirectories:
         hint = _folders_hint(root, subdirectories)
     return LayoutError(
         f"{root} is not an ILSVRC (Data/DET, Data/CLS-LOC) or Pascal VOC "
         "(JPEGImages, Annotations, ImageSets/Main) tree, nor holds one in a subdirectory" + hint
     )
+
+
+def _voc_without_lists_hint(
+    root: str, has_files: HasFiles, subdirectories: Callable[[str], list[str]]
+) -> str:
+    """For a VOC year (or a VOCdevkit of them) with images and XML but no detection split
+    lists (`ImageSets/Main/`), up to two levels below `root` (a download folder around a
+    VOCdevkit): what is missing, and the lists it has instead."""
+    below = [join(root, name) for name in subdirectories(root)[:_MAX_LOOKED_AT]]
+    deeper = [join(d, name) for d in below for name in subdirectories(d)[:_MAX_LOOKED_AT]]
+    years = [root, *below, *deeper]
+    for year in years:
+        if has_files(join(year, "JPEGImages")) and has_files(join(year, "Annotations")):
+            others = [name for name in subdirectories(join(year, "ImageSets")) if name != "Main"]
+            instead = f" (its ImageSets/ holds {', '.join(others)}/ lists)" if others else ""
+            return (
+                f"; {year} is a Pascal VOC year without its detection split lists: "
+                f"{join(year, 'ImageSets', 'Main')}/<split>.txt is missing{instead}. Restore "
+                "them from the VOC download, or write them: one image id (its file name "
+                "without .jpg) per line, e.g. ImageSets/Main/train.txt"
+            )
+    return ""
 
 
 _SPLIT_FOLDERS = {"train": "train", "val": "val", "validation": "val", "test": "test"}

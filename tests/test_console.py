@@ -18,7 +18,7 @@ import time
 import pytest
 from helpers import failure_line, ilsvrc_image, jpeg_bytes, summary_rows, write
 
-from beam_pipeline import cli, machine, pipeline, sample_tree, verify, watch, writing
+from beam_pipeline import cli, console, machine, pipeline, sample_tree, verify, watch, writing
 from beam_pipeline.annotations import voc_xml
 from beam_pipeline.console import (
     BuildConsole,
@@ -413,6 +413,14 @@ def test_shards_left_empty_by_rejected_images_are_named(tmp_path, capsys):
     ) in capsys.readouterr().out.splitlines()
     assert sorted(p.stat().st_size == 0 for p in out.glob("train-*.tfrecord")) == [0, 0, 1, 1]
     assert verify.main([str(out)]) == 0
+
+
+def test_an_unlabelled_split_is_told_the_fix_of_its_layout():
+    # DET was told to move its images into synset folders, which label only CLS-LOC.
+    det = console.unannotated_note("validation", "/t/Annotations/DET/val", "ilsvrc_det")
+    assert det.endswith("its examples get label -1; put its XML there to label it")
+    cls = console.unannotated_note("validation", "/t/Annotations/CLS-LOC/val", "ilsvrc_cls_loc")
+    assert cls.endswith("put its XML there (or its images into synset folders) to label it")
 
 
 def test_images_in_more_than_one_split_are_one_line():

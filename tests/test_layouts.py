@@ -352,3 +352,20 @@ def test_a_split_missing_in_one_voc_year_names_what_every_year_lists(tmp_path):
     )
     with pytest.raises(layouts.LayoutError, match=r"no split is listed in every year \(VOC2007"):
         plan(devkit, layouts.VOC, ("train",))
+
+
+def test_a_voc_year_without_main_lists_is_named_as_such(tmp_path):
+    # It was told to "arrange it as Pascal VOC", which it is.
+    year = tmp_path / "VOCtrainval_11-May-2012/VOCdevkit/VOC2012"
+    write(year / "JPEGImages/2012_000001.jpg", jpeg_bytes())
+    write(year / "Annotations/2012_000001.xml", "<annotation/>")
+    write(year / "ImageSets/Segmentation/train.txt", "2012_000001\n")
+    for given in (year, year.parent.parent):  # the year, and the download folder around it
+        with pytest.raises(layouts.LayoutError) as refused:
+            layouts.locate_tree(str(given), layouts.AUTO, has_files, subdirectories)
+        assert str(refused.value).endswith(
+            f"; {year} is a Pascal VOC year without its detection split lists: "
+            f"{year}/ImageSets/Main/<split>.txt is missing (its ImageSets/ holds Segmentation/ "
+            "lists). Restore them from the VOC download, or write them: one image id (its file "
+            "name without .jpg) per line, e.g. ImageSets/Main/train.txt"
+        )

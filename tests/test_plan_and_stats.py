@@ -319,8 +319,7 @@ def test_plan_warns_of_a_validation_split_without_annotations(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[-2] == (
         f"Unlabelled: the validation split has no annotations ({root}/Annotations/DET/val is "
-        "empty or missing): its examples get label -1; put its XML there (in CLS-LOC, or its "
-        "images into synset folders) to label it"
+        "empty or missing): its examples get label -1; put its XML there to label it"
     )
     assert "validation (unlabelled):" in lines
 
