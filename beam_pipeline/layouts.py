@@ -479,7 +479,7 @@ def _plan_voc(
             if not match(list_path):
                 raise LayoutError(
                     f"split {split!r} has no list: {list_path} is missing; "
-                    + _choose_voc_splits(years, match)
+                    + _choose_voc_splits(years, match, split)
                 )
             for image_id in parse_split_list(read_text(list_path)):
                 memberships.append((join(prefix, image_id), output_split(split)))
@@ -521,8 +521,9 @@ def _unbuilt_voc_lists(
     return tuple(unbuilt)
 
 
-def _choose_voc_splits(years: Sequence[tuple[str, str]], match: Callable) -> str:
-    """The fix for a missing VOC split list: the splits every year lists, and each year's."""
+def _choose_voc_splits(years: Sequence[tuple[str, str]], match: Callable, missing: str) -> str:
+    """The fix for a missing VOC split list: the splits every year lists, and each year's;
+    and the year directories to build alone for the `missing` split, if some list it."""
     listed = {}
     for year_dir, prefix in years:
         listed[prefix] = list(_split_lists(year_dir, match))
@@ -532,14 +533,22 @@ def _choose_voc_splits(years: Sequence[tuple[str, str]], match: Callable) -> str
         name for name in next(iter(listed.values())) if all(name in n for n in listed.values())
     ]
     each = "; ".join(f"{prefix}: {names}" for prefix, names in listed.items())
+    having = [year_dir for year_dir, prefix in years if missing in listed[prefix]]
+    alone = (
+        f"; to build {missing} of the "
+        f"{'years that list' if len(having) > 1 else 'year that lists'} it, pass "
+        f"{' or '.join(shlex.quote(d) for d in having)} as --input_dir"
+        if having
+        else ""
+    )
     if not common:
         return (
             f"no split is listed in every year ({each}): pass one year's directory as "
-            "--input_dir and its splits with --splits"
+            f"--input_dir and its splits with --splits{alone}"
         )
     return (
         f"the splits every year lists are {common}: choose with --splits "
-        f"{','.join(_disjoint(common))} (each year lists: {each})"
+        f"{','.join(_disjoint(common))} (each year lists: {each}){alone}"
     )
 
 

@@ -345,7 +345,8 @@ def test_a_split_missing_in_one_voc_year_names_what_every_year_lists(tmp_path):
     assert str(error.value) == (
         f"split 'test' has no list: {devkit}/VOC2012/ImageSets/Main/test.txt is missing; the "
         "splits every year lists are ['train']: choose with --splits train (each year lists: "
-        "VOC2007: ['test', 'train']; VOC2012: ['train'])"
+        f"VOC2007: ['test', 'train']; VOC2012: ['train']); to build test of the year that "
+        f"lists it, pass {devkit}/VOC2007 as --input_dir"
     )
     (devkit / "VOC2012" / "ImageSets" / "Main" / "train.txt").rename(
         devkit / "VOC2012" / "ImageSets" / "Main" / "trainval.txt"
