@@ -40,6 +40,7 @@ class FinalizeSpec:
     versions: dict[str, str]
     vocabulary_source: str = "the classes seen in the train split"  # for messages
     display_names: dict[str, str] = dataclasses.field(default_factory=dict)  # --labels_file's
+    replaces_build: bool = False  # the output holds a complete build, retired once the index passes
 
 
 def assemble_info(
@@ -112,6 +113,7 @@ def check_index_budget(
     if not total or bad <= spec.max_bad_fraction * total:
         return
     message = _over_budget(spec, bad, total, images, " before any image was read")
+    see = _see(spec, index=True)
     unknown = collections.Counter(
         unknown_class_name(r.detail) for r in images if r.reason == "unknown_class"
     )
@@ -127,7 +129,7 @@ def check_index_budget(
                 f" ({spaced[0]!r} holds a space, and a labels file's class is a line's first "
                 "word: such a class cannot be listed there; rename it)"
             )
-    raise BuildFailed(f"{message}; {_see(spec)}")
+    raise BuildFailed(f"{message}; {see}")
 
 
 # What the listing could not read, when what it hides may decide labels: a directory (its
@@ -173,7 +175,14 @@ def _most_frequent(counts: collections.Counter, limit: int | None = None) -> dic
     return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit])
 
 
-def _see(spec: FinalizeSpec) -> str:
+def _see(spec: FinalizeSpec, *, index: bool = False) -> str:
+    """Where the failed build's `rejected.jsonl` is: beside the complete build a rebuild
+    refused by its index keeps, in the work folder."""
+    if index and spec.replaces_build:
+        return (
+            f"see {join(spec.output_dir, output.REFUSED_DEAD_LETTER)} (the complete build in "
+            f"{spec.output_dir} is kept as it was)"
+        )
     return f"see {join(spec.output_dir, DEAD_LETTER_FILE)}"
 
 
@@ -182,11 +191,15 @@ class _CheckIndexFn(beam.DoFn):
         self._spec = spec
 
     def process(self, _, index_counts, rejections):
+        spec = self._spec
         try:
-            check_index_budget(self._spec, index_counts, rejections)
+            check_index_budget(spec, index_counts, rejections)
         except BuildFailed:
-            output.write_dead_letter(self._spec.output_dir, sorted(set(rejections)))
+            where = output.REFUSED_DEAD_LETTER if spec.replaces_build else DEAD_LETTER_FILE
+            output.write_dead_letter(spec.output_dir, sorted(set(rejections)), where)
             raise
+        if spec.replaces_build:
+            output.retire_build(spec.output_dir)  # before the gate lets the first shard through
         read_later = sum(1 for r in rejections if r.is_image and r.stage != DISCOVER)
         watch.report(self._spec.output_dir, watch.TO_WRITE, sum(index_counts.values()) - read_later)
         yield True

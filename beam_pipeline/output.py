@@ -84,15 +84,21 @@ class ForeignFilesError(OutputExistsError):
     """The output directory holds files that a build would replace but no build wrote."""
 
 
-def prepare_output(output_dir: str, *, overwrite: bool, resume: bool) -> None:
+def prepare_output(output_dir: str, *, overwrite: bool, resume: bool) -> bool:
     """Refuses to replace a complete build without --overwrite; clears our own stale files.
 
-    The commit marker is removed first, so a crash during the rebuild leaves nothing complete,
-    then TFDS's metadata, which would describe the old shards. With --resume the shards and
-    progress records of an interrupted build are kept.
+    A complete build that --overwrite replaces is kept whole for now: `retire_build` deletes it
+    once the new build's index has passed its checks, just before the first shard is written,
+    so a new build refused by its index (classes outside --labels_file, bad XML over the
+    budget), or stopped before then, leaves it as it was. Otherwise the leftovers of an
+    unfinished build are deleted now (TFDS's metadata, which would describe the old shards,
+    and, but with --resume, its shards and progress records).
 
     The launching process holds the directory's lock from here until `unlock_output`, so a
     second build into it is refused before it deletes anything.
+
+    Returns:
+      Whether a complete build is there, for the new build to retire.
 
     Raises:
       OutputExistsError: a complete build is there and `overwrite` is off.
@@ -111,14 +117,30 @@ def prepare_output(output_dir: str, *, overwrite: bool, resume: bool) -> None:
     if not FileSystems.exists(join(output_dir, OWNER_FILE)):
         write_atomic(output_dir, OWNER_FILE, _OWNER_TEXT)
     if complete:
-        markers = [join(output_dir, name) for name in (BUILD_INFO_FILE, LEGACY_INFO_FILE)]
-        FileSystems.delete([path for path in markers if FileSystems.exists(path)])
+        remove_work_dirs(output_dir)  # a killed rebuild's; a build's own are gone at its commit
+        return True
+    _remove_build_files(output_dir, keep_shards=resume)
+    return False
+
+
+def retire_build(output_dir: str) -> None:
+    """Deletes the complete build that a new one replaces: the commit markers first (so a crash
+    on the way leaves nothing that looks complete), then TFDS's metadata, the shards,
+    `labels.txt`, the label map and `rejected.jsonl`."""
+    markers = [join(output_dir, name) for name in (BUILD_INFO_FILE, LEGACY_INFO_FILE)]
+    FileSystems.delete([path for path in markers if FileSystems.exists(path)])
+    _remove_build_files(output_dir, keep_shards=False)
+
+
+def _remove_build_files(output_dir: str, *, keep_shards: bool) -> None:
+    """Deletes TFDS's metadata and, unless `keep_shards` (--resume), the shards, labels, label
+    map, `rejected.jsonl` and work folders of an earlier build."""
     (listing,) = FileSystems.match([join(output_dir, "*")])
     names = {m.path: m.path.rsplit("/", 1)[-1] for m in listing.metadata_list}
     tfds = [path for path, name in names.items() if name in TFDS_FILES]
     if tfds:
         FileSystems.delete(tfds)
-    if resume:
+    if keep_shards:
         return
     stale = [
         path
@@ -365,10 +387,16 @@ def write_atomic(output_dir: str, name: str, data: bytes) -> None:
         out.write(data)
 
 
-def write_dead_letter(output_dir: str, rejections: Iterable[Rejection]) -> None:
-    """Writes `rejected.jsonl` (a JSON line per rejection); first, so a failed build explains."""
+def write_dead_letter(output_dir: str, rejections: Iterable[Rejection], name=DEAD_LETTER_FILE):
+    """Writes `rejected.jsonl` (a JSON line per rejection); first, so a failed build explains.
+    `name`: its path in `output_dir` (`REFUSED_DEAD_LETTER` beside a build that is kept)."""
     dead_letter = "".join(r.to_json() + "\n" for r in rejections)
-    write_atomic(output_dir, DEAD_LETTER_FILE, dead_letter.encode("utf-8"))
+    write_atomic(output_dir, name, dead_letter.encode("utf-8"))
+
+
+# Where a rebuild that its index refused puts its `rejected.jsonl`: the complete build it was
+# to replace is kept, with its own.
+REFUSED_DEAD_LETTER = f"{TEMP_DIR}/{DEAD_LETTER_FILE}"
 
 
 def list_shard_files(output_dir: str) -> dict[str, int]:

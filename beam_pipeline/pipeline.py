@@ -70,6 +70,7 @@ class Prepared:
     plan: layouts.DiscoveryPlan
     classes: tuple[str, ...] | None
     display_names: dict[str, str] = dataclasses.field(default_factory=dict)
+    replaces_build: bool = False  # a complete build is in the output, to retire (`output`)
 
 
 def prepare(config: BuildConfig) -> Prepared:
@@ -264,6 +265,7 @@ def finalize_spec(prepared: Prepared) -> FinalizeSpec:
         source={"input_dir": _absolute(config.input_dir), "layout": plan.layout},
         versions=_versions(),
         display_names=prepared.display_names,
+        replaces_build=prepared.replaces_build,
         vocabulary_source=(
             f"--labels_file {config.labels_file}"
             if config.labels_file
@@ -480,9 +482,9 @@ def prepare_build(
     prepared = prepare(config)
     images = count_images_up_to(prepared.plan, SMALL_BUILD_IMAGES) if every_core else None
     options = pipeline_options(beam_flags, every_core=every_core, images=images)
-    prepare_output(config.output_dir, overwrite=config.overwrite, resume=config.resume)
+    complete = prepare_output(config.output_dir, overwrite=config.overwrite, resume=config.resume)
     watch.clear(config.output_dir)
-    return options, prepared
+    return options, dataclasses.replace(prepared, replaces_build=complete)
 
 
 def execute(options: PipelineOptions, prepared: Prepared) -> DatasetInfo:

@@ -21,7 +21,7 @@ from helpers import (
 )
 from PIL import Image
 
-from beam_pipeline import cli, sample_tree
+from beam_pipeline import cli, sample_tree, verify
 from beam_pipeline.annotations import voc_xml
 from beam_pipeline.layouts import LayoutError
 from beam_pipeline.output import OutputExistsError
@@ -272,6 +272,34 @@ def test_existing_build_is_not_overwritten_without_flag(dirty_tree, tmp_path):
     # The size-based default was one shard too: the rebuild gives the same bytes.
     assert list(first) == ["validation-00000-of-00001.tfrecord"]
     assert shard_bytes(tmp_path / "out") == first
+
+
+def test_a_rebuild_refused_by_its_index_keeps_the_build_it_was_to_replace(tmp_path, capsys):
+    # --overwrite deleted the old build as the new one started: one refused for classes
+    # outside --labels_file, before writing a shard, left none.
+    tree = tmp_path / "in"
+    for stem, name in (("a", "cat"), ("b", "dog"), ("c", "dog")):
+        ilsvrc_image(tree, "train", stem, jpeg_bytes(), voc_xml([(name, 1, 1, 30, 30)]))
+    out = tmp_path / "out"
+    build(tree, out, "--splits", "train")
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    labels = write(tmp_path / "labels.txt", "cat\n")
+    argv = ["--input_dir", str(tree), "--output_dir", str(out), "--splits", "train"]
+    assert cli.main([*argv, "--overwrite", "--labels_file", str(labels)]) == 1
+    assert failure_line(capsys.readouterr().err).endswith(
+        "most frequent first: {'dog': 2}; see "
+        f"{out}/.tmp/rejected.jsonl (the complete build in {out} is kept as it was)"
+    )
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    assert verify.verify(str(out)) == (1, [])
+    assert [line["reason"] for line in dead_letters(out / ".tmp")] == ["unknown_class"] * 2
+    # A rebuild that passes its index replaces it, leaving none of its files.
+    assert cli.main([*argv, "--overwrite", "--num_shards", "2"]) == 0
+    assert sorted(p.name for p in out.glob("*.tfrecord")) == [
+        "train-00000-of-00002.tfrecord",
+        "train-00001-of-00002.tfrecord",
+    ]
+    assert not (out / ".tmp").exists() and verify.verify(str(out)) == (2, [])
 
 
 @pytest.mark.parametrize(
