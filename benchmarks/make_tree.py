@@ -68,6 +68,10 @@ def make_image(args: tuple[str, int, int]) -> int:
     os.makedirs(os.path.dirname(data_path), exist_ok=True)
     with open(data_path, "wb") as f:
         f.write(out.getvalue())
+    # Every image folder has its annotation folder, as in ImageNet's DET (a build refuses a
+    # folder without one: a copy that lost its XML), even where all its images are negatives.
+    xml_path = os.path.join(root, "Annotations/DET/train", stem + ".xml")
+    os.makedirs(os.path.dirname(xml_path), exist_ok=True)
     if kind >= 0.05:  # 5% negatives without XML
         objects = []
         if kind >= 0.08:  # 3% negatives with an empty XML
@@ -77,8 +81,6 @@ def make_image(args: tuple[str, int, int]) -> int:
                 x1 = int(rng.integers(x0 + 10, width + 1))
                 y1 = int(rng.integers(y0 + 10, height + 1))
                 objects.append((name, x0, y0, x1, y1))
-        xml_path = os.path.join(root, "Annotations/DET/train", stem + ".xml")
-        os.makedirs(os.path.dirname(xml_path), exist_ok=True)
         with open(xml_path, "w", encoding="utf-8") as f:
             f.write(voc_xml(objects, (width, height), folder="bench", filename=stem))
     return len(out.getvalue())
