@@ -409,17 +409,31 @@ def _det_folders(
     is_directory: Callable[[str], bool],
 ) -> list[tuple[str, str]]:
     """(image folder, its missing annotation folder) for the folders of an annotated DET split,
-    two levels down (`ILSVRC2014_train_0000`, `ILSVRC2013_train/n01443537`)."""
+    two levels down (`ILSVRC2014_train_0000`, `ILSVRC2013_train/n01443537`). A link to a
+    folder of the split itself, or to one above it, is not one: the listing never enters it."""
     missing = []
     for name in subdirectories(image_dir):
         images, annotations = join(image_dir, name), join(annotation_dir, name)
+        if _links_into(images, image_dir):
+            continue
         if not is_directory(annotations):
             missing.append((images, annotations))
             continue
         for inner in subdirectories(images):
-            if not is_directory(join(annotations, inner)):
+            if not _links_into(join(images, inner), image_dir) and not is_directory(
+                join(annotations, inner)
+            ):
                 missing.append((join(images, inner), join(annotations, inner)))
     return missing
+
+
+def _links_into(path: str, top: str) -> bool:
+    """Whether the local folder `path` is a link to `top`, to a folder below it, or to one above
+    it (a loop)."""
+    if not is_local(path) or not os.path.islink(path):
+        return False
+    real, top_real = os.path.realpath(path), os.path.realpath(top)
+    return real == top_real or real.startswith(top_real + "/") or top_real.startswith(real + "/")
 
 
 def _voc_folders(

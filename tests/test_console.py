@@ -378,6 +378,8 @@ def test_the_summary_lists_rejections_per_split_by_reason(small_tree, tmp_path, 
     ilsvrc_image(tree, "train", "broken/empty", b"")
     ilsvrc_image(tree, "val", "broken/text", b"not an image")
     write(tree / "Data" / "DET" / "train" / "broken" / "notes.txt", "not an image file")
+    for split in ("train", "val"):  # their images are negatives, or rejected
+        (tree / "Annotations" / "DET" / split / "broken").mkdir(parents=True)
     out = tmp_path / "out"
     argv = ["--input_dir", str(tree), "--output_dir", str(out), "--max_bad_fraction", "0.1"]
     assert cli.main([*argv, "--direct_running_mode", "in_memory"]) == 0

@@ -81,6 +81,7 @@ def test_build_accounts_for_links_loops_and_odd_names(tmp_path):
     write(elsewhere / "b.JPEG", jpeg_bytes())
     write(elsewhere / "c.JPEG", jpeg_bytes())
     os.symlink(elsewhere, root / "Data/DET/train/linked")
+    (root / "Annotations/DET/train/linked").mkdir()  # its images are negatives
     os.symlink(root / "Data/DET/train", root / "Data/DET/train/real/loop")
     os.symlink(tmp_path / "nowhere.JPEG", root / "Data/DET/train/real/broken.JPEG")
     write(

@@ -58,7 +58,8 @@ def test_a_short_shard_is_padded_with_stand_ins_that_checked_record_refuses(buil
     assert len(records) == stored + 2
     for record in records[:stored]:
         assert checked_record(record).numpy() == record.numpy()
-    with pytest.raises(tf.errors.InvalidArgumentError, match=f"fewer than its {stored + 2} rec"):
+    expected = f"Fewer than the {stored + 2} records that build_info.json counts"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=expected):
         checked_record(records[stored])
 
 

@@ -146,9 +146,10 @@ def test_images_are_counted_only_up_to_the_limit(tmp_path):
             path = tmp_path / "Data" / "DET" / split / f"s{index % 2}" / f"{index}.JPEG"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(b"x")
-    (tmp_path / "Annotations" / "DET" / "train").mkdir(parents=True)
     for index in range(50):
-        (tmp_path / "Annotations" / "DET" / "train" / f"{index}.xml").write_text("<a/>")
+        xml = tmp_path / "Annotations" / "DET" / "train" / f"s{index % 2}" / f"{index}.xml"
+        xml.parent.mkdir(parents=True, exist_ok=True)
+        xml.write_text("<a/>")
     argv = ["--input_dir", str(tmp_path), "--output_dir", str(tmp_path / "out")]
     plan = pipeline.prepare(BuildConfig.from_options(PipelineOptions(argv))).plan
     assert plan.root == str(tmp_path)
