@@ -30,6 +30,7 @@ import math
 import os
 import struct
 
+import google_crc32c
 import keras
 import numpy as np
 
@@ -82,8 +83,9 @@ def load_dali_dataset(
         backend), or "auto": the GPU when DALI sees one.
       num_threads: DALI's CPU threads (default: the cores this process may use).
       index_dir: where the per-shard index files DALI's reader needs are kept (written on
-        first use, reused while the shards are unchanged). Default: a directory per build
-        under $XDG_CACHE_HOME (or ~/.cache)/imagenet-tfrecords/dali-index.
+        first use, after every record's CRCs are checked; reused while the shards keep their
+        size and build_info.json its SHA-256). Default: a directory per build under
+        $XDG_CACHE_HOME (or ~/.cache)/imagenet-tfrecords/dali-index.
 
     Returns:
       With the JAX or PyTorch backend, a `keras.utils.PyDataset` (`DaliDataset`) whose batches
@@ -91,7 +93,9 @@ def load_dali_dataset(
       `tf.data.Dataset` of the same batches (host arrays), with its cardinality.
 
     Raises:
-      IncompleteDatasetError, CorruptDatasetError, KeyError: as `load_dataset`.
+      IncompleteDatasetError, CorruptDatasetError, KeyError: as `load_dataset`; also
+        CorruptDatasetError naming the shard, record and byte offset of a record whose CRC is
+        wrong, when its shard's index is written (DALI's reader checks no CRCs).
       ValueError, TypeError: a bad argument, named; `device="gpu"` without a GPU; gs:// paths.
     """
     from loaders.dataset import checked_arguments, refuse_empty_epoch, refuse_unlabelled
@@ -387,9 +391,10 @@ def dali_pipeline(
 
 
 def shard_indexes(info: BuildInfo, split: str, index_dir: str | None = None) -> list[str]:
-    """The index file DALI's reader needs for each shard of a split (written when missing or
-    stale). An index line is "offset size" of one record, as DALI's `tfrecord2idx` writes it;
-    that script imports TensorFlow for every shard, so the loader writes the same lines itself.
+    """The index file DALI's reader needs for each shard of a split (written, with every
+    record's CRCs checked, when missing or stale). An index line is "offset size" of one
+    record, as DALI's `tfrecord2idx` writes it; that script imports TensorFlow for every shard
+    (and checks no CRCs), so the loader writes the same lines itself.
 
     Raises:
       CorruptDatasetError: a shard does not hold the records build_info.json counts.
@@ -445,29 +450,59 @@ def _write_atomically(path: str, text: str) -> None:
 
 
 def write_index(shard: str, index: str, expected: int) -> None:
-    """Writes `index` ("offset size" per record) for `shard`, atomically.
+    """Writes `index` ("offset size" per record) for `shard`, atomically, once every record's
+    framing and both masked CRC32Cs (of its length and of its data) check out.
+
+    DALI's reader does not check the CRCs, and it reads a shard through this index for as long
+    as the index is current (see `_index_is_current`), so this is where a damaged record is
+    caught: once per shard, when the index is written.
 
     Raises:
-      CorruptDatasetError: naming the shard, when a record is cut short or the count differs.
+      CorruptDatasetError: naming the shard, when a record's checksum is wrong (with the
+        record's number and byte offset), a record is cut short or the count differs.
     """
     lines = []
     with open(shard, "rb") as file:
         end = os.fstat(file.fileno()).st_size
         offset = 0
         while offset < end:
-            header = file.read(8)
-            if len(header) < 8:
+            header = file.read(12)
+            if len(header) < 12:
                 break
-            (length,) = struct.unpack("<Q", header)
+            length_bytes = header[:8]
+            if _masked_crc32c(length_bytes) != _CRC.unpack_from(header, 8)[0]:
+                raise _bad_record(shard, len(lines), offset, "length checksum mismatch")
+            (length,) = _LENGTH.unpack(length_bytes)
             size = 8 + 4 + length + 4
             if offset + size > end:
                 break
+            data, data_crc = file.read(length), file.read(4)
+            if _masked_crc32c(data) != _CRC.unpack(data_crc)[0]:
+                raise _bad_record(shard, len(lines), offset, "data checksum mismatch")
             lines.append(f"{offset} {size}\n")
             offset += size
-            file.seek(offset)
     if offset != end or len(lines) != expected:
         raise CorruptDatasetError(
             f"shard {shard}: {len(lines)} whole records in {end} bytes, build_info.json says "
             f"{expected} (python -m beam_pipeline verify locates the damage)"
         )
     _write_atomically(index, "".join(lines))
+
+
+_LENGTH = struct.Struct("<Q")
+_CRC = struct.Struct("<I")
+_MASK_DELTA = 0xA282EAD8  # TFRecord's CRC mask (tensorflow/core/lib/hash/crc32c.h)
+
+
+def _masked_crc32c(data) -> int:
+    """TFRecord's masked CRC32C of `data`, with the builder's CRC32C (google-crc32c's C
+    extension; `beam_pipeline.tfrecord.masked_crc`, which the loader does not import)."""
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def _bad_record(shard: str, number: int, offset: int, problem: str) -> CorruptDatasetError:
+    return CorruptDatasetError(
+        f"shard {shard}: record {number} at byte {offset}: {problem} (the shard is damaged; "
+        "python -m beam_pipeline verify checks the whole build)"
+    )

@@ -9,6 +9,8 @@ import collections
 import hashlib
 import os
 import pathlib
+import re
+import shutil
 import subprocess
 import sys
 
@@ -207,6 +209,46 @@ def test_the_index_files_are_dalis_and_are_reused_until_a_shard_changes(built, t
     assert pathlib.Path(indexes[1]).read_text().count("\n") == lines[1]
     with pytest.raises(CorruptDatasetError, match=f"shard {shard}: {lines[0]} whole records"):
         write_index(shard, str(tmp_path / "x.idx"), lines[0] + 1)
+
+
+def _record_offsets(shard: pathlib.Path) -> list[int]:
+    data, offsets, offset = shard.read_bytes(), [], 0
+    while offset < len(data):
+        offsets.append(offset)
+        offset += 16 + int.from_bytes(data[offset : offset + 8], "little")
+    return offsets
+
+
+def test_a_record_whose_checksum_is_wrong_is_refused_naming_it(built, tmp_path):
+    # One byte of a record's label changed, the file's size kept: DALI's reader does not check
+    # CRCs, so the index writer does; without it the record came out with the wrong label.
+    damaged = tmp_path / "damaged"
+    shutil.copytree(built, damaged)
+    info = dataset_info(damaged)
+    shard = pathlib.Path(info.shard_paths("validation")[1])
+    offsets = _record_offsets(shard)
+    assert len(offsets) == info.split("validation").shards[1].num_examples > 3
+    data = bytearray(shard.read_bytes())
+    key = F.LABEL.encode() + b"\x12\x05\x1a\x03\n\x01"  # int64_list {value: [label]}
+    at = data.index(key, offsets[3]) + len(key)
+    assert at < offsets[4]
+    data[at] ^= 0x03
+    shard.write_bytes(bytes(data))
+    expected = f"shard {shard}: record 3 at byte {offsets[3]}: data checksum mismatch"
+    with pytest.raises(CorruptDatasetError, match=re.escape(expected)):
+        load_dali_dataset(str(damaged), "validation", batch_size=5, **INT)
+    data[at] ^= 0x03
+    data[offsets[2] + 1] ^= 0x01  # record 2's length (same size: the length's CRC fails)
+    shard.write_bytes(bytes(data))
+    expected = f"shard {shard}: record 2 at byte {offsets[2]}: length checksum mismatch"
+    with pytest.raises(CorruptDatasetError, match=re.escape(expected)):
+        load_dali_dataset(str(damaged), "validation", batch_size=5, **INT)
+    data[offsets[2] + 1] ^= 0x01
+    shard.write_bytes(bytes(data))
+    labels = [
+        y for _, y in digests(load_dali_dataset(str(damaged), "validation", batch_size=5, **INT))
+    ]
+    assert labels == [e[F.LABEL][0] for e in read_split(damaged, "validation")]
 
 
 def test_an_index_is_rewritten_for_a_rebuilt_shard_of_the_same_size(tmp_path):
