@@ -6,7 +6,9 @@
     model.fit(train, epochs=90)   # model = keras.Sequential([normalization_layer(), ...])
 
 What `load_dataset` does in tf.data's threads, DALI does here: `fn.readers.tfrecord` reads the
-shards through an index per shard and shuffles the whole split every epoch; images are decoded
+shards through an index per shard and, when training, shuffles them as `load_dataset` does
+(the files in a new order every epoch, their records mixed in a buffer; the same order for the
+same seed, another for another seed or none); images are decoded
 by nvJPEG ("mixed": Huffman on the CPU, the rest on the GPU) and cropped, resized and flipped on
 the GPU. Without a GPU the same pipeline runs on DALI's CPU backend. The batches reach Keras on
 the device (DLPack, no copy through the host) with the JAX and PyTorch backends; with the
@@ -180,7 +182,7 @@ def _device_id(device: str) -> int | None:
 class DaliDataset(keras.utils.PyDataset):
     """A DALI pipeline's batches as a Keras `PyDataset`: `len()` batches per epoch.
 
-    DALI's reader is a stream: it shuffles the whole split at every epoch and pads its last
+    DALI's reader is a stream: it reshuffles the split at every epoch (training) and pads its last
     batch by repeating a record. This class counts the stream's batches, so an epoch is exactly
     DALI's epoch: evaluation cuts the padding off the last batch, training drops that batch (as
     `load_dataset` drops the remainder). Keras asks for each index once per epoch, in order or
@@ -299,15 +301,38 @@ def dali_pipeline(
     with_windows: bool = False,
 ):
     """The DALI pipeline; `with_windows` also returns each crop's anchor, shape, the source
-    image's shape and its main box (for tests)."""
+    image's shape and its main box (for tests).
+
+    Training order is `load_dataset`'s: the files in a random order every epoch (the first
+    one too: the list is permuted here, DALI permutes it after each epoch), their records
+    mixed in a buffer of `config.shuffle_buffer` records. The pipeline's seed drives the buffer
+    and the augmentation, DALI's `shuffle_after_epoch_seed` the file order; without a seed
+    both are drawn at random, since DALI's default for the latter is one fixed seed.
+    """
     decode_on = "cpu" if device_id is None else "mixed"
     height, width = image_size
+    # DALI's seeds are in [0, 2**31) (-1 asks DALI for a random one): derived from any int
+    # seed, the same for the same seed; drawn fresh without one.
+    entropy = None if seed is None else (abs(seed), int(seed < 0))
+    pipeline_seed, file_seed, order_seed = (
+        int(value) for value in np.random.SeedSequence(entropy).generate_state(3) >> 1
+    )
+    shuffle = {}
+    if training:
+        order = np.random.default_rng(order_seed).permutation(len(files))
+        files, indexes = [files[i] for i in order], [indexes[i] for i in order]
+        shuffle = {
+            "random_shuffle": True,
+            "initial_fill": config.shuffle_buffer,
+            "shuffle_after_epoch": True,
+            "shuffle_after_epoch_seed": file_seed,
+        }
 
     @pipeline_def(
         batch_size=batch_size,
         num_threads=num_threads,
         device_id=device_id,
-        seed=seed,
+        seed=pipeline_seed,
         prefetch_queue_depth=2,
     )
     def pipeline():
@@ -322,9 +347,8 @@ def dali_pipeline(
             index_path=indexes,
             features=features,
             name=_READER,
-            random_shuffle=False,
-            shuffle_after_epoch=training,
             pad_last_batch=True,
+            **shuffle,
         )
         encoded = records[F.ENCODED]
         windows = ()

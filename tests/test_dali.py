@@ -49,6 +49,15 @@ def _index_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
 
+def image_digests(dataset) -> list[str]:
+    """The digest of every image of one pass of an images-only dataset, in order."""
+    return [
+        hashlib.sha1(image.tobytes()).hexdigest()
+        for images in dataset
+        for image in np.asarray(images)
+    ]
+
+
 def digests(dataset) -> list[tuple[str, int]]:
     """(digest of the image, label) of every image of one pass, in order."""
     found = []
@@ -112,6 +121,33 @@ def test_training_epochs_hold_every_record_once_and_drop_only_the_remainder(buil
 
 
 INT = {"label_mode": "int", "dtype": "uint8"}
+
+
+def test_training_order_is_reshuffled_every_epoch_and_follows_the_seed(built):
+    # Each image's pixels are its own: its digest names the record. DALI's reader once
+    # shuffled the file order alone, with one fixed seed: every seed gave the same epochs, and
+    # with the sample's files the second and fourth epochs were the stored order.
+    images = {"image_size": SIZE, "label_mode": None, "dtype": "uint8"}
+    stored = image_digests(load_dali_dataset(built, "train", batch_size=30, **images))
+    position = {digest: i for i, digest in enumerate(stored)}
+    assert len(position) == 90
+
+    def epochs(seed):
+        train = load_dali_dataset(
+            built, "train", batch_size=10, training=True, seed=seed, config=STILL, **images
+        )
+        # 90 = 9 x 10: every record in every epoch
+        return [tuple(position[d] for d in image_digests(train)) for _ in range(4)]
+
+    first = epochs(0)
+    for epoch in first:
+        assert sorted(epoch) == list(range(90))  # a permutation of the split
+        assert epoch != tuple(range(90))  # not the stored order
+    assert len(set(first)) == 4  # each epoch its own order
+    assert epochs(0) == first  # the same seed: the same epochs, in a new loader
+    assert not set(epochs(1)) & set(first)
+    unseeded = epochs(None), epochs(None)
+    assert not set(unseeded[0]) & set(unseeded[1]) and not set(unseeded[0]) & set(first)
 
 
 def test_float32_is_the_normalization_layer_of_uint8(built):
