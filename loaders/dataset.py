@@ -83,7 +83,8 @@ def load_dataset(
         error analysis: `fit` would read a third element as sample weights.
       input_context: from `tf.distribute`; each input pipeline reads its own files, or every
         n-th record when there are fewer files than pipelines (not with `service`, where
-        each pipeline needs files of its own).
+        each pipeline needs files of its own). One replica per input pipeline: a context
+        whose pipelines feed several replicas each is refused (see `checked_input_context`).
       config: the loader's knobs.
 
     Raises:
@@ -92,7 +93,8 @@ def load_dataset(
       KeyError: unknown split.
       ValueError, TypeError: a bad argument (named), before any graph is built; a training
         split smaller than one batch; a labelled mode on an unlabelled split (label -1);
-        `service` with fewer shards than input pipelines.
+        `service` with fewer shards than input pipelines; an `input_context` with more
+        replicas than input pipelines.
       ConnectionError: no tf.data service dispatcher answers at `service`.
       tf.errors.InvalidArgumentError (while iterating): a shard whose records are corrupt; the
         message names the file.
@@ -144,14 +146,36 @@ def refuse_unlabelled(info, split: str, label_mode: str | None) -> None:
 
 
 def checked_input_context(input_context) -> None:
-    """TypeError, naming the argument, when `input_context` is not a `tf.distribute` one."""
-    if input_context is not None and not all(
+    """TypeError, naming the argument, when `input_context` is not a `tf.distribute` one;
+    ValueError when each input pipeline would feed several replicas.
+
+    `distribute_datasets_from_function` then takes that many of a pipeline's batches per step
+    but reports the pipeline's batch count as the steps per epoch (and Keras trusts it): with 2
+    replicas on one host, Keras showed 31 steps, ran 15 and warned "Your input ran out of data".
+    No dataset can report the right count there, so that form is refused, naming the ones
+    that work.
+    """
+    if input_context is None:
+        return
+    if not all(
         isinstance(getattr(input_context, name, None), int)
-        for name in ("num_input_pipelines", "input_pipeline_id")
+        for name in ("num_input_pipelines", "input_pipeline_id", "num_replicas_in_sync")
     ):
         raise TypeError(
             "input_context must be a tf.distribute.InputContext (the argument of the function "
             f"given to distribute_datasets_from_function) or None, not {input_context!r}"
+        )
+    replicas, pipelines = input_context.num_replicas_in_sync, input_context.num_input_pipelines
+    if replicas > pipelines:
+        raise ValueError(
+            f"input_context has {pipelines} input pipeline(s) for {replicas} replicas: "
+            "tf.distribute would take several of this dataset's batches per step but report "
+            "its batch count as the steps per epoch (Keras would show more steps than it runs "
+            "and warn that the input ran out of data). Give each replica its own pipeline: "
+            "strategy.distribute_datasets_from_function(fn, options=tf.distribute.InputOptions("
+            "experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA)) "
+            "(MirroredStrategy); or, on one host, pass load_dataset(..., batch_size=GLOBAL_BATCH) "
+            "without input_context to fit, which splits each batch among the replicas"
         )
 
 

@@ -1,6 +1,7 @@
 import collections
 import hashlib
 import io
+import json
 import os
 import pathlib
 import re
@@ -29,6 +30,7 @@ from schemas import BACKGROUND, BUILD_INFO_FILE  # noqa: E402
 from schemas import features as F  # noqa: E402
 
 SIZE = (32, 32)
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -220,6 +222,103 @@ def test_input_pipelines_cover_every_example_exactly_once(built, pipelines, spli
         assert ds.cardinality().numpy() == -(-len(part) // 4)
         seen += part
     assert collections.Counter(seen) == collections.Counter(everything)
+
+
+MIRRORED = """
+import json, sys, warnings
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras
+from loaders import load_dataset
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+data_dir, global_batch, training = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "train"
+
+def dataset_fn(context, **extra):  # the README's recipe
+    return load_dataset(
+        data_dir, "train", batch_size=context.get_per_replica_batch_size(global_batch),
+        image_size=16, training=training, seed=0, label_mode="int", input_context=context,
+        **extra,
+    )
+
+try:  # one input pipeline for both replicas: the steps would be counted twice
+    strategy.distribute_datasets_from_function(dataset_fn)
+    print(json.dumps({"refused": None}))
+except ValueError as error:
+    print(json.dumps({"refused": str(error)}))
+options = tf.distribute.InputOptions(
+    experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA
+)
+train = strategy.distribute_datasets_from_function(dataset_fn, options)
+with strategy.scope():
+    model = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.GlobalAveragePooling2D(),
+                              keras.layers.Dense(5)])
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+steps = []
+count = keras.callbacks.LambdaCallback(
+    on_epoch_begin=lambda epoch, logs: steps.append(0),
+    on_train_batch_end=lambda batch, logs: steps.__setitem__(-1, steps[-1] + 1),
+)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    model.fit(train, epochs=2, verbose=0, callbacks=[count])
+named = strategy.distribute_datasets_from_function(
+    lambda context: dataset_fn(context, with_filenames=True), options
+)
+epochs = []
+for _ in range(2):
+    names = []
+    for _, _, files in named:
+        for part in strategy.experimental_local_results(files):
+            names += [name.decode() for name in part.numpy()]
+    epochs.append(names)
+print(json.dumps({
+    "cardinality": int(train.cardinality), "steps": steps, "epochs": epochs,
+    "warnings": [str(w.message) for w in caught if "ran out of data" in str(w.message)],
+}))
+"""
+
+
+@pytest.mark.parametrize("training, global_batch", [(True, 16), (False, 46)])
+def test_the_readmes_mirrored_strategy_recipe_runs_the_steps_it_reports(
+    built, training, global_batch
+):
+    # Two logical CPU devices: TensorFlow once called the dataset function with one input
+    # pipeline for both replicas; len() counted per-replica batches, each step took two, and
+    # Keras showed twice the steps it ran, warning that the input ran out of data.
+    run = subprocess.run(
+        [sys.executable, "-c", MIRRORED, built, str(global_batch), "train" if training else "x"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    refused, result = (json.loads(line) for line in run.stdout.splitlines()[-2:])
+    assert refused["refused"].startswith(
+        "input_context has 1 input pipeline(s) for 2 replicas: tf.distribute would take"
+    )
+    # Each replica reads its own two of the four shards (22 + 22 and 23 + 23 records here).
+    counts = [shard.num_examples for shard in dataset_info(built).split("train").shards]
+    per_replica = global_batch // 2
+    batches = [sum(counts[i::2]) // per_replica for i in range(2)]
+    if not training:
+        batches = [-(-sum(counts[i::2]) // per_replica) for i in range(2)]
+    assert batches[0] == batches[1]
+    assert result["cardinality"] == batches[0]
+    assert result["steps"] == [batches[0]] * 2 and result["warnings"] == []
+    files = [example[F.FILENAME][0].decode() for example in read_split(built, "train")]
+    for names in result["epochs"]:
+        assert len(names) == len(set(names))  # no example twice
+        assert set(names) <= set(files)
+        kept = sum(min(sum(counts[i::2]), batches[0] * per_replica) for i in range(2))
+        assert len(names) == (kept if training else len(files))
+
+
+def test_an_input_context_with_more_replicas_than_pipelines_is_refused(built):
+    context = tf.distribute.InputContext(1, 0, 2)  # MirroredStrategy's default on one host
+    with pytest.raises(ValueError, match=r"^input_context has 1 input pipeline\(s\) for 2 "):
+        load_dataset(built, "train", batch_size=8, input_context=context)
 
 
 def test_incomplete_directory_is_refused(built, tmp_path):
