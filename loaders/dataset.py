@@ -9,6 +9,8 @@ prefetch. Everything after the file list runs in tf.data's C++ threads: no Pytho
 
 from __future__ import annotations
 
+import os
+
 import tensorflow as tf
 
 from loaders.config import ReadConfig, tf_data_value
@@ -17,6 +19,7 @@ from loaders.preprocessing import eval_view, output_dtype, train_view, view_boxe
 from loaders.reader import SplitRecords, checked_record, read_records
 from schemas import features as F
 from schemas import one_hot_length, tf_feature_spec
+from schemas.paths import is_local
 
 # Keras's names ("categorical" is one-hot, None yields images only) and the loader's own.
 LABEL_MODES = ("one_hot", "categorical", "int", "detection", None)
@@ -59,7 +62,8 @@ def load_dataset(
     augmentation are deterministic.
 
     Args:
-      data_dir: a committed build (local or gs://).
+      data_dir: a committed build (local or gs://); a local path is made absolute here, so
+        the shards read (by tf.data service workers too) are those of the build read now.
       split: e.g. "train" or "validation".
       batch_size: per input pipeline (per replica when `input_context` is given, use
         `input_context.get_per_replica_batch_size(global_batch_size)`).
@@ -111,6 +115,11 @@ def load_dataset(
         config=config,
     )
     checked_input_context(input_context)
+    data_dir = os.fspath(data_dir)
+    if is_local(data_dir):
+        # The shards are opened later, maybe elsewhere: tf.data service workers run in their own
+        # working directory, where a relative path names another build or nothing.
+        data_dir = os.path.abspath(data_dir)
     info = dataset_info(data_dir)
     refuse_unlabelled(info, split, label_mode)
     refuse_service_sharding(info, split, service, input_context)

@@ -67,6 +67,22 @@ def test_training_through_the_service_drops_only_the_remainder(built, service):
     assert max(seen.values()) == 1 and set(seen) <= set(every)
 
 
+def test_a_relative_data_dir_reaches_the_workers_as_the_build_it_names(
+    built, service, tmp_path, monkeypatch
+):
+    # The workers open the shards in their own working directory. In-process ones share this
+    # process's, so it moves before the first epoch: the relative path then names nothing
+    # (the workers failed with "shard out/... is missing"), as on another machine.
+    kwargs = {"batch_size": 8, "image_size": SIZE, "label_mode": "int", "dtype": "uint8"}
+    expected = digests(load_dataset(built, "train", **kwargs))
+    monkeypatch.chdir(os.path.dirname(built))
+    remote = load_dataset(os.path.basename(built), "train", service=service, **kwargs)
+    monkeypatch.chdir(tmp_path)
+    assert not os.path.exists(os.path.basename(built))
+    for _ in range(2):
+        assert digests(remote) == expected
+
+
 def test_a_bad_or_silent_service_address_is_refused(built):
     with socket.socket() as probe:  # a free port with nothing listening
         probe.bind(("127.0.0.1", 0))
