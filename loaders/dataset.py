@@ -15,7 +15,13 @@ import tensorflow as tf
 
 from loaders.config import ReadConfig, tf_data_value
 from loaders.info import dataset_info
-from loaders.preprocessing import eval_view, output_dtype, train_view, view_boxes
+from loaders.preprocessing import (
+    checked_image_size,
+    eval_view,
+    output_dtype,
+    train_view,
+    view_boxes,
+)
 from loaders.reader import SplitRecords, checked_record, read_records
 from schemas import features as F
 from schemas import one_hot_length, tf_feature_spec
@@ -316,15 +322,7 @@ def checked_arguments(
         raise TypeError(f"batch_size must be an int, not {batch_size!r}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
-    size = (image_size, image_size) if isinstance(image_size, int) else image_size
-    if (
-        not isinstance(size, (tuple, list))
-        or len(size) != 2
-        or not all(isinstance(side, int) and not isinstance(side, bool) for side in size)
-    ):
-        raise TypeError(f"image_size must be an int or (height, width), not {image_size!r}")
-    if min(size) < 1:
-        raise ValueError(f"image_size must be positive, not {image_size!r}")
+    size = checked_image_size(image_size)
     if label_mode not in LABEL_MODES:
         raise ValueError(f"label_mode must be one of {LABEL_MODES}, not {label_mode!r}")
     if box_format not in BOX_FORMATS:
@@ -339,7 +337,7 @@ def checked_arguments(
             f'label_mode="detection", not {label_mode!r}'
         )
     label_mode = "one_hot" if label_mode == "categorical" else label_mode
-    return tuple(size), label_mode, output_dtype(dtype)
+    return size, label_mode, output_dtype(dtype)
 
 
 class _Parser:

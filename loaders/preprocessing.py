@@ -40,6 +40,24 @@ def output_dtype(dtype) -> str:
     return name
 
 
+def checked_image_size(image_size) -> tuple[int, int]:
+    """`image_size` as (height, width): one int for a square, or a pair of ints.
+
+    Raises:
+      TypeError, ValueError: naming `image_size`, before TensorFlow sees it.
+    """
+    size = (image_size, image_size) if _is_int(image_size) else image_size
+    if not isinstance(size, (tuple, list)) or len(size) != 2 or not all(map(_is_int, size)):
+        raise TypeError(f"image_size must be an int or (height, width), not {image_size!r}")
+    if min(size) < 1:
+        raise ValueError(f"image_size must be positive, not {image_size!r}")
+    return int(size[0]), int(size[1])
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _to_pixels(resized: tf.Tensor) -> tf.Tensor:
     """A resized (float) image → uint8, rounded to the nearest level."""
     return tf.cast(tf.clip_by_value(tf.round(resized), 0.0, 255.0), tf.uint8)
@@ -56,16 +74,17 @@ def _finish(image: tf.Tensor, config: ReadConfig, dtype: str) -> tf.Tensor:
 
 def preprocess_for_eval(
     encoded: tf.Tensor,
-    image_size: tuple[int, int],
+    image_size: int | tuple[int, int],
     config: ReadConfig = ReadConfig(),
     dtype: str = "float32",
 ) -> tf.Tensor:
     """JPEG bytes → [H, W, 3]: decode, optional central crop, resize.
 
-    float32 scaled to `config.value_range`, or uint8 pixels (`dtype="uint8"`) for a model that
-    starts with `normalization_layer(config)`.
+    `image_size` is (height, width) or one int, as for `load_dataset` (and refused with its
+    messages). float32 scaled to `config.value_range`, or uint8 pixels (`dtype="uint8"`) for a
+    model that starts with `normalization_layer(config)`.
     """
-    return eval_view(encoded, image_size, config, dtype)[0]
+    return eval_view(encoded, checked_image_size(image_size), config, dtype)[0]
 
 
 def eval_view(
@@ -113,7 +132,7 @@ def main_object_box(boxes: tf.Tensor) -> tf.Tensor:
 def preprocess_for_train(
     encoded: tf.Tensor,
     boxes: tf.Tensor,
-    image_size: tuple[int, int],
+    image_size: int | tuple[int, int],
     seed: tf.Tensor,
     config: ReadConfig = ReadConfig(),
     dtype: str = "float32",
@@ -122,9 +141,10 @@ def preprocess_for_train(
     in `config.value_range` or uint8 pixels, as `preprocess_for_eval`.
 
     The crop keeps at least `config.min_object_covered` of the main object (the largest box), so
-    the label stays true; images without boxes crop anywhere (Inception-style).
+    the label stays true; images without boxes crop anywhere (Inception-style). `image_size` as
+    for `preprocess_for_eval`.
     """
-    return train_view(encoded, boxes, image_size, seed, config, dtype)[0]
+    return train_view(encoded, boxes, checked_image_size(image_size), seed, config, dtype)[0]
 
 
 def train_view(

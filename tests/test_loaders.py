@@ -25,6 +25,7 @@ from loaders import (  # noqa: E402
     load_dataset,
     normalization_layer,
     preprocess_for_eval,
+    preprocess_for_train,
 )
 from schemas import BACKGROUND, BUILD_INFO_FILE  # noqa: E402
 from schemas import features as F  # noqa: E402
@@ -187,6 +188,34 @@ def test_preprocess_for_eval_on_a_raw_jpeg_file(built):
     assert image.shape == (20, 30, 3) and image.dtype == tf.float32
     decoded = np.asarray(Image.open(io.BytesIO(raw)).convert("RGB").resize((30, 20)))
     assert np.abs(image.numpy() * 255 - decoded).mean() < 12
+
+
+def test_the_preprocessing_functions_take_load_datasets_image_sizes(built):
+    # preprocess_for_eval(jpeg, 64) once failed inside TensorFlow ("'size' must be a 1-D Tensor
+    # of 2 elements"), and (-1, 48) with a raw InvalidArgumentError.
+    raw = tf.constant(read_split(built, "validation")[0][F.ENCODED][0])
+    no_boxes, seed = tf.zeros([0, 4]), tf.constant([1, 2])
+    for size, shape in [(64, (64, 64)), ((20, 30), (20, 30)), ([20, 30], (20, 30))]:
+        assert preprocess_for_eval(raw, size).shape == (*shape, 3)
+        assert preprocess_for_eval(raw, image_size=size, dtype="uint8").shape == (*shape, 3)
+        assert preprocess_for_train(raw, no_boxes, size, seed).shape == (*shape, 3)
+    np.testing.assert_array_equal(preprocess_for_eval(raw, 24), preprocess_for_eval(raw, (24, 24)))
+    for bad, error in [
+        ((-1, 48), ValueError),
+        (0, ValueError),
+        ((32,), TypeError),
+        ("224", TypeError),
+        ((32, 32.0), TypeError),
+        (True, TypeError),
+    ]:
+        with pytest.raises(error) as theirs:
+            load_dataset(built, "validation", batch_size=8, image_size=bad)
+        with pytest.raises(error) as raised:
+            preprocess_for_eval(raw, bad)
+        assert str(raised.value) == str(theirs.value)
+        assert str(raised.value).startswith("image_size must be ")
+        with pytest.raises(error, match=re.escape(str(theirs.value))):
+            preprocess_for_train(raw, no_boxes, bad, seed)
 
 
 def test_seed_makes_training_order_and_augmentation_deterministic(built):
