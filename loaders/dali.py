@@ -101,6 +101,7 @@ def load_dali_dataset(
       ValueError, TypeError: a bad argument, named; `device="gpu"` without a GPU; gs:// paths.
     """
     from loaders.dataset import checked_arguments, refuse_empty_epoch, refuse_unlabelled
+    from loaders.preprocessing import is_int
     from loaders.reader import check_shards
 
     if label_mode not in LABEL_MODES:
@@ -119,6 +120,14 @@ def load_dali_dataset(
         seed=seed,
         config=config,
     )
+    if num_threads is not None and not is_int(num_threads):
+        raise TypeError(f"num_threads must be an int or None, not {num_threads!r}")
+    if num_threads is not None and num_threads < 1:
+        raise ValueError(
+            f"num_threads must be at least 1 (or None: the cores this process may use), "
+            f"not {num_threads}"
+        )
+    batch_size = int(batch_size)
     device_id = _device_id(device)
     data_dir = os.fspath(data_dir)
     if "://" in data_dir:
@@ -135,7 +144,7 @@ def load_dali_dataset(
         files=info.shard_paths(split),
         indexes=shard_indexes(info, split, index_dir),
         batch_size=batch_size,
-        num_threads=num_threads or len(os.sched_getaffinity(0)),
+        num_threads=len(os.sched_getaffinity(0)) if num_threads is None else int(num_threads),
         device_id=device_id,
         seed=seed,
         image_size=image_size,

@@ -18,6 +18,7 @@ from loaders.info import dataset_info
 from loaders.preprocessing import (
     checked_image_size,
     eval_view,
+    is_int,
     output_dtype,
     train_view,
     view_boxes,
@@ -118,6 +119,7 @@ def load_dataset(
         max_boxes,
         training=training,
         seed=seed,
+        with_filenames=with_filenames,
         config=config,
     )
     checked_input_context(input_context)
@@ -244,7 +246,16 @@ def batch_examples(
     flip. The batch count comes from `records.num_examples`, so the dataset knows its length.
     """
     image_size, label_mode, dtype = checked_arguments(
-        batch_size, image_size, label_mode, dtype, bounding_box_format, max_boxes
+        batch_size,
+        image_size,
+        label_mode,
+        dtype,
+        bounding_box_format,
+        max_boxes,
+        training=training,
+        seed=seed,
+        with_filenames=with_filenames,
+        config=config,
     )
     dataset = records.records
     if training:
@@ -303,22 +314,26 @@ def checked_arguments(
     *,
     training=False,
     seed=None,
+    with_filenames=False,
     config=ReadConfig(),
 ):
     """(image_size as (h, w), label_mode with "categorical" as "one_hot", dtype's name).
 
+    Integer arguments may be Python or NumPy integers (not bools); boolean ones must be bools.
+
     Raises:
       TypeError, ValueError: naming the argument, before TensorFlow builds anything.
     """
-    if not isinstance(training, bool):
-        raise TypeError(f"training must be True or False, not {training!r}")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+    for name, value in (("training", training), ("with_filenames", with_filenames)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False, not {value!r}")
+    if seed is not None and not is_int(seed):
         raise TypeError(f"seed must be an int or None, not {seed!r}")
     if not isinstance(config, ReadConfig):
         raise TypeError(
             f"config must be a loaders.ReadConfig (ReadConfig(shuffle_buffer=...)), not {config!r}"
         )
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+    if not is_int(batch_size):
         raise TypeError(f"batch_size must be an int, not {batch_size!r}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
@@ -327,7 +342,7 @@ def checked_arguments(
         raise ValueError(f"label_mode must be one of {LABEL_MODES}, not {label_mode!r}")
     if box_format not in BOX_FORMATS:
         raise ValueError(f"bounding_box_format must be one of {BOX_FORMATS}, not {box_format!r}")
-    if max_boxes is not None and (isinstance(max_boxes, bool) or not isinstance(max_boxes, int)):
+    if max_boxes is not None and not is_int(max_boxes):
         raise TypeError(f"max_boxes must be an int or None, not {max_boxes!r}")
     if max_boxes is not None and max_boxes < 1:
         raise ValueError(f"max_boxes must be at least 1, not {max_boxes}")

@@ -6,6 +6,7 @@ served model sees exactly what it was validated on.
 
 from __future__ import annotations
 
+import numbers
 from typing import NamedTuple
 
 import tensorflow as tf
@@ -46,16 +47,17 @@ def checked_image_size(image_size) -> tuple[int, int]:
     Raises:
       TypeError, ValueError: naming `image_size`, before TensorFlow sees it.
     """
-    size = (image_size, image_size) if _is_int(image_size) else image_size
-    if not isinstance(size, (tuple, list)) or len(size) != 2 or not all(map(_is_int, size)):
+    size = (image_size, image_size) if is_int(image_size) else image_size
+    if not isinstance(size, (tuple, list)) or len(size) != 2 or not all(map(is_int, size)):
         raise TypeError(f"image_size must be an int or (height, width), not {image_size!r}")
     if min(size) < 1:
         raise ValueError(f"image_size must be positive, not {image_size!r}")
     return int(size[0]), int(size[1])
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def is_int(value) -> bool:
+    """Whether `value` is an integer argument: a Python or NumPy integer, not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _to_pixels(resized: tf.Tensor) -> tf.Tensor:

@@ -328,14 +328,38 @@ def test_bad_arguments_are_refused_by_name(built):
         ({"device": "tpu"}, "device must be one of"),
         ({"label_mode": "detection"}, "detection targets come from load_dataset"),
         ({"dtype": "float16"}, "dtype must be one of"),
+        ({"num_threads": 0}, "num_threads must be at least 1 (or None: the cores this process"),
     ]
     for kwargs, message in cases:
-        with pytest.raises(ValueError, match=message):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            load_dali_dataset(built, "train", batch_size=8, **kwargs)
+    for kwargs, message in [
+        ({"num_threads": "2"}, "num_threads must be an int or None, not '2'"),
+        ({"num_threads": 2.0}, "num_threads must be an int or None, not 2.0"),
+        ({"training": 1}, "training must be True or False, not 1"),
+    ]:
+        with pytest.raises(TypeError, match=re.escape(message)):
             load_dali_dataset(built, "train", batch_size=8, **kwargs)
     with pytest.raises(ValueError, match="reads local files only"):
         load_dali_dataset("gs://bucket/out", "train", batch_size=8)
     with pytest.raises(ValueError, match="batch_size=128 is larger than split 'train'"):
         load_dali_dataset(built, "train", batch_size=128, training=True)
+
+
+def test_numpy_integers_are_integer_arguments(built):
+    val = load_dali_dataset(
+        built,
+        "validation",
+        batch_size=np.int64(10),
+        image_size=np.int64(16),
+        num_threads=np.int64(2),
+        **INT,
+    )
+    assert [(x.shape, y.shape) for x, y in val] == [
+        ((10, 16, 16, 3), (10,)),
+        ((10, 16, 16, 3), (10,)),
+        ((5, 16, 16, 3), (5,)),
+    ]
 
 
 def test_keras_trains_on_it_with_the_jax_backend(built):

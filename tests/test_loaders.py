@@ -89,6 +89,11 @@ def test_keras_names_categorical_int_image_size_and_class_names(built):
         ({"label_mode": "sparse"}, ValueError, "label_mode must be one of"),
         ({"dtype": "int8"}, ValueError, "dtype must be one of"),
         ({"training": "yes"}, TypeError, "training must be True or False, not 'yes'"),
+        ({"training": 1}, TypeError, "training must be True or False, not 1"),
+        ({"with_filenames": "yes"}, TypeError, "with_filenames must be True or False, not 'yes'"),
+        ({"with_filenames": 1}, TypeError, "with_filenames must be True or False, not 1"),
+        ({"batch_size": np.float64(8)}, TypeError, "batch_size must be an int, not"),
+        ({"batch_size": np.bool_(True)}, TypeError, "batch_size must be an int, not"),
         ({"seed": "a"}, TypeError, "seed must be an int or None, not 'a'"),
         ({"seed": 1.5}, TypeError, "seed must be an int or None, not 1.5"),
         ({"config": {"shuffle_buffer": 8}}, TypeError, "config must be a loaders.ReadConfig"),
@@ -188,6 +193,25 @@ def test_preprocess_for_eval_on_a_raw_jpeg_file(built):
     assert image.shape == (20, 30, 3) and image.dtype == tf.float32
     decoded = np.asarray(Image.open(io.BytesIO(raw)).convert("RGB").resize((30, 20)))
     assert np.abs(image.numpy() * 255 - decoded).mean() < 12
+
+
+def test_numpy_integers_are_integer_arguments(built):
+    # batch_size=np.int64(8) and image_size=np.int64(64) were refused ("must be an int").
+    val = load_dataset(built, "validation", batch_size=np.int64(8), image_size=np.int64(16))
+    assert [x.shape for x, _ in val] == [(8, 16, 16, 3)] * 3 + [(1, 16, 16, 3)]  # 25 examples
+    train = load_dataset(
+        built,
+        "train",
+        batch_size=np.int32(16),
+        image_size=(np.int64(12), 20),
+        training=True,
+        seed=np.int64(3),
+        label_mode="detection",
+        max_boxes=np.int64(2),
+    )
+    assert train.cardinality().numpy() == 90 // 16
+    images, target = next(iter(train))
+    assert images.shape == (16, 12, 20, 3) and target["boxes"].shape == (16, 2, 4)
 
 
 def test_the_preprocessing_functions_take_load_datasets_image_sizes(built):
