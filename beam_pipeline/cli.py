@@ -6,7 +6,6 @@ import argparse
 import collections
 import contextlib
 import ctypes
-import json
 import logging
 import os
 import signal
@@ -57,17 +56,16 @@ def rejections_by_split(output_dir: str) -> dict[str, dict[str, int]]:
       ValueError: the file is missing or not a build's (named, with `verify` to run).
     """
     from beam_pipeline.fileio import read_file
-    from beam_pipeline.rejections import InputError
+    from beam_pipeline.rejections import InputError, read_dead_letter
     from schemas import DEAD_LETTER_FILE
     from schemas.paths import join
 
     path = join(output_dir, DEAD_LETTER_FILE)
     counts = collections.defaultdict(collections.Counter)
     try:
-        for line in read_file(path).decode("utf-8").splitlines():
-            rejection = json.loads(line)
+        for rejection in read_dead_letter(read_file(path).decode("utf-8")):
             counts[rejection["split"]][rejection["reason"]] += 1
-    except (InputError, ValueError, KeyError, TypeError) as error:
+    except (InputError, ValueError) as error:
         raise ValueError(
             f"{path} cannot be read ({error}), and the build counts rejections: "
             f"python -m beam_pipeline verify {output_dir} checks what else is damaged"

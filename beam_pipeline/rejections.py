@@ -78,3 +78,24 @@ def count_rejection(rejection: Rejection) -> Rejection:
     """Counts a rejection in the Beam metric `rejected_<reason>`; returns it."""
     Metrics.counter(METRICS_NAMESPACE, f"rejected_{rejection.reason}").inc()
     return rejection
+
+
+def read_dead_letter(text: str) -> list[dict]:
+    """The lines of a build's `rejected.jsonl` (its text), each checked to hold `split`,
+    `reason` and `is_image`, as `Rejection.as_dict` writes them.
+
+    Raises:
+      ValueError: a line is not one a build writes (its number and what is wrong).
+    """
+    lines = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            fields = json.loads(line)
+            if not isinstance(fields, dict) or not {"split", "reason", "is_image"} <= set(fields):
+                raise ValueError("split, reason or is_image is missing")
+        except ValueError as error:
+            raise ValueError(f"line {number} is not a build's rejection: {error}") from None
+        lines.append(fields)
+    return lines

@@ -35,6 +35,7 @@ from PIL import Image
 
 from beam_pipeline.console import plural
 from beam_pipeline.readback import read_build_info
+from beam_pipeline.rejections import read_dead_letter
 from beam_pipeline.tfrecord import CorruptRecordError, read_records
 from schemas import (
     BUILD_INFO_FILE,
@@ -307,11 +308,11 @@ def check_rejections(
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
         text = stream.read().decode("utf-8", errors="replace")
     try:
-        lines = [json.loads(line) for line in text.splitlines() if line.strip()]
-        images = collections.Counter(line["split"] for line in lines if line["is_image"])
-        reasons = collections.Counter(line["reason"] for line in lines)
-    except (ValueError, KeyError, TypeError) as error:
+        lines = read_dead_letter(text)
+    except ValueError as error:
         return [Problem(DEAD_LETTER_FILE, None, f"not the lines a build writes ({error})")]
+    images = collections.Counter(line["split"] for line in lines if line["is_image"])
+    reasons = collections.Counter(line["reason"] for line in lines)
     problems = []
     for name, split in sorted(info.splits.items()):
         if images.get(name, 0) != split.num_rejected:

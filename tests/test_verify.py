@@ -243,6 +243,13 @@ def test_the_account_of_rejections_is_checked(copy, capsys):
         "FAIL rejected.jsonl: its reasons {'truncated_image': 1} are not build_info.json's "
         "failures {}"
     ) in output
+    rejected.write_text(json.dumps(line) + "\n[]\n")  # a line that is not an object
+    code, output = run(copy, capsys, "--no_decode")
+    assert code == 1
+    assert (
+        "FAIL rejected.jsonl: not the lines a build writes (line 2 is not a build's rejection: "
+        "split, reason or is_image is missing)"
+    ) in output
     rejected.unlink()
     code, output = run(copy, capsys, "--no_decode")
     assert code == 1
