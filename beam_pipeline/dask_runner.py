@@ -453,6 +453,11 @@ def check_scheduler(options) -> None:
         drop_default=True, current_only=True
     )
     address = dask_options.get("address")
+    if address is not None and not address.strip():
+        raise ValueError(
+            "--dask_client_address is empty (an unset shell variable?): give the scheduler's "
+            "tcp://HOST:PORT, or leave the flag out to start a cluster on this machine"
+        )
     if not address:
         return
     try:
@@ -478,9 +483,12 @@ def check_scheduler(options) -> None:
         ) from None
     if scheme != "tcp":
         return
+    # A scheduler that took the connection answers at once; a server of another kind (a web
+    # server, a dashboard) would keep the question unanswered for the whole connect timeout.
+    asked = min(timeout, IDENTITY_SECONDS)
     with concurrent.futures.ThreadPoolExecutor(1) as thread:  # its own event loop
         try:
-            identity = thread.submit(asyncio.run, _identity(f"tcp://{location}", timeout)).result()
+            identity = thread.submit(asyncio.run, _identity(f"tcp://{location}", asked)).result()
         except Exception:  # noqa: BLE001 - whatever answered, it spoke no Dask
             identity = None
     kind = identity.get("type") if isinstance(identity, dict) else None
@@ -494,6 +502,9 @@ def check_scheduler(options) -> None:
     raise ValueError(
         f"{unreachable}: {what}; give the scheduler's address (`dask scheduler` prints it)"
     )
+
+
+IDENTITY_SECONDS = 5.0  # how long a server that took the connection has to say it is Dask's
 
 
 async def _identity(address: str, timeout: float) -> Any:

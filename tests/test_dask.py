@@ -175,6 +175,12 @@ def test_an_address_where_no_scheduler_answers_is_refused_before_anything_is_wri
     assert capsys.readouterr().err.startswith(
         "error: --dask_client_address tcp://127.0.0.1:port: not a scheduler address ("
     )
+    # Empty (`--dask_client_address=$SCHED`, unset): Dask failed on LocalCluster's arguments.
+    assert cli.main([*argv, f"{address}="]) == 2
+    assert capsys.readouterr().err == (
+        "error: --dask_client_address is empty (an unset shell variable?): give the "
+        "scheduler's tcp://HOST:PORT, or leave the flag out to start a cluster on this machine\n"
+    )
     assert not out.exists()
 
 
