@@ -8,7 +8,15 @@ import warnings
 
 import tensorflow as tf
 
-from schemas import ClassList, DatasetInfo, NoBuildError, SplitInfo, read_build_info
+from schemas import (
+    BUILD_INFO_FILE,
+    LEGACY_INFO_FILE,
+    ClassList,
+    DatasetInfo,
+    NoBuildError,
+    SplitInfo,
+    read_build_info,
+)
 from schemas.metadata import tree_instead_of_build
 from schemas.paths import join, not_a_directory
 
@@ -30,6 +38,10 @@ class BuildInfo:
 
     data_dir: str
     info: DatasetInfo
+    # The metadata file as read (its name in data_dir, and its text): the reader checks every
+    # epoch that it is unchanged, so a dataset made before a rebuild never reads the new shards.
+    metadata_file: str = dataclasses.field(default="", compare=False)
+    metadata_text: str = dataclasses.field(default="", compare=False, repr=False)
 
     @property
     def classes(self) -> tuple[str, ...]:
@@ -113,12 +125,15 @@ def dataset_info(data_dir: str | os.PathLike) -> BuildInfo:
         failed its error budget, or never built).
     """
 
+    read: dict[str, str] = {}
+
     def read_text(name: str) -> str | None:
         path = join(data_dir, name)
         if not tf.io.gfile.exists(path):
             return None
-        with tf.io.gfile.GFile(path, "r") as f:
-            return f.read()
+        with tf.io.gfile.GFile(path, "rb") as f:
+            read[name] = f.read().decode("utf-8")
+        return read[name]
 
     data_dir = os.fspath(data_dir)
     if what := not_a_directory(data_dir):
@@ -126,7 +141,9 @@ def dataset_info(data_dir: str | os.PathLike) -> BuildInfo:
             f"{data_dir} {what}: data_dir is the --output_dir of a build, a directory"
         )
     try:
-        return BuildInfo(data_dir.rstrip("/"), read_build_info(read_text, data_dir))
+        info = read_build_info(read_text, data_dir)
+        name = next((name for name in (BUILD_INFO_FILE, LEGACY_INFO_FILE) if name in read), "")
+        return BuildInfo(data_dir.rstrip("/"), info, name, read.get(name, ""))
     except NoBuildError as error:
         tree = tree_instead_of_build(data_dir, tf.io.gfile.isdir)
         raise IncompleteDatasetError(str(tree or error)) from None

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from loaders.config import AUTOTUNE, ReadConfig, tf_data_value
 from loaders.info import BuildInfo, CorruptDatasetError
+from schemas.paths import join
 
 # Starts the stand-in for a record a shard failed to yield. A serialised Example never does:
 # as a protobuf tag, "F" (0x46) is field 8 of wire type 6, which protobuf does not define.
@@ -69,6 +70,7 @@ def read_records(
         # Element sharding needs every pipeline to walk the files in the same order.
         file_seed = seed if seed is not None or by_file else 0
         dataset = dataset.shuffle(len(files), seed=file_seed, reshuffle_each_iteration=True)
+    dataset = _checked_every_epoch(dataset, info)
     dataset = _interleave_shards(
         dataset,
         len(files),
@@ -82,6 +84,38 @@ def read_records(
     if not by_file:  # every num-th record of all the files
         examples = (examples - index + num_pipelines - 1) // num_pipelines
     return SplitRecords(dataset, examples)
+
+
+def _checked_every_epoch(files: tf.data.Dataset, info: BuildInfo) -> tf.data.Dataset:
+    """The file list, which fails, as its first file is handed out each epoch, unless the
+    build's metadata file is still what `load_dataset` read.
+
+    A rebuild into the directory (`--overwrite`) writes shards of the same names: a dataset
+    made before it read them in later epochs, cut to the old counts, without a word. One read
+    of the metadata file per epoch (and pipeline); none for a directory whose name holds glob
+    characters, where `matching_files` cannot tell a missing file.
+    """
+    if not info.metadata_file or any(char in info.data_dir for char in "*?["):
+        return files
+    path = join(info.data_dir, info.metadata_file)
+    gone = f"{path} is gone since load_dataset read it (a rebuild under way?): the shards are "
+    changed = f"{path} changed since load_dataset read it (the build was rebuilt): the shards are "
+    fix = "not those the dataset was made for; call load_dataset again once the build is complete"
+
+    def check(index, path_and_count):
+        def read_metadata():
+            there = tf.debugging.Assert(tf.size(tf.io.matching_files(path)) > 0, [gone + fix])
+            with tf.control_dependencies([there]):
+                same = tf.io.read_file(path) == info.metadata_text
+            unchanged = tf.debugging.Assert(same, [changed + fix])
+            with tf.control_dependencies([unchanged]):
+                return tf.constant(True)
+
+        ok = tf.cond(index == 0, read_metadata, lambda: tf.constant(True))
+        with tf.control_dependencies([ok]):
+            return tf.nest.map_structure(tf.identity, path_and_count)
+
+    return files.enumerate().map(lambda index, item: check(index, item))
 
 
 def _interleave_shards(

@@ -552,6 +552,28 @@ def test_flipped_byte_fails_loudly_naming_the_shard(built, tmp_path, where):
             pass
 
 
+def test_a_dataset_made_before_a_rebuild_refuses_the_new_shards(tmp_path):
+    # A rebuild (--overwrite) writes shards of the same names: the dataset read them in its
+    # next epoch, cut to the old counts (a third of a larger build dropped), without a word.
+    tree = tmp_path / "tree"
+    sample_tree.write_tree(str(tree), num_train=40, num_val=10, seed=2)
+    out = tmp_path / "out"
+    build(tree, out, "--num_shards", "2")
+    dataset = load_dataset(str(out), "train", batch_size=8, image_size=SIZE, training=True)
+    assert sum(int(images.shape[0]) for images, _ in dataset) == 40
+    larger = tmp_path / "larger"
+    sample_tree.write_tree(str(larger), num_train=60, num_val=10, seed=3)
+    build(larger, out, "--num_shards", "2", "--overwrite")
+    expected = f"{out}/build_info.json changed since load_dataset read it (the build was rebuilt)"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(expected)):
+        for _ in dataset:
+            pass
+    (out / BUILD_INFO_FILE).unlink()  # as a rebuild does first
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"build_info\.json is gone since"):
+        for _ in dataset:
+            pass
+
+
 @pytest.mark.parametrize(
     "damage, message",
     [(lambda data: data[: len(data) // 2], "has .* bytes"), (lambda data: None, "is missing")],
