@@ -94,10 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: list[str], out: console.BuildConsole) -> int:
     tune_malloc()
-    from beam_pipeline import pipeline
-    from beam_pipeline.layouts import LayoutError
     from beam_pipeline.options import BuildOptions
-    from beam_pipeline.output import OutputExistsError, OutputNotWritableError
 
     if not argv or "-h" in argv or "--help" in argv:
         parser = argparse.ArgumentParser(
@@ -112,6 +109,15 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
         parser.print_help()
         return 0
     logger.info("Command line: %s", argv)
+    with interrupts_remembered():  # from here: a Ctrl-C or SIGTERM is one line, never a traceback
+        return _build(argv, out)
+
+
+def _build(argv: list[str], out: console.BuildConsole) -> int:
+    from beam_pipeline import pipeline
+    from beam_pipeline.layouts import LayoutError
+    from beam_pipeline.output import OutputExistsError, OutputNotWritableError
+
     started = time.monotonic()
     try:
         options, prepared = pipeline.prepare_build(argv, every_core=True)
@@ -119,6 +125,8 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
         logger.error("Refused: %s", error)
         out.say(f"error: {error}")
         return 2
+    except KeyboardInterrupt as error:  # while the tree is read (minutes on an unreachable gs://)
+        return _interrupted(out, error, "nothing was committed (it had not started building)")
     except Exception as error:  # noqa: BLE001 - reading the tree failed (storage out of reach)
         return _failed(out, error, "Could not prepare the build")
     config = prepared.config
@@ -129,22 +137,18 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
     for note in console.tree_notes(prepared.plan, config.splits):
         out.say(note)
     try:
-        with interrupts_remembered(), out.progress(config.output_dir) as live:
+        with out.progress(config.output_dir) as live:
             info = pipeline.execute(options, prepared)
             if live is not None:
                 live.finish()
-    except (KeyboardInterrupt, Exception) as error:
+    except (KeyboardInterrupt, Exception) as error:  # noqa: BLE001 - each helper logs it
         # Ctrl-C reaches an in-process build inside a DoFn, which the runner re-raises wrapped.
         if pipeline.was_interrupted(error):
-            logger.error("Interrupted", exc_info=error)
-            stopped_by = stopping_signal()
-            by = "" if stopped_by == signal.SIGINT else f" by {stopped_by.name}"
-            out.say(
-                f"BUILD INTERRUPTED{by}: nothing was committed; rerun with --resume to keep the "
-                "shards already written"
+            return _interrupted(
+                out,
+                error,
+                "nothing was committed; rerun with --resume to keep the shards already written",
             )
-            out.say(f"full log: {out.log_path}")
-            return 128 + stopped_by
         return _failed(out, error, "Build failed")
     console.print_summary(
         sys.stdout,
@@ -157,6 +161,17 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
         rejected=rejections_by_split(config.output_dir) if info.failures else None,
     )
     return 0
+
+
+def _interrupted(out: console.BuildConsole, error: BaseException, what: str) -> int:
+    """Logs the traceback, says `BUILD INTERRUPTED[ by SIGTERM]: <what>` and where the log is;
+    exit 128 + the signal's number."""
+    logger.error("Interrupted", exc_info=error)
+    stopped_by = stopping_signal()
+    by = "" if stopped_by == signal.SIGINT else f" by {stopped_by.name}"
+    out.say(f"BUILD INTERRUPTED{by}: {what}")
+    out.say(f"full log: {out.log_path}")
+    return 128 + stopped_by
 
 
 def _failed(out: console.BuildConsole, error: BaseException, what: str) -> int:

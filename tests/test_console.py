@@ -280,6 +280,39 @@ def test_ctrl_c_during_a_build_is_an_interruption(slow_tree, tmp_path, stop, cod
     assert not (out / "build_info.json").exists()
 
 
+@pytest.mark.parametrize(
+    "stop, code, by", [(signal.SIGINT, 130, ""), (signal.SIGTERM, 143, " by SIGTERM")]
+)
+def test_an_interruption_while_the_tree_is_read_is_one_line(small_tree, tmp_path, stop, code, by):
+    # Reading a tree can take minutes (gs:// out of reach): a Ctrl-C printed a traceback, and
+    # a SIGTERM ended the process without a word. Here a labels file that is a pipe no one
+    # writes holds the build at that stage.
+    pipe = tmp_path / "labels.txt"
+    os.mkfifo(pipe)
+    log = tmp_path / "build.log"
+    argv = ["--input_dir", small_tree, "--output_dir", tmp_path / "out", "--labels_file", pipe]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "beam_pipeline", *map(str, argv), "--log_file", str(log)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while "Layout ilsvrc_det in" not in (log.read_text() if log.exists() else ""):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+    time.sleep(0.5)  # into the read of the pipe
+    os.killpg(process.pid, stop)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == code, err
+    assert err.splitlines() == [
+        f"BUILD INTERRUPTED{by}: nothing was committed (it had not started building)",
+        f"full log: {log}",
+    ]
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_interruption_is_told_from_a_failure():
     assert pipeline.was_interrupted(KeyboardInterrupt())
     wrapped = RuntimeError("KeyboardInterrupt [while running 'WriteShards/WriteShard']")
