@@ -168,7 +168,10 @@ _DATAFLOW = ("dataflowrunner", "dataflow", "testdataflowrunner")
 
 def check_dataflow(options: PipelineOptions, config: BuildConfig) -> None:
     """ValueError for a Dataflow build its workers could not run: local paths (they read
-    Cloud Storage, not this machine's disk), or no way to install this package on them."""
+    Cloud Storage, not this machine's disk), no way to install this package on them, a
+    `--setup_file` that is not there, or options Beam's own validation refuses (a missing
+    `--project`): all found before the tree is read, which on an unreachable Cloud Storage
+    takes minutes of retries."""
     runner = options.view_as(StandardOptions).runner or ""
     if runner.lower().rsplit(".", 1)[-1] not in _DATAFLOW:
         return
@@ -176,7 +179,7 @@ def check_dataflow(options: PipelineOptions, config: BuildConfig) -> None:
     if local:
         raise ValueError(
             f"--runner {runner}: {', '.join(local)} {'is' if len(local) == 1 else 'are'} on "
-            "this machine, which Dataflow's workers cannot read; copy it to Cloud Storage and "
+            "this machine, which Dataflow's workers cannot reach; copy it to Cloud Storage and "
             "pass gs://BUCKET/... paths"
         )
     setup = options.view_as(SetupOptions)
@@ -187,6 +190,17 @@ def check_dataflow(options: PipelineOptions, config: BuildConfig) -> None:
             "(a checkout's, or the unpacked sdist's), --extra_package the sdist, or "
             "--sdk_container_image an image that has it installed"
         )
+    for flag, path in [("--setup_file", setup.setup_file)] + [
+        ("--extra_package", package) for package in setup.extra_packages or ()
+    ]:
+        if path and is_local(path) and not os.path.isfile(path):
+            raise ValueError(f"--runner {runner}: {flag} {path} does not exist")
+    from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
+    from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
+
+    errors = PipelineOptionsValidator(options, DataflowRunner()).validate()
+    if errors:
+        raise ValueError(f"--runner {runner}: {' '.join(errors)}")
 
 
 def _absolute(path: str) -> str:

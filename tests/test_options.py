@@ -1,5 +1,6 @@
 import argparse
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -398,6 +399,10 @@ def test_help_lists_every_project_flag_wherever_it_is_asked(where, capsys):
     assert "Every Apache Beam pipeline option is accepted" in " ".join(printed.split())
 
 
+CLOUD = ["--runner", "DataflowRunner", "--input_dir", "gs://b/tree", "--output_dir", "gs://b/o"]
+SETUP = str(pathlib.Path(__file__).resolve().parents[1] / "setup.py")
+
+
 @pytest.mark.parametrize(
     "flags, message",
     [
@@ -415,7 +420,18 @@ def test_help_lists_every_project_flag_wherever_it_is_asked(where, capsys):
         (
             ["--runner", "DataflowRunner", "--project", "p", "--region", "r"],
             "--runner DataflowRunner: --input_dir TREE, --output_dir OUT are on this machine, "
-            "which Dataflow's workers cannot read",
+            "which Dataflow's workers cannot reach",
+        ),
+        # Found before the tree is read, which on an unreachable Cloud Storage retried for
+        # minutes before Beam's own validation ran.
+        (
+            [*CLOUD, "--setup_file", "./no-such-setup.py"],
+            "--runner DataflowRunner: --setup_file ./no-such-setup.py does not exist",
+        ),
+        (
+            [*CLOUD, "--setup_file", SETUP, "--region", "us-central1"],
+            "--runner DataflowRunner: Missing GCS path option: temp_location. Missing GCS path "
+            "option: staging_location. Missing required option: project.",
         ),
         (
             [
