@@ -7,6 +7,17 @@ val = load_dataset("out/", "validation", batch_size=64)
 model.fit(train, validation_data=val, epochs=10, class_weight=info.class_weight())
 """
 
+try:
+    import tensorflow  # noqa: F401 - every loader needs it; not a dependency of the builder
+except ModuleNotFoundError as error:
+    if error.name != "tensorflow":
+        raise
+    raise ModuleNotFoundError(
+        "the loader needs TensorFlow, which the builder does not install: "
+        "pip install 'imagenet-tfrecords[loader]'",
+        name="tensorflow",
+    ) from None
+
 from loaders.config import ReadConfig
 from loaders.dataset import load_dataset
 from loaders.info import (

@@ -107,3 +107,16 @@ def test_installed_sdist_builds_a_tree_in_a_fresh_interpreter(sdist, tmp_path):
     rows = [row.split()[:3] for row in summary_rows(result.stdout)]
     assert rows == [["train", "12", "1"], ["validation", "4", "1"]]
     assert (out / "build_info.json").exists()
+
+
+def test_the_loader_without_tensorflow_names_the_extra_to_install():
+    # A base install (the builder's dependencies) followed the summary's `from loaders import
+    # load_dataset` into a bare "No module named 'tensorflow'".
+    code = "import sys; sys.modules['tensorflow'] = None; import loaders"
+    root = pathlib.Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        "ModuleNotFoundError: the loader needs TensorFlow, which the builder does not install: "
+        "pip install 'imagenet-tfrecords[loader]'"
+    )
