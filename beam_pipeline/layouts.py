@@ -361,6 +361,7 @@ def plan_discovery(
     if layout == VOC:
         plan = _plan_voc(root, splits, match, read_text)
         _refuse_missing_annotation_folders(_voc_folders(plan, has_files, is_directory))
+        _refuse_unannotated_voc_years(plan, match)
         return plan
     subdir = "DET" if layout == ILSVRC_DET else "CLS-LOC"
     tasks, unannotated, missing = [], [], []
@@ -452,6 +453,47 @@ def _voc_folders(
         for images, annotations in folders
         if not is_directory(annotations) and has_files(images)
     ]
+
+
+def _refuse_unannotated_voc_years(plan: DiscoveryPlan, match: Callable[[str], list[str]]) -> None:
+    """Refuses a split that several VOC years feed, where one year's images of it have no XML
+    at all while another year's have: VOC2012's test download (its annotations were never
+    published), unpacked beside VOC2007's annotated test, would come out all background. (One
+    year alone is an unlabelled split, as it should be; an empty annotation folder declares its
+    year's images negatives, see `_refuse_missing_annotation_folders`.)"""
+    folders = {task.key_prefix: task.directory for task in plan.tasks if task.kind == ANNOTATIONS}
+    if len(folders) < 2:
+        return
+    annotated = {
+        prefix: {
+            posixpath.splitext(posixpath.basename(path))[0]
+            for path in match(join(directory, "*"))
+            if path.lower().endswith(".xml")
+        }
+        for prefix, directory in folders.items()
+    }
+    for split in plan.splits:
+        counts: dict[str, list[int]] = {prefix: [0, 0] for prefix in folders}  # [images, with XML]
+        for key, member in plan.memberships:
+            prefix, _, image_id = key.partition("/")
+            if member == split and prefix in counts:
+                counts[prefix][0] += 1
+                counts[prefix][1] += image_id in annotated[prefix]
+        with_xml = [prefix for prefix, (_, xml) in counts.items() if xml]
+        without = [  # an empty annotation folder says its images are negatives
+            prefix
+            for prefix, (images, xml) in counts.items()
+            if images and not xml and annotated[prefix]
+        ]
+        if with_xml and without:
+            year = without[0]
+            raise LayoutError(
+                f"split {split!r}: none of {year}'s {counts[year][0]} images has its XML in "
+                f"{folders[year]}, while {', '.join(with_xml)}'s have theirs: a build would "
+                "label every one of them background (VOC's images all hold objects). Build the "
+                f"years apart (--input_dir {shlex.quote(posixpath.dirname(folders[with_xml[0]]))} "
+                f"for {with_xml[0]}'s), or restore {year}'s annotations"
+            )
 
 
 def _refuse_missing_annotation_folders(missing: Sequence[tuple[str, str]]) -> None:

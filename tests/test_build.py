@@ -464,6 +464,31 @@ def test_an_image_folder_whose_annotation_folder_is_gone_is_refused(tmp_path):
     assert info.splits["train"].class_counts == (1, 3)
 
 
+def test_a_voc_year_whose_images_of_a_split_have_no_xml_beside_an_annotated_year_is_refused(
+    tmp_path,
+):
+    # VOC2012's test download (no annotations published) unpacked into a VOCdevkit beside
+    # VOC2007's annotated test: `--splits test` labelled all of VOC2012's test background.
+    devkit = tmp_path / "VOCdevkit"
+    for year, stem in (("VOC2007", "000001"), ("VOC2012", "2012_000001")):
+        write(devkit / year / "ImageSets/Main/test.txt", f"{stem}\n")
+        write(devkit / year / "JPEGImages" / f"{stem}.jpg", jpeg_bytes())
+        write(devkit / year / "ImageSets/Main/train.txt", f"{year}_t\n")
+        write(devkit / year / "JPEGImages" / f"{year}_t.jpg", jpeg_bytes())
+        write(devkit / year / "Annotations" / f"{year}_t.xml", voc_xml([("dog", 1, 1, 30, 30)]))
+    write(devkit / "VOC2007/Annotations/000001.xml", voc_xml([("dog", 1, 1, 30, 30)]))
+    with pytest.raises(LayoutError) as refused:
+        build(devkit, tmp_path / "out", "--splits", "train,test")
+    assert str(refused.value) == (
+        f"split 'test': none of VOC2012's 1 images has its XML in {devkit}/VOC2012/Annotations, "
+        "while VOC2007's have theirs: a build would label every one of them background (VOC's "
+        f"images all hold objects). Build the years apart (--input_dir {devkit}/VOC2007 for "
+        "VOC2007's), or restore VOC2012's annotations"
+    )
+    info = build(devkit / "VOC2012", tmp_path / "out", "--splits", "train,test")
+    assert not info.splits["test"].labelled  # one year alone: unlabelled, as it should be
+
+
 def test_an_xml_that_cannot_be_read_fails_the_build_by_name(tmp_path, capsys):
     # Its image had no XML, so it was written as background, exit 0.
     tree = tmp_path / "in"
