@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import functools
 import io
 import os
 import random
@@ -260,7 +261,19 @@ def sample(
     return split, pool, records
 
 
+# Fonts with more than ASCII, looked for by Pillow in the system's font folders, first found
+# first: Pillow's own default font draws a box for every letter outside ASCII (`é`, `ü`, in
+# class and file names).
+UNICODE_FONTS = ("DejaVuSans.ttf", "NotoSans-Regular.ttf", "Arial Unicode.ttf", "Arial.ttf")
+
+
+@functools.cache
 def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
+    for name in UNICODE_FONTS:
+        try:
+            return ImageFont.truetype(name, size)
+        except (OSError, ImportError):  # not installed; or Pillow without FreeType
+            continue
     try:
         return ImageFont.load_default(size=size)
     except (TypeError, ImportError, OSError):  # Pillow without FreeType: the bitmap font

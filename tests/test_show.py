@@ -495,3 +495,18 @@ def test_a_record_whose_image_does_not_decode_gets_a_tile_that_says_so(info):
     ground = np.asarray(sheet.crop((left, top, right, top + show.TILE))).reshape(-1, 3)
     assert (ground == show.ERROR_TEXT).all(axis=1).any()  # the message, on the grey ground
     assert (ground == show.TILE_BACKGROUND).all(axis=1).mean() > 0.9
+
+
+def test_names_beyond_ascii_are_drawn_as_letters_where_a_unicode_font_is_installed():
+    # Pillow's default font drew a box for `é` in class and file names.
+    from PIL import ImageFont
+
+    from beam_pipeline import show
+
+    try:
+        ImageFont.truetype(show.UNICODE_FONTS[0], 12)
+    except OSError:
+        pytest.skip(f"{show.UNICODE_FONTS[0]} is not installed here")
+    font = show._font(12)
+    drawn = lambda text: (font.getmask(text).size, bytes(font.getmask(text)))  # noqa: E731
+    assert drawn("é") != drawn("\ue000")  # a private-use code point: the missing-glyph box
