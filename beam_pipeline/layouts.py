@@ -403,6 +403,11 @@ def plan_discovery(
     )
 
 
+# ImageNet DET's folders of negative training images (`ILSVRC2013_train_extra0` ... `extra10`),
+# which its download ships without annotation folders: background by design.
+_DET_NEGATIVES = re.compile(r"ILSVRC\d{4}_train_extra\d+")
+
+
 def _det_folders(
     image_dir: str,
     annotation_dir: str,
@@ -410,12 +415,13 @@ def _det_folders(
     is_directory: Callable[[str], bool],
 ) -> list[tuple[str, str]]:
     """(image folder, its missing annotation folder) for the folders of an annotated DET split,
-    two levels down (`ILSVRC2014_train_0000`, `ILSVRC2013_train/n01443537`). A link to a
-    folder of the split itself, or to one above it, is not one: the listing never enters it."""
+    two levels down (`ILSVRC2014_train_0000`, `ILSVRC2013_train/n01443537`). Not one:
+    ImageNet's own negatives (`ILSVRC2013_train_extra*`), nor a link to a folder of the split
+    itself or to one above it, which the listing never enters."""
     missing = []
     for name in subdirectories(image_dir):
         images, annotations = join(image_dir, name), join(annotation_dir, name)
-        if _links_into(images, image_dir):
+        if _links_into(images, image_dir) or _DET_NEGATIVES.fullmatch(name):
             continue
         if not is_directory(annotations):
             missing.append((images, annotations))

@@ -68,7 +68,7 @@ def make_image(args: tuple[str, int, int]) -> int:
     os.makedirs(os.path.dirname(data_path), exist_ok=True)
     with open(data_path, "wb") as f:
         f.write(out.getvalue())
-    # Every image folder has its annotation folder, as in ImageNet's DET (a build refuses a
+    # Every synset folder has its annotation folder, as in ImageNet's DET (a build refuses a
     # folder without one: a copy that lost its XML), even where all its images are negatives.
     xml_path = os.path.join(root, "Annotations/DET/train", stem + ".xml")
     os.makedirs(os.path.dirname(xml_path), exist_ok=True)

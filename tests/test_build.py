@@ -444,6 +444,8 @@ def test_an_image_folder_whose_annotation_folder_is_gone_is_refused(tmp_path):
     ilsvrc_image(tree, "train", "ILSVRC2013_train/n02121808/b", jpeg_bytes())
     ilsvrc_image(tree, "train", "ILSVRC2014_train_0000/c", jpeg_bytes())
     ilsvrc_image(tree, "train", "ILSVRC2014_train_0000/d", jpeg_bytes())
+    # ImageNet's own negatives come without an annotation folder: never refused.
+    ilsvrc_image(tree, "train", "ILSVRC2013_train_extra0/e", jpeg_bytes())
     annotations = tree / "Annotations/DET/train"
     with pytest.raises(LayoutError) as refused:
         build(tree, tmp_path / "out", "--splits", "train")
@@ -461,7 +463,7 @@ def test_an_image_folder_whose_annotation_folder_is_gone_is_refused(tmp_path):
     (annotations / "ILSVRC2013_train/n02121808").mkdir()
     (annotations / "ILSVRC2014_train_0000").mkdir()
     info = build(tree, tmp_path / "out", "--splits", "train")
-    assert info.splits["train"].class_counts == (1, 3)
+    assert info.splits["train"].class_counts == (1, 4)
 
 
 def test_a_voc_year_whose_images_of_a_split_have_no_xml_beside_an_annotated_year_is_refused(
