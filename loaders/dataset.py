@@ -10,6 +10,7 @@ prefetch. Everything after the file list runs in tf.data's C++ threads: no Pytho
 from __future__ import annotations
 
 import os
+import warnings
 
 import tensorflow as tf
 
@@ -94,8 +95,8 @@ def load_dataset(
         error analysis: `fit` would read a third element as sample weights.
       input_context: from `tf.distribute`; each input pipeline reads its own files, or every
         n-th record when there are fewer files than pipelines (not with `service`, where
-        each pipeline needs files of its own). One replica per input pipeline: a context
-        whose pipelines feed several replicas each is refused (see `checked_input_context`).
+        each pipeline needs files of its own). A context whose pipelines feed several replicas
+        each gets a warning: Keras would count its steps wrong (see `checked_input_context`).
       config: the loader's knobs.
 
     Raises:
@@ -104,8 +105,7 @@ def load_dataset(
       KeyError: unknown split.
       ValueError, TypeError: a bad argument (named), before any graph is built; a training
         split smaller than one batch; a labelled mode on an unlabelled split (label -1);
-        `service` with fewer shards than input pipelines; an `input_context` with more
-        replicas than input pipelines.
+        `service` with fewer shards than input pipelines.
       ConnectionError: no tf.data service dispatcher answers at `service`.
       tf.errors.InvalidArgumentError (while iterating): a shard whose records are corrupt; the
         message names the file.
@@ -163,14 +163,15 @@ def refuse_unlabelled(info, split: str, label_mode: str | None) -> None:
 
 
 def checked_input_context(input_context) -> None:
-    """TypeError, naming the argument, when `input_context` is not a `tf.distribute` one;
-    ValueError when each input pipeline would feed several replicas.
+    """TypeError, naming the argument, when `input_context` is not a `tf.distribute` one; a
+    warning when each input pipeline feeds several replicas.
 
     `distribute_datasets_from_function` then takes that many of a pipeline's batches per step
-    but reports the pipeline's batch count as the steps per epoch (and Keras trusts it): with 2
-    replicas on one host, Keras showed 31 steps, ran 15 and warned "Your input ran out of data".
-    No dataset can report the right count there, so that form is refused, naming the ones
-    that work.
+    but reports the pipeline's batch count as the steps per epoch, and Keras trusts it: with 2
+    replicas on one host, Keras showed 31 steps, ran 15 and warned "Your input ran out of
+    data". No dataset can report the right count there; a custom training loop, or `fit` with
+    `steps_per_epoch`, is right (TPUStrategy, several GPUs per host across hosts), so the
+    form is not refused: the warning says the count to use, and the way to avoid it.
     """
     if input_context is None:
         return
@@ -184,15 +185,18 @@ def checked_input_context(input_context) -> None:
         )
     replicas, pipelines = input_context.num_replicas_in_sync, input_context.num_input_pipelines
     if replicas > pipelines:
-        raise ValueError(
-            f"input_context has {pipelines} input pipeline(s) for {replicas} replicas: "
-            "tf.distribute would take several of this dataset's batches per step but report "
-            "its batch count as the steps per epoch (Keras would show more steps than it runs "
-            "and warn that the input ran out of data). Give each replica its own pipeline: "
-            "strategy.distribute_datasets_from_function(fn, options=tf.distribute.InputOptions("
-            "experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA)) "
-            "(MirroredStrategy); or, on one host, pass load_dataset(..., batch_size=GLOBAL_BATCH) "
-            "without input_context to fit, which splits each batch among the replicas"
+        per_step = replicas // pipelines
+        warnings.warn(
+            f"input_context has {pipelines} input pipeline(s) for {replicas} replicas: each "
+            f"step takes {per_step} of this dataset's batches, but tf.distribute reports its "
+            "batch count as the steps per epoch (Keras would show more steps than it runs and "
+            f"warn that the input ran out of data): give fit steps_per_epoch=len(dataset) // "
+            f"{per_step}, or give each replica its own pipeline with "
+            "tf.distribute.InputOptions(experimental_replication_mode=tf.distribute."
+            "InputReplicationMode.PER_REPLICA) (MirroredStrategy); a training loop that counts "
+            "its own steps is right as it is",
+            UserWarning,
+            stacklevel=3,
         )
 
 
