@@ -129,12 +129,14 @@ def retire_build(output_dir: str) -> None:
     `labels.txt`, the label map and `rejected.jsonl`."""
     markers = [join(output_dir, name) for name in (BUILD_INFO_FILE, LEGACY_INFO_FILE)]
     FileSystems.delete([path for path in markers if FileSystems.exists(path)])
-    _remove_build_files(output_dir, keep_shards=False)
+    # Not the work folders: the new build's live counts are in `.tmp/` (prepare_output
+    # cleared the old ones).
+    _remove_build_files(output_dir, keep_shards=False, work_dirs=False)
 
 
-def _remove_build_files(output_dir: str, *, keep_shards: bool) -> None:
+def _remove_build_files(output_dir: str, *, keep_shards: bool, work_dirs: bool = True) -> None:
     """Deletes TFDS's metadata and, unless `keep_shards` (--resume), the shards, labels, label
-    map, `rejected.jsonl` and work folders of an earlier build."""
+    map, `rejected.jsonl` and (with `work_dirs`) work folders of an earlier build."""
     (listing,) = FileSystems.match([join(output_dir, "*")])
     names = {m.path: m.path.rsplit("/", 1)[-1] for m in listing.metadata_list}
     tfds = [path for path, name in names.items() if name in TFDS_FILES]
@@ -150,7 +152,8 @@ def _remove_build_files(output_dir: str, *, keep_shards: bool) -> None:
     if stale:
         logger.info("Removing %d files of an earlier build from %s", len(stale), output_dir)
         FileSystems.delete(stale)
-    remove_work_dirs(output_dir)
+    if work_dirs:
+        remove_work_dirs(output_dir)
 
 
 def refuse_complete_build(output_dir: str, *, overwrite: bool) -> bool:

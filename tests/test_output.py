@@ -114,3 +114,18 @@ def test_a_ctrl_c_dropped_on_the_way_still_stops_the_commit(tmp_path):
     assert not (tmp_path / "build_info.json").exists()
     output.commit(str(tmp_path), committed)  # outside it, and the next build, commit as usual
     assert (tmp_path / "build_info.json").exists()
+
+
+def test_retiring_the_replaced_build_keeps_the_new_builds_work_folder(tmp_path):
+    # Done once the new build's index passes: the live counts of the indexing it just did are
+    # in `.tmp/live`, which the console reads; they were deleted with the old build.
+    old = ("build_info.json", "labels.txt", "rejected.jsonl", "train-00000-of-00001.tfrecord")
+    for name in old:
+        (tmp_path / name).write_text("old")
+    (tmp_path / ".imagenet-tfrecords").write_text("mark")
+    live = tmp_path / ".tmp" / "live" / "indexed-1"
+    live.parent.mkdir(parents=True)
+    live.write_text("40")
+    output.retire_build(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".imagenet-tfrecords", ".tmp"]
+    assert live.read_text() == "40"
