@@ -143,12 +143,15 @@ def _build(argv: list[str], out: console.BuildConsole) -> int:
                 live.finish()
     except (KeyboardInterrupt, Exception) as error:  # noqa: BLE001 - each helper logs it
         # Ctrl-C reaches an in-process build inside a DoFn, which the runner re-raises wrapped.
+        kept = prepared.replaces_build and _holds_build(config.output_dir)
         if pipeline.was_interrupted(error):
-            return _interrupted(
-                out,
-                error,
-                "nothing was committed; rerun with --resume to keep the shards already written",
+            what = (
+                f"nothing was committed, and the complete build in {config.output_dir} is kept "
+                "as it was"
+                if kept
+                else "nothing was committed; rerun with --resume to keep the shards already written"
             )
+            return _interrupted(out, error, what)
         return _failed(out, error, "Build failed")
     console.print_summary(
         sys.stdout,
@@ -161,6 +164,17 @@ def _build(argv: list[str], out: console.BuildConsole) -> int:
         rejected=rejections_by_split(config.output_dir) if info.failures else None,
     )
     return 0
+
+
+def _holds_build(output_dir: str) -> bool:
+    """Whether the commit marker of a build is in `output_dir` (the one --overwrite replaces,
+    kept while the new build's index was not yet checked)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from schemas import BUILD_INFO_FILE
+    from schemas.paths import join
+
+    return FileSystems.exists(join(output_dir, BUILD_INFO_FILE))
 
 
 def _interrupted(out: console.BuildConsole, error: BaseException, what: str) -> int:

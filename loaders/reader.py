@@ -98,9 +98,9 @@ def _checked_every_epoch(files: tf.data.Dataset, info: BuildInfo) -> tf.data.Dat
     if not info.metadata_file or any(char in info.data_dir for char in "*?["):
         return files
     path = join(info.data_dir, info.metadata_file)
-    gone = f"{path} is gone since load_dataset read it (a rebuild under way?): the shards are "
-    changed = f"{path} changed since load_dataset read it (the build was rebuilt): the shards are "
-    fix = "not those the dataset was made for; call load_dataset again once the build is complete"
+    gone = f"{path} is gone since load_dataset read it (a rebuild under way?): the shards may "
+    changed = f"{path} changed since load_dataset read it (rebuilt, or upgraded): the shards may "
+    fix = "not be those the dataset was made for; call load_dataset again once it is complete"
 
     def check(index, path_and_count):
         def read_metadata():

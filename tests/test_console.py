@@ -313,6 +313,28 @@ def test_an_interruption_while_the_tree_is_read_is_one_line(small_tree, tmp_path
     assert not (tmp_path / "out").exists()
 
 
+def test_an_interrupted_rebuild_that_kept_the_old_build_says_so(small_tree, tmp_path, capsys):
+    # Stopped before its index was checked, --overwrite had not touched the old build: the
+    # line told to rerun with --resume, which a complete build refuses.
+    out = tmp_path / "out"
+    argv = ["--input_dir", str(small_tree), "--output_dir", str(out), "--quiet"]
+    assert cli.main([*argv, "--direct_running_mode", "in_memory"]) == 0
+    capsys.readouterr()
+
+    def stopped(*args):
+        raise KeyboardInterrupt
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pipeline, "execute", stopped)
+        assert cli.main([*argv, "--overwrite"]) == 130
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[-2] == (
+        f"BUILD INTERRUPTED: nothing was committed, and the complete build in {out} is kept as "
+        "it was"
+    )
+    assert verify.verify(str(out))[1] == []
+
+
 def test_an_interruption_is_told_from_a_failure():
     assert pipeline.was_interrupted(KeyboardInterrupt())
     wrapped = RuntimeError("KeyboardInterrupt [while running 'WriteShards/WriteShard']")

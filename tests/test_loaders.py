@@ -569,7 +569,7 @@ def test_a_dataset_made_before_a_rebuild_refuses_the_new_shards(tmp_path):
     larger = tmp_path / "larger"
     sample_tree.write_tree(str(larger), num_train=60, num_val=10, seed=3)
     build(larger, out, "--num_shards", "2", "--overwrite")
-    expected = f"{out}/build_info.json changed since load_dataset read it (the build was rebuilt)"
+    expected = f"{out}/build_info.json changed since load_dataset read it (rebuilt, or upgraded)"
     with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(expected)):
         for _ in dataset:
             pass
