@@ -461,11 +461,18 @@ def _voc_folders(
     ]
 
 
+# A VOC year of a split whose images have XML for fewer than this share of them, beside a year
+# whose images all have theirs, is a year without its annotations (VOC2012's test download
+# holds XML only for its Action and Layout images), not one with a few negatives.
+_VOC_YEAR_ANNOTATED = 0.9
+
+
 def _refuse_unannotated_voc_years(plan: DiscoveryPlan, match: Callable[[str], list[str]]) -> None:
-    """Refuses a split that several VOC years feed, where one year's images of it have no XML
-    at all while another year's have: VOC2012's test download (its annotations were never
-    published), unpacked beside VOC2007's annotated test, would come out all background. (One
-    year alone is an unlabelled split, as it should be; an empty annotation folder declares its
+    """Refuses a split that several VOC years feed, where one year's images of it mostly have
+    no XML while another year's all have theirs: VOC2012's test download (annotations were
+    published only for its Action and Layout images), unpacked beside VOC2007's annotated
+    test, would come out background but for a few `person`s. (One year alone is an unlabelled
+    split, or one with negatives, as the user means; an empty annotation folder declares its
     year's images negatives, see `_refuse_missing_annotation_folders`.)"""
     folders = {task.key_prefix: task.directory for task in plan.tasks if task.kind == ANNOTATIONS}
     if len(folders) < 2:
@@ -485,20 +492,22 @@ def _refuse_unannotated_voc_years(plan: DiscoveryPlan, match: Callable[[str], li
             if member == split and prefix in counts:
                 counts[prefix][0] += 1
                 counts[prefix][1] += image_id in annotated[prefix]
-        with_xml = [prefix for prefix, (_, xml) in counts.items() if xml]
-        without = [  # an empty annotation folder says its images are negatives
+        complete = [prefix for prefix, (images, xml) in counts.items() if images and xml == images]
+        lacking = [  # an empty annotation folder says its images are negatives
             prefix
             for prefix, (images, xml) in counts.items()
-            if images and not xml and annotated[prefix]
+            if images and xml < _VOC_YEAR_ANNOTATED * images and annotated[prefix]
         ]
-        if with_xml and without:
-            year = without[0]
+        if complete and lacking:
+            year = lacking[0]
+            images, xml = counts[year]
             raise LayoutError(
-                f"split {split!r}: none of {year}'s {counts[year][0]} images has its XML in "
-                f"{folders[year]}, while {', '.join(with_xml)}'s have theirs: a build would "
-                "label every one of them background (VOC's images all hold objects). Build the "
-                f"years apart (--input_dir {shlex.quote(posixpath.dirname(folders[with_xml[0]]))} "
-                f"for {with_xml[0]}'s), or restore {year}'s annotations"
+                f"split {split!r}: {xml} of {year}'s {images} images have their XML in "
+                f"{folders[year]}, while every one of {', '.join(complete)}'s has: a build "
+                f"would label the other {images - xml} background (VOC's images all hold "
+                "objects). Build the years apart (--input_dir "
+                f"{shlex.quote(posixpath.dirname(folders[complete[0]]))} for {complete[0]}'s), "
+                f"or restore {year}'s annotations"
             )
 
 

@@ -479,14 +479,21 @@ def test_a_voc_year_whose_images_of_a_split_have_no_xml_beside_an_annotated_year
         write(devkit / year / "JPEGImages" / f"{year}_t.jpg", jpeg_bytes())
         write(devkit / year / "Annotations" / f"{year}_t.xml", voc_xml([("dog", 1, 1, 30, 30)]))
     write(devkit / "VOC2007/Annotations/000001.xml", voc_xml([("dog", 1, 1, 30, 30)]))
+    # Its download holds XML for its Action images alone (here 1 of 11).
+    write(devkit / "VOC2012/Annotations/2012_000001.xml", voc_xml([("person", 1, 1, 30, 30)]))
+    ids = "".join(f"2012_0000{i:02d}\n" for i in range(1, 12))
+    write(devkit / "VOC2012/ImageSets/Main/test.txt", ids)
+    for i in range(2, 12):
+        write(devkit / "VOC2012/JPEGImages" / f"2012_0000{i:02d}.jpg", jpeg_bytes())
     with pytest.raises(LayoutError) as refused:
         build(devkit, tmp_path / "out", "--splits", "train,test")
     assert str(refused.value) == (
-        f"split 'test': none of VOC2012's 1 images has its XML in {devkit}/VOC2012/Annotations, "
-        "while VOC2007's have theirs: a build would label every one of them background (VOC's "
+        f"split 'test': 1 of VOC2012's 11 images have their XML in {devkit}/VOC2012/Annotations, "
+        "while every one of VOC2007's has: a build would label the other 10 background (VOC's "
         f"images all hold objects). Build the years apart (--input_dir {devkit}/VOC2007 for "
         "VOC2007's), or restore VOC2012's annotations"
     )
+    (devkit / "VOC2012/Annotations/2012_000001.xml").unlink()
     info = build(devkit / "VOC2012", tmp_path / "out", "--splits", "train,test")
     assert not info.splits["test"].labelled  # one year alone: unlabelled, as it should be
 
