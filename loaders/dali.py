@@ -31,6 +31,7 @@ import hashlib
 import math
 import os
 import struct
+from collections.abc import Callable
 
 import google_crc32c
 import keras
@@ -154,11 +155,14 @@ def load_dali_dataset(
         dtype=dtype,
         config=config,
     )
+    unchanged = _metadata_check(info)
     if keras.backend.backend() != "tensorflow":
-        return DaliDataset(pipeline, num_examples, batch_size, training)
+        return DaliDataset(pipeline, num_examples, batch_size, training, unchanged=unchanged)
     import tensorflow as tf
 
-    batches = DaliDataset(pipeline, num_examples, batch_size, training, backend="numpy")
+    batches = DaliDataset(
+        pipeline, num_examples, batch_size, training, backend="numpy", unchanged=unchanged
+    )
     images = tf.TensorSpec((None, *image_size, 3), tf.as_dtype(dtype))
     labels = (
         ()
@@ -176,6 +180,32 @@ def load_dali_dataset(
         epoch, output_signature=(images, *labels) if labels else images
     )
     return dataset.apply(tf.data.experimental.assert_cardinality(len(batches))).prefetch(1)
+
+
+def _metadata_check(info: BuildInfo) -> Callable[[], None] | None:
+    """What each epoch runs first: CorruptDatasetError when the build's metadata file is gone
+    or changed since `load_dali_dataset` read it. A rebuild writes shards of the same names,
+    which DALI would read through the old indexes."""
+    if not info.metadata_file:
+        return None
+    path = os.path.join(info.data_dir, info.metadata_file)
+    fix = "call load_dali_dataset again once the build is complete"
+
+    def check() -> None:
+        try:
+            with open(path, "rb") as file:
+                text = file.read().decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            raise CorruptDatasetError(
+                f"{path} is gone since load_dali_dataset read it (a rebuild under way?): {fix}"
+            ) from None
+        if text != info.metadata_text:
+            raise CorruptDatasetError(
+                f"{path} changed since load_dali_dataset read it (rebuilt, or upgraded): the "
+                f"shards may not be those its indexes describe; {fix}"
+            )
+
+    return check
 
 
 def _device_id(device: str) -> int | None:
@@ -208,9 +238,11 @@ class DaliDataset(keras.utils.PyDataset):
         batch_size: int,
         training: bool,
         backend: str | None = None,
+        unchanged: Callable[[], None] | None = None,
     ):
         super().__init__(workers=1, use_multiprocessing=False)
         self._pipeline = pipeline
+        self._unchanged = unchanged  # raises when the build changed since it was read
         self._pipeline.build()
         self.num_examples = num_examples
         self.batch_size = batch_size
@@ -249,6 +281,8 @@ class DaliDataset(keras.utils.PyDataset):
             if self._position < self._stream_batches:
                 self._pipeline.run()  # the padded partial batch, dropped
             self._position = 0
+        if self._position == 0 and self._unchanged is not None:
+            self._unchanged()  # every epoch, as load_dataset's reader checks
         outputs = self._pipeline.run()
         self._position += 1
         real = self.batch_size

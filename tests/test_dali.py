@@ -322,6 +322,19 @@ def test_an_index_is_rewritten_for_a_rebuilt_shard_of_the_same_size(tmp_path):
     assert labels == sorted(e[F.LABEL][0] for e in read_split(outs[1], "train"))
 
 
+def test_a_dataset_made_before_a_rebuild_refuses_its_next_epoch(tmp_path):
+    # A rebuild writes shards of the same names, which DALI read through the old indexes.
+    tree, larger, out = tmp_path / "tree", tmp_path / "larger", tmp_path / "out"
+    sample_tree.write_tree(str(tree), num_train=20, num_val=10, seed=2)
+    sample_tree.write_tree(str(larger), num_train=20, num_val=16, seed=3)
+    build(tree, out, "--num_shards", "1")
+    dataset = load_dali_dataset(str(out), "validation", batch_size=5, image_size=SIZE)
+    assert sum(len(images) for images, _ in dataset) == 10
+    build(larger, out, "--num_shards", "1", "--overwrite")
+    with pytest.raises(Exception, match=r"build_info\.json changed since load_dali_dataset read"):
+        list(dataset)
+
+
 def test_bad_arguments_are_refused_by_name(built):
     cases = [
         ({"device": "gpu"}, 'device="gpu", but DALI sees no CUDA device'),
