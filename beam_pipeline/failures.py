@@ -32,11 +32,18 @@ def _on_interrupt(signum, frame):
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
+# How long a failing thread waits for the main thread to take a stopping signal. A Ctrl-C
+# (or `kill` of the process group) reaches the worker processes as well: one can end, and a
+# runner thread fail for it, before the main thread, busy in C, has run its handler.
+_SIGNAL_GRACE_S = 2.0
+
+
 def _log_thread_failure(args: threading.ExceptHookArgs, *, otherwise) -> None:
     """After a stopping signal, the runner's threads fail as its worker processes end (a gRPC
     stream cut, "Worker subprocess exited with return code -2"): their tracebacks go to the
-    log, not between the console's lines. Before one, Python's hook prints them as usual."""
-    if not _interrupted.is_set():
+    log, not between the console's lines. Without one, Python's hook prints them as usual,
+    `_SIGNAL_GRACE_S` later."""
+    if not _interrupted.wait(_SIGNAL_GRACE_S):
         otherwise(args)
         return
     name = args.thread.name if args.thread else "a thread"

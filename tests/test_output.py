@@ -1,7 +1,9 @@
 """The output directory's helpers: temp-then-rename, the commit files, the shard check."""
 
+import logging
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -129,3 +131,22 @@ def test_retiring_the_replaced_build_keeps_the_new_builds_work_folder(tmp_path):
     output.retire_build(str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == [".imagenet-tfrecords", ".tmp"]
     assert live.read_text() == "40"
+
+
+def test_a_thread_that_fails_just_before_the_stopping_signal_is_handled_is_logged(capfd, caplog):
+    # A Ctrl-C reaches the worker processes too: a runner thread could fail for a worker
+    # that ended before the main thread ran its handler, and its traceback reached the console.
+    def runner_thread():
+        raise ConnectionError("Worker subprocess exited with return code -2")
+
+    caplog.set_level(logging.INFO, logger=failures.__name__)
+    with failures.interrupts_remembered():
+        thread = threading.Thread(target=runner_thread, name="run_worker")
+        thread.start()
+        time.sleep(0.3)  # the thread has failed; the main thread takes the signal only now
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        thread.join()
+    assert capfd.readouterr().err == ""
+    assert [r.getMessage() for r in caplog.records] == ["After the interruption, run_worker failed"]
