@@ -147,12 +147,13 @@ def _build(argv: list[str], out: console.BuildConsole) -> int:
         if pipeline.was_interrupted(error):
             what = (
                 f"nothing was committed, and the complete build in {config.output_dir} is kept "
-                "as it was"
+                "as it was; rerun with --overwrite --resume to keep the shards already written"
                 if kept
                 else "nothing was committed; rerun with --resume to keep the shards already written"
             )
             return _interrupted(out, error, what)
-        return _failed(out, error, "Build failed")
+        kept_note = f"the complete build in {config.output_dir} is kept as it was" if kept else None
+        return _failed(out, error, "Build failed", kept_note)
     console.print_summary(
         sys.stdout,
         info,
@@ -168,7 +169,7 @@ def _build(argv: list[str], out: console.BuildConsole) -> int:
 
 def _holds_build(output_dir: str) -> bool:
     """Whether the commit marker of a build is in `output_dir` (the one --overwrite replaces,
-    kept while the new build's index was not yet checked)."""
+    kept until the new build commits)."""
     from apache_beam.io.filesystems import FileSystems
 
     from schemas import BUILD_INFO_FILE
@@ -188,11 +189,16 @@ def _interrupted(out: console.BuildConsole, error: BaseException, what: str) -> 
     return 128 + stopped_by
 
 
-def _failed(out: console.BuildConsole, error: BaseException, what: str) -> int:
-    """Logs the traceback, says the one `BUILD FAILED:` line and where the log is; exit 1."""
+def _failed(
+    out: console.BuildConsole, error: BaseException, what: str, note: str | None = None
+) -> int:
+    """Logs the traceback, says the one `BUILD FAILED:` line, `note` (what is kept) and where
+    the log is; exit 1."""
     from beam_pipeline import pipeline
 
     logger.error(what, exc_info=error)
     out.say(pipeline.failure_message(error))
+    if note:
+        out.say(note)
     out.say(f"full log: {out.log_path}")
     return 1

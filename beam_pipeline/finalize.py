@@ -40,7 +40,7 @@ class FinalizeSpec:
     versions: dict[str, str]
     vocabulary_source: str = "the classes seen in the train split"  # for messages
     display_names: dict[str, str] = dataclasses.field(default_factory=dict)  # --labels_file's
-    replaces_build: bool = False  # the output holds a complete build, retired once the index passes
+    replaces_build: bool = False  # the output holds a complete build: shards are staged (`output`)
 
 
 def assemble_info(
@@ -113,7 +113,7 @@ def check_index_budget(
     if not total or bad <= spec.max_bad_fraction * total:
         return
     message = _over_budget(spec, bad, total, images, " before any image was read")
-    see = _see(spec, index=True)
+    see = _see(spec)
     unknown = collections.Counter(
         unknown_class_name(r.detail) for r in images if r.reason == "unknown_class"
     )
@@ -175,15 +175,15 @@ def _most_frequent(counts: collections.Counter, limit: int | None = None) -> dic
     return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit])
 
 
-def _see(spec: FinalizeSpec, *, index: bool = False) -> str:
-    """Where the failed build's `rejected.jsonl` is: beside the complete build a rebuild
-    refused by its index keeps, in the work folder."""
-    if index and spec.replaces_build:
-        return (
-            f"see {join(spec.output_dir, output.REFUSED_DEAD_LETTER)} (the complete build in "
-            f"{spec.output_dir} is kept as it was)"
-        )
-    return f"see {join(spec.output_dir, DEAD_LETTER_FILE)}"
+def _dead_letter(spec: FinalizeSpec) -> str:
+    """The build's `rejected.jsonl`, relative to the output: in the work folder while the
+    complete build a rebuild replaces is there, with its own (`output.commit` moves it)."""
+    return output.REBUILD_DEAD_LETTER if spec.replaces_build else DEAD_LETTER_FILE
+
+
+def _see(spec: FinalizeSpec) -> str:
+    """Where a failed build's `rejected.jsonl` is."""
+    return f"see {join(spec.output_dir, _dead_letter(spec))}"
 
 
 class _CheckIndexFn(beam.DoFn):
@@ -195,11 +195,8 @@ class _CheckIndexFn(beam.DoFn):
         try:
             check_index_budget(spec, index_counts, rejections)
         except BuildFailed:
-            where = output.REFUSED_DEAD_LETTER if spec.replaces_build else DEAD_LETTER_FILE
-            output.write_dead_letter(spec.output_dir, sorted(set(rejections)), where)
+            output.write_dead_letter(spec.output_dir, sorted(set(rejections)), _dead_letter(spec))
             raise
-        if spec.replaces_build:
-            output.retire_build(spec.output_dir)  # before the gate lets the first shard through
         read_later = sum(1 for r in rejections if r.is_image and r.stage != DISCOVER)
         watch.report(self._spec.output_dir, watch.TO_WRITE, sum(index_counts.values()) - read_later)
         yield True
@@ -274,10 +271,11 @@ class _FinalizeFn(beam.DoFn):
     def process(self, _, vocabulary, plans, index_counts, results, rejections):
         spec = self._spec
         rejections = sorted(set(rejections))
-        output.write_dead_letter(spec.output_dir, rejections)
+        output.write_dead_letter(spec.output_dir, rejections, _dead_letter(spec))
         info = assemble_info(spec, vocabulary, plans, index_counts, results, rejections)
-        listed = output.check_shard_files(spec.output_dir, info)
-        output.commit(spec.output_dir, info, listed)
+        staged = spec.replaces_build
+        listed = output.check_shard_files(spec.output_dir, info, staged=staged)
+        output.commit(spec.output_dir, info, listed, staged=staged)
         yield info
 
 

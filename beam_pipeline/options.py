@@ -94,13 +94,15 @@ class BuildOptions(PipelineOptions):
             "--overwrite",
             action="store_true",
             default=False,
-            help="Replace an existing complete build in --output_dir.",
+            help="Replace an existing complete build in --output_dir; it stays whole and "
+            "readable until the new build commits.",
         )
         parser.add_argument(
             "--resume",
             action="store_true",
             default=False,
-            help="After a crash, keep the shards that are complete and intact; write the rest.",
+            help="After a crash, keep the shards that are complete and intact; write the rest "
+            "(with --overwrite: those an interrupted rebuild wrote).",
         )
         add_console_flags(parser)
 
@@ -129,8 +131,6 @@ class BuildConfig:
     resume: bool = False
 
     def __post_init__(self):
-        if self.overwrite and self.resume:
-            raise ValueError("--overwrite starts afresh and --resume continues: choose one")
         if not self.input_dir:
             raise ValueError("--input_dir is required")
         if self.layout not in (AUTO, *LAYOUTS):

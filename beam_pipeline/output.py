@@ -3,6 +3,7 @@
     OUT/<split>-<i>-of-<n>.tfrecord   shards          written by the shard writers
     OUT/.tmp/                         temp files      every file is written here, then renamed
     OUT/.progress/<shard>.json        resume records  one per shard in place (see progress.py)
+    OUT/.staged/<shard>               a rebuild's     shards of an --overwrite, moved in at commit
     OUT/rejected.jsonl                dead letters    written first by Finalize, even on failure
     OUT/labels.txt                    class names     written once the build checks out
     OUT/label_map.pbtxt               OD API classes  then
@@ -19,7 +20,10 @@ never touched.
 
 Every file reaches its final name by a rename from `.tmp/` (`incomplete_file`, after TFDS's
 `utils.incomplete_file`), so a crash never leaves a file under a final name that is not whole,
-and the leftovers of failed attempts are in one place that the commit clears. Paths may be
+and the leftovers of failed attempts are in one place that the commit clears. A rebuild that
+replaces a complete build (--overwrite) writes its shards into `.staged/`, so the old build
+stays whole and readable until the commit: only then are its files deleted (its commit marker
+first) and the new shards moved in. Paths may be
 local or `gs://`; all access goes through Beam's FileSystems.
 """
 
@@ -60,6 +64,7 @@ logger = logging.getLogger(__name__)
 
 TEMP_DIR = ".tmp"
 PROGRESS_DIR = ".progress"
+STAGING_DIR = ".staged"
 OWNER_FILE = ".imagenet-tfrecords"
 _PROBE_PREFIX = ".write-probe-"
 _OWNER_TEXT = (
@@ -87,18 +92,19 @@ class ForeignFilesError(OutputExistsError):
 def prepare_output(output_dir: str, *, overwrite: bool, resume: bool) -> bool:
     """Refuses to replace a complete build without --overwrite; clears our own stale files.
 
-    A complete build that --overwrite replaces is kept whole for now: `retire_build` deletes it
-    once the new build's index has passed its checks, just before the first shard is written,
-    so a new build refused by its index (classes outside --labels_file, bad XML over the
-    budget), or stopped before then, leaves it as it was. Otherwise the leftovers of an
-    unfinished build are deleted now (TFDS's metadata, which would describe the old shards,
-    and, but with --resume, its shards and progress records).
+    A complete build that --overwrite replaces is kept whole until the new build commits: the
+    new shards go to `.staged/` (`shard_path`), and `commit` retires the old build and moves
+    them in, so a rebuild that fails or stops before its commit leaves the old build as it
+    was. With --resume too, the shards an interrupted rebuild staged are kept (their progress
+    records decide); otherwise its work folders are cleared now. Without a complete build, the
+    leftovers of an unfinished build are deleted now (TFDS's metadata, which would describe the
+    old shards, and, but with --resume, its shards and progress records).
 
     The launching process holds the directory's lock from here until `unlock_output`, so a
     second build into it is refused before it deletes anything.
 
     Returns:
-      Whether a complete build is there, for the new build to retire.
+      Whether a complete build is there, for the new build to stage its shards beside.
 
     Raises:
       OutputExistsError: a complete build is there and `overwrite` is off.
@@ -117,20 +123,26 @@ def prepare_output(output_dir: str, *, overwrite: bool, resume: bool) -> bool:
     if not FileSystems.exists(join(output_dir, OWNER_FILE)):
         write_atomic(output_dir, OWNER_FILE, _OWNER_TEXT)
     if complete:
-        remove_work_dirs(output_dir)  # a killed rebuild's; a build's own are gone at its commit
+        if not resume:
+            remove_work_dirs(output_dir)  # a stopped rebuild's; a build's own go at its commit
         return True
     _remove_build_files(output_dir, keep_shards=resume)
     return False
 
 
-def retire_build(output_dir: str) -> None:
+def shard_path(name: str, *, staged: bool) -> str:
+    """Where a shard file is written, relative to the output directory: `.staged/` while a
+    complete build it replaces is still there (`prepare_output`)."""
+    return f"{STAGING_DIR}/{name}" if staged else name
+
+
+def _retire_build(output_dir: str) -> None:
     """Deletes the complete build that a new one replaces: the commit markers first (so a crash
     on the way leaves nothing that looks complete), then TFDS's metadata, the shards,
     `labels.txt`, the label map and `rejected.jsonl`."""
     markers = [join(output_dir, name) for name in (BUILD_INFO_FILE, LEGACY_INFO_FILE)]
     FileSystems.delete([path for path in markers if FileSystems.exists(path)])
-    # Not the work folders: the new build's live counts are in `.tmp/` (prepare_output
-    # cleared the old ones).
+    # Not the work folders: the new build's shards and dead letter are there.
     _remove_build_files(output_dir, keep_shards=False, work_dirs=False)
 
 
@@ -180,7 +192,7 @@ def refuse_complete_build(output_dir: str, *, overwrite: bool) -> bool:
 
 def refuse_foreign_files(output_dir: str, *, complete: bool) -> None:
     """Raises ForeignFilesError when `output_dir` holds files a build would replace or delete
-    (shard-named files, the metadata's names, files in `.tmp/` or `.progress/`) and no build
+    (shard-named files, the metadata's names, files in the work folders) and no build
     made it. A build made it when `complete` (`refuse_complete_build` found a build there), or
     it has the owner mark, or what an unfinished build of a version before the mark left.
     Other files are never touched, so they do not matter."""
@@ -239,7 +251,7 @@ def files_a_build_replaces(output_dir: str) -> list[str]:
         for name in (m.path.rstrip("/").rsplit("/", 1)[-1] for m in top.metadata_list)
         if is_shard_filename(name) or name in ours
     )
-    for folder in (TEMP_DIR, PROGRESS_DIR):
+    for folder in (TEMP_DIR, PROGRESS_DIR, STAGING_DIR):
         (inside,) = FileSystems.match([join(output_dir, folder, "**")])
         names += sorted(
             f"{folder}/{m.path[len(join(output_dir, folder)) + 1 :]}" for m in inside.metadata_list
@@ -347,8 +359,9 @@ def unwritable_reason(output_dir: str) -> str | None:
 
 
 def remove_work_dirs(output_dir: str) -> None:
-    """Deletes the temp files of failed attempts, the progress records and their directories."""
-    for name in (TEMP_DIR, PROGRESS_DIR):
+    """Deletes the temp files of failed attempts, the progress records, a rebuild's staged
+    shards and their directories."""
+    for name in (TEMP_DIR, PROGRESS_DIR, STAGING_DIR):
         directory = join(output_dir, name)
         (match,) = FileSystems.match([join(directory, "**")])
         leftovers = [m.path for m in match.metadata_list]
@@ -392,26 +405,30 @@ def write_atomic(output_dir: str, name: str, data: bytes) -> None:
 
 def write_dead_letter(output_dir: str, rejections: Iterable[Rejection], name=DEAD_LETTER_FILE):
     """Writes `rejected.jsonl` (a JSON line per rejection); first, so a failed build explains.
-    `name`: its path in `output_dir` (`REFUSED_DEAD_LETTER` beside a build that is kept)."""
+    `name`: its path in `output_dir` (`REBUILD_DEAD_LETTER` beside a build that is kept)."""
     dead_letter = "".join(r.to_json() + "\n" for r in rejections)
     write_atomic(output_dir, name, dead_letter.encode("utf-8"))
 
 
-# Where a rebuild that its index refused puts its `rejected.jsonl`: the complete build it was
-# to replace is kept, with its own.
-REFUSED_DEAD_LETTER = f"{TEMP_DIR}/{DEAD_LETTER_FILE}"
+# Where a rebuild puts its `rejected.jsonl` until its commit moves it into place: the complete
+# build it replaces keeps its own until then, and keeps it when the rebuild fails.
+REBUILD_DEAD_LETTER = f"{TEMP_DIR}/{DEAD_LETTER_FILE}"
 
 
-def list_shard_files(output_dir: str) -> dict[str, int]:
-    """{file name: size} of the shard files in `output_dir`: one listing, whatever their number."""
-    (match,) = FileSystems.match([join(output_dir, "*" + SHARD_SUFFIX)])
+def list_shard_files(output_dir: str, *, staged: bool = False) -> dict[str, int]:
+    """{file name: size} of the shard files in `output_dir` (in its `.staged/` with `staged`):
+    one listing, whatever their number."""
+    directory = join(output_dir, STAGING_DIR) if staged else output_dir
+    (match,) = FileSystems.match([join(directory, "*" + SHARD_SUFFIX)])
     return {posixpath.basename(m.path): m.size_in_bytes for m in match.metadata_list}
 
 
-def check_shard_files(output_dir: str, info: DatasetInfo) -> dict[str, int]:
-    """Raises BuildFailed unless every shard of `info` is in place with its recorded size;
-    returns the listing (`list_shard_files`), for `commit`."""
-    sizes = list_shard_files(output_dir)
+def check_shard_files(
+    output_dir: str, info: DatasetInfo, *, staged: bool = False
+) -> dict[str, int]:
+    """Raises BuildFailed unless every shard of `info` is in place (in `.staged/` with `staged`)
+    with its recorded size; returns the listing (`list_shard_files`), for `commit`."""
+    sizes = list_shard_files(output_dir, staged=staged)
     for split_info in info.splits.values():
         for shard in split_info.shards:
             if sizes.get(shard.file) != shard.num_bytes:
@@ -421,33 +438,57 @@ def check_shard_files(output_dir: str, info: DatasetInfo) -> dict[str, int]:
 
 
 def remove_other_shards(
-    output_dir: str, info: DatasetInfo, listed: dict[str, int] | None = None
+    output_dir: str, info: DatasetInfo, listed: dict[str, int] | None = None, *, staged=False
 ) -> None:
     """Deletes the shard files that are not `info`'s: those an interrupted build with other
     options left (`--resume` keeps what is there), which a glob such as `train-*.tfrecord`
-    would read beside this build's. `listed`: the directory's `list_shard_files`, if known."""
-    listed = list_shard_files(output_dir) if listed is None else listed
+    would read beside this build's. `listed`: the directory's `list_shard_files`, if known;
+    `staged`: those in `.staged/`."""
+    listed = list_shard_files(output_dir, staged=staged) if listed is None else listed
     ours = {shard.file for split in info.splits.values() for shard in split.shards}
     others = sorted(name for name in listed if is_shard_filename(name) and name not in ours)
     if others:
         logger.info(
             "Removing %d shard files that are not this build's: %s", len(others), ", ".join(others)
         )
-        FileSystems.delete([join(output_dir, name) for name in others])
+        directory = join(output_dir, STAGING_DIR) if staged else output_dir
+        FileSystems.delete([join(directory, name) for name in others])
 
 
-def commit(output_dir: str, info: DatasetInfo, listed: dict[str, int] | None = None) -> None:
+def commit(
+    output_dir: str,
+    info: DatasetInfo,
+    listed: dict[str, int] | None = None,
+    *,
+    staged: bool = False,
+) -> None:
     """Deletes shard files that are not `info`'s, then writes `labels.txt`, `label_map.pbtxt`,
     TFDS's metadata but its `dataset_info.json`, then `build_info.json` (the commit marker of
     this project's readers) and, last, `dataset_info.json` (TFDS's: a crash before it leaves a
     directory TFDS refuses, not one it reads as complete); clears work dirs. `listed`: the
     shard listing `check_shard_files` returned, so the directory is listed once.
 
+    With `staged` (a rebuild that replaces a complete build), the old build is deleted first,
+    its commit markers before anything else, and then the staged shards and the rebuild's
+    `rejected.jsonl` are moved into place: renames, so the directory holds no build only for
+    the seconds this takes, and a crash then leaves no commit marker (`--resume` keeps the
+    shards already moved).
+
     Raises:
       KeyboardInterrupt: a Ctrl-C reached this process earlier and was swallowed on the way.
     """
     refuse_if_interrupted()
-    remove_other_shards(output_dir, info, listed)
+    remove_other_shards(output_dir, info, listed, staged=staged)
+    if staged:
+        _retire_build(output_dir)
+        names = [shard.file for split in info.splits.values() for shard in split.shards]
+        FileSystems.rename(
+            [join(output_dir, STAGING_DIR, name) for name in names],
+            [join(output_dir, name) for name in names],
+        )
+        FileSystems.rename(
+            [join(output_dir, REBUILD_DEAD_LETTER)], [join(output_dir, DEAD_LETTER_FILE)]
+        )
     labels = "".join(name + "\n" for name in info.classes)
     write_atomic(output_dir, LABELS_FILE, labels.encode("utf-8"))
     label_map = label_map_text(info.classes, info.display_names)

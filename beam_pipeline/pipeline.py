@@ -70,7 +70,7 @@ class Prepared:
     plan: layouts.DiscoveryPlan
     classes: tuple[str, ...] | None
     display_names: dict[str, str] = dataclasses.field(default_factory=dict)
-    replaces_build: bool = False  # a complete build is in the output, to retire (`output`)
+    replaces_build: bool = False  # a complete build is in the output: the new one is staged
 
 
 def prepare(config: BuildConfig) -> Prepared:
@@ -310,6 +310,7 @@ def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollect
         plans,
         resume=config.resume,
         gate=checked,
+        staged=prepared.replaces_build,
     )
     rejected = (index_rejected, write_rejected) | "AllRejected" >> beam.Flatten()
     return pipeline | "Finalize" >> Finalize(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import posixpath
 from collections.abc import Sequence
 from typing import Any
 
@@ -85,11 +86,12 @@ def _result_from(fields: dict[str, Any]) -> ShardResult:
 
 
 def load_completed(
-    output_dir: str, shard_file: str, shard_fingerprint: str
+    output_dir: str, shard_path: str, shard_fingerprint: str
 ) -> tuple[ShardResult, list[Rejection]] | None:
-    """The recorded result and rejections of an intact shard with this fingerprint, or None."""
-    path = join(output_dir, _record_name(shard_file))
-    shard = join(output_dir, shard_file)
+    """The recorded result and rejections of an intact shard with this fingerprint, or None.
+    `shard_path`: the shard's file relative to `output_dir` (in `.staged/` for a rebuild)."""
+    path = join(output_dir, _record_name(posixpath.basename(shard_path)))
+    shard = join(output_dir, shard_path)
     if not FileSystems.exists(path) or not FileSystems.exists(shard):
         return None
     with FileSystems.open(path) as stream:

@@ -30,7 +30,7 @@ from beam_pipeline.failures import BuildFailed
 from beam_pipeline.fileio import READ_AHEAD_FILES, read_ahead
 from beam_pipeline.images import ImagePolicy, normalise_image
 from beam_pipeline.labels import Vocabulary
-from beam_pipeline.output import incomplete_file
+from beam_pipeline.output import incomplete_file, shard_path
 from beam_pipeline.rejections import (
     IMAGE,
     METRICS_NAMESPACE,
@@ -193,11 +193,14 @@ class _WriteShardFn(beam.DoFn):
     """((split, shard), [batch of (sort key, LabelledEntry bytes)]) → ShardResult, streaming
     images to the file."""
 
-    def __init__(self, input_dir: str, output_dir: str, policy: ImagePolicy, resume: bool):
+    def __init__(
+        self, input_dir: str, output_dir: str, policy: ImagePolicy, resume: bool, staged: bool
+    ):
         self._input_dir = input_dir
         self._output_dir = output_dir
         self._policy = policy
         self._resume = resume
+        self._staged = staged
 
     def setup(self):
         from PIL import Image
@@ -225,14 +228,15 @@ class _WriteShardFn(beam.DoFn):
             split, index, num_shards, members, vocabulary, self._policy
         )
         tally = watch.Tally(self._output_dir, watch.WRITTEN, name)
-        done = self._resume and progress.load_completed(self._output_dir, name, shard_print)
+        path = shard_path(name, staged=self._staged)
+        done = self._resume and progress.load_completed(self._output_dir, path, shard_print)
         if done:
             self._kept.inc()
             result, rejections = done
             tally.add(result.shard.num_examples + len(rejections))
         else:
             result, rejections = self._write(
-                split, index, num_shards, name, members, vocabulary, tally
+                split, index, num_shards, name, path, members, vocabulary, tally
             )
             try:
                 progress.save(self._output_dir, shard_print, result, rejections)
@@ -246,8 +250,8 @@ class _WriteShardFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(REJECTED, count_rejection(rejection))
         yield result
 
-    def _write(self, split, index, num_shards, name, members, vocabulary, tally):
-        """Streams the shard into a temp file and renames it into place."""
+    def _write(self, split, index, num_shards, name, path, members, vocabulary, tally):
+        """Streams the shard into a temp file and renames it to `path` in the output."""
         digest, num_bytes, num_examples = hashlib.sha256(), 0, 0
         class_counts, sources, disagreements = collections.Counter(), collections.Counter(), 0
         objects, widths, heights = (
@@ -261,7 +265,7 @@ class _WriteShardFn(beam.DoFn):
             for _, labelled in members
         ]
         try:
-            with incomplete_file(self._output_dir, name) as temp_path:
+            with incomplete_file(self._output_dir, path) as temp_path:
                 out = FileSystems.create(temp_path, compression_type=CompressionTypes.UNCOMPRESSED)
                 with out, contextlib.closing(read_ahead(paths, self._reader)) as reads:
                     for (_, labelled), (path, _), data in zip(members, paths, reads, strict=True):
@@ -330,11 +334,14 @@ class WriteShards(beam.PTransform):
         plans,
         resume=False,
         gate=None,
+        staged=False,
     ):
         """`gate`, when given, is a singleton PCollection that must exist before any shard is
-        written (a check that fails the build instead of producing it)."""
+        written (a check that fails the build instead of producing it). `staged`: write the
+        shards into the output's `.staged/`, beside the complete build they replace."""
         super().__init__()
         self._resume = resume
+        self._staged = staged
         self._gate = gate
         self._input_dir = input_dir
         self._output_dir = output_dir
@@ -348,7 +355,9 @@ class WriteShards(beam.PTransform):
             | "GroupShards" >> beam.GroupByKey()
             | "WriteShard"
             >> beam.ParDo(
-                _WriteShardFn(self._input_dir, self._output_dir, self._policy, self._resume),
+                _WriteShardFn(
+                    self._input_dir, self._output_dir, self._policy, self._resume, self._staged
+                ),
                 vocabulary=beam.pvalue.AsSingleton(self._vocabulary),
                 plans=beam.pvalue.AsDict(self._plans),
                 **({} if self._gate is None else {"gate": beam.pvalue.AsSingleton(self._gate)}),

@@ -6,6 +6,7 @@ import io
 import json
 import os
 import pathlib
+import re
 
 import numpy as np
 from PIL import Image
@@ -110,16 +111,19 @@ def dead_letters(output_dir) -> list[dict]:
 def failure_line(stderr: str) -> str:
     """The `BUILD FAILED:` line of a failed build's console, checking the lines around it.
 
-    A failed build's console ends with exactly that line and `full log: <path>` of a log that
-    exists and holds the traceback; no traceback reaches the console.
+    A failed build's console ends with exactly that line, then, for a rebuild, `the complete
+    build in <out> is kept as it was`, then `full log: <path>` of a log that exists and holds
+    the traceback; no traceback reaches the console.
     """
     lines = stderr.strip().splitlines()
     assert "Traceback" not in stderr, stderr
-    assert [line for line in lines if line.startswith("BUILD FAILED:")] == [lines[-2]], stderr
+    kept = re.fullmatch(r"the complete build in .+ is kept as it was", lines[-2])
+    failed = lines[-3] if kept else lines[-2]
+    assert [line for line in lines if line.startswith("BUILD FAILED:")] == [failed], stderr
     assert lines[-1].startswith("full log: "), stderr
     log = pathlib.Path(lines[-1][len("full log: ") :])
     assert "Traceback (most recent call last)" in log.read_text(encoding="utf-8")
-    return lines[-2]
+    return failed
 
 
 def summary_rows(stdout: str) -> list[str]:

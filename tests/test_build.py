@@ -274,32 +274,41 @@ def test_existing_build_is_not_overwritten_without_flag(dirty_tree, tmp_path):
     assert shard_bytes(tmp_path / "out") == first
 
 
-def test_a_rebuild_refused_by_its_index_keeps_the_build_it_was_to_replace(tmp_path, capsys):
+@pytest.mark.parametrize("refused_by", ["index", "images"])
+def test_a_failed_rebuild_keeps_the_build_it_was_to_replace(tmp_path, capsys, refused_by):
     # --overwrite deleted the old build as the new one started: one refused for classes
-    # outside --labels_file, before writing a shard, left none.
+    # outside --labels_file, before writing a shard, left none; later, once its index had
+    # passed, so did one that failed on images found damaged while writing.
     tree = tmp_path / "in"
     for stem, name in (("a", "cat"), ("b", "dog"), ("c", "dog")):
         ilsvrc_image(tree, "train", stem, jpeg_bytes(), voc_xml([(name, 1, 1, 30, 30)]))
     out = tmp_path / "out"
     build(tree, out, "--splits", "train")
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
-    labels = write(tmp_path / "labels.txt", "cat\n")
     argv = ["--input_dir", str(tree), "--output_dir", str(out), "--splits", "train"]
-    assert cli.main([*argv, "--overwrite", "--labels_file", str(labels)]) == 1
-    assert failure_line(capsys.readouterr().err).endswith(
-        "most frequent first: {'dog': 2}; see "
-        f"{out}/.tmp/rejected.jsonl (the complete build in {out} is kept as it was)"
-    )
+    if refused_by == "index":
+        labels = write(tmp_path / "labels.txt", "cat\n")
+        flags, reasons = ["--labels_file", str(labels)], ["unknown_class"] * 2
+        failure = "most frequent first: {'dog': 2}"
+    else:
+        ilsvrc_image(tree, "train", "d", jpeg_bytes()[:200], voc_xml([("cat", 1, 1, 30, 30)]))
+        flags, reasons = ["--num_shards", "2"], ["truncated_image"]
+        failure = "reasons {'truncated_image': 1}"
+    assert cli.main([*argv, "--overwrite", *flags]) == 1
+    err = capsys.readouterr().err
+    assert failure_line(err).endswith(f"{failure}; see {out}/.tmp/rejected.jsonl")
+    assert err.splitlines()[-2] == f"the complete build in {out} is kept as it was"
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
     assert verify.verify(str(out)) == (1, [])
-    assert [line["reason"] for line in dead_letters(out / ".tmp")] == ["unknown_class"] * 2
-    # A rebuild that passes its index replaces it, leaving none of its files.
-    assert cli.main([*argv, "--overwrite", "--num_shards", "2"]) == 0
+    assert [line["reason"] for line in dead_letters(out / ".tmp")] == reasons
+    # A rebuild that passes replaces it, leaving none of its files.
+    assert cli.main([*argv, "--overwrite", "--num_shards", "2", "--max_bad_fraction", "0.5"]) == 0
     assert sorted(p.name for p in out.glob("*.tfrecord")) == [
         "train-00000-of-00002.tfrecord",
         "train-00001-of-00002.tfrecord",
     ]
-    assert not (out / ".tmp").exists() and verify.verify(str(out)) == (2, [])
+    assert not (out / ".tmp").exists() and not (out / ".staged").exists()
+    assert verify.verify(str(out)) == (2, [])
 
 
 @pytest.mark.parametrize(

@@ -314,8 +314,8 @@ def test_an_interruption_while_the_tree_is_read_is_one_line(small_tree, tmp_path
 
 
 def test_an_interrupted_rebuild_that_kept_the_old_build_says_so(small_tree, tmp_path, capsys):
-    # Stopped before its index was checked, --overwrite had not touched the old build: the
-    # line told to rerun with --resume, which a complete build refuses.
+    # Stopped before its commit, --overwrite had not touched the old build: the line told to
+    # rerun with --resume, which a complete build refuses without --overwrite.
     out = tmp_path / "out"
     argv = ["--input_dir", str(small_tree), "--output_dir", str(out), "--quiet"]
     assert cli.main([*argv, "--direct_running_mode", "in_memory"]) == 0
@@ -330,7 +330,7 @@ def test_an_interrupted_rebuild_that_kept_the_old_build_says_so(small_tree, tmp_
     lines = capsys.readouterr().err.splitlines()
     assert lines[-2] == (
         f"BUILD INTERRUPTED: nothing was committed, and the complete build in {out} is kept as "
-        "it was"
+        "it was; rerun with --overwrite --resume to keep the shards already written"
     )
     assert verify.verify(str(out))[1] == []
 

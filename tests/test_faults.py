@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import time
 import pytest
 from helpers import build, failure_line, write
 
-from beam_pipeline import cli, fileio, output, planning, sample_tree, writing
+from beam_pipeline import cli, fileio, output, planning, sample_tree, verify, writing
 from beam_pipeline.coders import LabelledEntryCoder
 from schemas import BUILD_INFO_FILE
 
@@ -233,6 +234,42 @@ def test_resume_rewrites_only_missing_or_damaged_shards(kill_tree, kill_referenc
     assert (out / finished[0]).stat().st_ino != inodes[finished[0]]  # damaged: rewritten
 
 
+def built_files(out):
+    """The build's own files: `files` but the work folders."""
+    return {name: data for name, data in files(out).items() if not name.startswith(".")}
+
+
+@pytest.mark.slow
+def test_a_rebuild_killed_while_writing_keeps_the_old_build_and_resumes(
+    kill_tree, kill_reference, tmp_path
+):
+    # --overwrite deleted the old build once the new build's index passed: a rebuild killed
+    # while writing its shards left no build at all. It is now kept until the commit, and
+    # --overwrite --resume keeps the shards the killed rebuild staged.
+    out, reference = tmp_path / "out", tmp_path / "reference"
+    shutil.copytree(kill_reference, out)
+    old = built_files(out)
+    flags = ["--input_dir", str(kill_tree), *KILL_ARGS, "--seed", "1"]
+    argv = [*flags, "--output_dir", str(out)]
+
+    def recorded():
+        return sorted(p.name[: -len(".json")] for p in (out / ".progress").glob("*.json"))
+
+    kill_build_when([*argv, "--overwrite"], lambda: len(recorded()) >= 3)
+    finished = recorded()
+    assert 3 <= len(finished) < 8
+    assert built_files(out) == old and verify.verify(str(out)) == (8, [])
+    assert sorted(p.name for p in (out / ".staged").glob("*.tfrecord")) == finished
+    inodes = {name: (out / ".staged" / name).stat().st_ino for name in finished}
+
+    assert cli.main([*argv, "--overwrite", "--resume"]) == 0
+
+    assert cli.main([*flags, "--output_dir", str(reference)]) == 0
+    assert files(out) == files(reference) != old  # the work folders are gone too
+    for name in finished:  # kept, moved into place, not rewritten
+        assert (out / name).stat().st_ino == inodes[name], name
+
+
 def test_resume_removes_the_shards_of_an_attempt_with_other_options(tree, tmp_path):
     # An interrupted build with 8 train shards, resumed with 2: its shards are not this build's.
     reference, out = tmp_path / "reference", tmp_path / "out"
@@ -349,9 +386,3 @@ output.prepare_output(sys.argv[1], overwrite=False, resume=False)  # locks it, a
 print("locked", flush=True)
 time.sleep(600)
 """
-
-
-def test_resume_and_overwrite_exclude_each_other(tree, tmp_path, capsys):
-    argv = ["--input_dir", str(tree), "--output_dir", str(tmp_path / "out")]
-    assert cli.main([*argv, "--resume", "--overwrite"]) == 2
-    assert "choose one" in capsys.readouterr().err

@@ -118,19 +118,47 @@ def test_a_ctrl_c_dropped_on_the_way_still_stops_the_commit(tmp_path):
     assert (tmp_path / "build_info.json").exists()
 
 
-def test_retiring_the_replaced_build_keeps_the_new_builds_work_folder(tmp_path):
-    # Done once the new build's index passes: the live counts of the indexing it just did are
-    # in `.tmp/live`, which the console reads; they were deleted with the old build.
+def test_a_staged_commit_replaces_the_old_build_with_the_staged_shards(tmp_path):
+    # A rebuild stages its shards and dead letter beside the complete build it replaces; the
+    # commit deletes the old build's files (its shard of another name too) and moves them in.
     old = ("build_info.json", "labels.txt", "rejected.jsonl", "train-00000-of-00001.tfrecord")
     for name in old:
         (tmp_path / name).write_text("old")
     (tmp_path / ".imagenet-tfrecords").write_text("mark")
-    live = tmp_path / ".tmp" / "live" / "indexed-1"
-    live.parent.mkdir(parents=True)
-    live.write_text("40")
-    output.retire_build(str(tmp_path))
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".imagenet-tfrecords", ".tmp"]
-    assert live.read_text() == "40"
+    staged = tmp_path / ".staged"
+    staged.mkdir()
+    for name, data in (
+        ("train-00000-of-00002.tfrecord", b"12345"),
+        ("train-00001-of-00002.tfrecord", b"123"),
+    ):
+        (staged / name).write_bytes(data)
+    (staged / "train-00005-of-00009.tfrecord").write_bytes(b"an earlier attempt's")
+    (tmp_path / ".tmp").mkdir()
+    (tmp_path / ".tmp" / "rejected.jsonl").write_text("new")
+    new = info(
+        ShardInfo("train-00000-of-00002.tfrecord", 1, 5, "x"),
+        ShardInfo("train-00001-of-00002.tfrecord", 1, 3, "y"),
+    )
+    listed = output.check_shard_files(str(tmp_path), new, staged=True)
+    with pytest.raises(BuildFailed, match=r"train-00000-of-00002\.tfrecord: expected 5 bytes"):
+        output.check_shard_files(str(tmp_path), new)  # none of the new ones is in place yet
+    output.commit(str(tmp_path), new, listed, staged=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".imagenet-tfrecords",
+        "build_info.json",
+        "dataset_info.json",
+        "features.json",
+        "image.class.label.labels.txt",
+        "image.object.class.label.labels.txt",
+        "label_map.pbtxt",
+        "labels.txt",
+        "rejected.jsonl",
+        "train-00000-of-00002.tfrecord",
+        "train-00001-of-00002.tfrecord",
+    ]
+    assert (tmp_path / "train-00000-of-00002.tfrecord").read_bytes() == b"12345"
+    assert (tmp_path / "rejected.jsonl").read_text() == "new"
+    assert (tmp_path / "labels.txt").read_text() == "cat\n"
 
 
 def test_a_thread_that_fails_just_before_the_stopping_signal_is_handled_is_logged(capfd, caplog):
