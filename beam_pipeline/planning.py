@@ -253,7 +253,9 @@ def _plan_shards(reports, labelled, config, vocabulary) -> None:
     for name, report in reports.items():
         if not buckets[name]:
             continue
-        plan = plan_split(buckets[name], sizes[name], config.num_shards_for(name))
+        plan = plan_split(
+            buckets[name], sizes[name], config.num_shards_for(name), config.target_shard_bytes
+        )
         report.examples, report.shards, report.image_bytes = (
             plan.num_examples,
             plan.num_shards,

@@ -137,7 +137,7 @@ def plan_split(
     bucket_counts: Mapping[int, int],
     num_bytes: int,
     num_shards: int | None,
-    target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
+    target_shard_bytes: int,
 ) -> SplitPlan:
     """Builds the plan of one split from its per-bucket counts.
 
@@ -146,6 +146,8 @@ def plan_split(
       num_bytes: total size of the split's image files, for the default shard count.
       num_shards: the requested shard count, or None for the default. Never more shards than
         examples, so no shard is empty.
+      target_shard_bytes: what the default aims at (--target_shard_mb); required, so that
+        `plan` and the build cannot plan with different ones.
     """
     offsets, total = [], 0
     for bucket in range(NUM_BUCKETS):

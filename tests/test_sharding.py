@@ -5,6 +5,8 @@ import pytest
 
 from beam_pipeline import sharding
 
+TARGET = sharding.DEFAULT_TARGET_SHARD_BYTES
+
 
 @pytest.mark.parametrize("n, s", [(1, 1), (10, 3), (7, 7), (100, 16), (1001, 10), (5, 1)])
 def test_shard_of_matches_contiguous_balanced_ranges(n, s):
@@ -34,7 +36,7 @@ def test_plan_offsets_rank_every_example_once():
     rng = random.Random(0)
     keys = [sharding.sort_key(7, "train", f"img{i}") for i in range(5000)]
     counts = collections.Counter(sharding.bucket_of(k) for k in keys)
-    plan = sharding.plan_split(counts, num_bytes=0, num_shards=8)
+    plan = sharding.plan_split(counts, num_bytes=0, num_shards=8, target_shard_bytes=TARGET)
     ranks = []
     by_bucket = collections.defaultdict(list)
     for k in keys:
@@ -50,14 +52,20 @@ def test_plan_offsets_rank_every_example_once():
 
 
 def test_default_shard_count_follows_size_and_never_exceeds_examples():
-    plan = sharding.plan_split({0: 3}, num_bytes=10 * 2**30, num_shards=None)
+    plan = sharding.plan_split(
+        {0: 3}, num_bytes=10 * 2**30, num_shards=None, target_shard_bytes=TARGET
+    )
     assert plan.num_shards == 3
-    plan = sharding.plan_split({0: 1000}, num_bytes=1000 * 110_000, num_shards=None)
+    plan = sharding.plan_split(
+        {0: 1000}, num_bytes=1000 * 110_000, num_shards=None, target_shard_bytes=TARGET
+    )
     assert plan.num_shards == 1
-    plan = sharding.plan_split({0: 100_000}, num_bytes=100_000 * 110_000, num_shards=None)
+    plan = sharding.plan_split(
+        {0: 100_000}, num_bytes=100_000 * 110_000, num_shards=None, target_shard_bytes=TARGET
+    )
     assert plan.num_shards == 82
     with pytest.raises(ValueError):
-        sharding.plan_split({}, 0, None)
+        sharding.plan_split({}, 0, None, TARGET)
 
 
 def test_a_bucket_on_shard_boundaries_is_ranked_by_every_shard_it_overlaps():
@@ -68,7 +76,7 @@ def test_a_bucket_on_shard_boundaries_is_ranked_by_every_shard_it_overlaps():
     members = [(key, f"k{i}", f"item{i}") for i, key in enumerate(keys)]
     rng = random.Random(1)
     rng.shuffle(members)
-    plan = sharding.plan_split(collections.Counter(map(sharding.bucket_of, keys)), 0, 3)
+    plan = sharding.plan_split(collections.Counter(map(sharding.bucket_of, keys)), 0, 3, TARGET)
     last = sharding.NUM_BUCKETS - 1
     assert list(plan.shards_of_bucket(0)) == [0, 1, 2]
     assert list(plan.shards_of_bucket(last)) == [2]
@@ -89,6 +97,6 @@ def test_a_bucket_on_shard_boundaries_is_ranked_by_every_shard_it_overlaps():
 
 def test_equal_sort_keys_are_ordered_by_key():
     key = bytes(16)
-    plan = sharding.plan_split({0: 3}, 0, 1)
+    plan = sharding.plan_split({0: 3}, 0, 1, TARGET)
     members = [(key, "b", "B"), (key, "c", "C"), (key, "a", "A")]
     assert sharding.rank_shard(members, plan, 0) == [(0, "A"), (1, "B"), (2, "C")]

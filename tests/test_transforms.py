@@ -28,6 +28,8 @@ from beam_pipeline.labels import Vocabulary
 from beam_pipeline.rejections import InputError, Rejection
 from beam_pipeline.writing import AssignShards, WriteShards, rank_members
 
+TARGET = sharding.DEFAULT_TARGET_SHARD_BYTES
+
 
 def entry(key, split="train", annotation_filename=None, folder_class=None, filename=None):
     return IndexEntry(split, key, filename or key + ".JPEG", annotation_filename, folder_class, 100)
@@ -363,7 +365,7 @@ def test_a_shard_missing_an_entry_of_its_bucket_fails_the_build():
         for i in range(4)
     ]
     counts = collections.Counter(sharding.bucket_of(key) for key, _ in members)
-    plan = sharding.plan_split(counts, 0, 1)
+    plan = sharding.plan_split(counts, 0, 1, TARGET)
 
     def batches(*parts):
         return [writing.encode_members(part) for part in parts]
@@ -387,7 +389,7 @@ def test_write_shards_streams_records_and_rejects_bad_images(tmp_path):
     with TestPipeline() as p:
         vocabulary = p | "V" >> beam.Create([Vocabulary(("cat",))])
         keys = [sharding.sort_key(0, "train", item.entry.key) for item in labelled]
-        plan = sharding.plan_split(collections.Counter(map(sharding.bucket_of, keys)), 0, 1)
+        plan = sharding.plan_split(collections.Counter(map(sharding.bucket_of, keys)), 0, 1, TARGET)
         plans = p | "P" >> beam.Create([("train", plan)])
         members = [
             (key, LabelledEntryCoder().encode(item))
