@@ -250,23 +250,33 @@ def read_build_info(read_text: Callable[[str], str | None], output_dir: str) -> 
             f"{LEGACY_INFO_FILE} is TFDS's metadata, not a build's (a build stopped while "
             "committing, or a directory TFDS wrote); rebuild it with --overwrite"
         )
-    return DatasetInfo.from_payload(payload)
+    return _info_of(payload, join(output_dir, LEGACY_INFO_FILE))
+
+
+_DAMAGED = "{} is damaged and the build cannot be read"
+_REBUILD = "rebuild it (--overwrite replaces it)"
 
 
 def _parse_build_info(text: str, path: str) -> DatasetInfo:
-    damaged = f"{path} is damaged and the build cannot be read"
-    fix = "rebuild it (--overwrite replaces it)"
     try:
         payload = json.loads(text)
     except ValueError as error:
-        raise DamagedBuildError(f"{damaged} (not JSON: {error}); {fix}") from None
+        raise DamagedBuildError(
+            f"{_DAMAGED.format(path)} (not JSON: {error}); {_REBUILD}"
+        ) from None
     if not isinstance(payload, dict) or "schema_version" not in payload:
-        raise DamagedBuildError(f"{damaged} (it has no schema_version); {fix}")
+        raise DamagedBuildError(f"{_DAMAGED.format(path)} (it has no schema_version); {_REBUILD}")
+    return _info_of(payload, path)
+
+
+def _info_of(payload: dict[str, Any], path: str) -> DatasetInfo:
+    """`DatasetInfo.from_payload`; DamagedBuildError, naming `path`, for a field of the schema
+    missing or of the wrong kind."""
     try:
         return DatasetInfo.from_payload(payload)
     except (KeyError, TypeError, AttributeError) as error:
         what = f"no {error}" if isinstance(error, KeyError) else str(error)
-        raise DamagedBuildError(f"{damaged} ({what}); {fix}") from None
+        raise DamagedBuildError(f"{_DAMAGED.format(path)} ({what}); {_REBUILD}") from None
 
 
 def _histogram_json(counts: dict[int, int]) -> dict[str, int]:

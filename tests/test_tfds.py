@@ -17,7 +17,14 @@ from helpers import build, ilsvrc_image, jpeg_bytes, read_split
 from beam_pipeline import output, upgrade, verify
 from beam_pipeline.annotations import voc_xml
 from loaders import IncompleteDatasetError, dataset_info, load_dataset
-from schemas import BUILD_INFO_FILE, FEATURES, LEGACY_INFO_FILE, SCHEMA_VERSION, DatasetInfo
+from schemas import (
+    BUILD_INFO_FILE,
+    FEATURES,
+    LEGACY_INFO_FILE,
+    SCHEMA_VERSION,
+    DamagedBuildError,
+    DatasetInfo,
+)
 from schemas import features as F
 from schemas.tfds_metadata import TFDS_FILES, TFDS_INFO_FILE, tfds_files, tfds_name
 
@@ -245,3 +252,21 @@ def test_a_commit_cut_short_leaves_nothing_tfds_reads_as_complete(built, tmp_pat
     monkeypatch.setattr(output, "write_atomic", real)
     output.commit(str(copy), info)
     assert tfds.builder_from_directory(str(copy)).info.splits["train"].num_examples == 9 + 1
+
+
+def test_a_schema_1_build_with_a_field_missing_is_named_damaged(built, tmp_path, capsys):
+    # Its `dataset_info.json` was parsed without the checks build_info.json gets: `stats` and
+    # `verify` ended in a KeyError traceback, and the loader raised a bare KeyError.
+    legacy = make_legacy(built, tmp_path / "legacy")
+    payload = json.loads((legacy / LEGACY_INFO_FILE).read_text())
+    del payload["splits"]["train"]["num_discovered"]
+    (legacy / LEGACY_INFO_FILE).write_text(json.dumps(payload))
+    damaged = (
+        f"{legacy}/{LEGACY_INFO_FILE} is damaged and the build cannot be read (no "
+        "'num_discovered'); rebuild it (--overwrite replaces it)"
+    )
+    with pytest.raises(DamagedBuildError) as raised:
+        dataset_info(str(legacy))
+    assert str(raised.value) == damaged
+    assert verify.main([str(legacy)]) == 1
+    assert capsys.readouterr().out == f"FAIL {damaged}\n"
