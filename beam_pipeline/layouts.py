@@ -618,8 +618,8 @@ def _choose_voc_splits(years: Sequence[tuple[str, str]], match: Callable, missin
             f"--input_dir and its splits with --splits{alone}"
         )
     return (
-        f"the splits every year lists are {common}: choose with --splits "
-        f"{','.join(_disjoint(common))} (each year lists: {each}){alone}"
+        f"the splits every year lists are {common}: choose with {_splits_flag(common)} (each "
+        f"year lists: {each}){alone}"
     )
 
 
@@ -637,9 +637,16 @@ def _split_lists(year_dir: str, match: Callable[[str], list[str]]) -> dict[str, 
 def _choose_splits(present: Sequence[str]) -> str:
     if not present:
         return "name the splits to build with --splits"
-    return (
-        f"the splits there are {list(present)}: choose with --splits {','.join(_disjoint(present))}"
-    )
+    return f"the splits there are {list(present)}: choose with {_splits_flag(present)}"
+
+
+def _splits_flag(present: Sequence[str]) -> str:
+    """`--splits a,b`, and `--labels_file` too when they hold no train split (without it the
+    vocabulary is unknown: the next error would say so)."""
+    flag = f"--splits {','.join(_disjoint(present))}"
+    if "train" not in present:
+        flag += " and a --labels_file naming the classes (there is no train split to find them in)"
+    return flag
 
 
 def _disjoint(present: Sequence[str]) -> list[str]:

@@ -83,6 +83,17 @@ def test_voc_plan_reads_split_lists_and_skips_comments():
     )
 
 
+def test_a_suggestion_of_splits_without_train_asks_for_a_labels_file_too():
+    # Following `choose with --splits trainval` gave the next error: without the train split
+    # the vocabulary is unknown.
+    with pytest.raises(layouts.LayoutError) as error:
+        plan(CORPUS / "datumaro/voc_dataset/voc_dataset2", layouts.VOC, ("train",))
+    assert str(error.value).endswith(
+        "the splits there are ['trainval']: choose with --splits trainval and a --labels_file "
+        "naming the classes (there is no train split to find them in)"
+    )
+
+
 def test_splits_in_the_tree_but_not_asked_for_are_named(tmp_path):
     for split in ("train", "val", "test"):
         ilsvrc_image(tmp_path, split, "n01/x" if split == "train" else "x", b"x", task="CLS-LOC")
