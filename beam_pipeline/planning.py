@@ -330,6 +330,22 @@ def _top(counts: dict[str, int], n: int, reverse: bool) -> str:
     return ", ".join(f"{name} {count}" for name, count in ordered[:n])
 
 
+def _image_parts(report: SplitPlanReport) -> str:
+    """How a split's images divide (they add up to its count): with XML, without (in a class
+    folder or not), and rejected as they were listed (named under `would reject`)."""
+    background = " (background)" if report.kind == ANNOTATED else ""
+    parts = [f"with XML {report.annotated:,}"]
+    if report.folder_class_only:
+        parts.append(f"without XML in a class folder {report.folder_class_only:,}")
+        parts.append(f"without XML or class folder {report.without_annotation:,}{background}")
+    else:
+        parts.append(f"without XML {report.without_annotation:,}{background}")
+    listed = report.annotated + report.without_annotation + report.folder_class_only
+    if report.images > listed:
+        parts.append(f"rejected as listed {report.images - listed:,} (below)")
+    return ", ".join(parts)
+
+
 def format_plan(plan: BuildPlan, rejections: int = 20) -> str:
     """The plan as the text `plan` prints."""
     lines = [
@@ -340,17 +356,7 @@ def format_plan(plan: BuildPlan, rejections: int = 20) -> str:
     for report in plan.splits.values():
         lines.append("")
         lines.append(f"{report.name} ({report.kind or 'no images'}):")
-        lines.append(
-            f"  images {report.images:,}: with XML {report.annotated:,}, without XML "
-            f"{report.without_annotation:,}"
-            + (" (background)" if report.kind == ANNOTATED else "")
-            + (
-                f" and in no class folder; {report.folder_class_only:,} more without XML in "
-                "class folders"
-                if report.folder_class_only
-                else ""
-            )
-        )
+        lines.append(f"  images {report.images:,}: {_image_parts(report)}")
         if report.orphans:
             lines.append(f"  orphans: {_counts(report.orphans)}")
         if report.label_sources:

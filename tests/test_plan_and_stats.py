@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import build, ilsvrc_image, jpeg_bytes, read_split, write
+from helpers import build, ilsvrc_image, jpeg_bytes, png_bytes, read_split, write
 
 from beam_pipeline import cli, commands, planning, sample_tree, stats
 from beam_pipeline.annotations import voc_xml
@@ -351,16 +351,23 @@ def test_plan_counts_class_folder_images_without_xml(tmp_path, capsys):
     for stem in ("n01/b", "n02/c", "n02/d"):
         ilsvrc_image(root, "train", stem, jpeg_bytes(), task="CLS-LOC")
     ilsvrc_image(root, "train", "stray", jpeg_bytes(), task="CLS-LOC")
+    # Two images of one key, rejected as listed: counted in `images`, in none of its parts.
+    write(root / "Data/CLS-LOC/train/n02/c.png", png_bytes())
     ilsvrc_image(root, "test", "t", jpeg_bytes(), task="CLS-LOC")  # not asked for
     assert planning.main(["--input_dir", str(root), "--splits", "train"]) == 1  # the stray
     lines = capsys.readouterr().out.splitlines()
-    line = "  images 5: with XML 1, without XML 1 and in no class folder; 3 more without XML in "
-    assert line + "class folders" in lines
+    # It read "with XML 1, without XML 1 and in no class folder; 3 more without XML in class
+    # folders", the "more" within the 5; and the parts did not add up to the images.
+    assert (
+        "  images 6: with XML 1, without XML in a class folder 2, without XML or class folder 1, "
+        "rejected as listed 2 (below)"
+    ) in lines
+    assert "  would reject 3: ambiguous_key 2, no_class 1" in lines
     assert lines[-2] == (
         "Not built: the tree's test split (--splits is train); to build it too, pass --splits "
         "train,test"
     )
-    assert lines[-1].startswith("The build would be refused: 1 of 5 images rejected ")
+    assert lines[-1].startswith("The build would be refused: 3 of 6 images rejected ")
     assert planning.main(["--input_dir", str(root), "--splits", "train", "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["unbuilt_splits"] == ["test"]
 
