@@ -418,7 +418,7 @@ def _counts(counts: dict[str, int]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     from beam_pipeline.layouts import LayoutError
     from beam_pipeline.options import BuildConfig, beam_argv, known_flags
-    from beam_pipeline.pipeline import prepare
+    from beam_pipeline.pipeline import check_dataflow, check_runner, prepare
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
@@ -438,8 +438,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         from apache_beam.options.pipeline_options import PipelineOptions
 
-        beam_argv(rest, command_flags=known_flags(parser))
+        beam_flags = beam_argv(rest, command_flags=known_flags(parser))
         config = BuildConfig.from_options(PipelineOptions(rest), need_output=False)
+        # What the build refuses before it reads the tree (a Dask scheduler where nothing
+        # answers, Dataflow without a way to install the package...), in its words.
+        beam_options = PipelineOptions(beam_flags)
+        check_dataflow(beam_options, config)
+        check_runner(beam_options, beam_flags)
         prepared = prepare(config)
         plan = plan_build(prepared)
     except (ValueError, LayoutError, OSError) as error:

@@ -185,6 +185,18 @@ def test_plan_refuses_what_the_build_refuses_before_it_starts(sample, capsys, tm
     code, _, err = run_plan(capsys, "--input_dir", tree, "--rejection", "5")
     assert code == 2
     assert err.startswith("error: unknown flag --rejection (did you mean --rejections?)")
+    # The runner's checks too: plan said "The build would go ahead" where nothing answered.
+    dask = ["--runner", "DaskRunner", "--dask_client_address", "tcp://127.0.0.1:1"]
+    for command in (["plan"], ["build"]):
+        argv = [*command, "--input_dir", str(tree), "--output_dir", str(tmp_path / "d"), *dask]
+        assert commands.main(argv) == 2
+        assert capsys.readouterr().err.startswith(
+            "error: cannot reach the Dask scheduler at tcp://127.0.0.1:1"
+        )
+    code, _, err = run_plan(capsys, "--input_dir", tree, "--runner", "DataflowRunner")
+    assert code == 2 and err.startswith(f"error: --runner DataflowRunner: --input_dir {tree} is")
+    code, _, err = run_plan(capsys, "--input_dir", tree, "--runner", "DirectRunnr")
+    assert code == 2 and err.startswith("error: unknown --runner DirectRunnr (did you mean Dir")
     code, _, err = run_plan(capsys, "--input_dir", tmp_path / "nowhere")
     assert code == 2 and "does not exist or holds no files" in err
     assert not (tmp_path / "nowhere").exists()
