@@ -130,6 +130,7 @@ def _build(argv: list[str], out: console.BuildConsole) -> int:
     except Exception as error:  # noqa: BLE001 - reading the tree failed (storage out of reach)
         return _failed(out, error, "Could not prepare the build")
     config = prepared.config
+    before = _commit_marker(config.output_dir)  # a complete build that --overwrite replaces
     out.say(
         f"Building {config.output_dir} from {config.input_dir} ({config.layout}); "
         f"full log: {out.log_path}"
@@ -143,17 +144,9 @@ def _build(argv: list[str], out: console.BuildConsole) -> int:
                 live.finish()
     except (KeyboardInterrupt, Exception) as error:  # noqa: BLE001 - each helper logs it
         # Ctrl-C reaches an in-process build inside a DoFn, which the runner re-raises wrapped.
-        kept = prepared.replaces_build and _holds_build(config.output_dir)
         if pipeline.was_interrupted(error):
-            what = (
-                f"nothing was committed, and the complete build in {config.output_dir} is kept "
-                "as it was; rerun with --overwrite --resume to keep the shards already written"
-                if kept
-                else "nothing was committed; rerun with --resume to keep the shards already written"
-            )
-            return _interrupted(out, error, what)
-        kept_note = f"the complete build in {config.output_dir} is kept as it was" if kept else None
-        return _failed(out, error, "Build failed", kept_note)
+            return _interrupted(out, error, _what_is_left(config.output_dir, before, True))
+        return _failed(out, error, "Build failed", _what_is_left(config.output_dir, before, False))
     console.print_summary(
         sys.stdout,
         info,
@@ -167,15 +160,50 @@ def _build(argv: list[str], out: console.BuildConsole) -> int:
     return 0
 
 
-def _holds_build(output_dir: str) -> bool:
-    """Whether the commit marker of a build is in `output_dir` (the one --overwrite replaces,
-    kept until the new build commits)."""
+def _what_is_left(output_dir: str, before: bytes | None, interrupted: bool) -> str | None:
+    """What a build that stopped left in `output_dir`, and what to do, from its commit marker
+    now and `before` the build (that of the complete build --overwrite replaces, or None);
+    None for a build that failed before its commit with no build to keep."""
+    from schemas import BUILD_INFO_FILE
+
+    now = _commit_marker(output_dir)
+    if now is not None and now == before:
+        if not interrupted:
+            return f"the complete build in {output_dir} is kept as it was"
+        return (
+            f"nothing was committed, and the complete build in {output_dir} is kept as it was; "
+            "rerun with --overwrite --resume to keep the shards already written"
+        )
+    if now is not None:
+        return (
+            f"the new build was committed ({BUILD_INFO_FILE} is in place), but not all of its "
+            f"commit: python -m beam_pipeline upgrade {output_dir} writes what is missing"
+        )
+    if before is not None:
+        return (
+            "the commit had begun: the build it replaces was deleted, and the new one is not "
+            "in place; rerun with --resume to finish it (it keeps every shard already written)"
+        )
+    if interrupted:
+        return "nothing was committed; rerun with --resume to keep the shards already written"
+    return None
+
+
+def _commit_marker(output_dir: str) -> bytes | None:
+    """The bytes of the commit marker of the build in `output_dir` (`build_info.json`, or a
+    schema 1.x build's `dataset_info.json`), or None."""
     from apache_beam.io.filesystems import FileSystems
 
-    from schemas import BUILD_INFO_FILE
+    from schemas import BUILD_INFO_FILE, LEGACY_INFO_FILE
     from schemas.paths import join
 
-    return FileSystems.exists(join(output_dir, BUILD_INFO_FILE))
+    for name in (BUILD_INFO_FILE, LEGACY_INFO_FILE):
+        try:
+            with FileSystems.open(join(output_dir, name)) as stream:
+                return stream.read()
+        except OSError:
+            continue
+    return None
 
 
 def _interrupted(out: console.BuildConsole, error: BaseException, what: str) -> int:

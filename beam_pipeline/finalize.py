@@ -274,8 +274,11 @@ class _FinalizeFn(beam.DoFn):
         output.write_dead_letter(spec.output_dir, rejections, _dead_letter(spec))
         info = assemble_info(spec, vocabulary, plans, index_counts, results, rejections)
         staged = spec.replaces_build
-        listed = output.check_shard_files(spec.output_dir, info, staged=staged)
-        output.commit(spec.output_dir, info, listed, staged=staged)
+        if staged and output.committed_already(spec.output_dir, info):
+            output.remove_work_dirs(spec.output_dir)  # a runner retried a commit that finished
+        else:
+            listed = output.check_shard_files(spec.output_dir, info, staged=staged)
+            output.commit(spec.output_dir, info, listed, staged=staged)
         yield info
 
 

@@ -125,8 +125,13 @@ def prepare_output(output_dir: str, *, overwrite: bool, resume: bool) -> bool:
     if complete:
         if not resume:
             remove_work_dirs(output_dir)  # a stopped rebuild's; a build's own go at its commit
+        elif FileSystems.exists(join(output_dir, _COMMITTING)):
+            # A build is complete, so no commit of a rebuild got past its start: it begins anew.
+            FileSystems.delete([join(output_dir, _COMMITTING)])
         return True
     _remove_build_files(output_dir, keep_shards=resume)
+    if resume:
+        finish_staged_moves(output_dir)
     return False
 
 
@@ -184,8 +189,15 @@ def refuse_complete_build(output_dir: str, *, overwrite: bool) -> bool:
     except ValueError:  # metadata this code cannot read (another schema): still a build
         pass
     if not overwrite:
+        staged = list_shard_files(output_dir, staged=True)
+        hint = (
+            f" (--overwrite --resume keeps the {len(staged)} shards a stopped rebuild staged in "
+            f"{STAGING_DIR}/)"
+            if staged
+            else ""
+        )
         raise OutputExistsError(
-            f"{output_dir} already holds {what}; pass --overwrite to replace it"
+            f"{output_dir} already holds {what}; pass --overwrite to replace it{hint}"
         )
     return True
 
@@ -426,15 +438,96 @@ def list_shard_files(output_dir: str, *, staged: bool = False) -> dict[str, int]
 def check_shard_files(
     output_dir: str, info: DatasetInfo, *, staged: bool = False
 ) -> dict[str, int]:
-    """Raises BuildFailed unless every shard of `info` is in place (in `.staged/` with `staged`)
-    with its recorded size; returns the listing (`list_shard_files`), for `commit`."""
+    """Raises BuildFailed unless every shard of `info` is in place with its recorded size;
+    returns the listing (`list_shard_files`), for `commit`.
+
+    With `staged`, in `.staged/`, or, once a commit that stopped had retired the old build
+    and begun moving the shards (a runner retrying the step), in the output itself.
+    """
     sizes = list_shard_files(output_dir, staged=staged)
+    if staged and _commit_stage(output_dir) == _MOVING:
+        sizes = {**list_shard_files(output_dir), **sizes}
     for split_info in info.splits.values():
         for shard in split_info.shards:
             if sizes.get(shard.file) != shard.num_bytes:
                 found = sizes.get(shard.file, "no file")
                 raise BuildFailed(f"{shard.file}: expected {shard.num_bytes} bytes, found {found}")
     return sizes
+
+
+# A staged commit's progress, in `.staged/`: what a retried commit (or --resume) must not redo.
+_COMMITTING = f"{STAGING_DIR}/.committing"
+_RETIRING, _MOVING = b"retiring the replaced build", b"moving the staged shards in"
+
+
+def _commit_stage(output_dir: str) -> bytes | None:
+    path = join(output_dir, _COMMITTING)
+    if not FileSystems.exists(path):
+        return None
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+        return stream.read()
+
+
+def committed_already(output_dir: str, info: DatasetInfo) -> bool:
+    """Whether `info` is the build committed in `output_dir` and none of its shards waits in
+    `.staged/`: a runner retrying a staged commit that had finished. (A rebuild whose
+    metadata is the old build's, byte for byte, still has its shards staged: it commits.)"""
+    try:
+        with FileSystems.open(
+            join(output_dir, BUILD_INFO_FILE), compression_type=CompressionTypes.UNCOMPRESSED
+        ) as stream:
+            if stream.read() != info.to_json().encode("utf-8"):
+                return False
+    except OSError:
+        return False
+    staged = list_shard_files(output_dir, staged=True)
+    return not any(shard.file in staged for split in info.splits.values() for shard in split.shards)
+
+
+def _move_staged_build(output_dir: str, info: DatasetInfo) -> None:
+    """Retires the build a rebuild replaces and moves the rebuild's staged shards and
+    `rejected.jsonl` in. Each stage is recorded first, so a retried commit neither deletes a
+    shard it moved nor retires twice; renames (on Cloud Storage, copies and deletes)."""
+    if _commit_stage(output_dir) != _MOVING:
+        remove_other_shards(output_dir, info, staged=True)
+        write_atomic(output_dir, _COMMITTING, _RETIRING)
+        _retire_build(output_dir)
+        write_atomic(output_dir, _COMMITTING, _MOVING)
+    staged = list_shard_files(output_dir, staged=True)
+    names = [
+        shard.file
+        for split in info.splits.values()
+        for shard in split.shards
+        if shard.file in staged
+    ]
+    if names:
+        FileSystems.rename(
+            [join(output_dir, STAGING_DIR, name) for name in names],
+            [join(output_dir, name) for name in names],
+        )
+    FileSystems.rename(
+        [join(output_dir, REBUILD_DEAD_LETTER)], [join(output_dir, DEAD_LETTER_FILE)]
+    )
+
+
+def finish_staged_moves(output_dir: str) -> None:
+    """For --resume without a complete build: moves the shards an interrupted rebuild staged
+    into the output, where the resumed build looks for them (their progress records decide
+    whether they are kept), so a rebuild stopped during its commit, after the old build was
+    retired, loses none."""
+    staged = list_shard_files(output_dir, staged=True)
+    if staged:
+        logger.info("Moving %d shards an interrupted rebuild staged into place", len(staged))
+        FileSystems.rename(
+            [join(output_dir, STAGING_DIR, name) for name in staged],
+            [join(output_dir, name) for name in staged],
+        )
+    directory = join(output_dir, STAGING_DIR)
+    if FileSystems.exists(directory):
+        (left,) = FileSystems.match([join(directory, "**")])
+        if left.metadata_list:
+            FileSystems.delete([m.path for m in left.metadata_list])
+        FileSystems.delete([directory])
 
 
 def remove_other_shards(
@@ -470,25 +563,18 @@ def commit(
 
     With `staged` (a rebuild that replaces a complete build), the old build is deleted first,
     its commit markers before anything else, and then the staged shards and the rebuild's
-    `rejected.jsonl` are moved into place: renames, so the directory holds no build only for
-    the seconds this takes, and a crash then leaves no commit marker (`--resume` keeps the
-    shards already moved).
+    `rejected.jsonl` are moved into place (`_move_staged_build`): renames, so locally the
+    directory holds no build only for the moment this takes; a crash then leaves no commit
+    marker, a retried commit goes on where it stopped, and `--resume` keeps every shard.
 
     Raises:
       KeyboardInterrupt: a Ctrl-C reached this process earlier and was swallowed on the way.
     """
     refuse_if_interrupted()
-    remove_other_shards(output_dir, info, listed, staged=staged)
     if staged:
-        _retire_build(output_dir)
-        names = [shard.file for split in info.splits.values() for shard in split.shards]
-        FileSystems.rename(
-            [join(output_dir, STAGING_DIR, name) for name in names],
-            [join(output_dir, name) for name in names],
-        )
-        FileSystems.rename(
-            [join(output_dir, REBUILD_DEAD_LETTER)], [join(output_dir, DEAD_LETTER_FILE)]
-        )
+        _move_staged_build(output_dir, info)
+    else:
+        remove_other_shards(output_dir, info, listed)
     labels = "".join(name + "\n" for name in info.classes)
     write_atomic(output_dir, LABELS_FILE, labels.encode("utf-8"))
     label_map = label_map_text(info.classes, info.display_names)

@@ -33,7 +33,8 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from PIL import Image
 
-from beam_pipeline.console import plural
+from beam_pipeline.console import human_bytes, plural
+from beam_pipeline.output import STAGING_DIR, list_shard_files
 from beam_pipeline.readback import read_build_info
 from beam_pipeline.rejections import read_dead_letter
 from beam_pipeline.tfrecord import CorruptRecordError, read_records
@@ -391,6 +392,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"note: a build of schema 1.x, whose metadata TFDS cannot read; "
             f"python -m beam_pipeline upgrade {args.data_dir} adds TFDS's files (shards untouched)"
+        )
+    if staged := list_shard_files(args.data_dir, staged=True):
+        print(
+            f"note: {join(args.data_dir, STAGING_DIR)} holds {plural(len(staged), 'shard')} "
+            f"({human_bytes(sum(staged.values()))}) of a rebuild that stopped; rerun its command "
+            "with --overwrite --resume to finish it, or delete the folder"
         )
     return 0
 

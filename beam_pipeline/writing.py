@@ -260,21 +260,25 @@ class _WriteShardFn(beam.DoFn):
             collections.Counter(),
         )
         rejections = []
-        paths = [
+        inputs = [
             (join(self._input_dir, labelled.entry.filename), labelled.entry.num_bytes)
             for _, labelled in members
         ]
         try:
             with incomplete_file(self._output_dir, path) as temp_path:
                 out = FileSystems.create(temp_path, compression_type=CompressionTypes.UNCOMPRESSED)
-                with out, contextlib.closing(read_ahead(paths, self._reader)) as reads:
-                    for (_, labelled), (path, _), data in zip(members, paths, reads, strict=True):
+                with out, contextlib.closing(read_ahead(inputs, self._reader)) as reads:
+                    for (_, labelled), (image_path, _), data in zip(
+                        members, inputs, reads, strict=True
+                    ):
                         tally.add()
                         try:
                             record, image = self._encode(labelled, data.result(), vocabulary)
                         except InputError as error:
                             rejections.append(
-                                Rejection.from_error(error, split=split, path=path, stage=IMAGE)
+                                Rejection.from_error(
+                                    error, split=split, path=image_path, stage=IMAGE
+                                )
                             )
                             continue
                         out.write(record)

@@ -6,7 +6,6 @@ import io
 import json
 import os
 import pathlib
-import re
 
 import numpy as np
 from PIL import Image
@@ -111,14 +110,15 @@ def dead_letters(output_dir) -> list[dict]:
 def failure_line(stderr: str) -> str:
     """The `BUILD FAILED:` line of a failed build's console, checking the lines around it.
 
-    A failed build's console ends with exactly that line, then, for a rebuild, `the complete
-    build in <out> is kept as it was`, then `full log: <path>` of a log that exists and holds
-    the traceback; no traceback reaches the console.
+    A failed build's console ends with exactly that line, then, when a build is in the
+    output, what is left of it (`the complete build in <out> is kept as it was`...), then
+    `full log: <path>` of a log that exists and holds the traceback; no traceback reaches the
+    console.
     """
     lines = stderr.strip().splitlines()
     assert "Traceback" not in stderr, stderr
-    kept = re.fullmatch(r"the complete build in .+ is kept as it was", lines[-2])
-    failed = lines[-3] if kept else lines[-2]
+    noted = len(lines) > 2 and lines[-3].startswith("BUILD FAILED:")
+    failed = lines[-3] if noted else lines[-2]
     assert [line for line in lines if line.startswith("BUILD FAILED:")] == [failed], stderr
     assert lines[-1].startswith("full log: "), stderr
     log = pathlib.Path(lines[-1][len("full log: ") :])

@@ -241,7 +241,7 @@ def built_files(out):
 
 @pytest.mark.slow
 def test_a_rebuild_killed_while_writing_keeps_the_old_build_and_resumes(
-    kill_tree, kill_reference, tmp_path
+    kill_tree, kill_reference, tmp_path, capsys
 ):
     # --overwrite deleted the old build once the new build's index passed: a rebuild killed
     # while writing its shards left no build at all. It is now kept until the commit, and
@@ -261,6 +261,17 @@ def test_a_rebuild_killed_while_writing_keeps_the_old_build_and_resumes(
     assert built_files(out) == old and verify.verify(str(out)) == (8, [])
     assert sorted(p.name for p in (out / ".staged").glob("*.tfrecord")) == finished
     inodes = {name: (out / ".staged" / name).stat().st_ino for name in finished}
+    assert verify.main([str(out), "--workers", "1"]) == 0
+    assert (
+        capsys.readouterr()
+        .out.splitlines()[-1]
+        .startswith(f"note: {out}/.staged holds {len(finished)} shards (")
+    )
+    assert cli.main([*argv, "--resume"]) == 2  # the complete build needs --overwrite
+    assert capsys.readouterr().err.endswith(
+        f"(--overwrite --resume keeps the {len(finished)} shards a stopped rebuild staged in "
+        ".staged/)\n"
+    )
 
     assert cli.main([*argv, "--overwrite", "--resume"]) == 0
 

@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline import failures, output
 from beam_pipeline.failures import BuildFailed
@@ -178,3 +179,76 @@ def test_a_thread_that_fails_just_before_the_stopping_signal_is_handled_is_logge
         thread.join()
     assert capfd.readouterr().err == ""
     assert [r.getMessage() for r in caplog.records] == ["After the interruption, run_worker failed"]
+
+
+def staged_rebuild(tmp_path):
+    """An old build and a rebuild's two staged shards and dead letter: (the rebuild's info,
+    its shards' bytes)."""
+    for name in ("build_info.json", "labels.txt", "train-00000-of-00001.tfrecord"):
+        (tmp_path / name).write_text("old")
+    new = {"train-00000-of-00002.tfrecord": b"12345", "train-00001-of-00002.tfrecord": b"123"}
+    (tmp_path / ".staged").mkdir()
+    for name, data in new.items():
+        (tmp_path / ".staged" / name).write_bytes(data)
+    (tmp_path / ".tmp").mkdir()
+    (tmp_path / ".tmp" / "rejected.jsonl").write_text("new")
+    shards = [ShardInfo(name, 1, len(data), "x") for name, data in new.items()]
+    return info(*shards), new
+
+
+def test_a_staged_commit_that_stopped_while_moving_is_finished_by_a_retry(tmp_path, monkeypatch):
+    # Dataflow retries a failed step, Dask reruns a lost worker's task: the retry found the
+    # shards already moved missing from .staged/, and failed with the old build deleted.
+    new_info, new = staged_rebuild(tmp_path)
+    real_rename = FileSystems.rename
+
+    def moves_one_then_fails(sources, destinations):
+        if "/.staged/" not in sources[0]:  # a file written through .tmp/
+            return real_rename(sources, destinations)
+        real_rename(sources[:1], destinations[:1])
+        raise OSError("injected: the worker was lost")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(FileSystems, "rename", moves_one_then_fails)
+        listed = output.check_shard_files(str(tmp_path), new_info, staged=True)
+        with pytest.raises(OSError, match="injected"):
+            output.commit(str(tmp_path), new_info, listed, staged=True)
+    assert not (tmp_path / "build_info.json").exists()
+    assert (tmp_path / "train-00000-of-00002.tfrecord").read_bytes() == b"12345"
+    assert not output.committed_already(str(tmp_path), new_info)
+    # The retry: the moved shard counts as in place, and the old build is not retired again.
+    listed = output.check_shard_files(str(tmp_path), new_info, staged=True)
+    output.commit(str(tmp_path), new_info, listed, staged=True)
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("*.tfrecord")} == new
+    assert (tmp_path / "rejected.jsonl").read_text() == "new"
+    assert not (tmp_path / ".staged").exists() and not (tmp_path / ".tmp").exists()
+    # A retry after the commit finished has nothing to do; a rebuild staged anew has.
+    assert output.committed_already(str(tmp_path), new_info)
+    (tmp_path / ".staged").mkdir()
+    (tmp_path / ".staged" / "train-00001-of-00002.tfrecord").write_bytes(b"123")
+    assert not output.committed_already(str(tmp_path), new_info)
+
+
+def test_resume_moves_the_shards_a_rebuild_staged_before_its_commit_stopped(tmp_path):
+    # The old build retired, the commit stopped: --resume rewrote every shard still staged.
+    _, new = staged_rebuild(tmp_path)
+    (tmp_path / "build_info.json").unlink()
+    (tmp_path / ".imagenet-tfrecords").write_text("mark")
+    assert output.prepare_output(str(tmp_path), overwrite=False, resume=True) is False
+    output.unlock_output(str(tmp_path))
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("*.tfrecord")} == {
+        "train-00000-of-00001.tfrecord": b"old",  # not the new plan's: gone at the commit
+        **new,
+    }
+    assert not (tmp_path / ".staged").exists()
+
+
+def test_resume_alone_beside_a_stopped_rebuild_names_overwrite_resume(tmp_path):
+    new_info, _ = staged_rebuild(tmp_path)
+    (tmp_path / "build_info.json").write_text(new_info.to_json())
+    with pytest.raises(output.OutputExistsError) as refused:
+        output.prepare_output(str(tmp_path), overwrite=False, resume=True)
+    assert str(refused.value) == (
+        f"{tmp_path} already holds a complete build; pass --overwrite to replace it "
+        "(--overwrite --resume keeps the 2 shards a stopped rebuild staged in .staged/)"
+    )
