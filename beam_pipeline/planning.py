@@ -17,6 +17,8 @@ import argparse
 import collections
 import dataclasses
 import json
+import os
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -51,6 +53,7 @@ from beam_pipeline.sharding import plan_split
 from beam_pipeline.tfrecord import encode_record
 from beam_pipeline.writing import split_size
 from schemas import UNLABELLED
+from schemas.paths import is_local
 
 ORPHAN_REASONS = ("annotation_without_image", "image_missing")
 # Records whose size is sampled per split to estimate the bytes besides the image.
@@ -219,8 +222,27 @@ def plan_build(prepared) -> BuildPlan:
         files_listed=listed,
         unbuilt=plan.unbuilt,
         shared=plan.shared_images(),
-        notes=tuple(tree_notes(plan, config.splits)),
+        notes=(*tree_notes(plan, config.splits), *_rebuild_notes(config, reports)),
     )
+
+
+def _rebuild_notes(config, reports: dict[str, SplitPlanReport]) -> list[str]:
+    """With --overwrite over a complete build: the room the staged shards need beside it."""
+    from beam_pipeline.output import STAGING_DIR, refuse_complete_build
+
+    if not (config.output_dir and config.overwrite):
+        return []
+    if not refuse_complete_build(config.output_dir, overwrite=True):
+        return []
+    needed = sum(r.estimated_bytes or 0 for r in reports.values())
+    note = (
+        f"Note: {config.output_dir} holds a complete build, kept until the rebuild commits: "
+        f"the new shards, about {human_bytes(needed)}, wait beside it in {STAGING_DIR}/"
+    )
+    if is_local(config.output_dir) and os.path.isdir(config.output_dir):
+        free = shutil.disk_usage(config.output_dir).free
+        note += f" ({human_bytes(free)} free{'' if free > needed else ': not enough'})"
+    return [note]
 
 
 def _add(counts: dict[str, int], key: str) -> None:

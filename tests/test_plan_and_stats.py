@@ -179,6 +179,17 @@ def test_plan_refuses_what_the_build_refuses_before_it_starts(sample, capsys, tm
         f"The build would be refused: {out} already holds a complete build; pass --overwrite "
         "to replace it"
     )
+    # With --overwrite: the room the rebuild's staged shards need beside the build it keeps.
+    code, text, _ = run_plan(capsys, "--input_dir", tree, "--output_dir", out, "--overwrite")
+    assert code == 0
+    note, go = text.splitlines()[-2:]
+    assert go == "The build would go ahead."
+    assert re.fullmatch(
+        f"Note: {re.escape(str(out))} holds a complete build, kept until the rebuild commits: "
+        r"the new shards, about [\d.]+ [KM]iB, wait beside it in \.staged/ "
+        r"\([\d.]+ [KMGT]iB free\)",
+        note,
+    ), note
     code, _, err = run_plan(capsys, "--input_dir", tree, "--num_shardz", "2")
     assert code == 2 and err.startswith("error: unknown flag --num_shardz (did you mean")
     # plan's own flags are suggested too.
