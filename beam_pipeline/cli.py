@@ -162,19 +162,22 @@ def _build(argv: list[str], out: console.BuildConsole) -> int:
 
 def _what_is_left(output_dir: str, before: bytes | None, interrupted: bool) -> str | None:
     """What a build that stopped left in `output_dir`, and what to do, from its commit marker
-    now and `before` the build (that of the complete build --overwrite replaces, or None);
-    None for a build that failed before its commit with no build to keep."""
+    now and `before` the build (that of the complete build --overwrite replaces, or None) and
+    how far a rebuild's commit got; None for a build that failed before its commit with no
+    build to keep."""
+    from beam_pipeline.output import commit_stage
     from schemas import BUILD_INFO_FILE
 
-    now = _commit_marker(output_dir)
-    if now is not None and now == before:
+    now, stage = _commit_marker(output_dir), commit_stage(output_dir)
+    kept = now is not None and now == before and stage != "moving"
+    if kept:
         if not interrupted:
             return f"the complete build in {output_dir} is kept as it was"
         return (
             f"nothing was committed, and the complete build in {output_dir} is kept as it was; "
             "rerun with --overwrite --resume to keep the shards already written"
         )
-    if now is not None:
+    if now is not None and stage != "retiring":
         return (
             f"the new build was committed ({BUILD_INFO_FILE} is in place), but not all of its "
             f"commit: python -m beam_pipeline upgrade {output_dir} writes what is missing"
@@ -191,7 +194,10 @@ def _what_is_left(output_dir: str, before: bytes | None, interrupted: bool) -> s
 
 def _commit_marker(output_dir: str) -> bytes | None:
     """The bytes of the commit marker of the build in `output_dir` (`build_info.json`, or a
-    schema 1.x build's `dataset_info.json`), or None."""
+    schema 1.x build's `dataset_info.json`: not TFDS's, left when a commit's first deletion
+    took `build_info.json` alone), or None."""
+    import json
+
     from apache_beam.io.filesystems import FileSystems
 
     from schemas import BUILD_INFO_FILE, LEGACY_INFO_FILE
@@ -200,9 +206,16 @@ def _commit_marker(output_dir: str) -> bytes | None:
     for name in (BUILD_INFO_FILE, LEGACY_INFO_FILE):
         try:
             with FileSystems.open(join(output_dir, name)) as stream:
-                return stream.read()
+                data = stream.read()
         except OSError:
             continue
+        if name == BUILD_INFO_FILE:
+            return data
+        try:
+            legacy = json.loads(data)
+        except ValueError:
+            return None
+        return data if isinstance(legacy, dict) and "schema_version" in legacy else None
     return None
 
 

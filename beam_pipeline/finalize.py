@@ -275,7 +275,9 @@ class _FinalizeFn(beam.DoFn):
         info = assemble_info(spec, vocabulary, plans, index_counts, results, rejections)
         staged = spec.replaces_build
         if staged and output.committed_already(spec.output_dir, info):
-            output.remove_work_dirs(spec.output_dir)  # a runner retried a commit that finished
+            # A runner retried a commit that had moved everything in: its metadata again (it
+            # may have stopped before TFDS's dataset_info.json), then the work folders.
+            output.commit(spec.output_dir, info)
         else:
             listed = output.check_shard_files(spec.output_dir, info, staged=staged)
             output.commit(spec.output_dir, info, listed, staged=staged)

@@ -126,7 +126,8 @@ def prepare_output(output_dir: str, *, overwrite: bool, resume: bool) -> bool:
         if not resume:
             remove_work_dirs(output_dir)  # a stopped rebuild's; a build's own go at its commit
         elif FileSystems.exists(join(output_dir, _COMMITTING)):
-            # A build is complete, so no commit of a rebuild got past its start: it begins anew.
+            # The complete build is the old one (its commit marker goes first), or the new one
+            # (its commit stopped after build_info.json): either way this commit begins anew.
             FileSystems.delete([join(output_dir, _COMMITTING)])
         return True
     _remove_build_files(output_dir, keep_shards=resume)
@@ -191,8 +192,8 @@ def refuse_complete_build(output_dir: str, *, overwrite: bool) -> bool:
     if not overwrite:
         staged = list_shard_files(output_dir, staged=True)
         hint = (
-            f" (--overwrite --resume keeps the {len(staged)} shards a stopped rebuild staged in "
-            f"{STAGING_DIR}/)"
+            f" (--overwrite --resume, with the flags of the rebuild that stopped, keeps the "
+            f"{len(staged)} shards it staged in {STAGING_DIR}/)"
             if staged
             else ""
         )
@@ -458,6 +459,14 @@ def check_shard_files(
 # A staged commit's progress, in `.staged/`: what a retried commit (or --resume) must not redo.
 _COMMITTING = f"{STAGING_DIR}/.committing"
 _RETIRING, _MOVING = b"retiring the replaced build", b"moving the staged shards in"
+
+
+def commit_stage(output_dir: str) -> str | None:
+    """How far a rebuild's commit that stopped got: "retiring" (the old build may be partly
+    deleted), "moving" (it is deleted; the staged shards are being moved in), or None (no
+    staged commit began, or it finished)."""
+    stage = _commit_stage(output_dir)
+    return {_RETIRING: "retiring", _MOVING: "moving"}.get(stage) if stage else None
 
 
 def _commit_stage(output_dir: str) -> bytes | None:

@@ -9,8 +9,10 @@ writes what a build of this version has beside its shards: `label_map.pbtxt` (bu
 metadata under its new name, keeping the schema version its records were written with), and,
 last, TFDS's `dataset_info.json` in place of the old file. A crash half-way leaves a build that
 reads as before; running `upgrade` again finishes it. On a build of this version it rewrites
-TFDS's files (what `verify` asks for when they are missing or disagree). Records and shards are
-never read or written: run `verify` for them.
+TFDS's files (what `verify` asks for when they are missing or disagree), and finishes the
+commit of a rebuild that stopped after its `build_info.json` (what the build's stop line
+says): TFDS's files, then the commit's work folders. Records and shards are never read or
+written: run `verify` for them.
 
 Exit code 0 when the metadata is written, 2 when OUT holds no committed build.
 """
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.output import write_atomic
+from beam_pipeline.output import busy_reason, commit_stage, remove_work_dirs, write_atomic
 from beam_pipeline.readback import read_build_info
 from schemas import BUILD_INFO_FILE, DatasetInfo
 from schemas.label_map import LABEL_MAP_FILE, label_map_text
@@ -55,7 +57,17 @@ def upgrade(output_dir: str) -> tuple[DatasetInfo, list[str]]:
     # Last: until here a schema 1.x build's own metadata is still in this file.
     write_atomic(output_dir, TFDS_INFO_FILE, tfds_info.encode("utf-8"))
     written.append(TFDS_INFO_FILE)
+    finish_stopped_commit(output_dir)
     return info, written
+
+
+def finish_stopped_commit(output_dir: str) -> None:
+    """Removes the work folders a rebuild's commit left when it stopped after writing
+    `build_info.json` (its stage record says it was moving the shards in), unless a build
+    holds the directory. Any other work folders (a stopped rebuild's staged shards, kept for
+    --overwrite --resume) are left alone."""
+    if commit_stage(output_dir) == "moving" and busy_reason(output_dir) is None:
+        remove_work_dirs(output_dir)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

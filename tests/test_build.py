@@ -22,7 +22,7 @@ from helpers import (
 )
 from PIL import Image
 
-from beam_pipeline import cli, commands, output, sample_tree, verify
+from beam_pipeline import cli, commands, finalize, output, sample_tree, verify
 from beam_pipeline.annotations import voc_xml
 from beam_pipeline.layouts import LayoutError
 from beam_pipeline.output import OutputExistsError
@@ -312,58 +312,93 @@ def test_a_failed_rebuild_keeps_the_build_it_was_to_replace(tmp_path, capsys, re
     assert verify.verify(str(out)) == (2, [])
 
 
-@pytest.mark.parametrize("stop", ["moving_shards", "writing_tfds_marker"])
+COMMIT_BEGUN = (
+    "the commit had begun: the build it replaces was deleted, and the new one is not in place; "
+    "rerun with --resume to finish it (it keeps every shard already written)"
+)
+
+
+@pytest.mark.parametrize(
+    "stop", ["deleting_old_markers", "moving_shards", "writing_tfds_marker", "retried"]
+)
 def test_a_rebuild_stopped_in_its_commit_says_what_is_left(tmp_path, capsys, monkeypatch, stop):
     # A failure in the commit said "the complete build is kept as it was" when the commit
-    # had already deleted it, or written the new build_info.json.
+    # had already deleted it, or written the new build_info.json (the same bytes as the old
+    # one's, in a rebuild with the same flags, the usual repair of a damaged shard). A retried
+    # commit that had stopped before TFDS's dataset_info.json did not write it, exit 0.
     tree = tmp_path / "in"
     for stem, name in (("a", "cat"), ("b", "dog"), ("c", "dog")):
         ilsvrc_image(tree, "train", stem, jpeg_bytes(), voc_xml([(name, 1, 1, 30, 30)]))
     out, reference = tmp_path / "out", tmp_path / "reference"
-    build(tree, out, "--splits", "train")
     flags = ["--input_dir", str(tree), "--splits", "train", "--num_shards", "2"]
     argv = [*flags, "--output_dir", str(out), "--direct_running_mode", "in_memory"]
-    real_rename, real_write = FileSystems.rename, output.write_atomic
+    assert cli.main([*flags, "--output_dir", str(reference)]) == 0
+    shutil.copytree(reference, out)
+    real_rename, real_delete, real_write = (
+        FileSystems.rename,
+        FileSystems.delete,
+        output.write_atomic,
+    )
+    failed = []
 
     def rename(sources, destinations):
         if "/.staged/" in sources[0]:
             raise OSError("injected: the disk went away")
         return real_rename(sources, destinations)
 
+    def delete(paths):
+        if paths and paths[0].endswith("/build_info.json"):
+            real_delete(paths[:1])  # the old build's marker, then not TFDS's
+            raise OSError("injected: the disk went away")
+        return real_delete(paths)
+
     def write_atomic(output_dir, name, data):
-        if name == "dataset_info.json":
+        if name == "dataset_info.json" and not failed:
+            failed.append(name)
             raise OSError("injected: the disk went away")
         return real_write(output_dir, name, data)
 
+    real_process = finalize._FinalizeFn.process
+
+    def retried(self, *args, **kwargs):
+        try:
+            return list(real_process(self, *args, **kwargs))
+        except OSError:
+            return list(real_process(self, *args, **kwargs))  # as Dataflow retries a step
+
     with monkeypatch.context() as patch:
-        if stop == "moving_shards":
+        if stop == "deleting_old_markers":
+            patch.setattr(FileSystems, "delete", delete)
+        elif stop == "moving_shards":
             patch.setattr(FileSystems, "rename", rename)
         else:
             patch.setattr(output, "write_atomic", write_atomic)
-        assert cli.main([*argv, "--overwrite"]) == 1
+        if stop == "retried":
+            patch.setattr(finalize._FinalizeFn, "process", retried)
+            assert cli.main([*argv, "--overwrite"]) == 0
+        else:
+            assert cli.main([*argv, "--overwrite"]) == 1
     err = capsys.readouterr().err
-    assert failure_line(err).startswith("BUILD FAILED: OSError: injected: the disk went away")
-    assert cli.main([*flags, "--output_dir", str(reference)]) == 0
-    if stop == "moving_shards":
-        assert err.splitlines()[-2] == (
-            "the commit had begun: the build it replaces was deleted, and the new one is not in "
-            "place; rerun with --resume to finish it (it keeps every shard already written)"
-        )
+    if stop != "retried":
+        assert failure_line(err).startswith("BUILD FAILED: OSError: injected: the disk went away")
+    if stop in ("deleting_old_markers", "moving_shards"):
+        assert err.splitlines()[-2] == COMMIT_BEGUN
         staged = {p.name: p.stat().st_ino for p in (out / ".staged").glob("*.tfrecord")}
         assert len(staged) == 2 and not (out / "build_info.json").exists()
         assert cli.main([*argv, "--resume"]) == 0
         assert {p.name: p.stat().st_ino for p in out.glob("*.tfrecord")} == staged  # moved
-    else:
+    elif stop == "writing_tfds_marker":
         assert err.splitlines()[-2] == (
             "the new build was committed (build_info.json is in place), but not all of its "
             f"commit: python -m beam_pipeline upgrade {out} writes what is missing"
         )
         assert commands.main(["upgrade", str(out)]) == 0
     assert verify.verify(str(out)) == (2, [])
-    assert shard_bytes(out) == shard_bytes(reference)
-    assert (out / "dataset_info.json").read_bytes() == (
-        reference / "dataset_info.json"
-    ).read_bytes()
+    assert {p.relative_to(out) for p in out.rglob("*")} == {
+        p.relative_to(reference) for p in reference.rglob("*")
+    }
+    for name in (*shard_bytes(reference), "build_info.json", "dataset_info.json"):
+        assert (out / name).read_bytes() == (reference / name).read_bytes(), name
 
 
 @pytest.mark.parametrize(

@@ -269,8 +269,8 @@ def test_a_rebuild_killed_while_writing_keeps_the_old_build_and_resumes(
     )
     assert cli.main([*argv, "--resume"]) == 2  # the complete build needs --overwrite
     assert capsys.readouterr().err.endswith(
-        f"(--overwrite --resume keeps the {len(finished)} shards a stopped rebuild staged in "
-        ".staged/)\n"
+        "(--overwrite --resume, with the flags of the rebuild that stopped, keeps the "
+        f"{len(finished)} shards it staged in .staged/)\n"
     )
 
     assert cli.main([*argv, "--overwrite", "--resume"]) == 0

@@ -250,5 +250,6 @@ def test_resume_alone_beside_a_stopped_rebuild_names_overwrite_resume(tmp_path):
         output.prepare_output(str(tmp_path), overwrite=False, resume=True)
     assert str(refused.value) == (
         f"{tmp_path} already holds a complete build; pass --overwrite to replace it "
-        "(--overwrite --resume keeps the 2 shards a stopped rebuild staged in .staged/)"
+        "(--overwrite --resume, with the flags of the rebuild that stopped, keeps the 2 shards it "
+        "staged in .staged/)"
     )
