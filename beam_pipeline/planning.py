@@ -53,7 +53,7 @@ from beam_pipeline.sharding import plan_split
 from beam_pipeline.tfrecord import encode_record
 from beam_pipeline.writing import split_size
 from schemas import UNLABELLED
-from schemas.paths import is_local
+from schemas.paths import is_local, join
 
 ORPHAN_REASONS = ("annotation_without_image", "image_missing")
 # Records whose size is sampled per split to estimate the bytes besides the image.
@@ -227,13 +227,24 @@ def plan_build(prepared) -> BuildPlan:
 
 
 def _rebuild_notes(config, reports: dict[str, SplitPlanReport]) -> list[str]:
-    """With --overwrite over a complete build: the room the staged shards need beside it."""
-    from beam_pipeline.output import STAGING_DIR, refuse_complete_build
+    """What a rebuild costs or loses: with --overwrite over a complete build, the room its
+    staged shards need beside it; without --resume, the shards a stopped rebuild staged."""
+    from beam_pipeline.output import STAGING_DIR, list_shard_files, refuse_complete_build
 
-    if not (config.output_dir and config.overwrite):
+    if not config.output_dir:
         return []
-    if not refuse_complete_build(config.output_dir, overwrite=True):
-        return []
+    notes = []
+    complete = refuse_complete_build(config.output_dir, overwrite=True)
+    staged = list_shard_files(config.output_dir, staged=True)
+    if staged and not config.resume:
+        them = "it" if len(staged) == 1 else "them"
+        notes.append(
+            f"Note: {join(config.output_dir, STAGING_DIR)} holds {plural(len(staged), 'shard')} "
+            f"a rebuild that stopped wrote; this build deletes {them}, --resume"
+            f"{' with --overwrite' if complete else ''} keeps what it would write again"
+        )
+    if not (config.overwrite and complete):
+        return notes
     needed = sum(r.estimated_bytes or 0 for r in reports.values())
     note = (
         f"Note: {config.output_dir} holds a complete build, kept until the rebuild commits: "
@@ -242,7 +253,7 @@ def _rebuild_notes(config, reports: dict[str, SplitPlanReport]) -> list[str]:
     if is_local(config.output_dir) and os.path.isdir(config.output_dir):
         free = shutil.disk_usage(config.output_dir).free
         note += f" ({human_bytes(free)} free{'' if free > needed else ': not enough'})"
-    return [note]
+    return [*notes, note]
 
 
 def _add(counts: dict[str, int], key: str) -> None:

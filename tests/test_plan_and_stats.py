@@ -4,6 +4,7 @@ command line that holds them."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -190,6 +191,20 @@ def test_plan_refuses_what_the_build_refuses_before_it_starts(sample, capsys, tm
         r"\([\d.]+ [KMGT]iB free\)",
         note,
     ), note
+    # Beside a rebuild that stopped: what this one would do with the shards it staged.
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    write(copy / ".staged/train-00000-of-00003.tfrecord", "a stopped rebuild's shard")
+    code, text, _ = run_plan(capsys, "--input_dir", tree, "--output_dir", copy, "--overwrite")
+    assert code == 0
+    assert text.splitlines()[-3] == (
+        f"Note: {copy}/.staged holds 1 shard a rebuild that stopped wrote; this build deletes "
+        "it, --resume with --overwrite keeps what it would write again"
+    )
+    code, text, _ = run_plan(
+        capsys, "--input_dir", tree, "--output_dir", copy, "--overwrite", "--resume"
+    )
+    assert code == 0 and "a rebuild that stopped wrote" not in text
     code, _, err = run_plan(capsys, "--input_dir", tree, "--num_shardz", "2")
     assert code == 2 and err.startswith("error: unknown flag --num_shardz (did you mean")
     # plan's own flags are suggested too.
