@@ -51,6 +51,19 @@ def test_write_atomic_creates_subdirectories_and_replaces_whole(tmp_path):
     assert (tmp_path / ".progress" / "x.json").read_bytes() == b"two"
 
 
+# What a commit writes besides the shards, sorted.
+COMMITTED = [
+    "build_info.json",
+    "dataset_info.json",
+    "features.json",
+    "image.class.label.labels.txt",
+    "image.object.class.label.labels.txt",
+    "label_map.pbtxt",
+    "labels.txt",
+    "rejected.jsonl",
+]
+
+
 def info(*shards: ShardInfo) -> DatasetInfo:
     split = SplitInfo(sum(s.num_examples for s in shards), 1, 0, (1, 0), shards)
     return DatasetInfo("1.0.0", ("cat",), {"train": split}, {}, {}, {}, {})
@@ -82,16 +95,7 @@ def test_commit_writes_labels_then_the_marker_and_clears_the_work_dirs(tmp_path)
     output.write_atomic(str(tmp_path), ".progress/s.json", b"{}")
     committed = info(ShardInfo("train-00000-of-00001.tfrecord", 1, 5, "x"))
     output.commit(str(tmp_path), committed)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "build_info.json",
-        "dataset_info.json",
-        "features.json",
-        "image.class.label.labels.txt",
-        "image.object.class.label.labels.txt",
-        "label_map.pbtxt",
-        "labels.txt",
-        "rejected.jsonl",
-    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == COMMITTED
     assert (tmp_path / "labels.txt").read_text() == "cat\n"
     assert DatasetInfo.from_json((tmp_path / "build_info.json").read_text()) == committed
     assert (tmp_path / "rejected.jsonl").read_text() == (
@@ -144,19 +148,9 @@ def test_a_staged_commit_replaces_the_old_build_with_the_staged_shards(tmp_path)
     with pytest.raises(BuildFailed, match=r"train-00000-of-00002\.tfrecord: expected 5 bytes"):
         output.check_shard_files(str(tmp_path), new)  # none of the new ones is in place yet
     output.commit(str(tmp_path), new, listed, staged=True)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        ".imagenet-tfrecords",
-        "build_info.json",
-        "dataset_info.json",
-        "features.json",
-        "image.class.label.labels.txt",
-        "image.object.class.label.labels.txt",
-        "label_map.pbtxt",
-        "labels.txt",
-        "rejected.jsonl",
-        "train-00000-of-00002.tfrecord",
-        "train-00001-of-00002.tfrecord",
-    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [".imagenet-tfrecords", *COMMITTED, *(shard.file for shard in new.splits["train"].shards)]
+    )
     assert (tmp_path / "train-00000-of-00002.tfrecord").read_bytes() == b"12345"
     assert (tmp_path / "rejected.jsonl").read_text() == "new"
     assert (tmp_path / "labels.txt").read_text() == "cat\n"
