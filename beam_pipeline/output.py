@@ -23,8 +23,8 @@ Every file reaches its final name by a rename from `.tmp/` (`incomplete_file`, a
 and the leftovers of failed attempts are in one place that the commit clears. A rebuild that
 replaces a complete build (--overwrite) writes its shards into `.staged/`, so the old build
 stays whole and readable until the commit: only then are its files deleted (its commit marker
-first) and the new shards moved in. Paths may be
-local or `gs://`; all access goes through Beam's FileSystems.
+first) and the new shards moved in. Paths may be local or `gs://`; all access goes through
+Beam's FileSystems.
 """
 
 from __future__ import annotations
