@@ -259,25 +259,28 @@ def test_a_rebuild_killed_while_writing_keeps_the_old_build_and_resumes(
     finished = recorded()
     assert 3 <= len(finished) < 8
     assert built_files(out) == old and verify.verify(str(out)) == (8, [])
-    assert sorted(p.name for p in (out / ".staged").glob("*.tfrecord")) == finished
+    # A shard is renamed into .staged/ before its record is written: one a worker had just
+    # finished may have none.
+    staged = sorted(p.name for p in (out / ".staged").glob("*.tfrecord"))
+    assert set(finished) <= set(staged) and len(staged) - len(finished) <= 2
     inodes = {name: (out / ".staged" / name).stat().st_ino for name in finished}
     assert verify.main([str(out), "--workers", "1"]) == 0
     assert (
         capsys.readouterr()
         .out.splitlines()[-1]
-        .startswith(f"note: {out}/.staged holds {len(finished)} shards (")
+        .startswith(f"note: {out}/.staged holds {len(staged)} shards (")
     )
     assert cli.main([*argv, "--resume"]) == 2  # the complete build needs --overwrite
     assert capsys.readouterr().err.endswith(
         "(--overwrite --resume, with the flags of the rebuild that stopped, keeps the "
-        f"{len(finished)} shards it staged in .staged/)\n"
+        f"{len(staged)} shards it staged in .staged/)\n"
     )
 
     assert cli.main([*argv, "--overwrite", "--resume"]) == 0
 
     assert cli.main([*flags, "--output_dir", str(reference)]) == 0
     assert files(out) == files(reference) != old  # the work folders are gone too
-    for name in finished:  # kept, moved into place, not rewritten
+    for name in finished:  # recorded: kept, moved into place, not rewritten
         assert (out / name).stat().st_ino == inodes[name], name
 
 
