@@ -196,11 +196,10 @@ def _commit_marker(output_dir: str) -> bytes | None:
     """The bytes of the commit marker of the build in `output_dir` (`build_info.json`, or a
     schema 1.x build's `dataset_info.json`: not TFDS's, left when a commit's first deletion
     took `build_info.json` alone), or None."""
-    import json
-
     from apache_beam.io.filesystems import FileSystems
 
     from schemas import BUILD_INFO_FILE, LEGACY_INFO_FILE
+    from schemas.metadata import build_payload
     from schemas.paths import join
 
     for name in (BUILD_INFO_FILE, LEGACY_INFO_FILE):
@@ -209,13 +208,7 @@ def _commit_marker(output_dir: str) -> bytes | None:
                 data = stream.read()
         except OSError:
             continue
-        if name == BUILD_INFO_FILE:
-            return data
-        try:
-            legacy = json.loads(data)
-        except ValueError:
-            return None
-        return data if isinstance(legacy, dict) and "schema_version" in legacy else None
+        return data if name == BUILD_INFO_FILE or build_payload(data) is not None else None
     return None
 
 

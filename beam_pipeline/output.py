@@ -375,13 +375,17 @@ def remove_work_dirs(output_dir: str) -> None:
     """Deletes the temp files of failed attempts, the progress records, a rebuild's staged
     shards and their directories."""
     for name in (TEMP_DIR, PROGRESS_DIR, STAGING_DIR):
-        directory = join(output_dir, name)
-        (match,) = FileSystems.match([join(directory, "**")])
-        leftovers = [m.path for m in match.metadata_list]
-        if leftovers:
-            FileSystems.delete(leftovers)
-        if FileSystems.exists(directory):
-            FileSystems.delete([directory])
+        _remove_dir(join(output_dir, name))
+
+
+def _remove_dir(directory: str) -> None:
+    """Deletes `directory` and what is in it, if it is there."""
+    (match,) = FileSystems.match([join(directory, "**")])
+    leftovers = [m.path for m in match.metadata_list]
+    if leftovers:
+        FileSystems.delete(leftovers)
+    if FileSystems.exists(directory):
+        FileSystems.delete([directory])
 
 
 @contextlib.contextmanager
@@ -428,11 +432,14 @@ def write_dead_letter(output_dir: str, rejections: Iterable[Rejection], name=DEA
 REBUILD_DEAD_LETTER = f"{TEMP_DIR}/{DEAD_LETTER_FILE}"
 
 
+def _shard_dir(output_dir: str, staged: bool) -> str:
+    return join(output_dir, STAGING_DIR) if staged else output_dir
+
+
 def list_shard_files(output_dir: str, *, staged: bool = False) -> dict[str, int]:
     """{file name: size} of the shard files in `output_dir` (in its `.staged/` with `staged`):
     one listing, whatever their number."""
-    directory = join(output_dir, STAGING_DIR) if staged else output_dir
-    (match,) = FileSystems.match([join(directory, "*" + SHARD_SUFFIX)])
+    (match,) = FileSystems.match([join(_shard_dir(output_dir, staged), "*" + SHARD_SUFFIX)])
     return {posixpath.basename(m.path): m.size_in_bytes for m in match.metadata_list}
 
 
@@ -509,11 +516,7 @@ def _move_staged_build(output_dir: str, info: DatasetInfo) -> None:
         for shard in split.shards
         if shard.file in staged
     ]
-    if names:
-        FileSystems.rename(
-            [join(output_dir, STAGING_DIR, name) for name in names],
-            [join(output_dir, name) for name in names],
-        )
+    _move_in(output_dir, names)
     FileSystems.rename(
         [join(output_dir, REBUILD_DEAD_LETTER)], [join(output_dir, DEAD_LETTER_FILE)]
     )
@@ -527,16 +530,17 @@ def finish_staged_moves(output_dir: str) -> None:
     staged = list_shard_files(output_dir, staged=True)
     if staged:
         logger.info("Moving %d shards an interrupted rebuild staged into place", len(staged))
+        _move_in(output_dir, list(staged))
+    _remove_dir(join(output_dir, STAGING_DIR))
+
+
+def _move_in(output_dir: str, names: list[str]) -> None:
+    """Renames the staged shards `names` into the output."""
+    if names:
         FileSystems.rename(
-            [join(output_dir, STAGING_DIR, name) for name in staged],
-            [join(output_dir, name) for name in staged],
+            [join(output_dir, STAGING_DIR, name) for name in names],
+            [join(output_dir, name) for name in names],
         )
-    directory = join(output_dir, STAGING_DIR)
-    if FileSystems.exists(directory):
-        (left,) = FileSystems.match([join(directory, "**")])
-        if left.metadata_list:
-            FileSystems.delete([m.path for m in left.metadata_list])
-        FileSystems.delete([directory])
 
 
 def remove_other_shards(
@@ -553,8 +557,7 @@ def remove_other_shards(
         logger.info(
             "Removing %d shard files that are not this build's: %s", len(others), ", ".join(others)
         )
-        directory = join(output_dir, STAGING_DIR) if staged else output_dir
-        FileSystems.delete([join(directory, name) for name in others])
+        FileSystems.delete([join(_shard_dir(output_dir, staged), name) for name in others])
 
 
 def commit(

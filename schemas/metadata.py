@@ -240,17 +240,24 @@ def read_build_info(read_text: Callable[[str], str | None], output_dir: str) -> 
             "(--resume keeps its shards), or let the running build finish; shards without it "
             "are never read"
         )
-    try:
-        payload = json.loads(legacy)
-    except ValueError:
-        payload = None
-    if not isinstance(payload, dict) or "schema_version" not in payload:
+    payload = build_payload(legacy)
+    if payload is None:
         raise NoBuildError(
             f"{output_dir} holds no committed build: {BUILD_INFO_FILE} is missing and "
             f"{LEGACY_INFO_FILE} is TFDS's metadata, not a build's (a build stopped while "
             "committing, or a directory TFDS wrote); rebuild it with --overwrite"
         )
     return _info_of(payload, join(output_dir, LEGACY_INFO_FILE))
+
+
+def build_payload(text: str | bytes) -> dict[str, Any] | None:
+    """The parsed metadata of a build (JSON with a `schema_version`), or None for other text
+    (TFDS's `dataset_info.json`, not JSON)."""
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        return None
+    return payload if isinstance(payload, dict) and "schema_version" in payload else None
 
 
 _DAMAGED = "{} is damaged and the build cannot be read"
