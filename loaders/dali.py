@@ -141,6 +141,7 @@ def load_dali_dataset(
     check_shards(info, split)
     num_examples = info.split(split).num_examples
     refuse_empty_epoch(split, num_examples, batch_size, training)
+    unchanged = _epoch_check(info, split)  # the shards' stamps, taken before their indexes
     pipeline = dali_pipeline(
         files=info.shard_paths(split),
         indexes=shard_indexes(info, split, index_dir),
@@ -155,7 +156,6 @@ def load_dali_dataset(
         dtype=dtype,
         config=config,
     )
-    unchanged = _metadata_check(info)
     if keras.backend.backend() != "tensorflow":
         return DaliDataset(pipeline, num_examples, batch_size, training, unchanged=unchanged)
     import tensorflow as tf
@@ -182,28 +182,43 @@ def load_dali_dataset(
     return dataset.apply(tf.data.experimental.assert_cardinality(len(batches))).prefetch(1)
 
 
-def _metadata_check(info: BuildInfo) -> Callable[[], None] | None:
+def _epoch_check(info: BuildInfo, split: str) -> Callable[[], None]:
     """What each epoch runs first: CorruptDatasetError when the build's metadata file is gone
-    or changed since `load_dali_dataset` read it. A rebuild writes shards of the same names,
-    which DALI would read through the old indexes."""
-    if not info.metadata_file:
-        return None
-    path = os.path.join(info.data_dir, info.metadata_file)
+    or changed since `load_dali_dataset` read it (a rebuild writes shards of the same names,
+    which DALI would read through the old indexes), or when a shard file changed since its
+    records were checked (DALI's reader checks no CRC)."""
     fix = "call load_dali_dataset again once the build is complete"
+    path = os.path.join(info.data_dir, info.metadata_file) if info.metadata_file else None
+    stamps = {shard: _file_stamp(shard) for shard in info.shard_paths(split)}
 
     def check() -> None:
-        try:
-            with open(path, "rb") as file:
-                text = file.read().decode("utf-8", errors="replace")
-        except FileNotFoundError:
-            raise CorruptDatasetError(
-                f"{path} is gone since load_dali_dataset read it (a rebuild under way?): {fix}"
-            ) from None
-        if text != info.metadata_text:
-            raise CorruptDatasetError(
-                f"{path} changed since load_dali_dataset read it (rebuilt, or upgraded): the "
-                f"shards may not be those its indexes describe; {fix}"
-            )
+        if path is not None:
+            try:
+                with open(path, "rb") as file:
+                    text = file.read().decode("utf-8", errors="replace")
+            except FileNotFoundError:
+                raise CorruptDatasetError(
+                    f"{path} is gone since load_dali_dataset read it (a rebuild under way?): {fix}"
+                ) from None
+            if text != info.metadata_text:
+                raise CorruptDatasetError(
+                    f"{path} changed since load_dali_dataset read it (rebuilt, or upgraded): "
+                    f"the shards may not be those its indexes describe; {fix}"
+                )
+        for shard, stamp in stamps.items():
+            try:
+                changed = _file_stamp(shard) != stamp
+            except FileNotFoundError:
+                raise CorruptDatasetError(
+                    f"shard {shard} is gone since load_dali_dataset read it: {fix}"
+                ) from None
+            if changed:
+                raise CorruptDatasetError(
+                    f"shard {shard} changed (size or modification time) since load_dali_dataset "
+                    "checked its records; DALI reads no checksum, so call load_dali_dataset "
+                    "again, which checks them again (python -m beam_pipeline verify checks "
+                    "the whole build)"
+                )
 
     return check
 
@@ -472,9 +487,10 @@ def shard_indexes(info: BuildInfo, split: str, index_dir: str | None = None) -> 
     indexes = []
     for path, shard in zip(info.shard_paths(split), info.split(split).shards, strict=True):
         index = os.path.join(index_dir, os.path.basename(path) + ".idx")
-        if not _index_is_current(index, shard):
+        if not _index_is_current(index, shard, path):
+            stamp = _file_stamp(path)  # before the records are checked: a later change shows
             write_index(path, index, shard.num_examples)
-            _write_atomically(index + _OF_SHARD, shard.sha256)
+            _write_atomically(index + _OF_SHARD, f"{shard.sha256} {stamp}")
         indexes.append(index)
     return indexes
 
@@ -487,15 +503,23 @@ def default_index_dir(info: BuildInfo) -> str:
     return os.path.join(cache, "imagenet-tfrecords", "dali-index", key.hexdigest()[:16])
 
 
-# Beside each index: the SHA-256 (from build_info.json) of the shard it was written for. A
-# rebuild with another seed can keep a shard's record count and size but not its offsets.
+# Beside each index: the SHA-256 (from build_info.json) of the shard it was written for, and
+# the shard file's size and modification time when its records were checked. A rebuild with
+# another seed can keep a shard's record count and size but not its offsets; a shard changed
+# in place (restored from a backup, a bad copy over it) has the same entry in build_info.json
+# but other bytes, which DALI's reader would decode without checking a CRC.
 _OF_SHARD = ".sha256"
 
 
-def _index_is_current(index: str, shard) -> bool:
+def _file_stamp(path: str) -> str:
+    status = os.stat(path)
+    return f"{status.st_size} {status.st_mtime_ns}"
+
+
+def _index_is_current(index: str, shard, path: str) -> bool:
     try:
         with open(index + _OF_SHARD) as file:
-            if file.read() != shard.sha256:
+            if file.read() != f"{shard.sha256} {_file_stamp(path)}":
                 return False
         with open(index) as file:
             lines = file.read().split("\n")[:-1]

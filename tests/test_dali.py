@@ -287,6 +287,33 @@ def test_a_record_whose_checksum_is_wrong_is_refused_naming_it(built, tmp_path):
     assert labels == [e[F.LABEL][0] for e in read_split(damaged, "validation")]
 
 
+def test_a_shard_changed_in_place_after_its_index_is_checked_again(built, tmp_path):
+    # The index cache outlives a load: a shard damaged in place later (same size, a bad copy
+    # over it) kept its cached index, and DALI decoded the changed record, label and all.
+    damaged = tmp_path / "damaged"
+    shutil.copytree(built, damaged)
+    info = dataset_info(damaged)
+    dataset = load_dali_dataset(str(damaged), "validation", batch_size=5, **INT)
+    good = digests(dataset)
+    shard = pathlib.Path(info.shard_paths("validation")[1])
+    offsets = _record_offsets(shard)
+    data = bytearray(shard.read_bytes())
+    key = F.LABEL.encode() + b"\x12\x05\x1a\x03\n\x01"  # int64_list {value: [label]}
+    at = data.index(key, offsets[3]) + len(key)
+    data[at] ^= 0x03
+    before = os.stat(shard).st_mtime_ns
+    shard.write_bytes(bytes(data))
+    os.utime(shard, ns=(before + 10**9, before + 10**9))  # a later write, whatever the clock
+    with pytest.raises(Exception, match=re.escape(f"shard {shard} changed")):
+        list(dataset)  # its next epoch (tf.data wraps the error)
+    expected = f"shard {shard}: record 3 at byte {offsets[3]}: data checksum mismatch"
+    with pytest.raises(CorruptDatasetError, match=re.escape(expected)):
+        load_dali_dataset(str(damaged), "validation", batch_size=5, **INT)
+    data[at] ^= 0x03
+    shard.write_bytes(bytes(data))  # mended
+    assert digests(load_dali_dataset(str(damaged), "validation", batch_size=5, **INT)) == good
+
+
 def test_an_index_is_rewritten_for_a_rebuilt_shard_of_the_same_size(tmp_path):
     # Reseeded, a one-shard build holds the same records in another order: the same count and
     # bytes, other offsets. The shared index directory must not serve the first build's index.
