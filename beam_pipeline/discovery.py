@@ -49,7 +49,7 @@ def classify_listed(task: layouts.ListingTask, listed: Listed | Unlisted) -> Fil
 
 def list_task(task: layouts.ListingTask) -> Iterator[tuple[str, FileRef] | Rejection]:
     """(kind, FileRef) for each file below the task's directory, or its Rejection."""
-    for listed in list_tree(task.directory):
+    for listed in list_tree(task.directory, task.foreign):
         item = classify_listed(task, listed)
         yield item if isinstance(item, Rejection) else (task.kind, item)
 
@@ -105,7 +105,7 @@ class _ListPartFn(beam.DoFn):
         task = self._tasks[index]
         directory = os.fsdecode(directory)
         if not is_local(task.directory):
-            items = list_tree(directory)
+            items = list_tree(directory, task.foreign)
         elif self._subtree:
             items = walk_subtree(directory)
         else:
@@ -141,6 +141,7 @@ def _revisited_of_tree(element, tasks: Sequence[layouts.ListingTask]):
     found = revisited(
         (Entered(os.fsdecode(path), os.fsdecode(real)) for path, real in entered),
         tasks[index].directory,
+        tasks[index].foreign,
     )
     for unlisted in found:
         rejection = pairing.unlisted_rejection(

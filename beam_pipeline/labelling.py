@@ -11,7 +11,8 @@ Each step sends its rejections to a `rejected` output.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import posixpath
+from collections.abc import Iterator, Mapping
 
 import apache_beam as beam
 from apache_beam.typehints import Tuple
@@ -198,9 +199,9 @@ class _LabelFn(beam.DoFn):
     def __init__(self, root: str):
         self._root = root
 
-    def process(self, packed: bytes, vocabulary: Vocabulary, kinds):
+    def process(self, packed: bytes, vocabulary: Vocabulary, kinds, misplaced):
         for parsed in packing.unpack_elements(packed, _PARSED):
-            labelled = label_entry(self._root, parsed, vocabulary, kinds)
+            labelled = label_entry(self._root, parsed, vocabulary, kinds, misplaced)
             if isinstance(labelled, Rejection):
                 yield beam.pvalue.TaggedOutput(REJECTED, count_rejection(labelled))
                 continue
@@ -226,11 +227,49 @@ def disagreement(root: str, labelled: LabelledEntry, vocabulary: Vocabulary) -> 
     )
 
 
+# What the listing reports of an XML file that pairs with no image.
+ANNOTATION_WITHOUT_IMAGE = "annotation_without_image"
+
+
+def _name(path: str) -> str:
+    return posixpath.splitext(posixpath.basename(path))[0]
+
+
+def misplaced_annotations(rejection: Rejection) -> Iterator[tuple[tuple[str, str], str]]:
+    """((split, file name without extension), path) of an XML that pairs with no image: one
+    that lies in another folder of its split than its image's mirror (`val/val/X.xml` for
+    `val/X.JPEG`) would leave its image without XML, and so background or unlabelled."""
+    if rejection.reason == ANNOTATION_WITHOUT_IMAGE:
+        yield (rejection.split, _name(rejection.path)), rejection.path
+
+
 def label_entry(
-    root: str, parsed: ParsedEntry, vocabulary: Vocabulary, kinds: Mapping[str, str]
+    root: str,
+    parsed: ParsedEntry,
+    vocabulary: Vocabulary,
+    kinds: Mapping[str, str],
+    misplaced: Mapping[tuple[str, str], str] | None = None,
 ) -> LabelledEntry | Rejection:
-    """The label rule applied to one parsed entry (`kinds`: split → `split_kind`)."""
+    """The label rule applied to one parsed entry (`kinds`: split → `split_kind`).
+
+    An image without XML is rejected (`annotation_misplaced`) when `misplaced` (from
+    `misplaced_annotations`) holds an XML of its name in its split that paired with no image:
+    that XML is its own, in the wrong folder."""
     entry = parsed.entry
+    xml = None
+    if misplaced and entry.annotation_filename is None:
+        xml = misplaced.get((entry.split, _name(entry.filename)))
+    if xml is not None:
+        mirror = posixpath.dirname(entry.filename).replace("Data/", "Annotations/", 1)
+        return Rejection(
+            entry.split,
+            join(root, entry.filename),
+            LABEL,
+            "annotation_misplaced",
+            f"its XML is missing from {join(root, mirror)}, and {xml}, of its name, pairs "
+            "with no image: move that XML into the first folder (the folders below "
+            "Annotations/ mirror those below Data/); built, the image would lack its objects",
+        )
     try:
         found = image_label(parsed.annotation, entry.folder_class, vocabulary, kinds[entry.split])
     except InputError as error:
@@ -256,17 +295,22 @@ class LabelImages(beam.PTransform):
     entries wait for them packed (`packing`).
     """
 
-    def __init__(self, vocabulary, split_kinds, root: str):
+    def __init__(self, vocabulary, split_kinds, root: str, misplaced=None):
         super().__init__()
         self._vocabulary = vocabulary
         self._split_kinds = split_kinds
         self._root = root
+        self._misplaced = misplaced
 
     def expand(self, parsed):
         packed = parsed | "Pack" >> packing.Pack(_PARSED)
+        misplaced = self._misplaced
+        if misplaced is None:
+            misplaced = parsed.pipeline | "NoMisplaced" >> beam.Create([])
         result = packed | "Label" >> beam.ParDo(
             _LabelFn(self._root),
             vocabulary=beam.pvalue.AsSingleton(self._vocabulary),
             kinds=beam.pvalue.AsDict(self._split_kinds),
+            misplaced=beam.pvalue.AsDict(misplaced),
         ).with_output_types(LabelledEntry).with_outputs(REJECTED, main="labelled")
         return result.labelled, result[REJECTED]

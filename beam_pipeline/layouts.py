@@ -71,6 +71,9 @@ class ListingTask:
         every split: many copies move `val` into synset folders).
       key_by_name: keys are file names without their folders (a CLS-LOC split whose XML lie
         flat: ImageNet's `valprep.sh` moves the images into synset folders, not the XML).
+      foreign: the real paths of the other tasks' directories of its kind (local trees): a
+        link below `directory` into one of them is reported and not entered, as its files are
+        another split's (or VOC year's).
     """
 
     kind: str
@@ -80,6 +83,7 @@ class ListingTask:
     root: str
     folder_classes: bool = False
     key_by_name: bool = False
+    foreign: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -362,7 +366,7 @@ def plan_discovery(
         plan = _plan_voc(root, splits, match, read_text)
         _refuse_missing_annotation_folders(_voc_folders(plan, has_files, is_directory))
         _refuse_unannotated_voc_years(plan, match)
-        return plan
+        return _apart(plan)
     subdir = "DET" if layout == ILSVRC_DET else "CLS-LOC"
     tasks, unannotated, missing = [], [], []
     present = subdirectories(join(root, "Data", subdir))
@@ -393,7 +397,7 @@ def plan_discovery(
         )
     _refuse_missing_annotation_folders(missing)
     unbuilt = tuple(name for name in present if name not in splits and not name.startswith("."))
-    return DiscoveryPlan(
+    plan = DiscoveryPlan(
         layout,
         root,
         tuple(output_split(s) for s in splits),
@@ -401,6 +405,49 @@ def plan_discovery(
         unbuilt=unbuilt,
         unannotated=tuple(unannotated),
     )
+    return _apart(plan)
+
+
+def _apart(plan: DiscoveryPlan) -> DiscoveryPlan:
+    """The plan whose tasks know the other tasks' folders of their kind (`foreign`), once no
+    two image folders are one (a split folder linked to another split's, or two links to one
+    folder): refused, as a build would write the same images into both splits, a validation
+    split that is a copy of train. Local trees only (an object store has no links)."""
+    reals = {
+        task.directory: os.path.realpath(task.directory).rstrip("/") or "/"
+        for task in plan.tasks
+        if is_local(task.directory)
+    }
+    images = [task for task in plan.tasks if task.kind == IMAGES and task.directory in reals]
+    for number, first in enumerate(images):
+        for second in images[number + 1 :]:
+            a, b = reals[first.directory], reals[second.directory]
+            if a == b or a.startswith(b + "/") or b.startswith(a + "/"):
+                same = f"both {a}" if a == b else f"{a} and {b}, one inside the other"
+                raise LayoutError(
+                    f"{first.directory} and {second.directory} are one folder ({same}): a "
+                    f"build would write its images into {_task_name(first)} and "
+                    f"{_task_name(second)} alike. Give each its own images (ls -l "
+                    f"{shlex.quote(posixpath.dirname(second.directory))} shows the links)"
+                )
+    tasks = tuple(
+        dataclasses.replace(
+            task,
+            foreign=tuple(
+                reals[other.directory]
+                for other in plan.tasks
+                if other.kind == task.kind and other is not task and other.directory in reals
+            ),
+        )
+        if task.directory in reals
+        else task
+        for task in plan.tasks
+    )
+    return dataclasses.replace(plan, tasks=tasks)
+
+
+def _task_name(task: ListingTask) -> str:
+    return f"the {task.split} split" if task.split else f"{task.key_prefix}'s splits"
 
 
 # ImageNet DET's folders of negative training images (`ILSVRC2013_train_extra0` ... `extra10`),

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import posixpath
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -73,8 +73,10 @@ def _skipped(path: str) -> Unlisted:
     return Unlisted(path, "skipped_folder", f"{what}, not part of the dataset: not listed")
 
 
-def list_tree(directory: str) -> Iterator[Listed | Unlisted]:
-    """Every file below `directory` in path order; nothing if the directory does not exist."""
+def list_tree(directory: str, foreign: Sequence[str] = ()) -> Iterator[Listed | Unlisted]:
+    """Every file below `directory` in path order; nothing if the directory does not exist.
+    A link into one of the `foreign` directories (real paths: the other splits' folders) is
+    reported, not entered."""
     if not is_local(directory):
         (result,) = FileSystems.match([join(directory, "**")])
         skipped = set()
@@ -91,7 +93,7 @@ def list_tree(directory: str) -> Iterator[Listed | Unlisted]:
         return
     if os.path.isdir(directory):
         root = directory.rstrip("/")
-        yield from _walk(root, set(), (root, os.path.realpath(root)))
+        yield from _walk(root, set(), (root, os.path.realpath(root)), tuple(foreign))
 
 
 def _visited_twice(path: str, real: str) -> Unlisted:
@@ -122,14 +124,30 @@ def _aliased(path: str, real: str, root: tuple[str, str] | None) -> Unlisted | N
     )
 
 
-def _walk(path: str, visited: set[str], root: tuple[str, str]) -> Iterator[Listed | Unlisted]:
+def _of_another_split(path: str, real: str, foreign: Sequence[str]) -> Unlisted | None:
+    """The refusal of a link into another split's folder (its images are that split's; a
+    train/n09999999 linked to val/n01443537 wrote them into both, under two classes)."""
+    for other in foreign:
+        if real == other or is_below(real, [other]):
+            return Unlisted(
+                path,
+                "directory_visited_twice",
+                f"resolves to {real}, in {other}, another split's folder (a link to it): its "
+                "images are that split's, not listed again",
+            )
+    return None
+
+
+def _walk(
+    path: str, visited: set[str], root: tuple[str, str], foreign: Sequence[str]
+) -> Iterator[Listed | Unlisted]:
     real = os.path.realpath(path)
-    refused = _aliased(path, real, root)
+    refused = _aliased(path, real, root) or _of_another_split(path, real, foreign)
     if refused is not None or real in visited:
         yield refused or _visited_twice(path, real)
         return
     visited.add(real)
-    yield from _scan(path, lambda child: _walk(child, visited, root))
+    yield from _scan(path, lambda child: _walk(child, visited, root, foreign))
 
 
 def _walk_entered(path: str, ancestors: set[str]) -> Iterator[Listed | Unlisted | Entered]:
@@ -163,11 +181,14 @@ def walk_subtree(directory: str) -> Iterator[Listed | Unlisted | Entered]:
         yield from _walk_entered(directory.rstrip("/"), set())
 
 
-def revisited(entered: Iterable[Entered], root: str | None = None) -> list[Unlisted]:
+def revisited(
+    entered: Iterable[Entered], root: str | None = None, foreign: Sequence[str] = ()
+) -> list[Unlisted]:
     """The directories that a single walk of the tree would not enter: links to a directory
-    of the tree (listed by its own path), those resolving to a directory it entered before, in
-    walk order (depth first, by name), and not below one of these. `entered`: every directory
-    that the parts of one tree entered, in any order; `root`: the tree's top directory."""
+    of the tree (listed by its own path) or into a `foreign` one (another split's folder),
+    those resolving to a directory it entered before, in walk order (depth first, by name),
+    and not below one of these. `entered`: every directory that the parts of one tree
+    entered, in any order; `root`: the tree's top directory."""
     items = sorted(entered, key=lambda item: item.path.split("/"))
     top = root.rstrip("/") if root is not None else None
     top_real = next((item.real for item in items if item.path == top), None)
@@ -177,7 +198,9 @@ def revisited(entered: Iterable[Entered], root: str | None = None) -> list[Unlis
     for item in items:
         if is_below(item.path, skipped_below):
             continue
-        aliased = _aliased(item.path, item.real, (top, top_real) if top_real else None)
+        aliased = _aliased(
+            item.path, item.real, (top, top_real) if top_real else None
+        ) or _of_another_split(item.path, item.real, foreign)
         if aliased is not None or item.real in seen:
             refused.append(aliased or _visited_twice(item.path, item.real))
             skipped_below.append(item.path)

@@ -51,6 +51,7 @@ from beam_pipeline.labelling import (
     ClassifySplits,
     LabelImages,
     ParseAnnotations,
+    misplaced_annotations,
 )
 from beam_pipeline.labels import Vocabulary, parse_display_names, parse_labels_file
 from beam_pipeline.options import DASK_RUNNER, BuildConfig, beam_argv
@@ -254,8 +255,9 @@ def build_index(pipeline: beam.Pipeline, prepared: Prepared) -> Index:
     else:
         vocabulary = parsed | "BuildVocabulary" >> BuildVocabulary("train")
     split_kinds = entries | "ClassifySplits" >> ClassifySplits(layouts.has_negatives(plan.layout))
+    misplaced = found_rejected | "MisplacedAnnotations" >> beam.FlatMap(misplaced_annotations)
     labelled, label_rejected = parsed | "LabelImages" >> LabelImages(
-        vocabulary, split_kinds, plan.root
+        vocabulary, split_kinds, plan.root, misplaced
     )
     index_counts = (
         entries

@@ -36,6 +36,7 @@ from beam_pipeline.labelling import (
     class_names,
     disagreement,
     label_entry,
+    misplaced_annotations,
     parse_entry,
     split_marks,
     vocabulary_from_names,
@@ -173,9 +174,10 @@ def plan_build(prepared) -> BuildPlan:
     negatives = layouts.has_negatives(plan.layout)
     kinds = {split: split_kind(*any_marks(m), negatives) for split, m in marks.items()}
     labelled: list[LabelledEntry] = []
+    misplaced = dict(pair for r in rejections for pair in misplaced_annotations(r))
     if vocabulary is not None:
         for p in parsed:
-            result = label_entry(plan.root, p, vocabulary, kinds)
+            result = label_entry(plan.root, p, vocabulary, kinds, misplaced)
             (rejections if isinstance(result, Rejection) else labelled).append(result)
             if isinstance(result, LabelledEntry) and result.folder_disagrees:
                 rejections.append(disagreement(plan.root, result, vocabulary))

@@ -5,6 +5,7 @@ annotation, images lying outside the class folders, and classes named like the b
 """
 
 import codecs
+import json
 import re
 
 import pytest
@@ -19,7 +20,7 @@ from helpers import (
     write,
 )
 
-from beam_pipeline import cli, verify
+from beam_pipeline import cli, planning, verify
 from beam_pipeline.annotations import voc_xml
 from beam_pipeline.tfrecord import read_records
 from schemas import BUILD_INFO_FILE, DatasetInfo
@@ -300,3 +301,53 @@ def test_a_labels_file_that_misses_classes_fails_before_any_shard_naming_them(tm
     )
     assert not list(out.rglob("*.tfrecord*")) and not (out / BUILD_INFO_FILE).exists()
     assert sorted(d["reason"] for d in dead_letters(out)) == ["unknown_class"] * 4
+
+
+def _misplaced(root, image, xml) -> str:
+    """The detail of an image whose XML lies in another folder of its split."""
+    folder = str(image.parent).replace("/Data/", "/Annotations/", 1)
+    return (
+        f"its XML is missing from {folder}, and {xml}, of its name, pairs with no image: move "
+        "that XML into the first folder (the folders below Annotations/ mirror those below "
+        "Data/); built, the image would lack its objects"
+    )
+
+
+def test_an_xml_one_folder_away_from_its_image_is_not_read_as_a_negative(tmp_path, capsys):
+    # DET: two val XML one folder deeper than their images made them background, exit 0.
+    for n in range(6):
+        xml = voc_xml([("cat" if n % 2 else "dog", 1, 1, 30, 30)], size=(64, 48))
+        ilsvrc_image(tmp_path, "train", f"ILSVRC2014_train_0000/t{n}", jpeg_bytes(), xml)
+        folder = "val/" if n < 2 else ""
+        ilsvrc_image(tmp_path, "val", f"v{n}", jpeg_bytes())
+        write(tmp_path / f"Annotations/DET/val/{folder}v{n}.xml", xml)
+    assert planning.main(["--input_dir", str(tmp_path), "--json"]) == 1
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["splits"]["validation"]["rejected"] == {"annotation_misplaced": 2}
+    out = tmp_path / "out"
+    info = build(tmp_path, out, "--max_bad_fraction", "0.5")
+    assert info.splits["validation"].label_sources == {"xml": 4}
+    found = sorted((d["reason"], d["path"], d["detail"]) for d in dead_letters(out))
+    images = [tmp_path / f"Data/DET/val/v{n}.JPEG" for n in range(2)]
+    xmls = [tmp_path / f"Annotations/DET/val/val/v{n}.xml" for n in range(2)]
+    assert found == [
+        ("annotation_misplaced", str(image), _misplaced(tmp_path, image, xml))
+        for image, xml in zip(images, xmls, strict=True)
+    ] + [
+        ("annotation_without_image", str(xml), f"no image with the key 'val/val/v{n}'")
+        for n, xml in enumerate(xmls)
+    ]
+    names = sorted(e[F.FILENAME][0].decode() for e in read_split(out, "validation"))
+    assert names == [f"Data/DET/val/v{n}.JPEG" for n in range(2, 6)]
+
+
+def test_a_split_whose_xml_all_lie_one_folder_deeper_is_refused_not_unlabelled(tmp_path):
+    # CLS-LOC's val XML unpacked into Annotations/CLS-LOC/val/val/: the split had no XML where
+    # the images' mirror is, and came out unlabelled (label -1), exit 0.
+    for n, synset in enumerate(SYNSETS * 2):
+        cls_loc(tmp_path, f"{synset}/{synset}_{n}", "train", jpeg_bytes())
+        cls_loc(tmp_path, f"ILSVRC2012_val_{n}", "val", jpeg_bytes())
+        xml = voc_xml([(synset, 1, 1, 30, 30)], size=(64, 48))
+        write(tmp_path / f"Annotations/CLS-LOC/val/val/ILSVRC2012_val_{n}.xml", xml)
+    with pytest.raises(Exception, match=re.escape("reasons {'annotation_misplaced': 4}")):
+        build(tmp_path, tmp_path / "out")

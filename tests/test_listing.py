@@ -1,9 +1,11 @@
 import os
+import re
 
 import pytest
 from helpers import build, dead_letters, ilsvrc_image, jpeg_bytes, read_split, write
 
 from beam_pipeline.annotations import voc_xml
+from beam_pipeline.layouts import LayoutError
 from beam_pipeline.listing import Listed, Unlisted, list_tree
 from schemas import features as F
 
@@ -132,3 +134,52 @@ def test_an_alias_of_an_annotated_folder_keeps_its_images_paired_with_their_xml(
     assert [(d["reason"], d["path"].split("/")[-1]) for d in dead_letters(tmp_path / "out")] == [
         ("directory_visited_twice", "A_alias")
     ]
+
+
+def test_split_folders_that_are_one_folder_are_refused(tmp_path):
+    # val linked to train (or both linked to one folder) made validation a copy of train.
+    root = tmp_path / "tree"
+    for i in range(2):
+        ilsvrc_image(root, "train", f"n01/a{i}", jpeg_bytes(), task="CLS-LOC")
+    os.symlink(root / "Data/CLS-LOC/train", root / "Data/CLS-LOC/val")
+    train, val = root / "Data/CLS-LOC/train", root / "Data/CLS-LOC/val"
+    expected = (
+        f"{train} and {val} are one folder (both {train}): a build would write its images into "
+        "the train split and the validation split alike. Give each its own images (ls -l "
+        f"{root / 'Data/CLS-LOC'} shows the links)"
+    )
+    with pytest.raises(LayoutError, match=re.escape(expected)):
+        build(root, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    photos = tmp_path / "photos"
+    (root / "Data/CLS-LOC/val").unlink()
+    (root / "Data/CLS-LOC/train").rename(photos)
+    for split in ("train", "val"):  # the README's link recipe, given one folder twice
+        os.symlink(photos, root / "Data/CLS-LOC" / split)
+    with pytest.raises(LayoutError, match=re.escape(f"are one folder (both {photos})")):
+        build(root, tmp_path / "out")
+
+
+def test_a_link_into_another_splits_folder_is_reported_and_not_entered(tmp_path):
+    # train/n09 linked to val/n02 wrote val's images into train too, as a class of their own.
+    root = tmp_path / "tree"
+    for i in range(3):
+        ilsvrc_image(root, "train", f"n01/a{i}", jpeg_bytes(), task="CLS-LOC")
+        ilsvrc_image(root, "train", f"n02/b{i}", jpeg_bytes(), task="CLS-LOC")
+        ilsvrc_image(root, "val", f"n02/v{i}", jpeg_bytes(), task="CLS-LOC")
+    link = root / "Data/CLS-LOC/train/n09"
+    os.symlink(root / "Data/CLS-LOC/val/n02", link)
+    info = build(root, tmp_path / "out")
+    assert info.classes == ("n01", "n02")
+    assert (info.splits["train"].num_examples, info.splits["validation"].num_examples) == (6, 3)
+    ids = sorted(e[F.SOURCE_ID][0].decode() for e in read_split(tmp_path / "out", "train"))
+    assert ids == [f"train/n01/a{i}" for i in range(3)] + [f"train/n02/b{i}" for i in range(3)]
+    (line,) = dead_letters(tmp_path / "out")
+    assert (line["path"], line["reason"], line["split"]) == (
+        str(link),
+        "directory_visited_twice",
+        "train",
+    )
+    assert f"in {root / 'Data/CLS-LOC/val'}, another split's folder" in line["detail"]
+    listed = list(list_tree(str(root / "Data/CLS-LOC/train"), [str(root / "Data/CLS-LOC/val")]))
+    assert [item.path for item in listed if isinstance(item, Unlisted)] == [str(link)]
