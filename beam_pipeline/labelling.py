@@ -129,7 +129,8 @@ def class_names(parsed: ParsedEntry):
 def vocabulary_from_names(names) -> Vocabulary:
     if not names:
         raise BuildFailed(
-            "the train split names no class (no <object> and no synset folder); pass --labels_file"
+            "the train split names no class (no <object> and no synset folder): restore its "
+            "annotations (or its synset folders), or pass --labels_file with the classes"
         )
     try:
         return Vocabulary.from_names(names)

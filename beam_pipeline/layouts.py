@@ -92,9 +92,9 @@ class DiscoveryPlan:
 
     `unbuilt` names the input splits the tree holds but the build was not asked for (a `test`
     folder beside the default `train,val`), so the console can say so; it is found on local
-    trees only. `unannotated` holds (output split, annotation directory) for each ILSVRC split
-    other than `test` that has no XML (nor, in CLS-LOC, class folders): its examples will be
-    unlabelled, which the console says before the build.
+    trees only. `unannotated` holds (output split, annotation directory) for each split other
+    than `test` that has no XML (nor, in CLS-LOC, class folders; in VOC, when no year has
+    XML): its examples will be unlabelled, which the console says before the build.
     """
 
     layout: str
@@ -366,6 +366,12 @@ def plan_discovery(
         plan = _plan_voc(root, splits, match, read_text)
         _refuse_missing_annotation_folders(_voc_folders(plan, has_files, is_directory))
         _refuse_unannotated_voc_years(plan, match)
+        folders = [task.directory for task in plan.tasks if task.kind == ANNOTATIONS]
+        if not any(has_files(folder) for folder in folders):  # no XML: unlabelled splits
+            unannotated = tuple(
+                (split, ", ".join(folders)) for split in plan.splits if split != "test"
+            )
+            plan = dataclasses.replace(plan, unannotated=unannotated)
         return _apart(plan)
     subdir = "DET" if layout == ILSVRC_DET else "CLS-LOC"
     tasks, unannotated, missing = [], [], []
@@ -508,22 +514,22 @@ def _voc_folders(
     ]
 
 
-# A VOC year of a split whose images have XML for fewer than this share of them, beside a year
-# whose images all have theirs, is a year without its annotations (VOC2012's test download
-# holds XML only for its Action and Layout images), not one with a few negatives.
+# A VOC year's images of a split that have XML for fewer than this share of them, in a split
+# that has XML, beside a year or a split whose images all have theirs, are images without
+# their annotations (VOC2012's test download holds XML only for its Action and Layout images;
+# a copy cut short loses a block of files), not a few negatives.
 _VOC_YEAR_ANNOTATED = 0.9
 
 
 def _refuse_unannotated_voc_years(plan: DiscoveryPlan, match: Callable[[str], list[str]]) -> None:
-    """Refuses a split that several VOC years feed, where one year's images of it mostly have
-    no XML while another year's all have theirs: VOC2012's test download (annotations were
-    published only for its Action and Layout images), unpacked beside VOC2007's annotated
-    test, would come out background but for a few `person`s. (One year alone is an unlabelled
-    split, or one with negatives, as the user means; an empty annotation folder declares its
-    year's images negatives, see `_refuse_missing_annotation_folders`.)"""
+    """Refuses a split with XML where one VOC year's images of it mostly have none while the
+    images of another year in that split, or of another split, all have theirs: VOC2012's test
+    download (annotations were published only for its Action and Layout images), unpacked
+    into VOC2012's trainval or beside VOC2007's annotated test, would come out background but
+    for a few `person`s. (A split with no XML at all is unlabelled; an empty annotation folder
+    declares its year's images negatives, see `_refuse_missing_annotation_folders`; with no
+    split fully annotated, images without XML are the negatives the user means.)"""
     folders = {task.key_prefix: task.directory for task in plan.tasks if task.kind == ANNOTATIONS}
-    if len(folders) < 2:
-        return
     annotated = {
         prefix: {
             posixpath.splitext(posixpath.basename(path))[0]
@@ -532,29 +538,51 @@ def _refuse_unannotated_voc_years(plan: DiscoveryPlan, match: Callable[[str], li
         }
         for prefix, directory in folders.items()
     }
+    counts: dict[tuple[str, str], list[int]] = {}  # (split, year) -> [images, with XML]
+    for key, member in plan.memberships:
+        prefix, _, image_id = key.partition("/")
+        if prefix in folders:
+            count = counts.setdefault((member, prefix), [0, 0])
+            count[0] += 1
+            count[1] += image_id in annotated[prefix]
+    complete = [group for group, (images, xml) in counts.items() if xml == images]
     for split in plan.splits:
-        counts: dict[str, list[int]] = {prefix: [0, 0] for prefix in folders}  # [images, with XML]
-        for key, member in plan.memberships:
-            prefix, _, image_id = key.partition("/")
-            if member == split and prefix in counts:
-                counts[prefix][0] += 1
-                counts[prefix][1] += image_id in annotated[prefix]
-        complete = [prefix for prefix, (images, xml) in counts.items() if images and xml == images]
+        years = {prefix: counts[split, prefix] for prefix in folders if (split, prefix) in counts}
+        if not any(xml for _, xml in years.values()):
+            continue  # unlabelled
         lacking = [  # an empty annotation folder says its images are negatives
             prefix
-            for prefix, (images, xml) in counts.items()
-            if images and xml < _VOC_YEAR_ANNOTATED * images and annotated[prefix]
+            for prefix, (images, xml) in years.items()
+            if xml < _VOC_YEAR_ANNOTATED * images and annotated[prefix]
         ]
-        if complete and lacking:
-            year = lacking[0]
-            images, xml = counts[year]
+        if not lacking:
+            continue
+        year = lacking[0]
+        images, xml = years[year]
+        same_split = [prefix for prefix in years if (split, prefix) in complete]
+        if same_split:
             raise LayoutError(
                 f"split {split!r}: {xml} of {year}'s {images} images have their XML in "
-                f"{folders[year]}, while every one of {', '.join(complete)}'s has: a build "
+                f"{folders[year]}, while every one of {', '.join(same_split)}'s has: a build "
                 f"would label the other {images - xml} background (VOC's images all hold "
                 "objects). Build the years apart (--input_dir "
-                f"{shlex.quote(posixpath.dirname(folders[complete[0]]))} for {complete[0]}'s), "
-                f"or restore {year}'s annotations"
+                f"{shlex.quote(posixpath.dirname(folders[same_split[0]]))} for "
+                f"{same_split[0]}'s), or restore {year}'s annotations"
+            )
+        others = sorted({other for other, prefix in complete if prefix == year})
+        if others:
+            fix = (
+                "Leave test out of --splits (VOC2012's test annotations were published for "
+                f"its Action and Layout images only), or restore {year}'s annotations"
+                if split == "test"
+                else f"Restore {year}'s annotations (a copy cut short?)"
+            )
+            raise LayoutError(
+                f"split {split!r}: {xml} of {year}'s {images} images have their XML in "
+                f"{folders[year]}, while every image of its {' and '.join(others)} "
+                f"split{'s' if len(others) > 1 else ''} has: a build would label the other "
+                f"{images - xml} background (VOC's images all hold objects). {fix}; if those "
+                "images really hold no object, give each an XML without <object>"
             )
 
 

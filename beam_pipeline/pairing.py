@@ -18,7 +18,7 @@ from beam_pipeline.rejections import DISCOVER, Rejection
 from schemas.paths import join
 
 IMAGE_EXTENSIONS = frozenset(
-    {".jpeg", ".jpg", ".jpe", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"}
+    {".jpeg", ".jpg", ".jpe", ".jfif", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"}
 )
 ANNOTATION_EXTENSION = ".xml"
 # macOS writes `._NAME` beside NAME on file systems without extended attributes (AppleDouble):

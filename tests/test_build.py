@@ -618,6 +618,69 @@ def test_an_xml_that_cannot_be_read_fails_the_build_by_name(tmp_path, capsys):
     assert [line["reason"] for line in dead_letters(out)] == ["broken_symlink"]
 
 
+def _voc_year(year_dir, lists: dict, annotated) -> None:
+    """A VOC year of `lists` (name -> ids), with an XML for each id in `annotated`."""
+    for name, ids in lists.items():
+        write(year_dir / "ImageSets/Main" / f"{name}.txt", "".join(f"{i}\n" for i in ids))
+        for i in ids:
+            write(year_dir / "JPEGImages" / f"{i}.jpg", jpeg_bytes())
+            if i in annotated:
+                write(year_dir / "Annotations" / f"{i}.xml", voc_xml([("dog", 1, 1, 30, 30)]))
+
+
+def test_one_voc_year_whose_split_mostly_lacks_xml_beside_an_annotated_split_is_refused(
+    tmp_path,
+):
+    # VOC2012's test download unpacked into its trainval (both unpack to VOCdevkit/VOC2012):
+    # its test images without XML came out background, exit 0; and so did a copy cut short.
+    year = tmp_path / "VOCdevkit/VOC2012"
+    lists = {"train": ["t1", "t2"], "val": ["v1"], "test": [f"x{i}" for i in range(10)]}
+    _voc_year(year, lists, {"t1", "t2", "v1", "x0"})  # x0: an Action image's XML
+    with pytest.raises(LayoutError) as refused:
+        build(tmp_path, tmp_path / "out", "--splits", "train,val,test")
+    assert str(refused.value) == (
+        f"split 'test': 1 of VOC2012's 10 images have their XML in {year}/Annotations, while "
+        "every image of its train and validation splits has: a build would label the other 9 "
+        "background (VOC's images all hold objects). Leave test out of --splits (VOC2012's "
+        "test annotations were published for its Action and Layout images only), or restore "
+        "VOC2012's annotations; if those images really hold no object, give each an XML "
+        "without <object>"
+    )
+    assert not (tmp_path / "out").exists()
+    assert build(tmp_path, tmp_path / "out", "--splits", "train,val").splits.keys() == {
+        "train",
+        "validation",
+    }
+    cut = tmp_path / "cut/VOC2012"
+    _voc_year(cut, {"train": ["t1", "t2", "t3"], "val": ["v1"]}, {"t1", "v1"})
+    with pytest.raises(LayoutError) as refused:
+        build(cut, tmp_path / "out2")
+    assert str(refused.value).startswith(
+        f"split 'train': 1 of VOC2012's 3 images have their XML in {cut}/Annotations, while "
+        "every image of its validation split has: a build would label the other 2 background "
+        "(VOC's images all hold objects). Restore VOC2012's annotations (a copy cut short?); "
+    )
+    for i in ("t2", "t3"):  # negatives on purpose: an XML without <object> says so
+        write(cut / "Annotations" / f"{i}.xml", voc_xml([]))
+    info = build(cut, tmp_path / "out2")
+    assert info.splits["train"].label_sources == {"xml": 1, "background": 2}
+
+
+def test_a_voc_tree_without_any_xml_is_announced_unlabelled(tmp_path, capsys):
+    year = tmp_path / "VOCdevkit/VOC2012"
+    _voc_year(year, {"train": ["t1", "t2"], "val": ["v1"]}, set())
+    labels = write(tmp_path / "labels.txt", "cat\ndog\n")
+    argv = ["--input_dir", str(tmp_path), "--output_dir", str(tmp_path / "out")]
+    assert cli.main([*argv, "--labels_file", str(labels)]) == 0
+    printed = capsys.readouterr()
+    notes = [line for line in (printed.out + printed.err).splitlines() if "Unlabelled" in line]
+    assert notes == [
+        f"Unlabelled: the {split} split has no annotations ({year}/Annotations is empty or "
+        "missing): its examples get label -1; put its XML there to label it"
+        for split in ("train", "validation")
+    ]
+
+
 def test_a_voc_year_without_annotations_beside_an_annotated_one_is_refused(tmp_path):
     devkit = tmp_path / "VOCdevkit"
     for year in ("VOC2007", "VOC2012"):

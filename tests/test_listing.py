@@ -183,3 +183,14 @@ def test_a_link_into_another_splits_folder_is_reported_and_not_entered(tmp_path)
     assert f"in {root / 'Data/CLS-LOC/val'}, another split's folder" in line["detail"]
     listed = list(list_tree(str(root / "Data/CLS-LOC/train"), [str(root / "Data/CLS-LOC/val")]))
     assert [item.path for item in listed if isinstance(item, Unlisted)] == [str(link)]
+
+
+def test_jfif_files_are_images(tmp_path):
+    # Browsers save JPEGs as .jfif: they were reported as not_an_image_file and left out.
+    root = tmp_path / "tree"
+    ilsvrc_image(root, "train", "n01/a", jpeg_bytes(), task="CLS-LOC")
+    write(root / "Data/CLS-LOC/train/n01/b.jfif", jpeg_bytes())
+    write(root / "Data/CLS-LOC/train/n02/c.JFIF", jpeg_bytes())
+    info = build(root, tmp_path / "out", "--splits", "train")
+    assert info.splits["train"].class_counts == (2, 1, 0)  # n01, n02, background
+    assert not dead_letters(tmp_path / "out")
