@@ -18,6 +18,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.listing import Listed, is_skipped_folder, list_tree
+from beam_pipeline.pairing import IMAGE_EXTENSIONS
 from beam_pipeline.rejections import InputError
 from schemas.paths import is_local, join
 
@@ -66,6 +67,33 @@ def has_files(directory: str) -> bool:
         (result,) = FileSystems.match([join(directory, "**")], limits=[1])
         return bool(result.metadata_list)
     return any(isinstance(item, Listed) for item in list_tree(directory))
+
+
+_ARCHIVES = (".tar", ".tar.gz", ".tgz", ".zip")
+
+
+def without_images(directory: str) -> str | None:
+    """None when an image file (by its name) lies below the local `directory`, or it is not
+    local; else what lies there instead, for the refusal of a split with no images to build
+    (ImageNet's train folder still holding its 1,000 class archives, say)."""
+    if not is_local(directory):
+        return None
+    others = []
+    for item in list_tree(directory):
+        if isinstance(item, Listed):
+            name = posixpath.basename(item.path)
+            if posixpath.splitext(name)[1].lower() in IMAGE_EXTENSIONS:
+                return None
+            others.append(name)
+    shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+    what = f"{len(others)} file{'s' if len(others) != 1 else ''}, no image: {shown}"
+    if any(name.lower().endswith(_ARCHIVES) for name in others):
+        what += (
+            "; extract the archives first (ImageNet's train comes as one .tar per class: in "
+            'that folder, for f in *.tar; do mkdir "${f%.tar}" && tar -xf "$f" -C '
+            '"${f%.tar}"; done, then move the archives out)'
+        )
+    return what
 
 
 def has_top_level_files(directory: str, extension: str) -> bool:

@@ -352,6 +352,7 @@ def plan_discovery(
     subdirectories: Callable[[str], list[str]] = lambda _: [],
     has_top_level_files: Callable[[str, str], bool] = lambda directory, extension: False,
     is_directory: Callable[[str], bool] = lambda _: True,
+    without_images: Callable[[str], str | None] = lambda _: None,
 ) -> DiscoveryPlan:
     """Lists what to walk for the requested input splits (e.g. `train`, `val`).
 
@@ -359,7 +360,8 @@ def plan_discovery(
     a missing split's names the splits that are there, and the splits not asked for are named.
     `has_top_level_files(directory, extension)` tells a CLS-LOC split whose XML lie flat.
     `is_directory` finds the image folders of an annotated split whose annotation folder is
-    missing (`_refuse_missing_annotation_folders`).
+    missing (`_refuse_missing_annotation_folders`). `without_images(directory)` says what a
+    split folder holds instead of images (None when it holds one).
     """
     root = root.rstrip("/")
     if layout == VOC:
@@ -383,6 +385,9 @@ def plan_discovery(
                 f"split {split!r} has no images: {image_dir} is empty or missing; "
                 + _choose_splits(present)
             )
+        instead = without_images(image_dir)
+        if instead is not None:
+            raise LayoutError(f"split {split!r} has no images: {image_dir} holds {instead}")
         name = output_split(split)
         folder_classes = layout == ILSVRC_CLS_LOC
         annotation_dir = join(root, "Annotations", subdir, split)

@@ -44,6 +44,7 @@ from beam_pipeline.fileio import (
     read_file,
     read_text,
     subdirectories,
+    without_images,
 )
 from beam_pipeline.finalize import CheckIndexBudget, Finalize, FinalizeSpec
 from beam_pipeline.labelling import (
@@ -106,6 +107,7 @@ def prepare(config: BuildConfig) -> Prepared:
         subdirectories,
         has_top_level_files,
         is_directory,
+        without_images,
     )
     classes, display_names = None, {}
     if config.labels_file:

@@ -456,6 +456,26 @@ def test_missing_split_and_empty_tree_fail_before_writing(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("out")]
 
 
+def test_a_split_folder_of_archives_is_refused_before_writing(tmp_path, capsys):
+    # ImageNet's train extracted once: 1,000 class archives, no image. The build wrote the
+    # val shards, then failed (exit 1) with no word of the archives.
+    root = tmp_path / "in"
+    cls = "Data/CLS-LOC"
+    write(root / cls / "train/n01440764.tar", b"an archive")
+    write(root / cls / "train/n01443537.tar", b"an archive")
+    write(root / cls / "train/readme.txt", "notes")
+    write(root / cls / "val/n01440764/ILSVRC2012_val_00000001.JPEG", jpeg_bytes())
+    argv = ["--input_dir", str(root), "--output_dir", str(tmp_path / "out")]
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: split 'train' has no images: {root / cls}/train holds 3 files, no image: "
+        "n01440764.tar, n01443537.tar, readme.txt; extract the archives first (ImageNet's "
+        "train comes as one .tar per class: in that folder, for f in *.tar; do mkdir "
+        '"${f%.tar}" && tar -xf "$f" -C "${f%.tar}"; done, then move the archives out)'
+    )
+    assert not (tmp_path / "out").exists()
+
+
 def test_cls_loc_takes_classes_from_synset_folders(tmp_path):
     root = tmp_path / "ILSVRC"
     named = CORPUS / "ilsvrc_named_copies"
