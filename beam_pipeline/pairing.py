@@ -148,6 +148,10 @@ def _without_image(
                 is_image=False,
             )
         )
+    stem, extension = posixpath.splitext(key)
+    hint = ""
+    if extension.lower() in IMAGE_EXTENSIONS | {ANNOTATION_EXTENSION}:
+        hint = f" (a list names an image by its id, without extension: {posixpath.basename(stem)})"
     for split in listed_splits:
         rejections.append(
             Rejection(
@@ -155,7 +159,7 @@ def _without_image(
                 key,
                 DISCOVER,
                 "image_missing",
-                f"the {split} list names {key!r} but no image has that key",
+                f"the {split} list names {key!r} but no image has that key{hint}",
             )
         )
     return rejections

@@ -257,8 +257,13 @@ def test_annotation_without_image_and_listed_image_missing():
         ("/r/a/z.xml", "annotation_without_image", False)
     ]
     _, rejections = pairing.pair_files("VOC/9", [], [], ["train"], "/r")
-    assert [(r.reason, r.is_image, r.split) for r in rejections] == [
-        ("image_missing", True, "train")
+    assert [(r.reason, r.is_image, r.split, r.detail) for r in rejections] == [
+        ("image_missing", True, "train", "the train list names 'VOC/9' but no image has that key")
+    ]
+    _, rejections = pairing.pair_files("VOC/2012_000004.jpg", [], [], ["val"], "/r")
+    assert [r.detail for r in rejections] == [
+        "the val list names 'VOC/2012_000004.jpg' but no image has that key (a list names an "
+        "image by its id, without extension: 2012_000004)"
     ]
 
 
