@@ -395,11 +395,14 @@ def human_bytes(num_bytes: int) -> str:
 
 
 def load_line(output_dir: str, info: DatasetInfo) -> str | None:
-    """The Python that loads the build's first labelled split (train when there is one)."""
+    """The Python that loads the build's first labelled split (train, or trainval, when
+    there is one)."""
+    from beam_pipeline.layouts import vocabulary_split
+
     labelled = [name for name, split in info.splits.items() if split.labelled]
     if not labelled:
         return None
-    split = "train" if "train" in labelled else sorted(labelled)[0]
+    split = vocabulary_split(labelled) or sorted(labelled)[0]
     batch_size = min(32, info.splits[split].num_examples)  # a batch never larger than the split
     return (
         f"from loaders import load_dataset; "

@@ -126,23 +126,24 @@ def class_names(parsed: ParsedEntry):
         yield parsed.entry.folder_class
 
 
-def vocabulary_from_names(names) -> Vocabulary:
+def vocabulary_from_names(names, split: str = "train") -> Vocabulary:
     if not names:
         raise BuildFailed(
-            "the train split names no class (no <object> and no synset folder): restore its "
+            f"the {split} split names no class (no <object> and no synset folder): restore its "
             "annotations (or its synset folders), or pass --labels_file with the classes"
         )
     try:
         return Vocabulary.from_names(names)
     except ValueError as error:
         raise BuildFailed(
-            f"the train split's annotations or folders: {error}; or pass --labels_file with the "
+            f"the {split} split's annotations or folders: {error}; or pass --labels_file with the "
             "classes to keep"
         ) from None
 
 
 class BuildVocabulary(beam.PTransform):
-    """ParsedEntry of the train split → a single Vocabulary (sorted distinct class names)."""
+    """ParsedEntry of the train split (or the one named) → a single Vocabulary (sorted
+    distinct class names)."""
 
     def __init__(self, train_split: str):
         super().__init__()
@@ -156,7 +157,7 @@ class BuildVocabulary(beam.PTransform):
             | "ClassNames" >> beam.FlatMap(class_names)
             | "Distinct" >> beam.Distinct()
             | "Collect" >> beam.combiners.ToList()
-            | "ToVocabulary" >> beam.Map(vocabulary_from_names)
+            | "ToVocabulary" >> beam.Map(vocabulary_from_names, split)
         )
 
 

@@ -720,11 +720,17 @@ def _choose_splits(present: Sequence[str]) -> str:
     return f"the splits there are {list(present)}: choose with {_splits_flag(present)}"
 
 
+def vocabulary_split(splits: Sequence[str]) -> str | None:
+    """The split whose classes make the vocabulary when no --labels_file names them: train,
+    or, without it, VOC's trainval (the VOC2007 protocol trains on trainval, tests on test)."""
+    return next((name for name in ("train", "trainval") if name in splits), None)
+
+
 def _splits_flag(present: Sequence[str]) -> str:
-    """`--splits a,b`, and `--labels_file` too when they hold no train split (without it the
-    vocabulary is unknown: the next error would say so)."""
+    """`--splits a,b`, and `--labels_file` too when they hold no train (or trainval) split
+    (without it the vocabulary is unknown: the next error would say so)."""
     flag = f"--splits {','.join(_disjoint(present))}"
-    if "train" not in present:
+    if vocabulary_split(present) is None:
         flag += " and a --labels_file naming the classes (there is no train split to find them in)"
     return flag
 

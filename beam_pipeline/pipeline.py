@@ -117,8 +117,10 @@ def prepare(config: BuildConfig) -> Prepared:
             Vocabulary(classes)
         except ValueError as error:
             raise ValueError(f"--labels_file {config.labels_file}: {error}") from None
-    elif "train" not in plan.splits:
-        raise ValueError("without the train split the vocabulary is unknown: pass --labels_file")
+    elif layouts.vocabulary_split(plan.splits) is None:
+        raise ValueError(
+            "without the train (or trainval) split the vocabulary is unknown: pass --labels_file"
+        )
     config = dataclasses.replace(config, input_dir=root, layout=layout)
     return Prepared(config, plan, classes, display_names)
 
@@ -255,7 +257,9 @@ def build_index(pipeline: beam.Pipeline, prepared: Prepared) -> Index:
     if prepared.classes is not None:
         vocabulary = pipeline | "Vocabulary" >> beam.Create([Vocabulary(prepared.classes)])
     else:
-        vocabulary = parsed | "BuildVocabulary" >> BuildVocabulary("train")
+        vocabulary = parsed | "BuildVocabulary" >> BuildVocabulary(
+            layouts.vocabulary_split(plan.splits)
+        )
     split_kinds = entries | "ClassifySplits" >> ClassifySplits(layouts.has_negatives(plan.layout))
     misplaced = found_rejected | "MisplacedAnnotations" >> beam.FlatMap(misplaced_annotations)
     labelled, label_rejected = parsed | "LabelImages" >> LabelImages(
@@ -287,7 +291,8 @@ def finalize_spec(prepared: Prepared) -> FinalizeSpec:
         vocabulary_source=(
             f"--labels_file {config.labels_file}"
             if config.labels_file
-            else "the classes seen in the train split; --labels_file names them"
+            else f"the classes seen in the {layouts.vocabulary_split(plan.splits)} split; "
+            "--labels_file names them"
         ),
     )
 

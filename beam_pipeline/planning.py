@@ -162,8 +162,9 @@ def plan_build(prepared) -> BuildPlan:
         if prepared.classes is not None:
             vocabulary = Vocabulary(prepared.classes)
         else:
-            names = {name for p in parsed if p.entry.split == "train" for name in class_names(p)}
-            vocabulary = vocabulary_from_names(sorted(names))
+            split = layouts.vocabulary_split(plan.splits)
+            names = {name for p in parsed if p.entry.split == split for name in class_names(p)}
+            vocabulary = vocabulary_from_names(sorted(names), split)
     except BuildFailed as error:
         vocabulary, refusal = None, _reason(error)
 

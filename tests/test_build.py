@@ -2,6 +2,7 @@
 
 import hashlib
 import itertools
+import json
 import pathlib
 import shutil
 import subprocess
@@ -699,6 +700,32 @@ def test_a_voc_tree_without_any_xml_is_announced_unlabelled(tmp_path, capsys):
         "missing): its examples get label -1; put its XML there to label it"
         for split in ("train", "validation")
     ]
+
+
+def test_voc_trainval_gives_the_classes_when_train_is_not_built(tmp_path, capsys):
+    # VOC2007's protocol, --splits trainval,test, was refused: "without the train split the
+    # vocabulary is unknown: pass --labels_file".
+    year = tmp_path / "VOC2007"
+    _voc_year(year, {"trainval": ["a", "b"], "test": ["c"]}, {"a", "b", "c"})
+    write(year / "Annotations/b.xml", voc_xml([("cat", 1, 1, 30, 30), ("dog", 1, 1, 9, 9)]))
+    argv = ["--input_dir", str(year), "--output_dir", str(tmp_path / "out")]
+    assert cli.main([*argv, "--splits", "trainval,test"]) == 0
+    assert f"ds = load_dataset('{tmp_path / 'out'}', 'trainval', batch_size=2)" in (
+        capsys.readouterr().out
+    )
+    assert json.loads((tmp_path / "out" / BUILD_INFO_FILE).read_text())["classes"] == [
+        "cat",
+        "dog",
+    ]
+    labels = {
+        e[F.FILENAME][0].decode(): e[F.LABEL_TEXT][0].decode()
+        for e in read_split(tmp_path / "out", "trainval")
+    }
+    assert labels == {"JPEGImages/a.jpg": "dog", "JPEGImages/b.jpg": "cat"}
+    assert [e[F.LABEL_TEXT][0].decode() for e in read_split(tmp_path / "out", "test")] == ["dog"]
+    (year / "Annotations/a.xml").write_text(voc_xml([("background", 1, 1, 30, 30)]))
+    with pytest.raises(Exception, match="the trainval split's annotations or folders: "):
+        build(year, tmp_path / "out2", "--splits", "trainval,test")
 
 
 def test_a_voc_year_without_annotations_beside_an_annotated_one_is_refused(tmp_path):

@@ -83,14 +83,20 @@ def test_voc_plan_reads_split_lists_and_skips_comments():
     )
 
 
-def test_a_suggestion_of_splits_without_train_asks_for_a_labels_file_too():
-    # Following `choose with --splits trainval` gave the next error: without the train split
-    # the vocabulary is unknown.
+def test_a_suggestion_of_splits_without_train_asks_for_a_labels_file_too(tmp_path):
+    # Following `choose with --splits test` gave the next error: without the train split the
+    # vocabulary is unknown. (trainval gives the classes as train does: VOC2007's protocol.)
     with pytest.raises(layouts.LayoutError) as error:
         plan(CORPUS / "datumaro/voc_dataset/voc_dataset2", layouts.VOC, ("train",))
     assert str(error.value).endswith(
-        "the splits there are ['trainval']: choose with --splits trainval and a --labels_file "
-        "naming the classes (there is no train split to find them in)"
+        "the splits there are ['trainval']: choose with --splits trainval"
+    )
+    write(tmp_path / "ImageSets/Main/test.txt", "a\n")
+    with pytest.raises(layouts.LayoutError) as error:
+        plan(tmp_path, layouts.VOC, ("train",))
+    assert str(error.value).endswith(
+        "the splits there are ['test']: choose with --splits test and a --labels_file naming "
+        "the classes (there is no train split to find them in)"
     )
 
 
