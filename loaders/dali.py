@@ -174,7 +174,8 @@ def load_dali_dataset(
 
     def epoch():
         batches.on_epoch_begin()
-        yield from batches
+        for _ in range(len(batches)):
+            yield batches.next_batch()
 
     dataset = tf.data.Dataset.from_generator(
         epoch, output_signature=(images, *labels) if labels else images
@@ -277,9 +278,12 @@ class DaliDataset(keras.utils.PyDataset):
         return len(self)
 
     def __getitem__(self, index: int):
+        """The epoch's next batch, as a tuple: (images, labels), or (images,) with
+        `label_mode=None` (Keras's `PyDataset` takes no bare array)."""
         if not 0 <= index < len(self):
             raise IndexError(f"batch {index} of an epoch of {len(self)}")
-        return self.next_batch()
+        batch = self.next_batch()
+        return batch if isinstance(batch, tuple) else (batch,)
 
     def on_epoch_begin(self):
         """Keras starts an epoch: first finish DALI's current one if batches were taken."""
@@ -496,10 +500,11 @@ def shard_indexes(info: BuildInfo, split: str, index_dir: str | None = None) -> 
 
 
 def default_index_dir(info: BuildInfo) -> str:
-    """A cache directory for one build: keyed by its path and its build_info.json."""
+    """A cache directory for one build: keyed by its path and its metadata file's text
+    (`build_info.json`, or a schema 1.x build's `dataset_info.json`)."""
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    with open(os.path.join(info.data_dir, "build_info.json"), "rb") as file:
-        key = hashlib.sha256(os.path.abspath(info.data_dir).encode() + b"\0" + file.read())
+    text = info.metadata_text.encode("utf-8", "surrogateescape")
+    key = hashlib.sha256(os.path.abspath(info.data_dir).encode() + b"\0" + text)
     return os.path.join(cache, "imagenet-tfrecords", "dali-index", key.hexdigest()[:16])
 
 

@@ -7,6 +7,7 @@ index files and the hand-off to Keras (DLPack into JAX, tf.data for TensorFlow).
 
 import collections
 import hashlib
+import json
 import os
 import pathlib
 import re
@@ -417,6 +418,11 @@ model = keras.Sequential([keras.Input((32, 32, 3), dtype="uint8"), normalization
 model.compile("adam", "categorical_crossentropy")
 history = model.fit(train, epochs=2, verbose=0)
 assert len(history.history["loss"]) == 2 and len(train) == 5
+# Images alone (an unlabelled split's mode): Keras's PyDataset took no bare array.
+images_only = load_dali_dataset({built!r}, "validation", batch_size=10, image_size=32,
+                                label_mode=None, dtype="uint8")
+assert images_only[0][0].shape == (10, 32, 32, 3)
+assert model.predict(images_only, verbose=0).shape == (25, 5)
 print("backend", keras.backend.backend())
 """
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
@@ -425,3 +431,21 @@ print("backend", keras.backend.backend())
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "backend jax" in run.stdout
+
+
+def test_a_schema_1_build_is_read(built, tmp_path):
+    # A build as schema 1.2 wrote it (dataset_info.json, no build_info.json): load_dataset
+    # reads it; load_dali_dataset failed opening build_info.json for its index cache's key.
+    from schemas import BUILD_INFO_FILE, LEGACY_INFO_FILE
+    from schemas.tfds_metadata import TFDS_FILES
+
+    legacy = tmp_path / "legacy"
+    shutil.copytree(built, legacy)
+    payload = json.loads((legacy / BUILD_INFO_FILE).read_text())
+    payload["schema_version"] = "1.2.0"
+    for name in (*TFDS_FILES, BUILD_INFO_FILE):
+        (legacy / name).unlink()
+    (legacy / LEGACY_INFO_FILE).write_text(json.dumps(payload))
+    assert digests(load_dali_dataset(str(legacy), "validation", batch_size=5, **INT)) == digests(
+        load_dali_dataset(built, "validation", batch_size=5, **INT)
+    )
