@@ -87,12 +87,32 @@ def start_dispatcher(port: int = 0, work_dir: str | None = None):
     return tf.data.experimental.service.DispatchServer(config)
 
 
-def start_worker(dispatcher: str, port: int = 0):
-    """A running worker registered with `dispatcher` ("host:port" or "grpc://host:port")."""
+_LOOPBACK = re.compile(r"^(localhost|127(\.\d{1,3}){3}|\[::1\]|::1)$")
+
+
+def worker_address(dispatcher: str, given: str | None = None) -> str:
+    """The address a worker registers with the dispatcher, which hands it to the trainers
+    (`%port%` stands for the worker's port): `given`, else `localhost:%port%` when the
+    dispatcher is on this host's loopback, else this host's name. (TensorFlow's default is
+    always `localhost:%port%`, which a trainer on another host reaches as itself.)"""
+    if given:
+        return given if ":" in given else f"{given}:%port%"
+    found = _ADDRESS.match(dispatcher)
+    if found and _LOOPBACK.match(found.group("host")):
+        return "localhost:%port%"
+    return f"{socket.getfqdn()}:%port%"
+
+
+def start_worker(dispatcher: str, port: int = 0, address: str | None = None):
+    """A running worker registered with `dispatcher` ("host:port" or "grpc://host:port"),
+    reachable by trainers at `worker_address(dispatcher, address)`."""
     import tensorflow as tf
 
-    address = dispatcher.split("://", 1)[-1]
-    config = tf.data.experimental.service.WorkerConfig(dispatcher_address=address, port=port)
+    config = tf.data.experimental.service.WorkerConfig(
+        dispatcher_address=dispatcher.split("://", 1)[-1],
+        worker_address=worker_address(dispatcher, address),
+        port=port,
+    )
     return tf.data.experimental.service.WorkerServer(config)
 
 
@@ -111,6 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     worker = roles.add_parser("worker", help="run a worker (on each host that decodes)")
     worker.add_argument("--dispatcher", required=True, help="HOST:PORT of the dispatcher")
     worker.add_argument("--port", type=int, default=0, help="its own port (default: any free)")
+    worker.add_argument(
+        "--worker_address",
+        help="HOST[:PORT] at which trainers reach this worker (default: this host's name, or "
+        "localhost when the dispatcher is on this host's loopback; %%port%% is its port)",
+    )
     args = parser.parse_args(argv)
     if not port_is_free(args.port):
         parser.error(f"--port {args.port} is in use (another dispatcher or worker?); pick another")
@@ -118,9 +143,21 @@ def main(argv: list[str] | None = None) -> int:
         server = start_dispatcher(args.port, args.work_dir)
         print(f"tf.data service dispatcher at {server.target}", flush=True)
     else:
-        checked_service(args.dispatcher)
-        server = start_worker(args.dispatcher, args.port)
-        print(f"tf.data service worker for {args.dispatcher}", flush=True)
+        if not _ADDRESS.match(args.dispatcher):
+            parser.error(f"--dispatcher must be HOST:PORT, not {args.dispatcher!r}")
+        try:
+            checked_service(args.dispatcher)
+        except ConnectionError as error:
+            print(f"error: --dispatcher {args.dispatcher}: {error}", file=sys.stderr)
+            return 1
+        address = worker_address(args.dispatcher, args.worker_address)
+        server = start_worker(args.dispatcher, args.port, args.worker_address)
+        if args.port:
+            address = address.replace("%port%", str(args.port))
+        print(
+            f"tf.data service worker for {args.dispatcher}, reached by trainers at {address}",
+            flush=True,
+        )
     try:
         server.join()
     except KeyboardInterrupt:

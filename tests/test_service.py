@@ -17,7 +17,12 @@ from helpers import build_sample
 tf = pytest.importorskip("tensorflow")
 
 from loaders import ReadConfig, load_dataset  # noqa: E402
-from loaders.service import checked_service, start_dispatcher, start_worker  # noqa: E402
+from loaders.service import (  # noqa: E402
+    checked_service,
+    start_dispatcher,
+    start_worker,
+    worker_address,
+)
 
 SIZE = (32, 32)
 
@@ -163,7 +168,9 @@ def test_the_command_line_recipe_serves_a_trainer(built, tmp_path):
                 time.sleep(0.2)
         servers.append(
             subprocess.Popen(
-                [*command, "worker", "--dispatcher", address], env=env, stderr=logs[1].open("w")
+                [*command, "worker", "--dispatcher", address, "--worker_address", "127.0.0.1"],
+                env=env,
+                stderr=logs[1].open("w"),
             )
         )
         dataset = load_dataset(
@@ -190,3 +197,36 @@ def test_the_command_line_recipe_serves_a_trainer(built, tmp_path):
             server.wait(30)
     for log in logs:  # runpy warns when `import loaders` has imported loaders.service already
         assert "RuntimeWarning" not in log.read_text(), log
+
+
+def test_a_worker_registers_an_address_trainers_on_other_hosts_can_reach():
+    # TensorFlow's default, localhost:%port%, was handed to trainers on other hosts, which
+    # reached themselves.
+    assert worker_address("localhost:5050") == "localhost:%port%"
+    assert worker_address("grpc://127.0.0.1:5050") == "localhost:%port%"
+    assert worker_address("10.0.0.7:5050") == f"{socket.getfqdn()}:%port%"
+    assert worker_address("10.0.0.7:5050", "cpu-3.lab") == "cpu-3.lab:%port%"
+    assert worker_address("10.0.0.7:5050", "cpu-3.lab:6000") == "cpu-3.lab:6000"
+
+
+def test_a_worker_without_its_dispatcher_says_so_in_a_line():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # nothing listens there once the probe closes
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    command = [sys.executable, "-m", "loaders.service", "worker", "--dispatcher"]
+    done = subprocess.run(
+        [*command, f"127.0.0.1:{port}"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stderr.splitlines()[-1].split(": nothing answers")[0]) == (
+        1,
+        f"error: --dispatcher 127.0.0.1:{port}: no tf.data service dispatcher at 127.0.0.1:{port}",
+    )
+    assert "Traceback" not in done.stderr
+    done = subprocess.run(
+        [*command, "localhost"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1].endswith(
+        "error: --dispatcher must be HOST:PORT, not 'localhost'"
+    )
