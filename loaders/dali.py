@@ -38,7 +38,7 @@ import keras
 import numpy as np
 
 from loaders.config import ReadConfig
-from loaders.info import BuildInfo, CorruptDatasetError, dataset_info
+from loaders.info import BuildInfo, CorruptDatasetError, data_path, dataset_info
 from schemas import features as F
 from schemas import one_hot_length
 
@@ -130,7 +130,7 @@ def load_dali_dataset(
         )
     batch_size = int(batch_size)
     device_id = _device_id(device)
-    data_dir = os.fspath(data_dir)
+    data_dir = data_path(data_dir)
     if "://" in data_dir:
         raise ValueError(
             f"data_dir {data_dir!r}: DALI's reader reads local files only; copy the build to a "

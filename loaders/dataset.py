@@ -15,7 +15,7 @@ import warnings
 import tensorflow as tf
 
 from loaders.config import ReadConfig, tf_data_value
-from loaders.info import dataset_info
+from loaders.info import data_path, dataset_info
 from loaders.preprocessing import (
     checked_image_size,
     eval_view,
@@ -123,7 +123,7 @@ def load_dataset(
         config=config,
     )
     checked_input_context(input_context)
-    data_dir = os.fspath(data_dir)
+    data_dir = data_path(data_dir)
     if is_local(data_dir):
         # The shards are opened later, maybe elsewhere: tf.data service workers run in their own
         # working directory, where a relative path names another build or nothing.

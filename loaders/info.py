@@ -76,7 +76,10 @@ class BuildInfo:
         try:
             return self.info.splits[name]
         except KeyError:
-            raise KeyError(f"{self.data_dir} has no split {name!r}; it has {self.splits}") from None
+            hint = "; val is written as validation" if name == "val" else ""
+            raise KeyError(
+                f"{self.data_dir} has no split {name!r}; it has {self.splits}{hint}"
+            ) from None
 
     def num_examples(self, split: str) -> int:
         return self.split(split).num_examples
@@ -117,6 +120,13 @@ class BuildInfo:
         }
 
 
+def data_path(data_dir: str | os.PathLike) -> str:
+    """`data_dir` as a string, a leading `~` read as the home directory (as a shell would,
+    and as the builder reads `--output_dir`)."""
+    path = os.fspath(data_dir)
+    return os.path.expanduser(path) if path.startswith("~") else path
+
+
 def dataset_info(data_dir: str | os.PathLike) -> BuildInfo:
     """Reads `data_dir/build_info.json` (local or gs://), or a schema 1.x build's metadata.
 
@@ -135,7 +145,7 @@ def dataset_info(data_dir: str | os.PathLike) -> BuildInfo:
             read[name] = f.read().decode("utf-8")
         return read[name]
 
-    data_dir = os.fspath(data_dir)
+    data_dir = data_path(data_dir)
     if what := not_a_directory(data_dir):
         raise IncompleteDatasetError(
             f"{data_dir} {what}: data_dir is the --output_dir of a build, a directory"

@@ -398,6 +398,20 @@ def test_data_dir_may_be_a_path(built):
     assert dataset_info(pathlib.Path(built)).data_dir == str(built)
 
 
+def test_a_leading_tilde_is_the_home_directory_and_val_is_named_validation(built, monkeypatch):
+    # The builder read ~ in --output_dir, the loader did not ("/cwd/~/out does not exist").
+    home = pathlib.Path(built).parent
+    monkeypatch.setenv("HOME", str(home))
+    path = f"~/{pathlib.Path(built).name}"
+    batches = load_dataset(path, "validation", batch_size=25, image_size=SIZE)
+    assert [x.shape[0] for x, _ in batches] == [25]
+    with pytest.raises(KeyError) as error:
+        load_dataset(path, "val", batch_size=5)
+    assert error.value.args[0] == (
+        f"{built} has no split 'val'; it has ('train', 'validation'); val is written as validation"
+    )
+
+
 @pytest.mark.parametrize(
     "field, value, error, message",
     [
