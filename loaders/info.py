@@ -18,7 +18,7 @@ from schemas import (
     read_build_info,
 )
 from schemas.metadata import tree_instead_of_build
-from schemas.paths import join, not_a_directory
+from schemas.paths import is_local, join, not_a_directory
 
 
 class IncompleteDatasetError(NoBuildError):
@@ -156,7 +156,31 @@ def dataset_info(data_dir: str | os.PathLike) -> BuildInfo:
         return BuildInfo(data_dir.rstrip("/"), info, name, read.get(name, ""))
     except NoBuildError as error:
         tree = tree_instead_of_build(data_dir, tf.io.gfile.isdir)
-        raise IncompleteDatasetError(str(tree or error)) from None
+        raise IncompleteDatasetError(str(tree or _builds_below(data_dir) or error)) from None
+
+
+def _builds_below(data_dir: str) -> str | None:
+    """The message for a local directory without a build whose subdirectories hold builds
+    (the folder the builds were written into, not one of them); None otherwise."""
+    if not is_local(data_dir):
+        return None
+    try:
+        with os.scandir(data_dir) as entries:
+            folders = sorted(entry.path for entry in entries if entry.is_dir())
+    except OSError:
+        return None
+    builds = [
+        folder
+        for folder in folders[:1000]
+        if any(os.path.isfile(join(folder, name)) for name in (BUILD_INFO_FILE, LEGACY_INFO_FILE))
+    ]
+    if not builds:
+        return None
+    shown = ", ".join(builds[:5]) + (f" and {len(builds) - 5} more" if len(builds) > 5 else "")
+    return (
+        f"{data_dir} holds no build itself, but the directories below it do ({shown}): pass "
+        f"one as data_dir, e.g. {builds[0]}"
+    )
 
 
 def renamed(module: str, name: str) -> type[BuildInfo]:

@@ -9,13 +9,14 @@ aligned through shuffle, sharding, encoding and loading: misaligned labels canno
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 import keras
 
 from loaders.config import ReadConfig
 from loaders.dataset import load_dataset
-from loaders.info import dataset_info
+from loaders.info import CorruptDatasetError, IncompleteDatasetError, dataset_info
 
 # The sample's objects fill 45-70% of the shorter side: crops keep most of the main object.
 SAMPLE_READ_CONFIG = ReadConfig(crop_area_range=(0.5, 1.0), min_object_covered=0.9)
@@ -82,14 +83,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--min_accuracy", type=float, default=0.0, help="Exit 1 below this validation accuracy."
     )
     args = parser.parse_args(argv)
-    history = train(
-        args.data_dir,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        image_size=(args.image_size, args.image_size),
-        seed=args.seed,
-        verbose=2,
-    )
+    try:
+        history = train(
+            args.data_dir,
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            image_size=(args.image_size, args.image_size),
+            seed=args.seed,
+            verbose=2,
+        )
+    except (IncompleteDatasetError, CorruptDatasetError, KeyError) as error:
+        message = error.args[0] if isinstance(error, KeyError) and error.args else error
+        print(f"error: {message}", file=sys.stderr)
+        return 2
     accuracy = history["val_accuracy"][-1]
     print(f"validation accuracy: {accuracy:.3f} (Keras {keras.backend.backend()} backend)")
     if accuracy < args.min_accuracy:

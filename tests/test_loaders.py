@@ -615,6 +615,29 @@ def test_shard_deleted_after_loading_starts_fails_instead_of_hanging(built, tmp_
             pass
 
 
+def test_the_folder_holding_builds_names_them_and_train_example_says_so_in_a_line(built, tmp_path):
+    # load_dataset(PARENT) told to build into PARENT; train_example ended in a traceback.
+    parent = tmp_path / "builds"
+    (parent / "notes").mkdir(parents=True)
+    (parent / "run1").symlink_to(built)
+    expected = (
+        f"{parent} holds no build itself, but the directories below it do ({parent}/run1): "
+        f"pass one as data_dir, e.g. {parent}/run1"
+    )
+    with pytest.raises(IncompleteDatasetError) as error:
+        load_dataset(str(parent), "train", batch_size=4)
+    assert str(error.value) == expected
+    done = subprocess.run(
+        [sys.executable, "-m", "loaders.train_example", str(parent)],
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert (done.returncode, done.stderr.splitlines()[-1]) == (2, f"error: {expected}")
+    assert "Traceback" not in done.stderr
+
+
 @pytest.mark.slow
 def test_learnable_sample_reaches_90_percent(tmp_path):
     """The proof that images and labels stay aligned from tree to model.fit."""
