@@ -27,6 +27,7 @@ distribution. Nothing here is imported by `import loaders`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -346,6 +347,18 @@ def main_boxes(ymins, xmins, ymaxs, xmaxs):
     return boxes
 
 
+def central_windows(shapes, fraction: float):
+    """Per image of a batch of [H, W, C] shapes: the (anchor, size) of `load_dataset`'s
+    central crop window ([top, left], [height, width]; `preprocessing._central_window`)."""
+    anchors, sizes = [], []
+    for shape in shapes:
+        side = np.asarray(shape[:2], np.float64)
+        start = np.floor((side - side * fraction) / 2)
+        anchors.append(start.astype(np.float32))
+        sizes.append((side - 2 * start).astype(np.float32))
+    return anchors, sizes
+
+
 def dali_pipeline(
     *,
     files,
@@ -418,7 +431,7 @@ def dali_pipeline(
             box = fn.python_function(
                 *(records[key] for key in _BOX_KEYS), function=main_boxes, batch_processing=True
             )
-            shape = fn.peek_image_shape(encoded)
+            shape = fn.peek_image_shape(encoded, adjust_orientation=False)
             source_hw = fn.cast(fn.slice(shape, 0, 2, axes=[0]), dtype=types.INT32)
             low, high = config.crop_area_range
             anchor, size, _ = fn.random_bbox_crop(
@@ -435,19 +448,42 @@ def dali_pipeline(
                 total_num_attempts=100,
             )
             images = fn.decoders.image_slice(
-                encoded, anchor, size, device=decode_on, output_type=types.RGB, axis_names="WH"
+                encoded,
+                anchor,
+                size,
+                device=decode_on,
+                output_type=types.RGB,
+                axis_names="WH",
+                adjust_orientation=False,
             )
             windows = (anchor, size, shape, box)
+        elif config.eval_central_crop < 1.0:
+            # tf.image.central_crop's whole-pixel window, as load_dataset cuts it
+            # (`preprocessing._central_window`), not a fractional one.
+            # (In float64, as TensorFlow's: DALI keeps a constant as float32, and 0.6 * 130
+            # is then 78.0000031, which moved such windows by a pixel.)
+            shape = fn.peek_image_shape(encoded, adjust_orientation=False)
+            anchor, size = fn.python_function(
+                shape,
+                function=functools.partial(central_windows, fraction=config.eval_central_crop),
+                num_outputs=2,
+                batch_processing=True,
+            )
+            images = fn.decoders.image_slice(
+                encoded,
+                anchor,
+                size,
+                device=decode_on,
+                output_type=types.RGB,
+                axis_names="HW",
+                normalized_anchor=False,
+                normalized_shape=False,
+                adjust_orientation=False,
+            )
         else:
-            images = fn.decoders.image(encoded, device=decode_on, output_type=types.RGB)
-            if config.eval_central_crop < 1.0:
-                margin = (1.0 - config.eval_central_crop) / 2
-                images = fn.slice(
-                    images,
-                    rel_start=[margin, margin],
-                    rel_shape=[config.eval_central_crop] * 2,
-                    axis_names="HW",
-                )
+            images = fn.decoders.image(
+                encoded, device=decode_on, output_type=types.RGB, adjust_orientation=False
+            )
         images = fn.resize(
             images,
             resize_x=width,

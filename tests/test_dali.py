@@ -17,12 +17,13 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import build, build_sample, read_split
+from helpers import build, build_sample, ilsvrc_image, read_split
 
 tf = pytest.importorskip("tensorflow")
 pytest.importorskip("nvidia.dali")
 
 from beam_pipeline import sample_tree  # noqa: E402
+from beam_pipeline.annotations import voc_xml  # noqa: E402
 from loaders import ReadConfig, normalization_layer  # noqa: E402
 from loaders.dali import (  # noqa: E402
     dali_pipeline,
@@ -98,6 +99,61 @@ def test_evaluation_is_every_record_once_with_the_loaders_labels_and_pixels(buil
             # default): within two levels on average; a wrong channel order, crop or flip
             # would be tens of levels off.
             assert np.abs(image.astype(int) - ours.astype(int)).mean() < 2.0
+
+
+@pytest.mark.parametrize("fraction", [0.875, 0.6])
+def test_evaluation_central_crops_cut_load_datasets_window(built, fraction):
+    # DALI cut a fractional window (0.875 * H) where load_dataset cuts whole pixels (and a
+    # float32 0.6 moved others by one): images up to 5 levels off on average.
+    config = ReadConfig(eval_central_crop=fraction)
+    kw = {"batch_size": 25, "image_size": SIZE, "dtype": "uint8", "config": config}
+    (images,) = [np.asarray(x) for x, _ in load_dali_dataset(built, "validation", **kw)]
+    for image, example in zip(images, read_split(built, "validation"), strict=True):
+        encoded = example[F.ENCODED][0]
+        ours = preprocess_for_eval(encoded, SIZE, config=config, dtype="uint8").numpy()
+        assert np.abs(image.astype(int) - ours.astype(int)).mean() < 2.0
+
+
+def test_exif_orientation_is_not_applied_as_load_dataset_does_not(tmp_path):
+    # The build keeps a JPEG's bytes and its boxes describe the stored pixels; DALI's decoders
+    # turned an image by its EXIF orientation, away from its boxes and load_dataset's pixels.
+    turned = (ROOT / "tests/data/corpus/images/pillow/hopper_orientation_6.jpg").read_bytes()
+    for n in range(3):
+        xml = voc_xml([("cat", 16, 32, 64, 96)], size=(128, 128))
+        ilsvrc_image(tmp_path / "tree", "train", f"t{n}", turned, xml)
+        ilsvrc_image(tmp_path / "tree", "val", f"v{n}", turned, xml)
+    build(tmp_path / "tree", tmp_path / "out")
+    kw = {"batch_size": 3, "image_size": SIZE, "dtype": "uint8"}
+    (images,) = [np.asarray(x) for x, _ in load_dali_dataset(tmp_path / "out", "validation", **kw)]
+    ours = preprocess_for_eval(turned, SIZE, dtype="uint8").numpy()
+    for image in images:
+        assert np.abs(image.astype(int) - ours.astype(int)).mean() < 2.0
+    info = dataset_info(tmp_path / "out")
+    pipe = dali_pipeline(
+        files=info.shard_paths("train"),
+        indexes=shard_indexes(info, "train"),
+        batch_size=3,
+        num_threads=1,
+        device_id=None,
+        seed=3,
+        image_size=SIZE,
+        training=True,
+        label_mode="int",
+        num_classes=info.num_classes,
+        dtype="uint8",
+        config=ReadConfig(random_flip=False),
+        with_windows=True,
+    )
+    pipe.build()
+    stored = tf.io.decode_jpeg(turned).numpy()  # as stored: EXIF not applied
+    crops, _, anchors, shapes, _, _ = pipe.run()
+    for i in range(3):  # each training crop is the stored image's window, resized
+        (x, y), (w, h) = np.array(anchors.at(i)), np.array(shapes.at(i))
+        window = stored[
+            round(y * 128) : round((y + h) * 128), round(x * 128) : round((x + w) * 128)
+        ]
+        ours = tf.image.resize(window, SIZE).numpy()
+        assert np.abs(np.array(crops.at(i)).astype(float) - ours).mean() < 3.0
 
 
 def test_training_epochs_hold_every_record_once_and_drop_only_the_remainder(built):
