@@ -133,9 +133,9 @@ def main_object_box(boxes: tf.Tensor) -> tf.Tensor:
 
 def preprocess_for_train(
     encoded: tf.Tensor,
-    boxes: tf.Tensor,
+    boxes: tf.Tensor | None,
     image_size: int | tuple[int, int],
-    seed: tf.Tensor,
+    seed: tf.Tensor | int,
     config: ReadConfig = ReadConfig(),
     dtype: str = "float32",
 ) -> tf.Tensor:
@@ -143,9 +143,14 @@ def preprocess_for_train(
     in `config.value_range` or uint8 pixels, as `preprocess_for_eval`.
 
     The crop keeps at least `config.min_object_covered` of the main object (the largest box), so
-    the label stays true; images without boxes crop anywhere (Inception-style). `image_size` as
-    for `preprocess_for_eval`.
+    the label stays true; images without boxes (`boxes` [0, 4], or None) crop anywhere
+    (Inception-style). `image_size` as for `preprocess_for_eval`. `seed` is a stateless [2]
+    integer seed, or an int (taken as [seed, 0]).
     """
+    if boxes is None:
+        boxes = tf.zeros([0, 4], tf.float32)
+    if is_int(seed):
+        seed = tf.constant([int(seed), 0], tf.int64)
     return train_view(encoded, boxes, checked_image_size(image_size), seed, config, dtype)[0]
 
 

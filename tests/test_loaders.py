@@ -224,6 +224,11 @@ def test_the_preprocessing_functions_take_load_datasets_image_sizes(built):
         assert preprocess_for_eval(raw, image_size=size, dtype="uint8").shape == (*shape, 3)
         assert preprocess_for_train(raw, no_boxes, size, seed).shape == (*shape, 3)
     np.testing.assert_array_equal(preprocess_for_eval(raw, 24), preprocess_for_eval(raw, (24, 24)))
+    # An int seed (a raw InvalidArgumentError) and boxes=None (a TypeError) are what they say.
+    np.testing.assert_array_equal(
+        preprocess_for_train(raw, None, 24, 5),
+        preprocess_for_train(raw, no_boxes, 24, tf.constant([5, 0], tf.int64)),
+    )
     for bad, error in [
         ((-1, 48), ValueError),
         (0, ValueError),
