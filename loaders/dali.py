@@ -521,9 +521,18 @@ def shard_indexes(info: BuildInfo, split: str, index_dir: str | None = None) -> 
     Raises:
       CorruptDatasetError: a shard does not hold the records build_info.json counts.
     """
+    given = index_dir is not None
     if index_dir is None:
         index_dir = default_index_dir(info)
-    os.makedirs(index_dir, exist_ok=True)
+    try:
+        os.makedirs(index_dir, exist_ok=True)
+    except OSError as error:
+        what = "index_dir" if given else "the index cache ($XDG_CACHE_HOME or ~/.cache)"
+        raise OSError(
+            error.errno,
+            f"{what} {index_dir}: {error.strerror}; DALI's reader needs an index file per "
+            "shard there: pass an index_dir= this process can write",
+        ) from None
     indexes = []
     for path, shard in zip(info.shard_paths(split), info.split(split).shards, strict=True):
         index = os.path.join(index_dir, os.path.basename(path) + ".idx")

@@ -441,6 +441,13 @@ def test_bad_arguments_are_refused_by_name(built):
         load_dali_dataset("gs://bucket/out", "train", batch_size=8)
     with pytest.raises(ValueError, match="batch_size=128 is larger than split 'train'"):
         load_dali_dataset(built, "train", batch_size=128, training=True)
+    blocked = pathlib.Path(built) / "build_info.json" / "idx"  # below a file: never a folder
+    with pytest.raises(OSError) as error:
+        load_dali_dataset(built, "train", batch_size=8, index_dir=str(blocked))
+    assert str(error.value) == (
+        f"[Errno 20] index_dir {blocked}: Not a directory; DALI's reader needs an index file "
+        "per shard there: pass an index_dir= this process can write"
+    )
 
 
 def test_numpy_integers_are_integer_arguments(built):
