@@ -30,6 +30,7 @@ setuptools.setup(
     install_requires=[
         "apache-beam>=2.60,<3",
         "pillow>=10.0",
+        "simplejpeg>=1.7",
         "lxml>=5.0",
         "numpy>=1.26",
         "google-crc32c>=1.5",

@@ -1,10 +1,12 @@
 """Image bytes → validated 3-channel RGB JPEG bytes.
 
 Every image is decoded once (every byte of its data, see `normalise_image`), so truncated and
-corrupt files are caught at build time, not hours into training. The format is sniffed from the
-bytes, never taken from the extension (ImageNet has PNG bytes named `.JPEG`). A valid RGB JPEG
-that needs no resize is kept byte for byte; anything else (CMYK/YCCK, grayscale, palette, alpha,
-16-bit, PNG, GIF, ...) is converted to RGB and re-encoded.
+corrupt files are caught at build time, not hours into training. A JPEG's data is decoded by
+libjpeg-turbo through simplejpeg in strict mode: Pillow (like `tf.io.decode_jpeg`) only warns
+when data is missing or damaged, and paints the rest of the image grey. The format is sniffed
+from the bytes, never taken from the extension (ImageNet has PNG bytes named `.JPEG`). A valid
+RGB JPEG that needs no resize is kept byte for byte; anything else (CMYK/YCCK, grayscale,
+palette, alpha, 16-bit, PNG, GIF, ...) is converted to RGB and re-encoded.
 
 EXIF orientation is not applied: pixels are stored as they are encoded, which is what
 `tf.io.decode_jpeg` and the ImageNet/VOC annotation tools see, so boxes stay consistent.
@@ -19,6 +21,7 @@ import re
 import warnings
 
 import numpy as np
+import simplejpeg
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from PIL import Image
@@ -115,8 +118,11 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
         _check_storable(fmt, (width, height), target, policy)
         keep = fmt == "JPEG" and image.mode == "RGB" and target == (width, height)
         if fmt == "JPEG":
-            image.draft(image.mode, (1, 1) if keep else target)
-        image.load()
+            check_jpeg_data(data, image.mode)
+        if not keep:
+            if fmt == "JPEG":
+                image.draft(image.mode, target)
+            image.load()
     if keep:
         return NormalisedImage(data, width, height, fmt, width, height, reencoded=False)
     rgb = to_rgb(image)
@@ -128,6 +134,41 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
     except (OSError, ValueError) as error:  # the image's fault, never the output's
         raise InputError("corrupt_image", f"{fmt}: cannot be encoded as JPEG: {error}") from None
     return NormalisedImage(out.getvalue(), target[0], target[1], fmt, width, height, reencoded=True)
+
+
+# libjpeg's warnings about a stream whose every pixel still decodes: stray bytes before a
+# marker, SOS fields some encoders fill oddly. Not a reason to reject an image.
+_HARMLESS_JPEG_WARNINGS = ("extraneous bytes before marker", "invalid sos parameters")
+
+
+def check_jpeg_data(data: bytes, mode: str) -> None:
+    """Decodes every coefficient of a JPEG's data (at 1/8 scale, one channel where it can: no
+    pixel work beyond that) and refuses the data libjpeg-turbo finds missing or damaged.
+
+    Raises:
+      InputError: `truncated_image` (the file ends before its data), `corrupt_image` (a data
+        segment ends early, bad Huffman codes, a marker out of place): decoded anyway, the
+        image would be grey (or garbled) where its data is gone.
+    """
+    # libjpeg-turbo turns CMYK and YCCK into CMYK only, and some colour spaces into RGB only.
+    spaces = ["CMYK"] if mode == "CMYK" else ["GRAY", "RGB"]
+    for colorspace in spaces:
+        try:
+            simplejpeg.decode_jpeg(data, colorspace=colorspace, min_factor=8, strict=True)
+            return
+        except ValueError as error:
+            message = str(error).strip()
+            lowered = message.lower()
+            if "unsupported color conversion" in lowered and colorspace != spaces[-1]:
+                continue
+            if any(warning in lowered for warning in _HARMLESS_JPEG_WARNINGS):
+                return
+            reason = (
+                "truncated_image" if "premature end of jpeg file" in lowered else "corrupt_image"
+            )
+            raise InputError(
+                reason, f"JPEG: {message} (decoded anyway, it is grey or garbled from there on)"
+            ) from None
 
 
 def _check_storable(

@@ -4,6 +4,7 @@ import zlib
 
 import numpy as np
 import pytest
+import simplejpeg
 from helpers import CORPUS, jpeg_bytes
 from PIL import Image
 
@@ -263,12 +264,18 @@ def test_invalid_policies(kwargs):
 
 
 def _full_decode_verdict(data: bytes) -> str:
-    """What a plain full-resolution Pillow decode says of the bytes: "ok" or an error."""
+    """What a full-resolution RGB decode says of the bytes: "ok" or an error (Pillow's, or
+    libjpeg-turbo's strict one, which also refuses data it would paint grey)."""
     try:
         with Image.open(io.BytesIO(data)) as image:
             image.load()
+        simplejpeg.decode_jpeg(data, colorspace="RGB", strict=True)
     except (OSError, SyntaxError, ValueError) as error:
-        return "truncated_image" if "truncated" in str(error).lower() else "corrupt_image"
+        message = str(error).lower()
+        if "extraneous bytes before marker" in message:
+            return "ok"
+        cut = "truncated" in message or "premature end of jpeg file" in message
+        return "truncated_image" if cut else "corrupt_image"
     return "ok"
 
 
@@ -295,3 +302,27 @@ def test_scaled_validation_decode_rejects_what_a_full_decode_rejects(name):
         assert got == expected, label
         verdicts.append(got)
     assert verdicts.count("truncated_image") >= 4  # every cut is caught
+
+
+def test_jpeg_data_that_libjpeg_paints_grey_is_rejected():
+    # Pillow (and tf.io.decode_jpeg) decode these with a warning only, grey or garbled from the
+    # damage on: they were kept as they were, exit 0, verify OK.
+    # (Flipped bits that still decode as valid codes cannot be told: JPEG has no checksum.)
+    data = (PILLOW / "hopper.jpg").read_bytes()
+    half = len(data) // 2
+    damaged = {
+        "cut, its end marker put back": data[:half] + b"\xff\xd9",
+        "512 bytes zeroed": data[:half] + bytes(512) + data[half + 512 :],
+    }
+    for label, bad in damaged.items():
+        with Image.open(io.BytesIO(bad)) as image:
+            image.load()  # no error: Pillow keeps what it could decode
+        with pytest.raises(InputError) as error:
+            normalise_image(bad, KEEP)
+        assert error.value.reason == "corrupt_image", label
+        assert error.value.detail.startswith("JPEG: Corrupt JPEG data"), label
+        with pytest.raises(InputError):  # converted images are checked too
+            normalise_image(bad, ImagePolicy(mode="shorter_side", size=(32,)))
+    # Stray bytes before the end marker (some cameras write them): every pixel decodes.
+    stray = data[:-2] + b"\x00\x00\xff\xd9"
+    assert normalise_image(stray, KEEP).data == stray
