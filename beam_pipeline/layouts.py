@@ -71,9 +71,9 @@ class ListingTask:
         every split: many copies move `val` into synset folders).
       key_by_name: keys are file names without their folders (a CLS-LOC split whose XML lie
         flat: ImageNet's `valprep.sh` moves the images into synset folders, not the XML).
-      foreign: the real paths of the other tasks' directories of its kind (local trees): a
-        link below `directory` into one of them is reported and not entered, as its files are
-        another split's (or VOC year's).
+      foreign: for an image folder, the real paths of the other image folders (local trees):
+        a link below `directory` into one of them is reported and not entered, as its images
+        are another split's (or VOC year's).
     """
 
     kind: str
@@ -443,15 +443,10 @@ def _apart(plan: DiscoveryPlan) -> DiscoveryPlan:
                 )
     tasks = tuple(
         dataclasses.replace(
-            task,
-            foreign=tuple(
-                reals[other.directory]
-                for other in plan.tasks
-                if other.kind == task.kind and other is not task and other.directory in reals
-            ),
+            task, foreign=tuple(reals[other.directory] for other in images if other is not task)
         )
-        if task.directory in reals
-        else task
+        if task in images
+        else task  # an annotation folder may serve several splits (keys keep them apart)
         for task in plan.tasks
     )
     return dataclasses.replace(plan, tasks=tasks)

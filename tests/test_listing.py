@@ -194,3 +194,23 @@ def test_jfif_files_are_images(tmp_path):
     info = build(root, tmp_path / "out", "--splits", "train")
     assert info.splits["train"].class_counts == (2, 1, 0)  # n01, n02, background
     assert not dead_letters(tmp_path / "out")
+
+
+def test_one_annotation_folder_linked_as_every_splits_keeps_their_xml(tmp_path):
+    # All XML in one folder, linked as each split's annotation folder: its links were refused
+    # as another split's folder, and validation came out unlabelled, exit 0.
+    root = tmp_path / "tree"
+    every = tmp_path / "allxml"
+    for split, stem, name in (("train", "n01/a", "n01"), ("val", "v", "n01")):
+        ilsvrc_image(root, split, stem, jpeg_bytes(), task="CLS-LOC")
+        write(every / f"{stem}.xml", voc_xml([(name, 1, 1, 20, 20)]))
+    for split in ("train", "val"):
+        (root / "Annotations/CLS-LOC").mkdir(parents=True, exist_ok=True)
+        os.symlink(every, root / "Annotations/CLS-LOC" / split)
+    info = build(root, tmp_path / "out")
+    sources = {name: dict(split.label_sources) for name, split in info.splits.items()}
+    assert sources == {"train": {"xml": 1}, "validation": {"xml": 1}}
+    assert sorted(d["reason"] for d in dead_letters(tmp_path / "out")) == [
+        "annotation_without_image",  # each split's view of the other's XML
+        "annotation_without_image",
+    ]
