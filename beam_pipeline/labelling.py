@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import posixpath
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 import apache_beam as beam
 from apache_beam.typehints import Tuple
@@ -25,6 +25,7 @@ from beam_pipeline.failures import BuildFailed
 from beam_pipeline.fileio import read_file
 from beam_pipeline.images import header_size
 from beam_pipeline.labels import Vocabulary, clamped_area, image_label, split_kind
+from beam_pipeline.layouts import ANNOTATIONS, ListingTask
 from beam_pipeline.rejections import (
     ANNOTATION,
     LABEL,
@@ -233,16 +234,26 @@ def disagreement(root: str, labelled: LabelledEntry, vocabulary: Vocabulary) -> 
 ANNOTATION_WITHOUT_IMAGE = "annotation_without_image"
 
 
-def _name(path: str) -> str:
-    return posixpath.splitext(posixpath.basename(path))[0]
+def misplaced_annotations(
+    rejection: Rejection, tasks: Sequence[ListingTask]
+) -> Iterator[tuple[tuple[str, str], tuple[str, str]]]:
+    """((split, file name without extension), (path below its annotation folder without the
+    extension, path)) of an XML that pairs with no image, for `label_entry`: one a folder
+    deeper or shallower than its image's mirror (`val/val/X.xml` for `val/X.JPEG`) would
+    leave its image without XML, and so background or unlabelled. `tasks`: the plan's."""
+    if rejection.reason != ANNOTATION_WITHOUT_IMAGE:
+        return
+    for task in tasks:
+        folder = task.directory.rstrip("/") + "/"
+        if task.kind == ANNOTATIONS and task.split and rejection.path.startswith(folder):
+            below = posixpath.splitext(rejection.path[len(folder) :])[0]
+            yield (rejection.split, posixpath.basename(below)), (below, rejection.path)
+            return
 
 
-def misplaced_annotations(rejection: Rejection) -> Iterator[tuple[tuple[str, str], str]]:
-    """((split, file name without extension), path) of an XML that pairs with no image: one
-    that lies in another folder of its split than its image's mirror (`val/val/X.xml` for
-    `val/X.JPEG`) would leave its image without XML, and so background or unlabelled."""
-    if rejection.reason == ANNOTATION_WITHOUT_IMAGE:
-        yield (rejection.split, _name(rejection.path)), rejection.path
+def _related(first: str, second: str) -> bool:
+    """Whether one relative path is the other with folders above it (`val/X` and `X`)."""
+    return first.endswith("/" + second) or second.endswith("/" + first)
 
 
 def label_entry(
@@ -250,28 +261,32 @@ def label_entry(
     parsed: ParsedEntry,
     vocabulary: Vocabulary,
     kinds: Mapping[str, str],
-    misplaced: Mapping[tuple[str, str], str] | None = None,
+    misplaced: Mapping[tuple[str, str], Sequence[tuple[str, str]]] | None = None,
 ) -> LabelledEntry | Rejection:
     """The label rule applied to one parsed entry (`kinds`: split → `split_kind`).
 
     An image without XML is rejected (`annotation_misplaced`) when `misplaced` (from
-    `misplaced_annotations`) holds an XML of its name in its split that paired with no image:
-    that XML is its own, in the wrong folder."""
+    `misplaced_annotations`) holds an XML of its split that paired with no image and lies
+    where its XML would with folders added or left out (`val/val/X.xml` for `val/X.JPEG`, or
+    `n01/X.xml` for a flat `X.JPEG`): that XML is its own, in the wrong folder. (`cat/1.xml`
+    is not `dog/1.JPEG`'s.)"""
     entry = parsed.entry
-    xml = None
     if misplaced and entry.annotation_filename is None:
-        xml = misplaced.get((entry.split, _name(entry.filename)))
-    if xml is not None:
-        mirror = posixpath.dirname(entry.filename).replace("Data/", "Annotations/", 1)
-        return Rejection(
-            entry.split,
-            join(root, entry.filename),
-            LABEL,
-            "annotation_misplaced",
-            f"its XML is missing from {join(root, mirror)}, and {xml}, of its name, pairs "
-            "with no image: move that XML into the first folder (the folders below "
-            "Annotations/ mirror those below Data/); built, the image would lack its objects",
-        )
+        below = entry.key.split("/", 1)[-1]  # the image's path below its split folder
+        for xml_below, xml in misplaced.get((entry.split, posixpath.basename(below)), ()):
+            if not _related(xml_below, below):
+                continue
+            extension = posixpath.splitext(xml)[1]
+            place = xml[: len(xml) - len(xml_below + extension)] + below + extension
+            return Rejection(
+                entry.split,
+                join(root, entry.filename),
+                LABEL,
+                "annotation_misplaced",
+                f"no XML at {place}, where its XML belongs, while {xml}, its path with "
+                f"folders added or left out, pairs with no image: move that XML to {place}; "
+                "built, the image would lack its objects",
+            )
     try:
         found = image_label(parsed.annotation, entry.folder_class, vocabulary, kinds[entry.split])
     except InputError as error:
@@ -309,6 +324,11 @@ class LabelImages(beam.PTransform):
         misplaced = self._misplaced
         if misplaced is None:
             misplaced = parsed.pipeline | "NoMisplaced" >> beam.Create([])
+        misplaced = (  # few (XML without an image), in a dict of lists: AsDict on every runner
+            misplaced
+            | "GroupMisplaced" >> beam.GroupByKey()
+            | "MisplacedLists" >> beam.MapTuple(lambda key, found: (key, sorted(found)))
+        )
         result = packed | "Label" >> beam.ParDo(
             _LabelFn(self._root),
             vocabulary=beam.pvalue.AsSingleton(self._vocabulary),

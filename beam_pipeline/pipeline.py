@@ -261,7 +261,9 @@ def build_index(pipeline: beam.Pipeline, prepared: Prepared) -> Index:
             layouts.vocabulary_split(plan.splits)
         )
     split_kinds = entries | "ClassifySplits" >> ClassifySplits(layouts.has_negatives(plan.layout))
-    misplaced = found_rejected | "MisplacedAnnotations" >> beam.FlatMap(misplaced_annotations)
+    misplaced = found_rejected | "MisplacedAnnotations" >> beam.FlatMap(
+        misplaced_annotations, plan.tasks
+    )
     labelled, label_rejected = parsed | "LabelImages" >> LabelImages(
         vocabulary, split_kinds, plan.root, misplaced
     )

@@ -175,7 +175,12 @@ def plan_build(prepared) -> BuildPlan:
     negatives = layouts.has_negatives(plan.layout)
     kinds = {split: split_kind(*any_marks(m), negatives) for split, m in marks.items()}
     labelled: list[LabelledEntry] = []
-    misplaced = dict(pair for r in rejections for pair in misplaced_annotations(r))
+    misplaced = collections.defaultdict(list)
+    for rejection in rejections:
+        for key, found in misplaced_annotations(rejection, plan.tasks):
+            misplaced[key].append(found)
+    for found in misplaced.values():
+        found.sort()  # as the build's side input holds them
     if vocabulary is not None:
         for p in parsed:
             result = label_entry(plan.root, p, vocabulary, kinds, misplaced)

@@ -305,11 +305,11 @@ def test_a_labels_file_that_misses_classes_fails_before_any_shard_naming_them(tm
 
 def _misplaced(root, image, xml) -> str:
     """The detail of an image whose XML lies in another folder of its split."""
-    folder = str(image.parent).replace("/Data/", "/Annotations/", 1)
+    place = str(image.with_suffix(".xml")).replace("/Data/", "/Annotations/", 1)
     return (
-        f"its XML is missing from {folder}, and {xml}, of its name, pairs with no image: move "
-        "that XML into the first folder (the folders below Annotations/ mirror those below "
-        "Data/); built, the image would lack its objects"
+        f"no XML at {place}, where its XML belongs, while {xml}, its path with folders added "
+        f"or left out, pairs with no image: move that XML to {place}; built, the image would "
+        "lack its objects"
     )
 
 
@@ -351,3 +351,18 @@ def test_a_split_whose_xml_all_lie_one_folder_deeper_is_refused_not_unlabelled(t
         write(tmp_path / f"Annotations/CLS-LOC/val/val/ILSVRC2012_val_{n}.xml", xml)
     with pytest.raises(Exception, match=re.escape("reasons {'annotation_misplaced': 4}")):
         build(tmp_path, tmp_path / "out")
+
+
+def test_an_orphan_xml_of_another_folders_image_of_that_name_is_not_taken_for_its_own(tmp_path):
+    # cat/1.xml pairs with no image: it is not dog/1.JPEG's, which keeps its folder's class
+    # (matched by name alone, dog/1.JPEG was rejected, and moving the XML as told labelled it
+    # cat, exit 0).
+    for synset in SYNSETS:
+        cls_loc(tmp_path, f"{synset}/{synset}_0", "train", jpeg_bytes())
+    cls_loc(tmp_path, f"{SYNSETS[1]}/shared", "train", jpeg_bytes())
+    xml = voc_xml([(SYNSETS[0], 1, 1, 30, 30)], size=(64, 48))
+    write(tmp_path / f"Annotations/CLS-LOC/train/{SYNSETS[0]}/shared.xml", xml)
+    out = tmp_path / "out"
+    info = build(tmp_path, out, "--splits", "train")
+    assert info.splits["train"].label_sources == {"folder": 3}
+    assert [d["reason"] for d in dead_letters(out)] == ["annotation_without_image"]
