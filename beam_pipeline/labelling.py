@@ -237,23 +237,28 @@ ANNOTATION_WITHOUT_IMAGE = "annotation_without_image"
 def misplaced_annotations(
     rejection: Rejection, tasks: Sequence[ListingTask]
 ) -> Iterator[tuple[tuple[str, str], tuple[str, str]]]:
-    """((split, file name without extension), (path below its annotation folder without the
-    extension, path)) of an XML that pairs with no image, for `label_entry`: one a folder
-    deeper or shallower than its image's mirror (`val/val/X.xml` for `val/X.JPEG`) would
-    leave its image without XML, and so background or unlabelled. `tasks`: the plan's."""
+    """((split, file name without extension in lower case), (path below its annotation
+    folder without the extension, path)) of an XML that pairs with no image, for
+    `label_entry`: one a folder deeper or shallower than its image's mirror (`val/val/X.xml`
+    for `val/X.JPEG`), or named in another case, would leave its image without XML, and so
+    background or unlabelled. `tasks`: the plan's."""
     if rejection.reason != ANNOTATION_WITHOUT_IMAGE:
         return
     for task in tasks:
         folder = task.directory.rstrip("/") + "/"
         if task.kind == ANNOTATIONS and task.split and rejection.path.startswith(folder):
             below = posixpath.splitext(rejection.path[len(folder) :])[0]
-            yield (rejection.split, posixpath.basename(below)), (below, rejection.path)
+            name = posixpath.basename(below).lower()
+            yield (rejection.split, name), (below, rejection.path)
             return
 
 
 def _related(first: str, second: str) -> bool:
-    """Whether one relative path is the other with folders above it (`val/X` and `X`)."""
-    return first.endswith("/" + second) or second.endswith("/" + first)
+    """Whether one relative path is the other with folders above it (`val/X` and `X`), or
+    the other in another case (`Img1` and `img1`: keys are case-sensitive, file systems and
+    the tools that name XML files not always)."""
+    first, second = first.lower(), second.lower()
+    return first == second or first.endswith("/" + second) or second.endswith("/" + first)
 
 
 def label_entry(
@@ -268,12 +273,13 @@ def label_entry(
     An image without XML is rejected (`annotation_misplaced`) when `misplaced` (from
     `misplaced_annotations`) holds an XML of its split that paired with no image and lies
     where its XML would with folders added or left out (`val/val/X.xml` for `val/X.JPEG`, or
-    `n01/X.xml` for a flat `X.JPEG`): that XML is its own, in the wrong folder. (`cat/1.xml`
-    is not `dog/1.JPEG`'s.)"""
+    `n01/X.xml` for a flat `X.JPEG`), or is named in another case (`img1.xml` for
+    `Img1.JPEG`): that XML is its own, misplaced. (`cat/1.xml` is not `dog/1.JPEG`'s.)"""
     entry = parsed.entry
     if misplaced and entry.annotation_filename is None:
         below = entry.key.split("/", 1)[-1]  # the image's path below its split folder
-        for xml_below, xml in misplaced.get((entry.split, posixpath.basename(below)), ()):
+        candidates = misplaced.get((entry.split, posixpath.basename(below).lower()), ())
+        for xml_below, xml in candidates:
             if not _related(xml_below, below):
                 continue
             extension = posixpath.splitext(xml)[1]
@@ -283,9 +289,9 @@ def label_entry(
                 join(root, entry.filename),
                 LABEL,
                 "annotation_misplaced",
-                f"no XML at {place}, where its XML belongs, while {xml}, its path with "
-                f"folders added or left out, pairs with no image: move that XML to {place}; "
-                "built, the image would lack its objects",
+                f"no XML at {place}, where its XML belongs, while {xml}, that path with "
+                "folders added or left out or in another case, pairs with no image: move that "
+                f"XML to {place}; built, the image would lack its objects",
             )
     try:
         found = image_label(parsed.annotation, entry.folder_class, vocabulary, kinds[entry.split])

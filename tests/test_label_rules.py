@@ -307,9 +307,9 @@ def _misplaced(root, image, xml) -> str:
     """The detail of an image whose XML lies in another folder of its split."""
     place = str(image.with_suffix(".xml")).replace("/Data/", "/Annotations/", 1)
     return (
-        f"no XML at {place}, where its XML belongs, while {xml}, its path with folders added "
-        f"or left out, pairs with no image: move that XML to {place}; built, the image would "
-        "lack its objects"
+        f"no XML at {place}, where its XML belongs, while {xml}, that path with folders added "
+        f"or left out or in another case, pairs with no image: move that XML to {place}; "
+        "built, the image would lack its objects"
     )
 
 
@@ -366,3 +366,19 @@ def test_an_orphan_xml_of_another_folders_image_of_that_name_is_not_taken_for_it
     info = build(tmp_path, out, "--splits", "train")
     assert info.splits["train"].label_sources == {"folder": 3}
     assert [d["reason"] for d in dead_letters(out)] == ["annotation_without_image"]
+
+
+def test_an_xml_named_in_another_case_than_its_image_is_not_read_as_a_negative(tmp_path):
+    # Img1.JPEG beside img1.xml: keys are case-sensitive, so the image came out background
+    # and its XML an orphan, exit 0.
+    for n in range(4):
+        xml = voc_xml([("cat", 1, 1, 30, 30)], size=(64, 48))
+        ilsvrc_image(tmp_path, "train", f"Img{n}", jpeg_bytes(), xml if n else None)
+    write(tmp_path / "Annotations/DET/train/img0.xml", voc_xml([("cat", 1, 1, 30, 30)]))
+    out = tmp_path / "out"
+    info = build(tmp_path, out, "--splits", "train", "--max_bad_fraction", "0.5")
+    assert info.splits["train"].label_sources == {"xml": 3}
+    image = tmp_path / "Data/DET/train/Img0.JPEG"
+    xml = tmp_path / "Annotations/DET/train/img0.xml"
+    found = [(d["reason"], d["path"], d["detail"]) for d in dead_letters(out)]
+    assert ("annotation_misplaced", str(image), _misplaced(tmp_path, image, xml)) in found
