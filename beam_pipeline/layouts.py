@@ -367,7 +367,7 @@ def plan_discovery(
     if layout == VOC:
         plan = _plan_voc(root, splits, match, read_text)
         _refuse_missing_annotation_folders(_voc_folders(plan, has_files, is_directory))
-        _refuse_unannotated_voc_years(plan, match)
+        _refuse_unannotated_voc_years(plan, match, read_text)
         folders = [task.directory for task in plan.tasks if task.kind == ANNOTATIONS]
         if not any(has_files(folder) for folder in folders):  # no XML: unlabelled splits
             unannotated = tuple(
@@ -521,14 +521,17 @@ def _voc_folders(
 _VOC_YEAR_ANNOTATED = 0.9
 
 
-def _refuse_unannotated_voc_years(plan: DiscoveryPlan, match: Callable[[str], list[str]]) -> None:
+def _refuse_unannotated_voc_years(
+    plan: DiscoveryPlan, match: Callable[[str], list[str]], read_text: Callable[[str], str]
+) -> None:
     """Refuses a split with XML where one VOC year's images of it mostly have none while the
     images of another year in that split, or of another split, all have theirs: VOC2012's test
     download (annotations were published only for its Action and Layout images), unpacked
     into VOC2012's trainval or beside VOC2007's annotated test, would come out background but
     for a few `person`s. (A split with no XML at all is unlabelled; an empty annotation folder
     declares its year's images negatives, see `_refuse_missing_annotation_folders`; with no
-    split fully annotated, images without XML are the negatives the user means.)"""
+    split fully annotated, images without XML are the negatives the user means. The year's
+    lists not requested count too: building test alone, after trainval, is the same tree.)"""
     folders = {task.key_prefix: task.directory for task in plan.tasks if task.kind == ANNOTATIONS}
     annotated = {
         prefix: {
@@ -545,6 +548,14 @@ def _refuse_unannotated_voc_years(plan: DiscoveryPlan, match: Callable[[str], li
             count = counts.setdefault((member, prefix), [0, 0])
             count[0] += 1
             count[1] += image_id in annotated[prefix]
+    for prefix, directory in folders.items():  # the lists not requested, as anchors only
+        for name, path in _split_lists(posixpath.dirname(directory), match).items():
+            if (output_split(name), prefix) in counts:
+                continue
+            ids = parse_split_list(read_text(path))
+            if ids:
+                with_xml = sum(image_id in annotated[prefix] for image_id in ids)
+                counts[output_split(name), prefix] = [len(ids), with_xml]
     complete = [group for group, (images, xml) in counts.items() if xml == images]
     for split in plan.splits:
         years = {prefix: counts[split, prefix] for prefix in folders if (split, prefix) in counts}

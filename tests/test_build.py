@@ -4,6 +4,7 @@ import hashlib
 import itertools
 import json
 import pathlib
+import re
 import shutil
 import subprocess
 
@@ -668,6 +669,9 @@ def test_one_voc_year_whose_split_mostly_lacks_xml_beside_an_annotated_split_is_
         "without <object>"
     )
     assert not (tmp_path / "out").exists()
+    labels = write(tmp_path / "labels.txt", "dog\n")
+    with pytest.raises(LayoutError, match=re.escape("while every image of its train and ")):
+        build(tmp_path, tmp_path / "out", "--splits", "test", "--labels_file", labels)
     assert build(tmp_path, tmp_path / "out", "--splits", "train,val").splits.keys() == {
         "train",
         "validation",
