@@ -118,8 +118,9 @@ def prepare(config: BuildConfig) -> Prepared:
         except ValueError as error:
             raise ValueError(f"--labels_file {config.labels_file}: {error}") from None
     elif layouts.vocabulary_split(plan.splits) is None:
+        either = "train (or trainval)" if plan.layout == layouts.VOC else "train"
         raise ValueError(
-            "without the train (or trainval) split the vocabulary is unknown: pass --labels_file"
+            f"without the {either} split the vocabulary is unknown: pass --labels_file"
         )
     config = dataclasses.replace(config, input_dir=root, layout=layout)
     return Prepared(config, plan, classes, display_names)

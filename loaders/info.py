@@ -76,7 +76,9 @@ class BuildInfo:
         try:
             return self.info.splits[name]
         except KeyError:
-            hint = "; val is written as validation" if name == "val" else ""
+            hint = ""
+            if name == "val" and "validation" in self.info.splits:
+                hint = "; val is written as validation"
             raise KeyError(
                 f"{self.data_dir} has no split {name!r}; it has {self.splits}{hint}"
             ) from None

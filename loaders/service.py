@@ -96,11 +96,24 @@ def worker_address(dispatcher: str, given: str | None = None) -> str:
     dispatcher is on this host's loopback, else this host's name. (TensorFlow's default is
     always `localhost:%port%`, which a trainer on another host reaches as itself.)"""
     if given:
-        return given if ":" in given else f"{given}:%port%"
+        if _ADDRESS.match(given) or (given.startswith("[") and "]:" in given):
+            return given  # HOST:PORT, [IPv6]:PORT
+        if ":" in given and not given.startswith("["):
+            given = f"[{given}]"  # a bare IPv6 address
+        return f"{given}:%port%"
     found = _ADDRESS.match(dispatcher)
     if found and _LOOPBACK.match(found.group("host")):
         return "localhost:%port%"
-    return f"{socket.getfqdn()}:%port%"
+    return f"{host_name()}:%port%"
+
+
+def host_name() -> str:
+    """This host's name for other hosts: its fully qualified name, or, where /etc/hosts
+    gives `localhost` first for it (many containers), its plain host name."""
+    for name in (socket.getfqdn(), socket.gethostname()):
+        if name and not _LOOPBACK.match(name) and not name.startswith("localhost."):
+            return name
+    return socket.gethostname()
 
 
 def start_worker(dispatcher: str, port: int = 0, address: str | None = None):
@@ -152,8 +165,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         address = worker_address(args.dispatcher, args.worker_address)
         server = start_worker(args.dispatcher, args.port, args.worker_address)
-        if args.port:
-            address = address.replace("%port%", str(args.port))
+        taken = getattr(server, "_address", "").rpartition(":")[2]  # the port it took
+        address = address.replace("%port%", str(args.port or taken or "(its port)"))
         print(
             f"tf.data service worker for {args.dispatcher}, reached by trainers at {address}",
             flush=True,

@@ -92,9 +92,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed=args.seed,
             verbose=2,
         )
-    except (IncompleteDatasetError, CorruptDatasetError, KeyError) as error:
-        message = error.args[0] if isinstance(error, KeyError) and error.args else error
-        print(f"error: {message}", file=sys.stderr)
+    except (IncompleteDatasetError, CorruptDatasetError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except KeyError as error:  # a split the build lacks (dataset_info's message)
+        if "has no split" not in str(error):
+            raise
+        print(f"error: {error.args[0]}", file=sys.stderr)
         return 2
     accuracy = history["val_accuracy"][-1]
     print(f"validation accuracy: {accuracy:.3f} (Keras {keras.backend.backend()} backend)")

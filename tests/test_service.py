@@ -4,6 +4,7 @@ import collections
 import hashlib
 import http.server
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -19,6 +20,7 @@ tf = pytest.importorskip("tensorflow")
 from loaders import ReadConfig, load_dataset  # noqa: E402
 from loaders.service import (  # noqa: E402
     checked_service,
+    host_name,
     start_dispatcher,
     start_worker,
     worker_address,
@@ -170,9 +172,17 @@ def test_the_command_line_recipe_serves_a_trainer(built, tmp_path):
             subprocess.Popen(
                 [*command, "worker", "--dispatcher", address, "--worker_address", "127.0.0.1"],
                 env=env,
+                stdout=subprocess.PIPE,
                 stderr=logs[1].open("w"),
+                text=True,
             )
         )
+        line = servers[1].stdout.readline().strip()  # once it runs
+        assert re.fullmatch(
+            rf"tf\.data service worker for {re.escape(address)}, reached by trainers at "
+            r"127\.0\.0\.1:\d+",
+            line,
+        ), line
         dataset = load_dataset(
             built,
             "validation",
@@ -199,14 +209,20 @@ def test_the_command_line_recipe_serves_a_trainer(built, tmp_path):
         assert "RuntimeWarning" not in log.read_text(), log
 
 
-def test_a_worker_registers_an_address_trainers_on_other_hosts_can_reach():
+def test_a_worker_registers_an_address_trainers_on_other_hosts_can_reach(monkeypatch):
     # TensorFlow's default, localhost:%port%, was handed to trainers on other hosts, which
     # reached themselves.
     assert worker_address("localhost:5050") == "localhost:%port%"
     assert worker_address("grpc://127.0.0.1:5050") == "localhost:%port%"
-    assert worker_address("10.0.0.7:5050") == f"{socket.getfqdn()}:%port%"
+    assert worker_address("10.0.0.7:5050") == f"{host_name()}:%port%"
     assert worker_address("10.0.0.7:5050", "cpu-3.lab") == "cpu-3.lab:%port%"
     assert worker_address("10.0.0.7:5050", "cpu-3.lab:6000") == "cpu-3.lab:6000"
+    assert worker_address("10.0.0.7:5050", "fe80::1") == "[fe80::1]:%port%"
+    assert worker_address("10.0.0.7:5050", "[fe80::1]:6000") == "[fe80::1]:6000"
+    # Many containers' /etc/hosts give `localhost` first for the host's own name.
+    monkeypatch.setattr(socket, "getfqdn", lambda: "localhost")
+    monkeypatch.setattr(socket, "gethostname", lambda: "cpu-3")
+    assert worker_address("10.0.0.7:5050") == "cpu-3:%port%"
 
 
 def test_a_worker_without_its_dispatcher_says_so_in_a_line():
