@@ -65,6 +65,13 @@ class ImagePolicy:
             raise ValueError(f"image policy {self.mode!r} needs {expected} positive size value(s)")
         if not 1 <= self.jpeg_quality <= 100:
             raise ValueError("jpeg_quality must be in [1, 100]")
+        if any(s > JPEG_MAX_SIDE for s in self.size):
+            raise ValueError(
+                f"--image_size {'x'.join(map(str, self.size))}: a JPEG side holds at most "
+                f"{JPEG_MAX_SIDE} pixels"
+            )
+        if self.max_pixels < 1:
+            raise ValueError(f"--max_pixels must be at least 1, not {self.max_pixels}")
 
     def target_size(self, width: int, height: int) -> tuple[int, int]:
         """(width, height) the image is stored at."""

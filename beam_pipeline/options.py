@@ -17,6 +17,7 @@ import difflib
 import importlib.util
 import io
 import logging
+import math
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -177,7 +178,7 @@ class BuildConfig:
             splits=tuple(s.strip() for s in flags.splits.split(",") if s.strip()),
             labels_file=_home(flags.labels_file),
             num_shards=parse_num_shards(flags.num_shards),
-            target_shard_bytes=int(flags.target_shard_mb * 2**20),
+            target_shard_bytes=_shard_bytes(flags.target_shard_mb),
             seed=flags.seed,
             image_policy=ImagePolicy(**policy_kwargs),
             max_bad_fraction=flags.max_bad_fraction,
@@ -346,6 +347,7 @@ def beam_argv(argv: Sequence[str], *, command_flags: Sequence[str] = ()) -> list
         )
     beam = _beam_parser(rest)
     beam.exit_on_error = False
+    _refuse_repeated(rest, beam)
     unknown = _parse_known(beam, rest)
     if unknown:
         known = [*command_flags, *known_flags(project), *known_flags(beam)]
@@ -362,11 +364,24 @@ def _parse_known(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     return rest
 
 
+def _shard_bytes(megabytes: float) -> int:
+    if not math.isfinite(megabytes) or megabytes <= 0:
+        raise ValueError(f"--target_shard_mb must be a positive number, not {megabytes}")
+    return int(megabytes * 2**20)
+
+
 def _refuse_repeated(argv: Sequence[str], parser: argparse.ArgumentParser) -> None:
     """ValueError for a flag of `parser` given twice with different values (the last one
     would win unseen, as when a wrapper script appends its own); the same twice is harmless."""
     takes_value = {
-        flag: action.nargs != 0 for action in parser._actions for flag in action.option_strings
+        flag: action.nargs != 0
+        for action in parser._actions
+        # an option given once per value (--extra_package, Beam's --experiments, whose
+        # comma-separated lists add up) is meant to repeat
+        if not isinstance(action, argparse._AppendAction)
+        and "Append" not in type(action).__name__
+        and "List" not in type(action).__name__
+        for flag in action.option_strings
     }
     values: dict[str, set[str | None]] = collections.defaultdict(set)
     for position, token in enumerate(argv):

@@ -434,6 +434,15 @@ def check_runner(options: PipelineOptions, argv: Sequence[str]) -> None:
     named = {token.split("=", 1)[0] for token in argv}
     if "--streaming" in named:
         raise ValueError("--streaming: a build is a batch pipeline over a finite tree; drop it")
+    if "--direct_num_workers" in named:
+        workers = options.view_as(DirectOptions).direct_num_workers
+        most = max(64, 4 * machine.available_cores())
+        if not 1 <= workers <= most:
+            raise ValueError(
+                f"--direct_num_workers {workers}: give 1 to {most} worker processes (this "
+                f"machine has {machine.available_cores()} cores; each process is a Python "
+                "interpreter of its own, started one after another)"
+            )
     runner = options.view_as(StandardOptions).runner
     if runner is None:
         return

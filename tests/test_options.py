@@ -354,6 +354,20 @@ def test_a_typo_never_runs_a_build(tmp_path, capsys):
             "--num_shards, --seed given twice with different values (--num_shards 2 and 5; "
             "--seed 1 and 2): give each once (the last one would win unseen)",
         ),
+        # Beam's own flags too: --runner DirectRunner --runner DaskRunner ran on Dask.
+        (
+            ["--direct_num_workers", "2", "--direct_num_workers", "3"],
+            "--direct_num_workers given twice with different values (--direct_num_workers 2 "
+            "and 3): give each once (the last one would win unseen)",
+        ),
+        # Values that ran a build to no end: every image a decompression bomb, a traceback.
+        (["--max_pixels", "0"], "--max_pixels must be at least 1, not 0"),
+        (["--target_shard_mb", "inf"], "--target_shard_mb must be a positive number, not inf"),
+        (["--target_shard_mb", "nan"], "--target_shard_mb must be a positive number, not nan"),
+        (
+            ["--image_policy", "exact", "--image_size", "70000x70000"],
+            "--image_size 70000x70000: a JPEG side holds at most 65500 pixels",
+        ),
     ],
 )
 def test_a_bad_value_or_a_repeated_flag_is_one_error_line(tmp_path, capsys, flags, message):
@@ -366,6 +380,16 @@ def test_a_bad_value_or_a_repeated_flag_is_one_error_line(tmp_path, capsys, flag
 def test_the_same_flag_and_value_twice_is_harmless():
     argv = ["--input_dir", "in", "--output_dir", "out", "--seed", "3", "--seed=3"]
     assert options.beam_argv([*argv, "--overwrite", "--overwrite", "--input_dir", "in"]) == []
+    # Flags given once per value, as Beam means them, repeat.
+    repeated = [
+        "--experiments",
+        "a",
+        "--experiments=b",
+        "--extra_package",
+        "x",
+        "--extra_package=y",
+    ]
+    assert options.beam_argv([*argv, *repeated]) == repeated
 
 
 @pytest.mark.parametrize(
@@ -449,6 +473,9 @@ SETUP = str(pathlib.Path(__file__).resolve().parents[1] / "setup.py")
             "--output_dir gs://b/out: no Apache Beam file system for gs:// is installed: "
             "pip install 'imagenet-tfrecords[dataflow]' (Beam's gcp extra)",
         ),
+        # An IndexError in the build; and a thousand processes started one by one on 2 cores.
+        (["--direct_num_workers", "-3"], "--direct_num_workers -3: give 1 to "),
+        (["--direct_num_workers", "100000"], "--direct_num_workers 100000: give 1 to "),
     ],
 )
 def test_a_runner_or_flag_the_build_would_ignore_or_fail_on_is_refused_first(
