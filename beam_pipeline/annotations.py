@@ -15,6 +15,7 @@ import dataclasses
 import math
 import re
 import threading
+import unicodedata
 from collections.abc import Iterable, Sequence
 from xml.sax.saxutils import escape
 
@@ -23,6 +24,8 @@ from lxml import etree
 from beam_pipeline.rejections import InputError
 
 _parsers = threading.local()
+# Control characters (tab, newline, CR, ...) and Unicode's line and paragraph separators.
+_LINE_OR_CONTROL = frozenset({"Cc", "Zl", "Zp"})
 _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 
 
@@ -128,6 +131,14 @@ def _parse_object(node: etree._Element, index: int) -> AnnotatedObject:
     name = _text(node, "name")
     if not name:
         raise InputError("annotation_bad_object", f"{where} has no <name>")
+    if any(unicodedata.category(char) in _LINE_OR_CONTROL for char in name):
+        # A class is one line of labels.txt and of TFDS's label files: `new\nline` made two,
+        # and every later class's name moved to the next label.
+        raise InputError(
+            "annotation_bad_object",
+            f"{where}: <name> {name!r} holds a line break, tab or control character, which "
+            "no labels file can hold",
+        )
     # Only the object's own <bndbox>: a <part><bndbox> belongs to a body part, not the object.
     bndbox = node.find("bndbox")
     if bndbox is None:

@@ -95,6 +95,25 @@ def test_bad_annotations_are_rejected_with_a_reason(data, reason):
 
 
 @pytest.mark.parametrize(
+    "name", ["new&#10;line", "new\nline", "cr&#13;x", "tab\tname", "zz\u2028sep"]
+)
+def test_a_class_name_no_labels_file_can_hold_is_refused(name):
+    # A line break in a class name made two lines of labels.txt and of TFDS's label file: TFDS
+    # named every later class's records after the class before, exit 0 and verify OK.
+    data = f"<annotation><object><name>{name}</name><bndbox><xmin>1</xmin><ymin>1</ymin>"
+    data += "<xmax>5</xmax><ymax>5</ymax></bndbox></object></annotation>"
+    with pytest.raises(InputError) as error:
+        parse_annotation(data.encode())
+    assert error.value.reason == "annotation_bad_object"
+    assert error.value.detail.endswith(
+        "holds a line break, tab or control character, which no labels file can hold"
+    )
+    assert parse_annotation(data.replace(name, " traffic light ").encode()).objects[0].name == (
+        "traffic light"
+    )
+
+
+@pytest.mark.parametrize(
     "name, reason",
     [
         ("xmlbomb.xml", "annotation_entities_forbidden"),
