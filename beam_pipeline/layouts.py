@@ -441,15 +441,42 @@ def _apart(plan: DiscoveryPlan) -> DiscoveryPlan:
                     f"{_task_name(second)} alike. Give each its own images (ls -l "
                     f"{shlex.quote(posixpath.dirname(second.directory))} shows the links)"
                 )
+    unbuilt = _unbuilt_split_folders(images, set(reals.values()))
     tasks = tuple(
         dataclasses.replace(
-            task, foreign=tuple(reals[other.directory] for other in images if other is not task)
+            task,
+            foreign=(
+                *(reals[other.directory] for other in images if other is not task),
+                *unbuilt,
+            ),
         )
         if task in images
         else task  # an annotation folder may serve several splits (keys keep them apart)
         for task in plan.tasks
     )
     return dataclasses.replace(plan, tasks=tasks)
+
+
+def _unbuilt_split_folders(images: Sequence[ListingTask], built: set[str]) -> list[str]:
+    """The real paths of the ILSVRC split folders beside those being built (`Data/CLS-LOC/train`
+    when only `val` is): a link into one of them would bring that split's images into this
+    one (built one split at a time, validation would hold train's images)."""
+    parents = {posixpath.dirname(task.directory) for task in images if task.split}
+    found = []
+    for parent in sorted(parents):
+        try:
+            with os.scandir(parent) as entries:
+                folders = [entry.path for entry in entries if entry.is_dir()]
+        except OSError:
+            continue
+        for folder in sorted(folders):
+            real = os.path.realpath(folder)
+            related = any(
+                real == b or real.startswith(b + "/") or b.startswith(real + "/") for b in built
+            )
+            if not related:  # (a link to the folder above the splits is none of them)
+                found.append(real)
+    return found
 
 
 def _task_name(task: ListingTask) -> str:

@@ -214,3 +214,18 @@ def test_one_annotation_folder_linked_as_every_splits_keeps_their_xml(tmp_path):
         "annotation_without_image",  # each split's view of the other's XML
         "annotation_without_image",
     ]
+
+
+def test_a_link_into_a_split_not_being_built_is_reported_too(tmp_path):
+    # Built one split at a time, --splits val entered val/n09 -> train/n01: train's images.
+    root = tmp_path / "tree"
+    for i in range(2):
+        ilsvrc_image(root, "train", f"n01/a{i}", jpeg_bytes(), task="CLS-LOC")
+        ilsvrc_image(root, "val", f"n01/v{i}", jpeg_bytes(), task="CLS-LOC")
+    os.symlink(root / "Data/CLS-LOC/train/n01", root / "Data/CLS-LOC/val/n09")
+    os.symlink(root / "Data/CLS-LOC", root / "Data/CLS-LOC/all")  # above the splits: no split
+    labels = write(tmp_path / "labels.txt", "n01\nn09\n")
+    info = build(root, tmp_path / "out", "--splits", "val", "--labels_file", labels)
+    assert info.splits["validation"].num_examples == 2
+    reasons = sorted((d["reason"], d["path"]) for d in dead_letters(tmp_path / "out"))
+    assert reasons == [("directory_visited_twice", str(root / "Data/CLS-LOC/val/n09"))]
