@@ -1,11 +1,14 @@
 """The one exception a build raises when it ran but must not be committed, and the Ctrl-C that
 must stop a commit."""
 
+import collections
 import contextlib
 import functools
 import logging
+import os
 import signal
 import threading
+import time
 
 BUILD_FAILED_MARKER = "BUILD FAILED:"
 _interrupted = threading.Event()
@@ -27,9 +30,59 @@ _last_signal: list[int] = []  # the signal that stopped the last build, if one d
 
 
 def _on_interrupt(signum, frame):
+    if not _interrupted.is_set():
+        _end_workers_later(_WORKERS_GRACE_S)
     _interrupted.set()
     _last_signal[:] = [signum]
     raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+# How long the runner has, after a stopping signal, to end its worker processes itself.
+_WORKERS_GRACE_S = 5.0
+
+
+def _end_workers_later(grace: float) -> None:
+    """Kills this process's descendants (the runner's worker processes) `grace` seconds from
+    now, should the process still run. A SIGTERM that reached the build while its workers were
+    starting left it waiting for them forever: Beam's runner joins a thread that waits on a
+    worker process, which no control channel ends once it has closed (a Ctrl-C at a terminal
+    reaches the workers too; `kill PID`, a scheduler's SIGTERM, does not)."""
+
+    def end() -> None:
+        time.sleep(grace)
+        for pid in descendants(os.getpid()):
+            logger.info("Ending worker process %d, %.0f s after the stopping signal", pid, grace)
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+    threading.Thread(target=end, name="end-workers", daemon=True).start()
+
+
+def descendants(pid: int) -> list[int]:
+    """The process IDs below `pid`, read from Linux's /proc ([] where there is none)."""
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as file:
+                stat = file.read()
+        except OSError:
+            continue  # ended meanwhile
+        # "pid (command) state ppid ...": the command may hold spaces and parentheses.
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        if len(fields) > 1:
+            children[int(fields[1])].append(int(name))
+    found, waiting = [], [pid]
+    while waiting:
+        for child in children.get(waiting.pop(), ()):
+            found.append(child)
+            waiting.append(child)
+    return found
 
 
 # How long a failing thread waits for the main thread to take a stopping signal. A Ctrl-C

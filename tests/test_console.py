@@ -506,3 +506,34 @@ def test_counts_take_the_plural_unless_they_are_one():
         "1,000 shards",
     ]
     assert (plural(1, "class"), plural(4, "class")) == ("1 class", "4 classes")
+
+
+def test_worker_processes_a_stopping_signal_left_waiting_are_ended():
+    # A SIGTERM (not a terminal's Ctrl-C, which reaches the workers too) that landed while the
+    # runner's worker processes started left the build waiting for them forever: Beam joins a
+    # thread that waits on a worker no control channel ends. Here a child that never ends
+    # stands for such a worker, in a process of its own (every descendant is killed).
+    code = """
+import os, signal, subprocess, sys, time
+from beam_pipeline import failures
+failures._WORKERS_GRACE_S = 0.5
+with failures.interrupts_remembered():
+    worker = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    assert worker.pid in failures.descendants(os.getpid())
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+    except KeyboardInterrupt:
+        pass
+    try:
+        print(worker.wait(timeout=20))
+    finally:
+        worker.kill()
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == [str(-signal.SIGKILL)]
