@@ -41,17 +41,23 @@ def _on_interrupt(signum, frame):
 _WORKERS_GRACE_S = 5.0
 
 
+_within = [0]  # odd while `interrupts_remembered` runs; counts its entries and exits
+
+
 def _end_workers_later(grace: float) -> None:
-    """Kills this process's descendants (the runner's worker processes) `grace` seconds from
-    now, should the process still run. A SIGTERM that reached the build while its workers were
-    starting left it waiting for them forever: Beam's runner joins a thread that waits on a
-    worker process, which no control channel ends once it has closed (a Ctrl-C at a terminal
+    """Kills the processes below this one (the runner's worker processes) `grace` seconds from
+    now, if the build has not ended by then. A SIGTERM that reached the build while its workers
+    were starting left it waiting for them forever: Beam's runner joins a thread that waits on
+    a worker process, which no control channel ends once it has closed (a Ctrl-C at a terminal
     reaches the workers too; `kill PID`, a scheduler's SIGTERM, does not)."""
+    build = _within[0]
 
     def end() -> None:
         time.sleep(grace)
+        if _within[0] != build:
+            return  # the build ended: whatever runs now is not its
         for pid in descendants(os.getpid()):
-            logger.info("Ending worker process %d, %.0f s after the stopping signal", pid, grace)
+            logger.info("Ending worker process %d, %.0f s after the signal", pid, grace)
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
 
@@ -114,6 +120,7 @@ def interrupts_remembered():
     process; `stopping_signal` tells which signal it was, after."""
     _interrupted.clear()
     _last_signal.clear()
+    _within[0] += 1  # a build, told from the one before for `_end_workers_later`
     previous = {number: signal.signal(number, _on_interrupt) for number in _STOPPING_SIGNALS}
     previous_hook = threading.excepthook
     threading.excepthook = functools.partial(_log_thread_failure, otherwise=previous_hook)
@@ -124,6 +131,7 @@ def interrupts_remembered():
             signal.signal(number, handler)
         threading.excepthook = previous_hook
         _interrupted.clear()
+        _within[0] += 1
 
 
 def stopping_signal() -> signal.Signals:

@@ -533,7 +533,17 @@ with failures.interrupts_remembered():
         print(worker.wait(timeout=20))
     finally:
         worker.kill()
+with failures.interrupts_remembered():  # a build that ends at once: nothing is killed later
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+    except KeyboardInterrupt:
+        pass
+later = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+time.sleep(2)
+print(later.poll())
+later.kill()
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == [str(-signal.SIGKILL)]
+    assert done.stdout.split() == [str(-signal.SIGKILL), "None"]
