@@ -426,6 +426,9 @@ def dali_pipeline(
             **shuffle,
         )
         encoded = records[F.ENCODED]
+        # The pixels as stored, as load_dataset decodes them: DALI's decoders would turn an
+        # image by its EXIF orientation, away from its boxes.
+        decoding = {"device": decode_on, "output_type": types.RGB, "adjust_orientation": False}
         windows = ()
         if crop:
             box = fn.python_function(
@@ -447,15 +450,7 @@ def dali_pipeline(
                 num_attempts=10,
                 total_num_attempts=100,
             )
-            images = fn.decoders.image_slice(
-                encoded,
-                anchor,
-                size,
-                device=decode_on,
-                output_type=types.RGB,
-                axis_names="WH",
-                adjust_orientation=False,
-            )
+            images = fn.decoders.image_slice(encoded, anchor, size, axis_names="WH", **decoding)
             windows = (anchor, size, shape, box)
         elif config.eval_central_crop < 1.0:
             # tf.image.central_crop's whole-pixel window, as load_dataset cuts it
@@ -473,17 +468,13 @@ def dali_pipeline(
                 encoded,
                 anchor,
                 size,
-                device=decode_on,
-                output_type=types.RGB,
                 axis_names="HW",
                 normalized_anchor=False,
                 normalized_shape=False,
-                adjust_orientation=False,
+                **decoding,
             )
         else:
-            images = fn.decoders.image(
-                encoded, device=decode_on, output_type=types.RGB, adjust_orientation=False
-            )
+            images = fn.decoders.image(encoded, **decoding)
         images = fn.resize(
             images,
             resize_x=width,
