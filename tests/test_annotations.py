@@ -45,6 +45,8 @@ def test_float_coordinates_and_missing_flags():
     (cat,) = annotation.objects
     assert cat.box == Box(1.5, 2.25, 10.75, 20.0)
     assert (cat.difficult, cat.truncated) == (False, False)
+    (dog,) = parse_annotation(voc_xml([("dog", "+1e1", "2.", ".5e2", "6E1")]).encode()).objects
+    assert dog.box == Box(10.0, 2.0, 50.0, 60.0)
 
 
 def test_flags_are_read():
