@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import posixpath
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import apache_beam as beam
 from apache_beam.typehints import Tuple
@@ -26,6 +26,7 @@ from beam_pipeline.fileio import read_file
 from beam_pipeline.images import header_size
 from beam_pipeline.labels import Vocabulary, clamped_area, image_label, split_kind
 from beam_pipeline.layouts import ANNOTATIONS, ListingTask
+from beam_pipeline.pairing import ANNOTATION_WITHOUT_IMAGE
 from beam_pipeline.rejections import (
     ANNOTATION,
     LABEL,
@@ -230,10 +231,6 @@ def disagreement(root: str, labelled: LabelledEntry, vocabulary: Vocabulary) -> 
     )
 
 
-# What the listing reports of an XML file that pairs with no image.
-ANNOTATION_WITHOUT_IMAGE = "annotation_without_image"
-
-
 def misplaced_annotations(
     rejection: Rejection, tasks: Sequence[ListingTask]
 ) -> Iterator[tuple[tuple[str, str], tuple[str, str]]]:
@@ -251,6 +248,18 @@ def misplaced_annotations(
             name = posixpath.basename(below).lower()
             yield (rejection.split, name), (below, rejection.path)
             return
+
+
+def misplaced_index(
+    rejections: Iterable[Rejection], tasks: Sequence[ListingTask]
+) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """`misplaced_annotations` of every rejection, as `label_entry` takes them: a sorted list
+    for each (split, name). (The build makes the same with a GroupByKey, `LabelImages`.)"""
+    index: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for rejection in rejections:
+        for key, found in misplaced_annotations(rejection, tasks):
+            index.setdefault(key, []).append(found)
+    return {key: sorted(found) for key, found in index.items()}
 
 
 def _related(first: str, second: str) -> bool:

@@ -364,6 +364,14 @@ def _parse_known(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     return rest
 
 
+def _repeats(action: argparse.Action) -> bool:
+    """Whether an option is given once per value, and so meant to repeat: an append action
+    (`--extra_package`), or Beam's comma-separated lists that add up (`--experiments`)."""
+    return isinstance(action, argparse._AppendAction) or type(action).__name__ == (
+        "_CommaSeparatedListAction"
+    )
+
+
 def _shard_bytes(megabytes: float) -> int:
     if not math.isfinite(megabytes) or megabytes <= 0:
         raise ValueError(f"--target_shard_mb must be a positive number, not {megabytes}")
@@ -376,11 +384,7 @@ def _refuse_repeated(argv: Sequence[str], parser: argparse.ArgumentParser) -> No
     takes_value = {
         flag: action.nargs != 0
         for action in parser._actions
-        # an option given once per value (--extra_package, Beam's --experiments, whose
-        # comma-separated lists add up) is meant to repeat
-        if not isinstance(action, argparse._AppendAction)
-        and "Append" not in type(action).__name__
-        and "List" not in type(action).__name__
+        if not _repeats(action)
         for flag in action.option_strings
     }
     values: dict[str, set[str | None]] = collections.defaultdict(set)

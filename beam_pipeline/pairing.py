@@ -21,6 +21,8 @@ IMAGE_EXTENSIONS = frozenset(
     {".jpeg", ".jpg", ".jpe", ".jfif", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"}
 )
 ANNOTATION_EXTENSION = ".xml"
+# The reason of an XML file that pairs with no image (reported, not counted).
+ANNOTATION_WITHOUT_IMAGE = "annotation_without_image"
 # macOS writes `._NAME` beside NAME on file systems without extended attributes (AppleDouble):
 # metadata, not an image, however it is named.
 APPLE_DOUBLE_PREFIX = "._"
@@ -143,7 +145,7 @@ def _without_image(
                 annotation.split,
                 join(root, annotation.relative_path),
                 DISCOVER,
-                "annotation_without_image",
+                ANNOTATION_WITHOUT_IMAGE,
                 f"no image with the key {key!r}",
                 is_image=False,
             )

@@ -36,7 +36,7 @@ from beam_pipeline.labelling import (
     class_names,
     disagreement,
     label_entry,
-    misplaced_annotations,
+    misplaced_index,
     parse_entry,
     split_marks,
     vocabulary_from_names,
@@ -48,7 +48,7 @@ from beam_pipeline.labels import (
     split_kind,
     unknown_class_name,
 )
-from beam_pipeline.pairing import pair_files
+from beam_pipeline.pairing import ANNOTATION_WITHOUT_IMAGE, pair_files
 from beam_pipeline.rejections import DISCOVER, InputError, Rejection
 from beam_pipeline.sharding import plan_split
 from beam_pipeline.tfrecord import encode_record
@@ -56,7 +56,7 @@ from beam_pipeline.writing import split_size
 from schemas import UNLABELLED
 from schemas.paths import is_local, join
 
-ORPHAN_REASONS = ("annotation_without_image", "image_missing")
+ORPHAN_REASONS = (ANNOTATION_WITHOUT_IMAGE, "image_missing")
 # Records whose size is sampled per split to estimate the bytes besides the image.
 _OVERHEAD_SAMPLE = 64
 
@@ -175,12 +175,7 @@ def plan_build(prepared) -> BuildPlan:
     negatives = layouts.has_negatives(plan.layout)
     kinds = {split: split_kind(*any_marks(m), negatives) for split, m in marks.items()}
     labelled: list[LabelledEntry] = []
-    misplaced = collections.defaultdict(list)
-    for rejection in rejections:
-        for key, found in misplaced_annotations(rejection, plan.tasks):
-            misplaced[key].append(found)
-    for found in misplaced.values():
-        found.sort()  # as the build's side input holds them
+    misplaced = misplaced_index(rejections, plan.tasks)
     if vocabulary is not None:
         for p in parsed:
             result = label_entry(plan.root, p, vocabulary, kinds, misplaced)

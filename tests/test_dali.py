@@ -69,6 +69,29 @@ def digests(dataset) -> list[tuple[str, int]]:
     return found
 
 
+def training_crops(data_dir, batch_size: int, seed: int, config: ReadConfig):
+    """A built DALI training pipeline (CPU, uint8, int labels) of the build's train split that
+    also returns each crop's window: (images, labels, anchors, shapes, source shapes, boxes)."""
+    info = dataset_info(data_dir)
+    pipe = dali_pipeline(
+        files=info.shard_paths("train"),
+        indexes=shard_indexes(info, "train"),
+        batch_size=batch_size,
+        num_threads=2,
+        device_id=None,
+        seed=seed,
+        image_size=SIZE,
+        training=True,
+        label_mode="int",
+        num_classes=info.num_classes,
+        dtype="uint8",
+        config=config,
+        with_windows=True,
+    )
+    pipe.build()
+    return pipe
+
+
 def test_importing_loaders_does_not_import_dali():
     code = (
         "import sys, loaders\n"
@@ -128,23 +151,7 @@ def test_exif_orientation_is_not_applied_as_load_dataset_does_not(tmp_path):
     ours = preprocess_for_eval(turned, SIZE, dtype="uint8").numpy()
     for image in images:
         assert np.abs(image.astype(int) - ours.astype(int)).mean() < 2.0
-    info = dataset_info(tmp_path / "out")
-    pipe = dali_pipeline(
-        files=info.shard_paths("train"),
-        indexes=shard_indexes(info, "train"),
-        batch_size=3,
-        num_threads=1,
-        device_id=None,
-        seed=3,
-        image_size=SIZE,
-        training=True,
-        label_mode="int",
-        num_classes=info.num_classes,
-        dtype="uint8",
-        config=ReadConfig(random_flip=False),
-        with_windows=True,
-    )
-    pipe.build()
+    pipe = training_crops(tmp_path / "out", 3, seed=3, config=ReadConfig(random_flip=False))
     stored = tf.io.decode_jpeg(turned).numpy()  # as stored: EXIF not applied
     crops, _, anchors, shapes, _, _ = pipe.run()
     for i in range(3):  # each training crop is the stored image's window, resized
@@ -220,24 +227,8 @@ def test_float32_is_the_normalization_layer_of_uint8(built):
 
 
 def test_training_crops_keep_the_main_object_within_the_crop_limits(built):
-    info = dataset_info(built)
     config = ReadConfig(min_object_covered=0.5, crop_area_range=(0.2, 0.9))
-    pipe = dali_pipeline(
-        files=info.shard_paths("train"),
-        indexes=shard_indexes(info, "train"),
-        batch_size=30,
-        num_threads=2,
-        device_id=None,
-        seed=7,
-        image_size=SIZE,
-        training=True,
-        label_mode="int",
-        num_classes=info.num_classes,
-        dtype="uint8",
-        config=config,
-        with_windows=True,
-    )
-    pipe.build()
+    pipe = training_crops(built, 30, seed=7, config=config)
     expected = set()
     for example in read_split(built, "train"):
         boxes = (
