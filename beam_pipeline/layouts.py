@@ -366,6 +366,14 @@ def plan_discovery(
     root = root.rstrip("/")
     if layout == VOC:
         plan = _plan_voc(root, splits, match, read_text)
+        folders = [task.directory for task in plan.tasks if task.kind == IMAGES]
+        if not any(has_files(folder) for folder in folders):
+            raise LayoutError(
+                f"the split lists name {len(plan.memberships)} images, but "
+                f"{', '.join(folders)} {'is' if len(folders) == 1 else 'are'} empty or missing: "
+                "put each year's images in its JPEGImages folder (an annotations-only "
+                "download has none)"
+            )
         _refuse_missing_annotation_folders(_voc_folders(plan, has_files, is_directory))
         _refuse_unannotated_voc_years(plan, match, read_text)
         folders = [task.directory for task in plan.tasks if task.kind == ANNOTATIONS]

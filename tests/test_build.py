@@ -732,6 +732,21 @@ def test_voc_trainval_gives_the_classes_when_train_is_not_built(tmp_path, capsys
         build(year, tmp_path / "out2", "--splits", "trainval,test")
 
 
+def test_a_voc_tree_without_its_images_is_refused_as_such(tmp_path):
+    # An annotations-only download (lists and XML, no JPEGImages): the build failed saying the
+    # trainval split "names no class", which sent the user after the XML that were there.
+    year = tmp_path / "VOC2012"
+    _voc_year(year, {"trainval": ["a", "b"]}, {"a", "b"})
+    shutil.rmtree(year / "JPEGImages")
+    with pytest.raises(LayoutError) as refused:
+        build(year, tmp_path / "out", "--splits", "trainval")
+    assert str(refused.value) == (
+        f"the split lists name 2 images, but {year}/JPEGImages is empty or missing: put each "
+        "year's images in its JPEGImages folder (an annotations-only download has none)"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_voc_year_without_annotations_beside_an_annotated_one_is_refused(tmp_path):
     devkit = tmp_path / "VOCdevkit"
     for year in ("VOC2007", "VOC2012"):
