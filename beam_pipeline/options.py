@@ -52,7 +52,8 @@ class BuildOptions(PipelineOptions):
         parser.add_argument(
             "--labels_file",
             default=None,
-            help="Class list, one per line (first token); default: sorted names seen in train.",
+            help="Class list, one per line (first token); default: sorted names seen in train "
+            "(or VOC's trainval).",
         )
         parser.add_argument(
             "--num_shards",
