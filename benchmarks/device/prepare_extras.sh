@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Adds to .device/ what the GPU host needs for issue 14's and 15's figures beyond what
-# ../shared/device/make_parts.sh packs (TensorFlow, Beam, Keras): NVIDIA DALI for CUDA 13 with
-# nvImageCodec and nvJPEG (the host's JAX is a CUDA 13 build), and dask[distributed] for the Dask
-# benchmark. The host reaches no registry, so the wheels travel unpacked, as one xz archive in
-# pieces of at most 50 MB (~180 MB: 4 pieces):
-#   .device/extra-aa, extra-ab, ...   copy each to the host's /tmp/parts, one transfer each
-# benchmarks/device/run.sh unpacks them into /tmp/site (after .device/setup.sh) once per machine.
+# ../shared/device/make_parts.sh packs (TensorFlow, Beam, Keras): simplejpeg (a core dependency
+# of the build that the host's image lacks), NVIDIA DALI for CUDA 13 with nvImageCodec and nvJPEG
+# (the host's JAX is a CUDA 13 build), and dask[distributed] for the Dask benchmark. The host
+# reaches no registry, so the wheels travel unpacked, as one xz archive:
+#   .device/extra-aa, extra-ab, ...   pieces of that archive (~180 MB together)
+# benchmarks/device/pack.sh then packs these, make_parts.sh's pieces and its wheels into as few
+# transfers as the device tool allows; benchmarks/device/run.sh unpacks them on the host.
 # Run from the project root after make_parts.sh; ~4 minutes of CPU (xz). The recipe, call by
 # call, is in benchmarks/RESULTS.md ("On the GPU host").
 set -euo pipefail
@@ -21,7 +22,7 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 python3 -m pip download -q --no-deps $PLAT -d "$tmp/wheels" \
   nvidia-dali-cuda130==2.4.0 nvidia-nvimgcodec-cu13==0.9.0.20 "nvidia-nvjpeg>=13,<14" \
   nvidia-nvjpeg2k-cu13==0.11.0.51 nvidia-nvtiff-cu13==0.8.0.82 nvidia-libnvcomp-cu13==5.3.0.16 \
-  nvtx makefun "libcst~=1.8" six packaging \
+  nvtx makefun "libcst~=1.8" six packaging "simplejpeg==$(pin simplejpeg)" \
   "dask==$(pin 'dask\[distributed\]')" "distributed==$(pin 'dask\[distributed\]')" cloudpickle \
   fsspec partd locket toolz pyyaml click msgpack sortedcontainers tblib tornado urllib3 zict \
   jinja2 markupsafe
@@ -33,4 +34,4 @@ echo '__path__ = __import__("pkgutil").extend_path(__path__, __name__)' > "$tmp/
 rm -f .device/extra-*
 (cd "$tmp/site" && tar cf - . | xz -9 -T0) | split -b 50M - .device/extra-
 ls -la .device/extra-*
-echo "Now copy each .device/extra-* to the host's /tmp/parts too (benchmarks/RESULTS.md, 'On the GPU host')"
+echo "Now run benchmarks/device/pack.sh (benchmarks/RESULTS.md, 'On the GPU host')"

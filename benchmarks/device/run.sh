@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
 # The figures only the 16-core GPU host gives (issues 14 and 15), stage by stage, each stage's
 # output in $OUT/<stage>.txt (the folder the device tool sends back). On the host, from the
-# repository root, after every .device/part-* and .device/extra-* lies in /tmp/parts:
+# repository root, with the pieces benchmarks/device/pack.sh made carried one per call:
 #
 #   bash benchmarks/device/run.sh STAGE [STAGE ...]
+#   BACKGROUND=1 bash benchmarks/device/run.sh STAGE ...   # the same, left running after the call
 #
+#   receive   copy the .device/ship/* piece this call carried to /tmp/ship (keep every call's)
+#   base      unpack the base-* pieces: TensorFlow, Beam, Keras under /tmp/site
+#   wait      wait for the BACKGROUND=1 run, then add its stages' output to $OUT
 #   host      the machine: GPU, CPU, memory, Python and library versions
 #   trees     the benchmark trees under $BENCH (8k, 32k, 64k images; every core; ~2 min)
 #   scaling   command 7c: coordinator vs workers between the 8k and 64k trees, plain CLI
 #   build     command 6 at N = every core: plain CLI, hand-written N-process writer, the limit
 #   dask      command 9 at N = every core: a LocalCluster of N workers against the local build
 #   feed      command 12/14: ResNet-50 (mixed bfloat16, batch 256) fed by the loader (float32,
-#             uint8, tf.data service, DALI on the GPU) against the same model on a cached batch
+#             uint8, DALI on the GPU, tf.data service) against the same model on a cached batch
 #
-# SMALL=1 runs every stage on tiny trees with a small model (a check of this script on any
-# machine; its figures mean nothing). The call sequence is in benchmarks/RESULTS.md.
+# SMALL=1 runs every stage but receive and base on tiny trees with a small model (a check of this
+# script on any machine; its figures mean nothing). The call sequence is in
+# benchmarks/RESULTS.md ("On the GPU host").
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel 2>/dev/null || pwd)"
 OUT=${OUT:-/tmp/device-out}
@@ -30,14 +35,43 @@ fi
 TREE_S=$BENCH/tree${SIZES[0]} TREE_M=$BENCH/tree${SIZES[1]} TREE_L=$BENCH/tree${SIZES[2]}
 CORES=$($PY -c "from beam_pipeline.machine import available_cores; print(available_cores())")
 
-site() {  # TensorFlow, Beam, Keras (make_parts.sh), then DALI and Dask (prepare_extras.sh)
+base_site() {  # TensorFlow, Beam, Keras (make_parts.sh's pieces, unpacked by `base`)
   [ "${SMALL:-0}" = 1 ] && return 0
+  [ -f .device/setup.sh ] || { echo "run the base stage first"; return 1; }
   # shellcheck disable=SC1091
-  source .device/setup.sh || return 1
+  source .device/setup.sh
+}
+
+site() {  # and DALI, nvJPEG, simplejpeg, Dask (prepare_extras.sh's archive)
+  base_site || return 1
+  [ "${SMALL:-0}" = 1 ] && return 0
   if [ ! -f /tmp/site/.extras ]; then
-    cat /tmp/parts/extra-* | xz -d | tar xf - -C /tmp/site || { echo "extra parts incomplete"; return 1; }
+    cat /tmp/ship/more-* | xz -d | tar xf - -C /tmp/site || { echo "more-* pieces incomplete"; return 1; }
     touch /tmp/site/.extras
   fi
+}
+
+stage_receive() {
+  mkdir -p /tmp/ship
+  for piece in .device/ship/*; do [ -f "$piece" ] && cp "$piece" /tmp/ship/; done
+  ls -l /tmp/ship
+}
+
+stage_base() {
+  if [ ! -f .device/setup.sh ]; then
+    mkdir -p /tmp/parts .device
+    cat /tmp/ship/base-* | tar xf - -C /tmp/parts || { echo "base-* pieces incomplete"; return 1; }
+    mv /tmp/parts/wheels /tmp/parts/setup.sh .device/
+  fi
+  base_site && python3 -c "import apache_beam, keras, tensorflow; print('TensorFlow, Beam, Keras: ok')"
+}
+
+stage_wait() {
+  [ -d /tmp/bg-out ] || { echo "no background run"; return 0; }
+  while [ ! -f /tmp/bg-out/rc ]; do sleep 2; done
+  for file in /tmp/bg-out/*.txt; do [ "$(basename "$file")" = log.txt ] || cp "$file" "$OUT/"; done
+  cat /tmp/bg-out/log.txt
+  [ "$(cat /tmp/bg-out/rc)" = 0 ] || { tail -20 /tmp/bg-out/background.log; return 1; }
 }
 
 stage_host() {
@@ -55,6 +89,7 @@ import nvidia.dali as dali; print('dali', dali.__version__)"
 }
 
 stage_trees() {
+  base_site  # make_tree writes its XML with the builder's own code, which imports Beam
   for i in 0 1 2; do
     tree=$BENCH/tree${SIZES[$i]}
     [ -d "$tree/Data" ] || $PY -m benchmarks.make_tree "$tree" --num_images "${SIZES[$i]}"
@@ -86,10 +121,17 @@ stage_feed() {
   KERAS_BACKEND=jax $PY -m benchmarks.input_bound_benchmark "$out" "${FEED[@]}" --service 2 --dali
 }
 
-[ $# -gt 0 ] || { sed -n '2,19p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,24p' "$0"; exit 2; }
 for stage in "$@"; do
   declare -F "stage_$stage" >/dev/null || { echo "unknown stage $stage" >&2; exit 2; }
 done
+if [ "${BACKGROUND:-0}" = 1 ]; then  # a new session: the device tool ends the call's processes
+  rm -rf /tmp/bg-out && mkdir -p /tmp/bg-out
+  BACKGROUND=0 OUT=/tmp/bg-out setsid nohup bash -c 'bash "$0" "$@"; echo $? > /tmp/bg-out/rc' \
+    "$0" "$@" > /tmp/bg-out/background.log 2>&1 < /dev/null &
+  echo "running in the background: $* (log: /tmp/bg-out/background.log; collect with wait)"
+  exit 0
+fi
 for stage in "$@"; do
   echo "== $stage ($(date -u +%H:%M:%S))" | tee -a "$OUT/log.txt"
   start=$SECONDS
