@@ -58,13 +58,16 @@ class BuildOptions(PipelineOptions):
         parser.add_argument(
             "--num_shards",
             default=None,
-            help="Shards per split: N for every split, or train=N,val=M (default: ~128 MiB each).",
+            help=(
+                "Shards per split: N for every split, or train=N,val=M (default: 64-128 MiB "
+                "each, a power of two up to 16 or a multiple of 16)."
+            ),
         )
         parser.add_argument(
             "--target_shard_mb",
             type=float,
             default=DEFAULT_TARGET_SHARD_BYTES / 2**20,
-            help="Shard size the default shard count aims at, in MiB of input images.",
+            help="The largest shard the default shard count allows, in MiB of input images.",
         )
         parser.add_argument("--seed", type=int, default=0, help="Seed of the global shuffle.")
         parser.add_argument(

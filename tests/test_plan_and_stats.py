@@ -67,14 +67,14 @@ def test_plan_of_the_sample_is_what_its_build_did(sample, capsys):
 
 def test_plan_shards_by_target_shard_mb_as_the_build_does(sample, capsys, tmp_path):
     # `plan` planned with the default 128 MiB whatever --target_shard_mb said: 1 shard of
-    # each split where the build wrote 6 and 2.
+    # each split where the build wrote 8 and 2 (6 of at most 0.2 MiB, rounded up to 8).
     tree = sample[0]
     info = build(tree, tmp_path / "out", "--target_shard_mb", "0.2")
     code, text, _ = run_plan(capsys, "--input_dir", tree, "--target_shard_mb", "0.2", "--json")
     assert code == 0
     planned = {name: split["shards"] for name, split in json.loads(text)["splits"].items()}
     assert planned == {name: split.num_shards for name, split in info.splits.items()}
-    assert sorted(planned.values()) == [2, 6]
+    assert sorted(planned.values()) == [2, 8]
 
 
 def test_plan_text_of_the_sample(sample, capsys):

@@ -60,10 +60,30 @@ def test_default_shard_count_follows_size_and_never_exceeds_examples():
         {0: 1000}, num_bytes=1000 * 110_000, num_shards=None, target_shard_bytes=TARGET
     )
     assert plan.num_shards == 1
+    # 11 GB need 82 shards of at most 128 MiB: 96, a multiple of 16.
     plan = sharding.plan_split(
         {0: 100_000}, num_bytes=100_000 * 110_000, num_shards=None, target_shard_bytes=TARGET
     )
+    assert plan.num_shards == 96
+    # An explicit count is kept as it is.
+    plan = sharding.plan_split({0: 100_000}, num_bytes=0, num_shards=82, target_shard_bytes=TARGET)
     assert plan.num_shards == 82
+
+
+@pytest.mark.parametrize(
+    ("needed", "shards"),
+    [(1, 1), (2, 2), (3, 4), (5, 8), (8, 8), (9, 16), (16, 16), (17, 32), (27, 32), (33, 48),
+     (53, 64), (1044, 1056)],
+)  # fmt: skip
+def test_default_shard_count_balances_two_to_sixteen_workers(needed, shards):
+    # The fewest shards of at most the target, rounded up to a power of two up to 16 and to a
+    # multiple of 16 beyond: a local build's N workers each write every N-th shard, so 2, 4, 8
+    # and 16 of them get equal shares; no shard is below half the target.
+    for num_bytes in (needed * TARGET, (needed - 1) * TARGET + 1):
+        count = sharding.default_num_shards(num_bytes, TARGET)
+        assert count == shards
+        assert num_bytes / count <= TARGET
+        assert needed == 1 or num_bytes / count > TARGET / 2
     with pytest.raises(ValueError):
         sharding.plan_split({}, 0, None, TARGET)
 

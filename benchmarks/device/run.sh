@@ -29,7 +29,9 @@ if [ "${SMALL:-0}" = 1 ]; then
   SIZES=(300 600 1200) FEED=(--model small --batch_size 32 --steps 4 --repeats 1)
   PY=${PYTHON:-python3}
 else
-  SIZES=(8000 32000 64000) FEED=(--steps 50 --repeats 3)
+  # TREE_SIZES="16000 32000 32000" (small, medium, large) measures other trees
+  read -r -a SIZES <<< "${TREE_SIZES:-8000 32000 64000}"
+  FEED=(--steps 50 --repeats 3)
   PY=python3
 fi
 TREE_S=$BENCH/tree${SIZES[0]} TREE_M=$BENCH/tree${SIZES[1]} TREE_L=$BENCH/tree${SIZES[2]}
@@ -37,9 +39,16 @@ CORES=$($PY -c "from beam_pipeline.machine import available_cores; print(availab
 
 base_site() {  # TensorFlow, Beam, Keras (make_parts.sh's pieces, unpacked by `base`)
   [ "${SMALL:-0}" = 1 ] && return 0
-  [ -f .device/setup.sh ] || { echo "run the base stage first"; return 1; }
+  [ -f /tmp/parts/setup.sh ] || { echo "run the base stage first"; return 1; }
+  # setup.sh reads .device/wheels; the device tool's next call removes what is not carried from
+  # the checkout's .device/, so it runs from a copy outside it (and puts the checkout on the path).
+  local here=$PWD
+  [ -f /tmp/devroot/.device/setup.sh ] \
+    || { mkdir -p /tmp/devroot/.device && cp -r /tmp/parts/wheels /tmp/parts/setup.sh /tmp/devroot/.device/; }
+  cd /tmp/devroot || return 1
   # shellcheck disable=SC1091
-  source .device/setup.sh
+  source .device/setup.sh || { cd "$here"; return 1; }
+  cd "$here" && export PYTHONPATH="${PYTHONPATH//\/tmp\/devroot/$here}"
 }
 
 site() {  # and DALI, nvJPEG, simplejpeg, Dask (prepare_extras.sh's archive)
@@ -58,10 +67,9 @@ stage_receive() {
 }
 
 stage_base() {
-  if [ ! -f .device/setup.sh ]; then
-    mkdir -p /tmp/parts .device
+  if [ ! -f /tmp/parts/setup.sh ]; then
+    mkdir -p /tmp/parts
     cat /tmp/ship/base-* | tar xf - -C /tmp/parts || { echo "base-* pieces incomplete"; return 1; }
-    mv /tmp/parts/wheels /tmp/parts/setup.sh .device/
   fi
   base_site && python3 -c "import apache_beam, keras, tensorflow; print('TensorFlow, Beam, Keras: ok')"
 }
@@ -105,7 +113,7 @@ stage_scaling() {
 stage_build() {
   site
   $PY -m benchmarks.build_benchmark "$TREE_S" "$TREE_M" --repeats 1 --workers "$CORES" \
-    --contenders "ours, plain CLI (no runner flags: every core);baseline: hand-written $CORES-process writer;limit: Pillow image work alone (full decode), $CORES processes, bytes in memory"
+    --contenders "${CONTENDERS:-ours, plain CLI (no runner flags: every core);baseline: hand-written $CORES-process writer;limit: Pillow image work alone (full decode), $CORES processes, bytes in memory}"
 }
 
 stage_dask() {
