@@ -9,7 +9,9 @@ For each way of feeding the model (float32 batches; uint8 batches into the same 
 `loaders.normalization_layer()` first; with --service, uint8 batches decoded by a tf.data
 service: N workers started in this process on loopback, or a running one at grpc://host:port;
 with --dali, uint8 batches decoded by `loaders.dali.load_dali_dataset`: nvJPEG on the GPU when
-there is one, else DALI's CPU backend), three rates (images/s), each the median of alternating
+there is one, else DALI's CPU backend; its training pipeline, its evaluation pipeline, and the
+training pipeline with each --dali_hw_decoder_load; for each, how long `fit` waited for DALI's
+batches), three rates (images/s), each the median of alternating
 `model.fit` runs after a warm-up that compiles the step:
   loader alone     load_dataset(training=True) into a consumer loop: what the input can supply
   fit, fed         model.fit fed by load_dataset(training=True)
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 import traceback
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -74,18 +77,27 @@ def accelerators() -> list[str]:
 
 
 class Endless(keras.utils.PyDataset):
-    """A `DaliDataset`'s stream without epochs (JAX and PyTorch backends), as `.repeat()`."""
+    """A `DaliDataset`'s stream without epochs (JAX and PyTorch backends), as `.repeat()`.
+
+    It counts the time the training loop spends waiting for DALI's next batch: near zero while
+    `fit` is slower than the cached batch means the GPU's time is shared (DALI's decoding and
+    resizing run on the model's GPU), not that DALI delivers late."""
 
     def __init__(self, batches):
         super().__init__()
         self.batches = batches
+        self.waited, self.taken = 0.0, 0
 
     @property
     def num_batches(self):
         return None
 
     def __getitem__(self, index):
-        return self.batches.next_batch()
+        start = time.perf_counter()
+        batch = self.batches.next_batch()
+        self.waited += time.perf_counter() - start
+        self.taken += 1
+        return batch
 
 
 def main() -> int:
@@ -96,7 +108,19 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=50, help="steps per timed run")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no_mixed_precision", action="store_true")
-    parser.add_argument("--dali", action="store_true", help="also feed uint8 decoded by DALI")
+    parser.add_argument(
+        "--dali",
+        action="store_true",
+        help="also feed uint8 decoded by DALI: its training pipeline (random crop, flip), and its "
+        "evaluation pipeline (whole image: no Python box step, no region decoding)",
+    )
+    parser.add_argument(
+        "--dali_hw_decoder_load",
+        type=lambda text: [float(value) for value in text.split(",")],
+        default=[],
+        help="with --dali, also a training row for each of these shares of the images for the "
+        "GPU's hardware JPEG decoder (comma-separated, 0 to 1; DALI's default is in between)",
+    )
     parser.add_argument(
         "--service",
         help="also feed uint8 through a tf.data service: N workers started here, or grpc://...",
@@ -115,13 +139,13 @@ def main() -> int:
         servers += [start_worker(servers[0].target) for _ in range(int(service))]
         service = servers[0].target
 
-    def feed(dtype: str, via: str | None = None):
-        if via == "dali":
+    def feed(dtype: str, via: str | None = None, decoder_options: dict | None = None):
+        if via in ("dali", "dali-eval"):
             from loaders.dali import load_dali_dataset
 
             batches = load_dali_dataset(
-                args.data_dir, "train", batch_size=b, image_size=SIZE, training=True, seed=0,
-                dtype=dtype,
+                args.data_dir, "train", batch_size=b, image_size=SIZE, training=via == "dali",
+                seed=0, dtype=dtype, decoder_options=decoder_options,
             )  # fmt: skip
             return batches.repeat() if isinstance(batches, tf.data.Dataset) else Endless(batches)
         return load_dataset(
@@ -138,6 +162,11 @@ def main() -> int:
     ways = {"float32": ("float32", None), "uint8 + normalization layer": ("uint8", None)}
     if args.dali:
         ways["uint8, DALI"] = ("uint8", "dali")
+        ways["uint8, DALI, evaluation pipeline"] = ("uint8", "dali-eval")
+        for load in args.dali_hw_decoder_load:
+            ways[f"uint8, DALI, hw_decoder_load={load:g}"] = (
+                "uint8", "dali", {"hw_decoder_load": load},
+            )  # fmt: skip
     if service:
         ways["uint8, tf.data service"] = ("uint8", service)
     print(
@@ -148,11 +177,11 @@ def main() -> int:
     )
     print(f"| {args.model}, batch {b} | loader alone | fit, fed | fit, cached | fed / cached |")
     print("|---|---|---|---|---|")
-    shares, models, failed = {}, {}, 0
+    shares, models, waits, failed = {}, {}, {}, 0
     try:
-        for name, (dtype, via) in ways.items():
+        for name, (dtype, via, *options) in ways.items():
             try:
-                fed = feed(dtype, via)
+                fed = feed(dtype, via, *options)
                 cached = tf.data.Dataset.from_tensors(next(iter(fed))).repeat()
                 # One model per input dtype: the rows that feed it uint8 share its compiled step.
                 if dtype not in models:
@@ -160,6 +189,8 @@ def main() -> int:
                         args.model, info.class_list.one_hot_length, uint8=dtype == "uint8"
                     )
                 loader, _ = images_per_second(fed, args.steps, b, warmup=5)
+                if isinstance(fed, Endless):
+                    fed.waited, fed.taken = 0.0, 0
                 fits = fit_rates(
                     models[dtype], {"fed": fed, "cached": cached}, args.steps, b, args.repeats
                 )
@@ -173,6 +204,8 @@ def main() -> int:
                 f"| {name} | {loader:.0f} | {fits['fed']:.0f} | {fits['cached']:.0f} | "
                 f"{shares[name]:.2f} |"
             )
+            if isinstance(fed, Endless) and fed.taken:
+                waits[name] = (1000 * fed.waited / fed.taken, 1000 * b / fits["fed"])
     finally:
         for server in servers:
             server._stop()
@@ -180,6 +213,8 @@ def main() -> int:
     for name, share in shares.items():
         verdict = "waits on input" if share < 0.95 else "does not wait on input"
         print(f"{name}: the model {verdict} (fed at {share:.2f} of its cached-batch speed)")
+    for name, (waited, step) in waits.items():
+        print(f"{name}: fit waited {waited:.1f} ms per batch for DALI (a fed step: {step:.1f} ms)")
     return 1 if failed else 0
 
 

@@ -32,7 +32,7 @@ import hashlib
 import math
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import google_crc32c
 import keras
@@ -72,6 +72,7 @@ def load_dali_dataset(
     device: str = "auto",
     num_threads: int | None = None,
     index_dir: str | None = None,
+    decoder_options: Mapping[str, object] | None = None,
     config: ReadConfig = ReadConfig(),
 ):
     """`(images [B, H, W, 3], labels)` batches of one split, decoded by DALI, for `model.fit`.
@@ -90,6 +91,11 @@ def load_dali_dataset(
         first use, after every record's CRCs are checked; reused while the shards keep their
         size and build_info.json its SHA-256). Default: a directory per build under
         $XDG_CACHE_HOME (or ~/.cache)/imagenet-tfrecords/dali-index.
+      decoder_options: more arguments for DALI's JPEG decoder (`fn.decoders.image`, and
+        `image_slice` for training crops), such as `{"hw_decoder_load": 1.0}` to give every
+        image to the hardware JPEG decoder of an A100, H100 or H200 (DALI's default gives it
+        part of them); DALI refuses a name it does not know. `device`, `output_type` and
+        `adjust_orientation` are the loader's.
 
     Returns:
       With the JAX or PyTorch backend, a `keras.utils.PyDataset` (`DaliDataset`) whose batches
@@ -122,6 +128,7 @@ def load_dali_dataset(
         seed=seed,
         config=config,
     )
+    decoder_options = _checked_decoder_options(decoder_options)
     if num_threads is not None and not is_int(num_threads):
         raise TypeError(f"num_threads must be an int or None, not {num_threads!r}")
     if num_threads is not None and num_threads < 1:
@@ -156,6 +163,7 @@ def load_dali_dataset(
         num_classes=info.num_classes,
         dtype=dtype,
         config=config,
+        decoder_options=decoder_options,
     )
     if keras.backend.backend() != "tensorflow":
         return DaliDataset(pipeline, num_examples, batch_size, training, unchanged=unchanged)
@@ -223,6 +231,27 @@ def _epoch_check(info: BuildInfo, split: str) -> Callable[[], None]:
                 )
 
     return check
+
+
+# The decoder's arguments the loader sets itself (`dali_pipeline`'s `decoding`).
+_LOADERS_DECODER_OPTIONS = ("device", "output_type", "adjust_orientation")
+
+
+def _checked_decoder_options(options: Mapping[str, object] | None) -> dict[str, object]:
+    """`decoder_options` as a dict, or a TypeError/ValueError naming what is wrong."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping) or not all(isinstance(key, str) for key in options):
+        raise TypeError(
+            f"decoder_options must be a dict of DALI decoder argument names, not {options!r}"
+        )
+    owned = sorted(set(options) & set(_LOADERS_DECODER_OPTIONS))
+    if owned:
+        raise ValueError(
+            f"decoder_options may not set {', '.join(owned)}: the loader sets "
+            f"{', '.join(_LOADERS_DECODER_OPTIONS)} (device= chooses the GPU or the CPU)"
+        )
+    return dict(options)
 
 
 def _device_id(device: str) -> int | None:
@@ -373,6 +402,7 @@ def dali_pipeline(
     num_classes,
     dtype,
     config,
+    decoder_options: Mapping[str, object] | None = None,
     with_windows: bool = False,
 ):
     """The DALI pipeline; `with_windows` also returns each crop's anchor, shape, the source
@@ -428,7 +458,12 @@ def dali_pipeline(
         encoded = records[F.ENCODED]
         # The pixels as stored, as load_dataset decodes them: DALI's decoders would turn an
         # image by its EXIF orientation, away from its boxes.
-        decoding = {"device": decode_on, "output_type": types.RGB, "adjust_orientation": False}
+        decoding = {
+            **(decoder_options or {}),
+            "device": decode_on,
+            "output_type": types.RGB,
+            "adjust_orientation": False,
+        }
         windows = ()
         if crop:
             box = fn.python_function(

@@ -284,6 +284,27 @@ def test_input_bound_benchmark_says_whether_the_model_waits(built):
 
 
 @pytest.mark.slow
+def test_input_bound_benchmark_feeds_dali_and_times_the_wait_for_it(built):
+    # DALI on its CPU backend here; with JAX, Keras takes its batches through a PyDataset that
+    # counts how long fit waits for each.
+    done = run_benchmark(
+        "input_bound_benchmark",
+        built,
+        *("--model", "small", "--batch_size", 8, "--steps", 2, "--repeats", 1, "--dali"),
+        *("--dali_hw_decoder_load", "1"),
+        env={"KERAS_BACKEND": "jax"},
+    )
+    (rows,) = tables(done.stdout)
+    dali = ["uint8, DALI", "uint8, DALI, evaluation pipeline", "uint8, DALI, hw_decoder_load=1"]
+    assert list(rows)[1:] == ["float32", "uint8 + normalization layer", *dali]
+    for name in dali:
+        assert_numbers(rows[name])
+        wait = rf"^{re.escape(name)}: fit waited [\d.]+ ms per batch for DALI \(a fed step: "
+        assert re.search(wait + r"[\d.]+ ms\)$", done.stdout, re.M)
+    assert "Keras backend: jax" in done.stdout
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("runner", ["local", "dask"])
 def test_scaling_benchmark_splits_cpu_between_coordinator_and_workers(trees, runner):
     # These trees are small enough that the plain CLI would build them in one process; a Dask

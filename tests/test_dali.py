@@ -441,6 +441,26 @@ def test_bad_arguments_are_refused_by_name(built):
     )
 
 
+def test_decoder_options_reach_dalis_decoder(built):
+    # hw_decoder_load is the share for an A100/H100's hardware decoder: on the CPU backend it
+    # changes nothing, but DALI takes it; a name DALI does not know is DALI's KeyError.
+    def pixels(**kwargs):
+        dataset = load_dali_dataset(built, "validation", batch_size=10, dtype="uint8", **kwargs)
+        return image_digests(dataset.map(lambda images, labels: images))
+
+    assert pixels(decoder_options={"hw_decoder_load": 1.0}) == pixels()
+    with pytest.raises(KeyError, match='"no_such_option" is not defined for operator'):
+        pixels(decoder_options={"no_such_option": 1})
+    with pytest.raises(ValueError) as error:
+        pixels(decoder_options={"device": "cpu", "output_type": 0})
+    assert str(error.value) == (
+        "decoder_options may not set device, output_type: the loader sets device, output_type, "
+        "adjust_orientation (device= chooses the GPU or the CPU)"
+    )
+    with pytest.raises(TypeError, match=r"decoder_options must be a dict of DALI decoder "):
+        pixels(decoder_options=["hw_decoder_load"])
+
+
 def test_numpy_integers_are_integer_arguments(built):
     val = load_dali_dataset(
         built,
