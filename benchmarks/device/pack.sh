@@ -2,9 +2,9 @@
 # Packs what ../shared/device/make_parts.sh and benchmarks/device/prepare_extras.sh wrote into
 # .device/ as few transfers to the GPU host as the device tool allows (one call carries the
 # working tree, ~3 MB, and at most 64 MiB in all), in two streams of 60 MiB pieces:
-#   .device/ship/base-aa, base-ab, ...   TensorFlow's pieces, the wheels and setup.sh (a tar):
-#                                        what `run.sh base` needs for the trees and every build
-#   .device/ship/more-aa, more-ab, ...   the extras' xz archive (DALI, nvJPEG, simplejpeg, Dask)
+#   .device/ship/base-aa, base-ab, ...   TensorFlow's pieces, the wheels (Beam, Keras, simplejpeg)
+#                                        and setup.sh: all that the trees and every build need
+#   .device/ship/more-aa, more-ab, ...   the extras' xz archive (DALI, nvJPEG, Dask)
 # Carry one piece per call, base first, and start each command with `bash
 # benchmarks/device/run.sh receive`; the call sequence is in benchmarks/RESULTS.md ("On the GPU
 # host"). Run from the project root after both scripts; takes seconds (nothing is recompressed).

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Adds to .device/ what the GPU host needs for issue 14's and 15's figures beyond what
 # ../shared/device/make_parts.sh packs (TensorFlow, Beam, Keras): simplejpeg (a core dependency
-# of the build that the host's image lacks), NVIDIA DALI for CUDA 13 with nvImageCodec and nvJPEG
-# (the host's JAX is a CUDA 13 build), and dask[distributed] for the Dask benchmark. The host
-# reaches no registry, so the wheels travel unpacked, as one xz archive:
+# of the build that the host's image lacks) beside make_parts.sh's wheels, so that those pieces
+# alone run a build; NVIDIA DALI for CUDA 13 with nvImageCodec and nvJPEG (the host's JAX is a
+# CUDA 13 build) and dask[distributed] for the feed and Dask benchmarks. The host reaches no
+# registry, so these travel unpacked, as one xz archive:
 #   .device/extra-aa, extra-ab, ...   pieces of that archive (~180 MB together)
 # benchmarks/device/pack.sh then packs these, make_parts.sh's pieces and its wheels into as few
 # transfers as the device tool allows; benchmarks/device/run.sh unpacks them on the host.
@@ -22,10 +23,12 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 python3 -m pip download -q --no-deps $PLAT -d "$tmp/wheels" \
   nvidia-dali-cuda130==2.4.0 nvidia-nvimgcodec-cu13==0.9.0.20 "nvidia-nvjpeg>=13,<14" \
   nvidia-nvjpeg2k-cu13==0.11.0.51 nvidia-nvtiff-cu13==0.8.0.82 nvidia-libnvcomp-cu13==5.3.0.16 \
-  nvtx makefun "libcst~=1.8" six packaging "simplejpeg==$(pin simplejpeg)" \
+  nvtx makefun "libcst~=1.8" six packaging \
   "dask==$(pin 'dask\[distributed\]')" "distributed==$(pin 'dask\[distributed\]')" cloudpickle \
   fsspec partd locket toolz pyyaml click msgpack sortedcontainers tblib tornado urllib3 zict \
   jinja2 markupsafe
+# shellcheck disable=SC2086
+python3 -m pip download -q --no-deps $PLAT -d .device/wheels "simplejpeg==$(pin simplejpeg)"
 mkdir "$tmp/site"
 for wheel in "$tmp"/wheels/*.whl; do unzip -qo "$wheel" -d "$tmp/site"; done
 # The NVIDIA wheels make `nvidia` a regular package; first on PYTHONPATH it would hide the host's

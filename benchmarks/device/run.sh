@@ -7,7 +7,8 @@
 #   BACKGROUND=1 bash benchmarks/device/run.sh STAGE ...   # the same, left running after the call
 #
 #   receive   copy the .device/ship/* piece this call carried to /tmp/ship (keep every call's)
-#   base      unpack the base-* pieces: TensorFlow, Beam, Keras under /tmp/site
+#   base      unpack the base-* pieces: TensorFlow, Beam, Keras, simplejpeg under /tmp/site
+#             (all that trees, scaling and build need; host, dask and feed need the more-* too)
 #   wait      wait for the BACKGROUND=1 run, then add its stages' output to $OUT
 #   host      the machine: GPU, CPU, memory, Python and library versions
 #   trees     the benchmark trees under $BENCH (8k, 32k, 64k images; every core; ~2 min)
@@ -37,7 +38,7 @@ fi
 TREE_S=$BENCH/tree${SIZES[0]} TREE_M=$BENCH/tree${SIZES[1]} TREE_L=$BENCH/tree${SIZES[2]}
 CORES=$($PY -c "from beam_pipeline.machine import available_cores; print(available_cores())")
 
-base_site() {  # TensorFlow, Beam, Keras (make_parts.sh's pieces, unpacked by `base`)
+base_site() {  # what a build needs: TensorFlow, Beam, Keras, simplejpeg (unpacked by `base`)
   [ "${SMALL:-0}" = 1 ] && return 0
   [ -f /tmp/parts/setup.sh ] || { echo "run the base stage first"; return 1; }
   # setup.sh reads .device/wheels; the device tool's next call removes what is not carried from
@@ -51,7 +52,7 @@ base_site() {  # TensorFlow, Beam, Keras (make_parts.sh's pieces, unpacked by `b
   cd "$here" && export PYTHONPATH="${PYTHONPATH//\/tmp\/devroot/$here}"
 }
 
-site() {  # and DALI, nvJPEG, simplejpeg, Dask (prepare_extras.sh's archive)
+site() {  # and DALI, nvJPEG, Dask (prepare_extras.sh's archive)
   base_site || return 1
   [ "${SMALL:-0}" = 1 ] && return 0
   if [ ! -f /tmp/site/.extras ]; then
@@ -106,12 +107,12 @@ stage_trees() {
 }
 
 stage_scaling() {
-  site
+  base_site
   $PY -m benchmarks.scaling "$TREE_S" "$TREE_L" --repeats 1
 }
 
 stage_build() {
-  site
+  base_site
   $PY -m benchmarks.build_benchmark "$TREE_S" "$TREE_M" --repeats 1 --workers "$CORES" \
     --contenders "${CONTENDERS:-ours, plain CLI (no runner flags: every core);baseline: hand-written $CORES-process writer;limit: Pillow image work alone (full decode), $CORES processes, bytes in memory}"
 }
@@ -126,7 +127,8 @@ stage_feed() {
   local out=$BENCH/out${SIZES[1]}
   [ -f "$out/build_info.json" ] || $PY -m beam_pipeline --input_dir "$TREE_M" --output_dir "$out" \
     --splits train --num_shards 64 --quiet
-  KERAS_BACKEND=jax $PY -m benchmarks.input_bound_benchmark "$out" "${FEED[@]}" --service 2 --dali
+  KERAS_BACKEND=jax $PY -m benchmarks.input_bound_benchmark "$out" "${FEED[@]}" --service 2 --dali \
+    --dali_hw_decoder_load 0,1
 }
 
 [ $# -gt 0 ] || { sed -n '2,24p' "$0"; exit 2; }
