@@ -124,10 +124,13 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
         target = policy.target_size(width, height)
         _check_storable(fmt, (width, height), target, policy)
         keep = fmt == "JPEG" and image.mode == "RGB" and target == (width, height)
-        if fmt == "JPEG":
+        if keep:
             check_jpeg_data(data, image.mode)
-        if not keep:
+        elif fmt == "JPEG" and image.mode in ("RGB", "L"):
+            image = _decode_jpeg_strictly(data, image, target)
+        else:
             if fmt == "JPEG":
+                check_jpeg_data(data, image.mode)
                 image.draft(image.mode, target)
             image.load()
     if keep:
@@ -161,21 +164,72 @@ def check_jpeg_data(data: bytes, mode: str) -> None:
     spaces = ["CMYK"] if mode == "CMYK" else ["GRAY", "RGB"]
     for colorspace in spaces:
         try:
-            simplejpeg.decode_jpeg(data, colorspace=colorspace, min_factor=8, strict=True)
+            _strict_decode(data, colorspace, min_factor=8)
             return
-        except ValueError as error:
-            message = str(error).strip()
-            lowered = message.lower()
-            if "unsupported color conversion" in lowered and colorspace != spaces[-1]:
-                continue
-            if any(warning in lowered for warning in _HARMLESS_JPEG_WARNINGS):
-                return
-            reason = (
-                "truncated_image" if "premature end of jpeg file" in lowered else "corrupt_image"
-            )
-            raise InputError(
-                reason, f"JPEG: {message} (decoded anyway, it is grey or garbled from there on)"
-            ) from None
+        except _UnsupportedConversion as error:
+            if colorspace == spaces[-1]:
+                raise InputError(
+                    "corrupt_image",
+                    f"JPEG: {error} (decoded anyway, it is grey or garbled from there on)",
+                ) from None
+
+
+class _UnsupportedConversion(Exception):
+    """libjpeg-turbo cannot give this JPEG's data in the colour space asked for."""
+
+
+def _strict_decode(data: bytes, colorspace: str, **scaling) -> np.ndarray | None:
+    """The JPEG's pixels from libjpeg-turbo in strict mode (simplejpeg), at `scaling`; None
+    for a stream whose only fault is harmless (stray bytes before a marker), which simplejpeg
+    does not decode even when not strict.
+
+    Raises:
+      InputError: as `check_jpeg_data`.
+      _UnsupportedConversion: `colorspace` is not one libjpeg-turbo gives this data in.
+    """
+    try:
+        return simplejpeg.decode_jpeg(data, colorspace=colorspace, strict=True, **scaling)
+    except ValueError as error:
+        message = str(error).strip()
+        lowered = message.lower()
+        if "unsupported color conversion" in lowered:
+            raise _UnsupportedConversion(message) from None
+        if any(warning in lowered for warning in _HARMLESS_JPEG_WARNINGS):
+            return None
+        reason = "truncated_image" if "premature end of jpeg file" in lowered else "corrupt_image"
+        raise InputError(
+            reason, f"JPEG: {message} (decoded anyway, it is grey or garbled from there on)"
+        ) from None
+
+
+def _decode_jpeg_strictly(data: bytes, image: Image.Image, target: tuple[int, int]) -> Image.Image:
+    """An RGB or grey JPEG (opened by Pillow) decoded once, by libjpeg-turbo in strict mode, at
+    the DCT scale Pillow's `draft(mode, target)` picks: its data check and its pixels in one
+    decode (Pillow's own decode after the check read the data twice: 27% more CPU for a
+    `shorter_side` build, benchmarks/RESULTS.md, session 19). The same libjpeg-turbo settings
+    as Pillow's (accurate integer IDCT, fancy upsampling) give the same pixels; where
+    libjpeg-turbo picks another scale, cannot give the colour space or gives no pixels (stray
+    bytes before a marker), Pillow decodes them once the data is checked, as before."""
+    width, height = image.size
+    fits = min(width // target[0], height // target[1])
+    scale = next((s for s in (8, 4, 2) if fits >= s), 1)
+    size = (-(-width // scale), -(-height // scale))
+    grey = image.mode == "L"
+    try:
+        pixels = _strict_decode(
+            data, "GRAY" if grey else "RGB", min_factor=scale, min_width=size[0],
+            min_height=size[1],
+        )  # fmt: skip
+    except _UnsupportedConversion:
+        check_jpeg_data(data, image.mode)
+        pixels = None
+    if pixels is None or pixels.shape[1::-1] != size:  # checked: Pillow decodes the pixels
+        image.draft(image.mode, target)
+        image.load()
+        return image
+    decoded = Image.fromarray(pixels[:, :, 0] if grey else pixels, image.mode)
+    decoded.info = dict(image.info)  # Pillow keeps a JPEG's comment when it saves the image
+    return decoded
 
 
 def _check_storable(

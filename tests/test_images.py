@@ -288,20 +288,56 @@ def _damaged_variants(data: bytes):
             yield f"{junk.hex()} at {fraction}", data[:at] + junk + data[at + len(junk) :]
 
 
+@pytest.mark.parametrize("policy", [KEEP, ImagePolicy("shorter_side", (32,))])
 @pytest.mark.parametrize("name", ["pil_sample_rgb.jpg", "app13-multiple.jpg", "hopper.jpg"])
-def test_scaled_validation_decode_rejects_what_a_full_decode_rejects(name):
-    """Kept JPEGs are decoded at 1/8 scale; the verdict on damaged bytes must not change."""
+def test_scaled_validation_decode_rejects_what_a_full_decode_rejects(name, policy):
+    """Kept JPEGs are decoded at 1/8 scale, resized ones once at the scale their resize starts
+    from; the verdict on damaged bytes must not change."""
     verdicts = []
     for label, damaged in _damaged_variants((PILLOW / name).read_bytes()):
         expected = _full_decode_verdict(damaged)
         try:
-            normalise_image(damaged, KEEP)
+            normalise_image(damaged, policy)
             got = "ok"
         except InputError as error:
             got = error.reason
         assert got == expected, label
         verdicts.append(got)
     assert verdicts.count("truncated_image") >= 4  # every cut is caught
+
+
+def _pillow_draft_reencode(data: bytes, policy: ImagePolicy) -> bytes:
+    """What the build stored before it decoded resized JPEGs itself: Pillow's `draft` decode,
+    RGB, the resize, quality 95."""
+    with Image.open(io.BytesIO(data)) as image:
+        target = policy.target_size(*image.size)
+        image.draft(image.mode, target)
+        rgb = image.convert("RGB")
+    if rgb.size != target:
+        rgb = rgb.resize(target, Image.Resampling.BICUBIC, reducing_gap=3.0)
+    out = io.BytesIO()
+    rgb.save(out, format="JPEG", quality=policy.jpeg_quality)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("side", [8, 16, 40, 64, 90, 200])  # DCT scales 1/8 ... 1/1
+@pytest.mark.parametrize("name", ["hopper.jpg", "hopper_gray.jpg", "pil_sample_rgb.jpg"])
+def test_a_resized_jpeg_is_decoded_once_to_pillows_pixels(name, side):
+    # The strict decode that checks a resized JPEG's data also gives its pixels, at the scale
+    # Pillow's draft picks and with its settings: the stored bytes are the same as from
+    # Pillow's own decode.
+    data = (PILLOW / name).read_bytes()
+    policy = ImagePolicy("shorter_side", (side,))
+    assert normalise_image(data, policy).data == _pillow_draft_reencode(data, policy)
+
+
+def test_a_resized_jpeg_with_stray_bytes_before_a_marker_is_converted():
+    # A harmless warning: simplejpeg gives no pixels for it (strict or not), so Pillow decodes
+    # them once the data is checked; every pixel is there.
+    data = (PILLOW / "hopper.jpg").read_bytes()
+    stray = data[:-2] + b"\x00\x00\xff\xd9"
+    policy = ImagePolicy("shorter_side", (40,))
+    assert normalise_image(stray, policy).data == _pillow_draft_reencode(data, policy)
 
 
 def test_jpeg_data_that_libjpeg_paints_grey_is_rejected():
