@@ -33,9 +33,9 @@ from benchmarks.build_benchmark import (
     tree_sizes,
 )
 
-# First match wins; a DSO matching none is "other".
+# First match wins; a DSO matching none is "other". simplejpeg links its own libjpeg-turbo.
 GROUPS = [
-    ("JPEG decode (libjpeg-turbo)", r"libjpeg"),
+    ("JPEG decode (libjpeg-turbo)", r"libjpeg|simplejpeg|_jpeg\.cpython"),
     ("Python interpreter (Beam, our DoFns)", r"libpython"),
     ("kernel (file I/O, page faults, scheduling)", r"\[kernel"),
     ("libc (memcpy, malloc)", r"^libc[.-]|ld-linux"),
