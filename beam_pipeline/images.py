@@ -125,12 +125,12 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
         _check_storable(fmt, (width, height), target, policy)
         keep = fmt == "JPEG" and image.mode == "RGB" and target == (width, height)
         if keep:
-            check_jpeg_data(data, image.mode)
+            check_jpeg_data(data, image.mode, image.size)
         elif fmt == "JPEG" and image.mode in ("RGB", "L"):
             image = _decode_jpeg_strictly(data, image, target)
         else:
             if fmt == "JPEG":
-                check_jpeg_data(data, image.mode)
+                check_jpeg_data(data, image.mode, image.size)
                 image.draft(image.mode, target)
             image.load()
     if keep:
@@ -151,9 +151,10 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
 _HARMLESS_JPEG_WARNINGS = ("extraneous bytes before marker", "invalid sos parameters")
 
 
-def check_jpeg_data(data: bytes, mode: str) -> None:
+def check_jpeg_data(data: bytes, mode: str, size: tuple[int, int]) -> None:
     """Decodes every coefficient of a JPEG's data (at 1/8 scale, one channel where it can: no
     pixel work beyond that) and refuses the data libjpeg-turbo finds missing or damaged.
+    `size` is the image's (width, height): simplejpeg scales down only to a size it is given.
 
     Raises:
       InputError: `truncated_image` (the file ends before its data), `corrupt_image` (a data
@@ -164,7 +165,7 @@ def check_jpeg_data(data: bytes, mode: str) -> None:
     spaces = ["CMYK"] if mode == "CMYK" else ["GRAY", "RGB"]
     for colorspace in spaces:
         try:
-            _strict_decode(data, colorspace, min_factor=8)
+            _strict_decode(data, colorspace, **_at_scale(size, 8))
             return
         except _UnsupportedConversion as error:
             if colorspace == spaces[-1]:
@@ -172,6 +173,16 @@ def check_jpeg_data(data: bytes, mode: str) -> None:
                     "corrupt_image",
                     f"JPEG: {error} (decoded anyway, it is grey or garbled from there on)",
                 ) from None
+
+
+def _at_scale(size: tuple[int, int], scale: int) -> dict[str, float]:
+    """simplejpeg's arguments for a decode at 1/`scale`: `min_factor` alone only bounds the
+    factor that `min_width` and `min_height` pick, and without them it decodes in full."""
+    return {
+        "min_factor": scale,
+        "min_width": -(-size[0] // scale),
+        "min_height": -(-size[1] // scale),
+    }
 
 
 class _UnsupportedConversion(Exception):
@@ -213,16 +224,23 @@ def _decode_jpeg_strictly(data: bytes, image: Image.Image, target: tuple[int, in
     width, height = image.size
     fits = min(width // target[0], height // target[1])
     scale = next((s for s in (8, 4, 2) if fits >= s), 1)
-    size = (-(-width // scale), -(-height // scale))
+    wanted = _at_scale(image.size, scale)
+    size = (wanted["min_width"], wanted["min_height"])
+    # libjpeg-turbo scales by any M/8: where another M rounds up to the same size (a 3x3 or
+    # 5x5 image decoded to 2x2), it may take that one, so Pillow decodes those.
+    ambiguous = any(
+        (-(-width * m // 8), -(-height * m // 8)) == size for m in range(1, 9) if m * scale != 8
+    )
     grey = image.mode == "L"
-    try:
-        pixels = _strict_decode(
-            data, "GRAY" if grey else "RGB", min_factor=scale, min_width=size[0],
-            min_height=size[1],
-        )  # fmt: skip
-    except _UnsupportedConversion:
-        check_jpeg_data(data, image.mode)
-        pixels = None
+    pixels, checked = None, False
+    if not ambiguous:
+        try:
+            pixels = _strict_decode(data, "GRAY" if grey else "RGB", **wanted)
+            checked = True  # None: only a harmless warning, which gives no pixels
+        except _UnsupportedConversion:
+            pass
+    if not checked:
+        check_jpeg_data(data, image.mode, image.size)
     if pixels is None or pixels.shape[1::-1] != size:  # checked: Pillow decodes the pixels
         image.draft(image.mode, target)
         image.load()

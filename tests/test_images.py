@@ -8,6 +8,7 @@ import simplejpeg
 from helpers import CORPUS, jpeg_bytes
 from PIL import Image
 
+from beam_pipeline import images
 from beam_pipeline.images import ImagePolicy, normalise_image, sniff_format
 from beam_pipeline.rejections import InputError
 
@@ -329,6 +330,40 @@ def test_a_resized_jpeg_is_decoded_once_to_pillows_pixels(name, side):
     data = (PILLOW / name).read_bytes()
     policy = ImagePolicy("shorter_side", (side,))
     assert normalise_image(data, policy).data == _pillow_draft_reencode(data, policy)
+
+
+TO_ONE_PIXEL = [ImagePolicy("shorter_side", (1,)), ImagePolicy("exact", (1, 1))]
+
+
+@pytest.mark.parametrize("side", [3, 5])
+@pytest.mark.parametrize("policy", TO_ONE_PIXEL)
+def test_a_tiny_jpeg_whose_scale_libjpeg_could_pick_otherwise_gets_pillows_pixels(side, policy):
+    # 3x3 and 5x5 decoded to 2x2: libjpeg-turbo's 5/8 or 3/8 give that size too, and it took
+    # them, where Pillow decodes at 1/2 or 1/4.
+    noise = np.random.default_rng(side).integers(0, 256, (side, side, 3), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(noise).save(out, "JPEG")
+    data = out.getvalue()
+    assert normalise_image(data, policy).data == _pillow_draft_reencode(data, policy)
+
+
+def test_the_data_check_of_a_kept_jpeg_decodes_at_one_eighth(monkeypatch):
+    # simplejpeg scales down only to a size it is given (min_factor alone decodes in full).
+    decoded = []
+    real = images.simplejpeg.decode_jpeg
+
+    def spy(data, *args, **kwargs):
+        pixels = real(data, *args, **kwargs)
+        decoded.append(pixels.shape)
+        return pixels
+
+    monkeypatch.setattr(images.simplejpeg, "decode_jpeg", spy)
+    data = jpeg_bytes(640, 427)
+    assert normalise_image(data, KEEP).data is data
+    assert decoded == [(54, 80, 1)]  # ceil(427 / 8) x ceil(640 / 8), one channel
+    decoded.clear()
+    normalise_image(data, ImagePolicy("shorter_side", (100,)))
+    assert decoded == [(107, 160, 3)]  # 1/4: Pillow's draft scale for 150 x 100
 
 
 def test_a_resized_jpeg_with_stray_bytes_before_a_marker_is_converted():
