@@ -59,8 +59,8 @@ class BuildOptions(PipelineOptions):
             "--num_shards",
             default=None,
             help=(
-                "Shards per split: N for every split, or train=N,val=M (default: 64-128 MiB "
-                "each, a power of two up to 16 or a multiple of 16)."
+                "Shards per split: N for every split, or train=N,val=M (default: at most "
+                "--target_shard_mb each, a power of two up to 16 or a multiple of 16)."
             ),
         )
         parser.add_argument(

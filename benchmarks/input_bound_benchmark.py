@@ -126,6 +126,10 @@ def main() -> int:
         help="also feed uint8 through a tf.data service: N workers started here, or grpc://...",
     )
     args = parser.parse_args()
+    if args.dali_hw_decoder_load and not args.dali:
+        parser.error("--dali_hw_decoder_load adds DALI rows: give --dali too")
+    if not all(0 <= load <= 1 for load in args.dali_hw_decoder_load):
+        parser.error("--dali_hw_decoder_load: shares from 0 to 1")
 
     devices = accelerators()
     mixed = bool(devices) and not args.no_mixed_precision

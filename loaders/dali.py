@@ -92,10 +92,12 @@ def load_dali_dataset(
         size and build_info.json its SHA-256). Default: a directory per build under
         $XDG_CACHE_HOME (or ~/.cache)/imagenet-tfrecords/dali-index.
       decoder_options: more arguments for DALI's JPEG decoder (`fn.decoders.image`, and
-        `image_slice` for training crops), such as `{"hw_decoder_load": 1.0}` to give every
-        image to the hardware JPEG decoder of an A100, H100 or H200 (DALI's default gives it
-        part of them); DALI refuses a name it does not know. `device`, `output_type` and
-        `adjust_orientation` are the loader's.
+        `image_slice` for training crops and evaluation central crops), such as
+        `{"hw_decoder_load": 1.0}` to give every image to the hardware JPEG decoder of an A100,
+        H100 or H200 (DALI's default gives it part of them); DALI refuses a name it does not
+        know. The loader's own (`device`, `output_type`, `adjust_orientation`, the crop
+        window's `axis_names`, `normalized_anchor`, `normalized_shape`, and `dtype`) are
+        refused.
 
     Returns:
       With the JAX or PyTorch backend, a `keras.utils.PyDataset` (`DaliDataset`) whose batches
@@ -233,8 +235,12 @@ def _epoch_check(info: BuildInfo, split: str) -> Callable[[], None]:
     return check
 
 
-# The decoder's arguments the loader sets itself (`dali_pipeline`'s `decoding`).
-_LOADERS_DECODER_OPTIONS = ("device", "output_type", "adjust_orientation")
+# The decoder's arguments the loader sets itself (`dali_pipeline`'s `decoding` and its crops'
+# windows), and the output type the resize after it needs.
+_LOADERS_DECODER_OPTIONS = (
+    "device", "output_type", "adjust_orientation", "axis_names", "normalized_anchor",
+    "normalized_shape", "dtype",
+)  # fmt: skip
 
 
 def _checked_decoder_options(options: Mapping[str, object] | None) -> dict[str, object]:
@@ -249,7 +255,8 @@ def _checked_decoder_options(options: Mapping[str, object] | None) -> dict[str, 
     if owned:
         raise ValueError(
             f"decoder_options may not set {', '.join(owned)}: the loader sets "
-            f"{', '.join(_LOADERS_DECODER_OPTIONS)} (device= chooses the GPU or the CPU)"
+            f"{', '.join(_LOADERS_DECODER_OPTIONS)} (device= chooses the GPU or the CPU, "
+            "dtype= the output's type)"
         )
     return dict(options)
 

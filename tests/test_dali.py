@@ -455,8 +455,11 @@ def test_decoder_options_reach_dalis_decoder(built):
         pixels(decoder_options={"device": "cpu", "output_type": 0})
     assert str(error.value) == (
         "decoder_options may not set device, output_type: the loader sets device, output_type, "
-        "adjust_orientation (device= chooses the GPU or the CPU)"
+        "adjust_orientation, axis_names, normalized_anchor, normalized_shape, dtype (device= "
+        "chooses the GPU or the CPU, dtype= the output's type)"
     )
+    with pytest.raises(ValueError, match="decoder_options may not set axis_names, dtype: "):
+        pixels(decoder_options={"axis_names": "HW", "dtype": 1})
     with pytest.raises(TypeError, match=r"decoder_options must be a dict of DALI decoder "):
         pixels(decoder_options=["hw_decoder_load"])
 

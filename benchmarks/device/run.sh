@@ -32,6 +32,7 @@ if [ "${SMALL:-0}" = 1 ]; then
 else
   # TREE_SIZES="16000 32000 32000" (small, medium, large) measures other trees
   read -r -a SIZES <<< "${TREE_SIZES:-8000 32000 64000}"
+  [ ${#SIZES[@]} = 3 ] || { echo "TREE_SIZES names three trees: small medium large" >&2; exit 2; }
   FEED=(--steps 50 --repeats 3)
   PY=python3
 fi
@@ -72,7 +73,8 @@ stage_base() {
     mkdir -p /tmp/parts
     cat /tmp/ship/base-* | tar xf - -C /tmp/parts || { echo "base-* pieces incomplete"; return 1; }
   fi
-  base_site && python3 -c "import apache_beam, keras, tensorflow; print('TensorFlow, Beam, Keras: ok')"
+  base_site && python3 -c "import apache_beam, keras, simplejpeg, tensorflow
+print('TensorFlow, Beam, Keras, simplejpeg: ok')"
 }
 
 stage_wait() {
@@ -131,7 +133,7 @@ stage_feed() {
     --dali_hw_decoder_load 0,1
 }
 
-[ $# -gt 0 ] || { sed -n '2,24p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,23p' "$0"; exit 2; }
 for stage in "$@"; do
   declare -F "stage_$stage" >/dev/null || { echo "unknown stage $stage" >&2; exit 2; }
 done
