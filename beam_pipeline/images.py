@@ -175,14 +175,16 @@ def check_jpeg_data(data: bytes, mode: str, size: tuple[int, int]) -> None:
                 ) from None
 
 
-def _at_scale(size: tuple[int, int], scale: int) -> dict[str, float]:
+def _scaled(size: tuple[int, int], scale: int) -> tuple[int, int]:
+    """(width, height) decoded at 1/`scale`, rounded up as libjpeg and Pillow's draft do."""
+    return -(-size[0] // scale), -(-size[1] // scale)
+
+
+def _at_scale(size: tuple[int, int], scale: int) -> dict[str, int]:
     """simplejpeg's arguments for a decode at 1/`scale`: `min_factor` alone only bounds the
     factor that `min_width` and `min_height` pick, and without them it decodes in full."""
-    return {
-        "min_factor": scale,
-        "min_width": -(-size[0] // scale),
-        "min_height": -(-size[1] // scale),
-    }
+    width, height = _scaled(size, scale)
+    return {"min_factor": scale, "min_width": width, "min_height": height}
 
 
 class _UnsupportedConversion(Exception):
@@ -224,8 +226,7 @@ def _decode_jpeg_strictly(data: bytes, image: Image.Image, target: tuple[int, in
     width, height = image.size
     fits = min(width // target[0], height // target[1])
     scale = next((s for s in (8, 4, 2) if fits >= s), 1)
-    wanted = _at_scale(image.size, scale)
-    size = (wanted["min_width"], wanted["min_height"])
+    size = _scaled(image.size, scale)
     # libjpeg-turbo scales by any M/8: where another M rounds up to the same size (a 3x3 or
     # 5x5 image decoded to 2x2), it may take that one, so Pillow decodes those.
     ambiguous = any(
@@ -235,7 +236,7 @@ def _decode_jpeg_strictly(data: bytes, image: Image.Image, target: tuple[int, in
     pixels, checked = None, False
     if not ambiguous:
         try:
-            pixels = _strict_decode(data, "GRAY" if grey else "RGB", **wanted)
+            pixels = _strict_decode(data, "GRAY" if grey else "RGB", **_at_scale(image.size, scale))
             checked = True  # None: only a harmless warning, which gives no pixels
         except _UnsupportedConversion:
             pass

@@ -441,7 +441,7 @@ def _apart(plan: DiscoveryPlan) -> DiscoveryPlan:
     for number, first in enumerate(images):
         for second in images[number + 1 :]:
             a, b = reals[first.directory], reals[second.directory]
-            if a == b or a.startswith(b + "/") or b.startswith(a + "/"):
+            if _nested(a, b):
                 same = f"both {a}" if a == b else f"{a} and {b}, one inside the other"
                 raise LayoutError(
                     f"{first.directory} and {second.directory} are one folder ({same}): a "
@@ -479,10 +479,8 @@ def _unbuilt_split_folders(images: Sequence[ListingTask], built: set[str]) -> li
             continue
         for folder in sorted(folders):
             real = os.path.realpath(folder)
-            related = any(
-                real == b or real.startswith(b + "/") or b.startswith(real + "/") for b in built
-            )
-            if not related:  # (a link to the folder above the splits is none of them)
+            # (a link to the folder above the splits is none of them)
+            if not any(_nested(real, b) for b in built):
                 found.append(real)
     return found
 
@@ -528,7 +526,12 @@ def _links_into(path: str, top: str) -> bool:
     if not is_local(path) or not os.path.islink(path):
         return False
     real, top_real = os.path.realpath(path), os.path.realpath(top)
-    return real == top_real or real.startswith(top_real + "/") or top_real.startswith(real + "/")
+    return _nested(real, top_real)
+
+
+def _nested(first: str, second: str) -> bool:
+    """Whether two real paths are one folder, or one lies inside the other."""
+    return first == second or first.startswith(second + "/") or second.startswith(first + "/")
 
 
 def _voc_folders(

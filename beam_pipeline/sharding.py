@@ -65,7 +65,8 @@ def shard_start(index: int, num_examples: int, num_shards: int) -> int:
 # beyond: a local build hands each worker process every N-th shard (FnApiRunner partitions the
 # grouped shards round-robin), so 27 shards on 16 workers take two rounds of which the second
 # keeps 11 busy (84%), while 32 keep all 16 busy in both. 2, 4, 8 and 16 workers (and readers)
-# then get equal shares; the shards stay between half the target and the target.
+# then get equal shares; a split larger than the target gets shards between half the target
+# and the target.
 BALANCED_SHARDS = 16
 
 
