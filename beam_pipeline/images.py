@@ -147,8 +147,14 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
 
 
 # libjpeg's warnings about a stream whose every pixel still decodes: stray bytes before a
-# marker, SOS fields some encoders fill oddly. Not a reason to reject an image.
-_HARMLESS_JPEG_WARNINGS = ("extraneous bytes before marker", "invalid sos parameters")
+# marker between segments or scans or before the end (ImageNet has files with bytes appended
+# before their end marker), SOS fields some encoders fill oddly. Not a reason to reject an
+# image. Stray bytes before a restart marker are: libjpeg skipped the data up to it (a zeroed
+# block in a JPEG with restart markers, grey from there to the marker).
+_STRAY_BYTES = re.compile(r"extraneous bytes before marker 0x([0-9a-f]{2})", re.IGNORECASE)
+_HARMLESS_JPEG_WARNINGS = ("invalid sos parameters",)
+_RESTART_MARKERS = range(0xD0, 0xD8)
+_SOS, _EOI = 0xDA, 0xD9
 
 
 def check_jpeg_data(data: bytes, mode: str, size: tuple[int, int]) -> None:
@@ -200,19 +206,59 @@ def _strict_decode(data: bytes, colorspace: str, **scaling) -> np.ndarray | None
       InputError: as `check_jpeg_data`.
       _UnsupportedConversion: `colorspace` is not one libjpeg-turbo gives this data in.
     """
-    try:
-        return simplejpeg.decode_jpeg(data, colorspace=colorspace, strict=True, **scaling)
-    except ValueError as error:
-        message = str(error).strip()
+    checked = data
+    while True:
+        try:
+            pixels = simplejpeg.decode_jpeg(checked, colorspace=colorspace, strict=True, **scaling)
+            return pixels if checked is data else None
+        except ValueError as error:
+            message = str(error).strip()
         lowered = message.lower()
         if "unsupported color conversion" in lowered:
-            raise _UnsupportedConversion(message) from None
+            raise _UnsupportedConversion(message)
+        stray = _STRAY_BYTES.search(message)
+        if stray and int(stray.group(1), 16) not in _RESTART_MARKERS:
+            # Strict mode stopped at the warning: without the header's stray bytes the rest
+            # is checked too (a file with junk in its header and its data cut short was kept).
+            cleaned = _without_header_strays(checked)
+            if cleaned is not None:
+                checked = cleaned
+                continue
+            return None  # between scans or before the end: the data before it is decoded
         if any(warning in lowered for warning in _HARMLESS_JPEG_WARNINGS):
             return None
         reason = "truncated_image" if "premature end of jpeg file" in lowered else "corrupt_image"
         raise InputError(
             reason, f"JPEG: {message} (decoded anyway, it is grey or garbled from there on)"
-        ) from None
+        )
+
+
+def _without_header_strays(data: bytes) -> bytes | None:
+    """`data` without the stray bytes between its marker segments before the first scan
+    (where libjpeg expects a marker and finds other bytes), or None when there are none. The
+    segments are walked by their lengths, so a thumbnail inside APP1 is not looked into."""
+    kept, position, found = [data[:2]], 2, False
+    while position < len(data):
+        start = data.find(b"\xff", position)
+        if start < 0:
+            return None
+        if start > position:
+            found = True  # stray bytes: dropped
+        marker_at = start
+        while marker_at + 1 < len(data) and data[marker_at + 1] == 0xFF:
+            marker_at += 1  # fill bytes
+        if marker_at + 3 >= len(data):
+            return None
+        marker = data[marker_at + 1]
+        length = int.from_bytes(data[marker_at + 2 : marker_at + 4], "big")
+        if marker == _SOS:
+            return b"".join([*kept, data[start:]]) if found else None
+        if marker in _RESTART_MARKERS or marker in (_EOI, 0x00, 0x01, 0xD8):
+            return None  # not a header any more: nothing of ours to mend
+        end = marker_at + 2 + length
+        kept.append(data[start:end])
+        position = end
+    return None
 
 
 def _decode_jpeg_strictly(data: bytes, image: Image.Image, target: tuple[int, int]) -> Image.Image:

@@ -1,4 +1,5 @@
 import io
+import re
 import struct
 import zlib
 
@@ -333,6 +334,34 @@ def test_a_resized_jpeg_is_decoded_once_to_pillows_pixels(name, side):
 
 
 TO_ONE_PIXEL = [ImagePolicy("shorter_side", (1,)), ImagePolicy("exact", (1, 1))]
+
+
+@pytest.mark.parametrize("policy", [KEEP, ImagePolicy("shorter_side", (32,))])
+def test_damage_behind_stray_bytes_or_a_restart_marker_is_rejected(policy):
+    # libjpeg reports lost data in a JPEG with restart markers as stray bytes before the next
+    # one (the rest of that interval grey), and strict mode stopped at a header's stray bytes
+    # without reading on: both were kept as they were.
+    out = io.BytesIO()
+    Image.open(PILLOW / "hopper.jpg").save(out, "JPEG", quality=95, restart_marker_rows=1)
+    data = out.getvalue()
+    assert normalise_image(data, KEEP).data is data
+    half = len(data) // 2
+    with pytest.raises(InputError) as error:
+        normalise_image(data[:half] + bytes(512) + data[half + 512 :], policy)
+    assert error.value.reason == "corrupt_image"
+    assert re.search(r"extraneous bytes before marker 0xd[0-7]", error.value.detail)
+    with pytest.raises(InputError) as error:  # a real file: garbled stripes
+        normalise_image((PILLOW / "hopper_bad_exif.jpg").read_bytes(), policy)
+    assert error.value.detail.startswith("JPEG: Corrupt JPEG data: 1214 extraneous bytes")
+    junk = (PILLOW / "junk_jpeg_header.jpg").read_bytes()  # 5 stray bytes in its header
+    assert policy != KEEP or normalise_image(junk, KEEP).data is junk
+    with pytest.raises(InputError) as error:
+        normalise_image(junk[: len(junk) * 6 // 10], policy)
+    assert error.value.reason == "truncated_image"
+    half = len(junk) // 2
+    with pytest.raises(InputError) as error:
+        normalise_image(junk[:half] + bytes(4096) + junk[half + 4096 :], policy)
+    assert error.value.reason == "corrupt_image"
 
 
 @pytest.mark.parametrize("side", [3, 5])
