@@ -9,9 +9,9 @@ For each way of feeding the model (float32 batches; uint8 batches into the same 
 `loaders.normalization_layer()` first; with --service, uint8 batches decoded by a tf.data
 service: N workers started in this process on loopback, or a running one at grpc://host:port;
 with --dali, uint8 batches decoded by `loaders.dali.load_dali_dataset`: nvJPEG on the GPU when
-there is one, else DALI's CPU backend; its training pipeline, its evaluation pipeline, and the
-training pipeline with each --dali_hw_decoder_load; for each, how long `fit` waited for DALI's
-batches), three rates (images/s), each the median of alternating
+there is one, else DALI's CPU backend; its training pipeline, its evaluation pipeline, and a
+row per --dali_row (other settings: `--dali_row hw_decoder_load=1`); for each, how long `fit`
+waited for DALI's batches), three rates (images/s), each the median of alternating
 `model.fit` runs after a warm-up that compiles the step:
   loader alone     load_dataset(training=True) into a consumer loop: what the input can supply
   fit, fed         model.fit fed by load_dataset(training=True)
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 import traceback
 
@@ -100,6 +101,56 @@ class Endless(keras.utils.PyDataset):
         return batch
 
 
+# load_dali_dataset's own arguments a --dali_row may set (any other name is a decoder option).
+DALI_ARGUMENTS = ("device", "num_threads", "prefetch_batches")
+
+
+def dali_row(text: str) -> tuple[str, dict]:
+    """`--dali_row` "key=value,..." → (text, settings): numbers as numbers, the rest as text."""
+    settings = {}
+    for item in text.split(","):
+        key, equals, value = item.partition("=")
+        if not equals or not key.strip() or not value.strip():
+            raise argparse.ArgumentTypeError(f"{item!r} is not KEY=VALUE")
+        key, value = key.strip(), value.strip()
+        if key == "handoff" and value not in ("loader", "plugin"):
+            raise argparse.ArgumentTypeError(f"handoff={value}: loader or plugin")
+        for kind in (int, float):
+            try:
+                settings[key] = kind(value)
+                break
+            except ValueError:
+                pass
+        else:
+            settings[key] = value
+    return text, settings
+
+
+class PluginBatches:
+    """A `DaliDataset`'s pipeline read through DALI's own JAX iterator
+    (`nvidia.dali.plugin.jax.DALIGenericIterator`): does the loader's hand-over cost the
+    model time? The same `next_batch()` as the loader's, for `Endless`."""
+
+    def __init__(self, batches):
+        from nvidia.dali.plugin.base_iterator import LastBatchPolicy
+        from nvidia.dali.plugin.jax import DALIGenericIterator
+
+        self.iterator = DALIGenericIterator(
+            [batches._pipeline],
+            ["images", "labels"],
+            reader_name="reader",
+            auto_reset=True,
+            last_batch_policy=LastBatchPolicy.DROP,
+        )
+
+    def next_batch(self):
+        try:
+            batch = next(self.iterator)
+        except StopIteration:  # an epoch's end (auto_reset): the next one starts
+            batch = next(self.iterator)
+        return batch["images"], batch["labels"]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("data_dir")
@@ -115,21 +166,26 @@ def main() -> int:
         "evaluation pipeline (whole image: no Python box step, no region decoding)",
     )
     parser.add_argument(
-        "--dali_hw_decoder_load",
-        type=lambda text: [float(value) for value in text.split(",")],
+        "--dali_row",
+        action="append",
+        type=dali_row,
         default=[],
-        help="with --dali, also a training row for each of these shares of the images for the "
-        "GPU's hardware JPEG decoder (comma-separated, 0 to 1; DALI's default is in between)",
+        metavar="KEY=VALUE[,KEY=VALUE...]",
+        help="with --dali, also a DALI row with these settings (repeatable): load_dali_dataset's "
+        f"{', '.join(DALI_ARGUMENTS)}, training=0 for the evaluation pipeline, handoff=plugin "
+        "for DALI's own JAX iterator instead of the loader's PyDataset, and any other name as a "
+        "DALI decoder option (hw_decoder_load=1: every image to the GPU's hardware JPEG decoder)",
+    )
+    parser.add_argument(
+        "--no_float32", action="store_true", help="leave out the float32 row (uint8 rows only)"
     )
     parser.add_argument(
         "--service",
         help="also feed uint8 through a tf.data service: N workers started here, or grpc://...",
     )
     args = parser.parse_args()
-    if args.dali_hw_decoder_load and not args.dali:
-        parser.error("--dali_hw_decoder_load adds DALI rows: give --dali too")
-    if not all(0 <= load <= 1 for load in args.dali_hw_decoder_load):
-        parser.error("--dali_hw_decoder_load: shares from 0 to 1")
+    if args.dali_row and not args.dali:
+        parser.error("--dali_row adds DALI rows: give --dali too")
 
     devices = accelerators()
     mixed = bool(devices) and not args.no_mixed_precision
@@ -143,15 +199,21 @@ def main() -> int:
         servers += [start_worker(servers[0].target) for _ in range(int(service))]
         service = servers[0].target
 
-    def feed(dtype: str, via: str | None = None, decoder_options: dict | None = None):
-        if via in ("dali", "dali-eval"):
+    def feed(dtype: str, via: str | None = None, settings: dict | None = None):
+        if via == "dali":
             from loaders.dali import load_dali_dataset
 
+            settings = dict(settings or {})
+            handoff = settings.pop("handoff", "loader")
+            options = {key: settings.pop(key) for key in list(settings) if key in DALI_ARGUMENTS}
+            training = bool(settings.pop("training", 1))
             batches = load_dali_dataset(
-                args.data_dir, "train", batch_size=b, image_size=SIZE, training=via == "dali",
-                seed=0, dtype=dtype, decoder_options=decoder_options,
+                args.data_dir, "train", batch_size=b, image_size=SIZE, training=training,
+                seed=0, dtype=dtype, decoder_options=settings, **options,
             )  # fmt: skip
-            return batches.repeat() if isinstance(batches, tf.data.Dataset) else Endless(batches)
+            if isinstance(batches, tf.data.Dataset):
+                return batches.repeat()
+            return Endless(PluginBatches(batches) if handoff == "plugin" else batches)
         return load_dataset(
             args.data_dir,
             "train",
@@ -163,14 +225,13 @@ def main() -> int:
             service=via,
         ).repeat()
 
-    ways = {"float32": ("float32", None), "uint8 + normalization layer": ("uint8", None)}
+    ways = {} if args.no_float32 else {"float32": ("float32", None)}
+    ways["uint8 + normalization layer"] = ("uint8", None)
     if args.dali:
         ways["uint8, DALI"] = ("uint8", "dali")
-        ways["uint8, DALI, evaluation pipeline"] = ("uint8", "dali-eval")
-        for load in args.dali_hw_decoder_load:
-            ways[f"uint8, DALI, hw_decoder_load={load:g}"] = (
-                "uint8", "dali", {"hw_decoder_load": load},
-            )  # fmt: skip
+        ways["uint8, DALI, evaluation pipeline"] = ("uint8", "dali", {"training": 0})
+        for text, settings in args.dali_row:
+            ways[f"uint8, DALI, {text}"] = ("uint8", "dali", settings)
     if service:
         ways["uint8, tf.data service"] = ("uint8", service)
     print(
@@ -184,6 +245,8 @@ def main() -> int:
     shares, models, waits, failed = {}, {}, {}, 0
     try:
         for name, (dtype, via, *options) in ways.items():
+            # When each row starts, to line up with GPU samples (nvidia-smi dmon -o T)
+            print(f"{time.strftime('%H:%M:%S')} {name}", file=sys.stderr, flush=True)
             try:
                 fed = feed(dtype, via, *options)
                 cached = tf.data.Dataset.from_tensors(next(iter(fed))).repeat()

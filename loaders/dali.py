@@ -73,6 +73,7 @@ def load_dali_dataset(
     num_threads: int | None = None,
     index_dir: str | None = None,
     decoder_options: Mapping[str, object] | None = None,
+    prefetch_batches: int = 2,
     config: ReadConfig = ReadConfig(),
 ):
     """`(images [B, H, W, 3], labels)` batches of one split, decoded by DALI, for `model.fit`.
@@ -98,6 +99,9 @@ def load_dali_dataset(
         know. The loader's own (`device`, `output_type`, `adjust_orientation`, the crop
         window's `axis_names`, `normalized_anchor`, `normalized_shape`, and `dtype`) are
         refused.
+      prefetch_batches: how many batches DALI prepares ahead of the one being used (its
+        `prefetch_queue_depth`, at least 1): more smooths out batches whose decoding takes
+        longer than a training step, at the cost of their memory on the device.
 
     Returns:
       With the JAX or PyTorch backend, a `keras.utils.PyDataset` (`DaliDataset`) whose batches
@@ -138,6 +142,10 @@ def load_dali_dataset(
             f"num_threads must be at least 1 (or None: the cores this process may use), "
             f"not {num_threads}"
         )
+    if not is_int(prefetch_batches):
+        raise TypeError(f"prefetch_batches must be an int, not {prefetch_batches!r}")
+    if prefetch_batches < 1:
+        raise ValueError(f"prefetch_batches must be at least 1, not {prefetch_batches}")
     batch_size = int(batch_size)
     device_id = _device_id(device)
     data_dir = data_path(data_dir)
@@ -166,6 +174,7 @@ def load_dali_dataset(
         dtype=dtype,
         config=config,
         decoder_options=decoder_options,
+        prefetch_batches=int(prefetch_batches),
     )
     if keras.backend.backend() != "tensorflow":
         return DaliDataset(pipeline, num_examples, batch_size, training, unchanged=unchanged)
@@ -410,6 +419,7 @@ def dali_pipeline(
     dtype,
     config,
     decoder_options: Mapping[str, object] | None = None,
+    prefetch_batches: int = 2,
     with_windows: bool = False,
 ):
     """The DALI pipeline; `with_windows` also returns each crop's anchor, shape, the source
@@ -445,7 +455,7 @@ def dali_pipeline(
         num_threads=num_threads,
         device_id=device_id,
         seed=pipeline_seed,
-        prefetch_queue_depth=2,
+        prefetch_queue_depth=prefetch_batches,
     )
     def pipeline():
         features = {F.ENCODED: tfrec.FixedLenFeature((), tfrec.string, "")}

@@ -291,12 +291,18 @@ def test_input_bound_benchmark_feeds_dali_and_times_the_wait_for_it(built):
         "input_bound_benchmark",
         built,
         *("--model", "small", "--batch_size", 8, "--steps", 2, "--repeats", 1, "--dali"),
-        *("--dali_hw_decoder_load", "1"),
+        *("--dali_row", "hw_decoder_load=1", "--dali_row", "handoff=plugin,prefetch_batches=3"),
+        "--no_float32",
         env={"KERAS_BACKEND": "jax"},
     )
     (rows,) = tables(done.stdout)
-    dali = ["uint8, DALI", "uint8, DALI, evaluation pipeline", "uint8, DALI, hw_decoder_load=1"]
-    assert list(rows)[1:] == ["float32", "uint8 + normalization layer", *dali]
+    dali = [
+        "uint8, DALI",
+        "uint8, DALI, evaluation pipeline",
+        "uint8, DALI, hw_decoder_load=1",
+        "uint8, DALI, handoff=plugin,prefetch_batches=3",
+    ]
+    assert list(rows)[1:] == ["uint8 + normalization layer", *dali]
     for name in dali:
         assert_numbers(rows[name])
         wait = rf"^{re.escape(name)}: fit waited [\d.]+ ms per batch for DALI \(a fed step: "

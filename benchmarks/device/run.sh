@@ -16,7 +16,8 @@
 #   build     command 6 at N = every core: plain CLI, hand-written N-process writer, the limit
 #   dask      command 9 at N = every core: a LocalCluster of N workers against the local build
 #   feed      command 12/14: ResNet-50 (mixed bfloat16, batch 256) fed by the loader (float32,
-#             uint8, DALI on the GPU, tf.data service) against the same model on a cached batch
+#             uint8, DALI on the GPU, tf.data service) against the same model on a cached batch;
+#             FEED_ARGS chooses other rows, and $OUT/gpu_use.txt samples the GPU each second
 #
 # SMALL=1 runs every stage but receive and base on tiny trees with a small model (a check of this
 # script on any machine; its figures mean nothing). The call sequence is in
@@ -129,11 +130,21 @@ stage_feed() {
   local out=$BENCH/out${SIZES[1]}
   [ -f "$out/build_info.json" ] || $PY -m beam_pipeline --input_dir "$TREE_M" --output_dir "$out" \
     --splits train --num_shards 64 --quiet
-  KERAS_BACKEND=jax $PY -m benchmarks.input_bound_benchmark "$out" "${FEED[@]}" --service 2 --dali \
-    --dali_hw_decoder_load 0,1
+  # FEED_ARGS: the rows after uint8 and DALI's training and evaluation ones (input_bound_benchmark
+  # --help), e.g. FEED_ARGS="--no_float32 --dali_row hw_decoder_load=1"
+  local rows rc=0 sampler=
+  read -r -a rows <<< "${FEED_ARGS:---service 2 --dali_row hw_decoder_load=0 --dali_row hw_decoder_load=1}"
+  if command -v nvidia-smi >/dev/null; then  # the GPU's use each second (SMs, JPEG engines)
+    nvidia-smi dmon -s u -o T > "$OUT/gpu_use.txt" 2>&1 &
+    sampler=$!
+  fi
+  KERAS_BACKEND=jax $PY -m benchmarks.input_bound_benchmark "$out" "${FEED[@]}" --dali "${rows[@]}" \
+    || rc=$?
+  [ -z "$sampler" ] || kill "$sampler"
+  return $rc
 }
 
-[ $# -gt 0 ] || { sed -n '2,23p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,24p' "$0"; exit 2; }
 for stage in "$@"; do
   declare -F "stage_$stage" >/dev/null || { echo "unknown stage $stage" >&2; exit 2; }
 done
