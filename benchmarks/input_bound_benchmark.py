@@ -263,6 +263,7 @@ def main() -> int:
                 )
             except Exception as error:  # noqa: BLE001 (the other rows still run; exit 1 says so)
                 traceback.print_exc()
+                models.pop(dtype, None)  # a step that failed can leave the model unusable
                 print(f"| {name} | failed: {type(error).__name__}: {error} | | | |")
                 failed += 1
                 continue

@@ -11,7 +11,8 @@ shards through an index per shard and, when training, shuffles them as `load_dat
 same seed, another for another seed or none); images are decoded
 by nvJPEG ("mixed": Huffman on the CPU, the rest on the GPU) and cropped, resized and flipped on
 the GPU. Without a GPU the same pipeline runs on DALI's CPU backend. The batches reach Keras on
-the device (DLPack, no copy through the host) with the JAX and PyTorch backends; with the
+the device (DLPack, no copy through the host) with the JAX and PyTorch backends (from the CPU
+backend, as NumPy arrays, which Keras moves to its device); with the
 TensorFlow backend they come as a `tf.data.Dataset` of host arrays (DALI's TensorFlow plugin is
 compiled against one TensorFlow build at install time, so this loader does not depend on it).
 
@@ -54,6 +55,13 @@ except ImportError as error:  # pragma: no cover - the message is what matters
     ) from error
 
 LABEL_MODES = ("one_hot", "categorical", "int", None)
+# On the GPU: batches prepared ahead, and the share of images for the hardware JPEG decoder.
+# Measured on an H200 feeding ResNet-50 (batch 256, bfloat16; benchmarks/RESULTS.md, session
+# 20): DALI's defaults (2 batches, hw_decoder_load 0.65) fed it at 0.82 of its speed on a
+# cached batch, although DALI alone supplied 2.4x its rate; 16 batches and every image to the
+# CUDA decoder fed it at 0.98.
+GPU_PREFETCH_BATCHES = 16
+GPU_HW_DECODER_LOAD = 0.0
 DEVICES = ("auto", "gpu", "cpu")
 _BOX_KEYS = (F.BBOX_YMIN, F.BBOX_XMIN, F.BBOX_YMAX, F.BBOX_XMAX)
 _READER = "reader"
@@ -73,7 +81,7 @@ def load_dali_dataset(
     num_threads: int | None = None,
     index_dir: str | None = None,
     decoder_options: Mapping[str, object] | None = None,
-    prefetch_batches: int = 2,
+    prefetch_batches: int | None = None,
     config: ReadConfig = ReadConfig(),
 ):
     """`(images [B, H, W, 3], labels)` batches of one split, decoded by DALI, for `model.fit`.
@@ -93,15 +101,17 @@ def load_dali_dataset(
         size and build_info.json its SHA-256). Default: a directory per build under
         $XDG_CACHE_HOME (or ~/.cache)/imagenet-tfrecords/dali-index.
       decoder_options: more arguments for DALI's JPEG decoder (`fn.decoders.image`, and
-        `image_slice` for training crops and evaluation central crops), such as
-        `{"hw_decoder_load": 1.0}` to give every image to the hardware JPEG decoder of an A100,
-        H100 or H200 (DALI's default gives it part of them); DALI refuses a name it does not
-        know. The loader's own (`device`, `output_type`, `adjust_orientation`, the crop
-        window's `axis_names`, `normalized_anchor`, `normalized_shape`, and `dtype`) are
-        refused.
+        `image_slice` for training crops and evaluation central crops); DALI refuses a name it
+        does not know. On the GPU the loader sets `hw_decoder_load` to 0 (every image decoded
+        by CUDA kernels, none by the A100's, H100's or H200's hardware JPEG decoder: the model
+        was fed faster so, see the README); `{"hw_decoder_load": 0.65}` is DALI's own default.
+        The loader's own (`device`, `output_type`, `adjust_orientation`, the crop window's
+        `axis_names`, `normalized_anchor`, `normalized_shape`, and `dtype`) are refused.
       prefetch_batches: how many batches DALI prepares ahead of the one being used (its
-        `prefetch_queue_depth`, at least 1): more smooths out batches whose decoding takes
-        longer than a training step, at the cost of their memory on the device.
+        `prefetch_queue_depth`, at least 1). Default: 16 on the GPU, where the model's own
+        kernels delay DALI's and a deep queue absorbs that (its memory: 16 batches of decoded
+        images and their outputs, up to ~3 GB for batches of 256 ImageNet-sized images, an
+        estimate), 2 on the CPU backend.
 
     Returns:
       With the JAX or PyTorch backend, a `keras.utils.PyDataset` (`DaliDataset`) whose batches
@@ -142,12 +152,17 @@ def load_dali_dataset(
             f"num_threads must be at least 1 (or None: the cores this process may use), "
             f"not {num_threads}"
         )
-    if not is_int(prefetch_batches):
-        raise TypeError(f"prefetch_batches must be an int, not {prefetch_batches!r}")
-    if prefetch_batches < 1:
-        raise ValueError(f"prefetch_batches must be at least 1, not {prefetch_batches}")
+    if prefetch_batches is not None and not is_int(prefetch_batches):
+        raise TypeError(f"prefetch_batches must be an int or None, not {prefetch_batches!r}")
+    if prefetch_batches is not None and prefetch_batches < 1:
+        raise ValueError(
+            f"prefetch_batches must be at least 1 (or None: 16 on the GPU, 2 on the CPU), "
+            f"not {prefetch_batches}"
+        )
     batch_size = int(batch_size)
     device_id = _device_id(device)
+    if prefetch_batches is None:
+        prefetch_batches = GPU_PREFETCH_BATCHES if device_id is not None else 2
     data_dir = data_path(data_dir)
     if "://" in data_dir:
         raise ValueError(
@@ -360,12 +375,16 @@ class DaliDataset(keras.utils.PyDataset):
 
 
 def _converter(backend: str, device_id: int | None):
-    """A DALI TensorList (one batch) → a dense array of `backend`, copied out of DALI's
-    buffers (DALI reuses them), on the pipeline's device."""
+    """A DALI TensorList (one batch) → a dense array, copied out of DALI's buffers (DALI reuses
+    them): on the GPU, the backend's array there; from the CPU backend, a NumPy array, which
+    Keras moves to its own device (a JAX array on the CPU would be refused by a model whose
+    weights are on a GPU)."""
 
     def dense(tensor_list):
         return tensor_list.as_tensor()
 
+    if device_id is None:
+        return lambda batch: np.array(dense(batch), copy=True)
     if backend == "jax":
         import jax.dlpack
 
@@ -374,9 +393,7 @@ def _converter(backend: str, device_id: int | None):
         import torch
 
         return lambda batch: torch.from_dlpack(dense(batch)).clone()
-    if device_id is not None:
-        return lambda batch: np.array(dense(batch.as_cpu()), copy=True)
-    return lambda batch: np.array(dense(batch), copy=True)
+    return lambda batch: np.array(dense(batch.as_cpu()), copy=True)
 
 
 def main_boxes(ymins, xmins, ymaxs, xmaxs):
@@ -476,6 +493,7 @@ def dali_pipeline(
         # The pixels as stored, as load_dataset decodes them: DALI's decoders would turn an
         # image by its EXIF orientation, away from its boxes.
         decoding = {
+            **({"hw_decoder_load": GPU_HW_DECODER_LOAD} if decode_on == "mixed" else {}),
             **(decoder_options or {}),
             "device": decode_on,
             "output_type": types.RGB,
@@ -501,6 +519,16 @@ def dali_pipeline(
                 allow_no_crop=False,
                 num_attempts=10,
                 total_num_attempts=100,
+            )
+            anchor, size = fn.python_function(
+                anchor,
+                size,
+                box,
+                function=functools.partial(
+                    covering_windows, min_object_covered=config.min_object_covered
+                ),
+                num_outputs=2,
+                batch_processing=True,
             )
             images = fn.decoders.image_slice(encoded, anchor, size, axis_names="WH", **decoding)
             windows = (anchor, size, shape, box)
@@ -553,6 +581,30 @@ def dali_pipeline(
         return (*outputs, *windows) if with_windows else outputs
 
     return pipeline()
+
+
+def covering_windows(anchors, sizes, boxes, min_object_covered: float):
+    """Per image of a batch: its crop window ([x, y], [width, height], relative), or the whole
+    image where the window keeps less than `min_object_covered` of the main object's box
+    ([[ymin, xmin, ymax, xmax]]).
+
+    When `fn.random_bbox_crop` finds no valid window in its attempts it returns the best one
+    it drew, which can miss the object altogether (13% of the crops of a 500x200 image with a
+    narrow box): the image would be trained on under a label it does not show.
+    `tf.image.sample_distorted_bounding_box`, which `load_dataset` uses, falls back to the
+    whole image; so does this. (A window DALI accepted covers enough by DALI's own measure;
+    the 1e-5 keeps float32 rounding from discarding one at the threshold.) One NumPy pass per
+    batch: the same test in DALI's arithmetic operators cost ~5% more CPU per image.
+    """
+    anchor, size = np.stack(anchors), np.stack(sizes)
+    box = np.stack(boxes)[:, 0]
+    low, high = box[:, [1, 0]], box[:, [3, 2]]  # [xmin, ymin], [xmax, ymax]: the windows' order
+    overlap = np.maximum(np.minimum(anchor + size, high) - np.maximum(anchor, low), 0)
+    wanted = min_object_covered * (1 - 1e-5) * np.prod(high - low, axis=1)
+    kept = (overlap[:, 0] * overlap[:, 1] >= wanted)[:, None]
+    anchor = np.where(kept, anchor, 0).astype(np.float32)
+    size = np.where(kept, size, 1).astype(np.float32)
+    return list(anchor), list(size)
 
 
 def shard_indexes(info: BuildInfo, split: str, index_dir: str | None = None) -> list[str]:

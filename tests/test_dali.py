@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import build, build_sample, ilsvrc_image, read_split
+from helpers import build, build_sample, ilsvrc_image, jpeg_bytes, read_split
 
 tf = pytest.importorskip("tensorflow")
 pytest.importorskip("nvidia.dali")
@@ -26,6 +26,7 @@ from beam_pipeline import sample_tree  # noqa: E402
 from beam_pipeline.annotations import voc_xml  # noqa: E402
 from loaders import ReadConfig, normalization_layer  # noqa: E402
 from loaders.dali import (  # noqa: E402
+    covering_windows,
     dali_pipeline,
     load_dali_dataset,
     main_boxes,
@@ -264,6 +265,54 @@ def test_training_crops_keep_the_main_object_within_the_crop_limits(built):
     assert checked == 270
 
 
+def test_a_crop_that_would_miss_the_main_object_is_the_whole_image(tmp_path):
+    # Wide images with a narrow object: DALI's random_bbox_crop often finds no valid window in
+    # its attempts and then returned the best it drew, which could miss the object (in a trial
+    # 53 of 400 crops of these images kept less than min_object_covered of it, some none).
+    # load_dataset's tf.image falls back to the whole image, and so does the DALI loader now.
+    tree = tmp_path / "tree"
+    for i in range(8):
+        width, height, box = (
+            (500, 200, (154, 42, 184, 108)) if i % 2 else (500, 252, (3, 71, 19, 213))
+        )
+        xml = voc_xml([("n00000001", *box)], size=(width, height))
+        ilsvrc_image(tree, "train", f"n00000001_{i}", jpeg_bytes(width, height), xml)
+    build(tree, tmp_path / "out", "--splits", "train", "--num_shards", "1")
+    config = ReadConfig()
+    pipe = training_crops(tmp_path / "out", 8, seed=0, config=config)
+    whole = 0
+    for _ in range(25):
+        _, _, anchors, shapes, sources, boxes = pipe.run()
+        for i in range(8):
+            (x, y), (w, h) = np.array(anchors.at(i)), np.array(shapes.at(i))
+            ymin, xmin, ymax, xmax = np.array(boxes.at(i))[0]
+            covered = max(0, min(y + h, ymax) - max(y, ymin)) * max(
+                0, min(x + w, xmax) - max(x, xmin)
+            )
+            assert covered >= config.min_object_covered * (ymax - ymin) * (xmax - xmin)
+            if (x, y, w, h) == (0, 0, 1, 1):
+                whole += 1
+                continue
+            height, width = np.array(sources.at(i))[:2]
+            assert 0.08 - 1e-4 <= w * h <= 1 + 1e-4
+            assert 3 / 4 - 1e-3 <= (w * width) / (h * height) <= 4 / 3 + 1e-3
+    assert 20 <= whole <= 100  # DALI's fallbacks, as whole images
+
+
+def test_covering_windows_keep_a_window_with_enough_of_the_object_else_the_whole_image():
+    box = np.array([[0.2, 0.4, 0.6, 0.8]], np.float32)  # ymin, xmin, ymax, xmax: area 0.16
+    anchors = [np.array(a, np.float32) for a in ([0.0, 0.0], [0.7, 0.5], [0.5, 0.1], [0.1, 0.1])]
+    sizes = [np.array(s, np.float32) for s in ([0.3, 0.3], [0.3, 0.4], [0.3, 0.5], [0.8, 0.8])]
+    got_anchors, got_sizes = covering_windows(anchors, sizes, [box] * 4, 0.1)
+    # misses the box; keeps 0.1 x 0.1 of its 0.16 (6%); keeps 0.3 x 0.4 (75%); keeps all of it
+    assert (np.array(got_anchors) == np.float32([[0, 0], [0, 0], [0.5, 0.1], [0.1, 0.1]])).all()
+    assert (np.array(got_sizes) == np.float32([[1, 1], [1, 1], [0.3, 0.5], [0.8, 0.8]])).all()
+    assert all(a.dtype == np.float32 for a in got_anchors + got_sizes)
+    # exactly min_object_covered is enough (float32 rounding aside), as for tf.image
+    _, (size,) = covering_windows([np.float32([0.4, 0.2])], [np.float32([0.1, 0.16])], [box], 0.1)
+    assert size.tolist() == np.float32([0.1, 0.16]).tolist()
+
+
 def test_main_boxes_pick_the_loaders_main_object():
     cases = [
         np.zeros((0, 4), np.float32),
@@ -421,7 +470,10 @@ def test_bad_arguments_are_refused_by_name(built):
     for kwargs, message in cases:
         with pytest.raises(ValueError, match=re.escape(message)):
             load_dali_dataset(built, "train", batch_size=8, **kwargs)
+    with pytest.raises(ValueError, match=re.escape("prefetch_batches must be at least 1 (or ")):
+        load_dali_dataset(built, "train", batch_size=8, prefetch_batches=0)
     for kwargs, message in [
+        ({"prefetch_batches": 2.0}, "prefetch_batches must be an int or None, not 2.0"),
         ({"num_threads": "2"}, "num_threads must be an int or None, not '2'"),
         ({"num_threads": 2.0}, "num_threads must be an int or None, not 2.0"),
         ({"training": 1}, "training must be True or False, not 1"),
@@ -449,6 +501,8 @@ def test_decoder_options_reach_dalis_decoder(built):
         return image_digests(dataset.map(lambda images, labels: images))
 
     assert pixels(decoder_options={"hw_decoder_load": 1.0}) == pixels()
+    # How many batches DALI prepares ahead changes when, not what.
+    assert pixels(prefetch_batches=1) == pixels(prefetch_batches=5) == pixels()
     with pytest.raises(KeyError, match='"no_such_option" is not defined for operator'):
         pixels(decoder_options={"no_such_option": 1})
     with pytest.raises(ValueError) as error:
@@ -487,7 +541,9 @@ from loaders import load_dali_dataset, normalization_layer
 train = load_dali_dataset({built!r}, "train", batch_size=16, image_size=32, training=True,
                           seed=0, dtype="uint8")
 images, labels = train[0]
-assert type(images).__module__.startswith("jax"), type(images)
+# DALI's CPU backend hands NumPy arrays, which Keras moves to its device: JAX arrays committed
+# to the CPU were refused by a model on a GPU ("incompatible devices for jitted computation").
+assert type(images) is np.ndarray and type(labels) is np.ndarray, type(images)
 assert images.dtype == np.uint8 and images.shape == (16, 32, 32, 3) and labels.shape == (16, 5)
 model = keras.Sequential([keras.Input((32, 32, 3), dtype="uint8"), normalization_layer(),
     keras.layers.Conv2D(4, 3, activation="relu"), keras.layers.GlobalAveragePooling2D(),
