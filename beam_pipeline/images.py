@@ -64,7 +64,7 @@ class ImagePolicy:
         if len(self.size) != expected or any(s <= 0 for s in self.size):
             raise ValueError(f"image policy {self.mode!r} needs {expected} positive size value(s)")
         if not 1 <= self.jpeg_quality <= 100:
-            raise ValueError("jpeg_quality must be in [1, 100]")
+            raise ValueError(f"--jpeg_quality must be in [1, 100], not {self.jpeg_quality}")
         if any(s > JPEG_MAX_SIDE for s in self.size):
             raise ValueError(
                 f"--image_size {'x'.join(map(str, self.size))}: a JPEG side holds at most "

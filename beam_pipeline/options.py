@@ -67,9 +67,12 @@ class BuildOptions(PipelineOptions):
             "--target_shard_mb",
             type=float,
             default=DEFAULT_TARGET_SHARD_BYTES / 2**20,
-            help="The largest shard the default shard count allows, in MiB of input images.",
+            help="The largest shard the default shard count allows, in MiB of input images "
+            f"(default {DEFAULT_TARGET_SHARD_BYTES // 2**20}).",
         )
-        parser.add_argument("--seed", type=int, default=0, help="Seed of the global shuffle.")
+        parser.add_argument(
+            "--seed", type=int, default=0, help="Seed of the global shuffle (default 0)."
+        )
         parser.add_argument(
             "--image_policy",
             default=ORIGINAL,
@@ -84,7 +87,10 @@ class BuildOptions(PipelineOptions):
             "224x224) for exact.",
         )
         parser.add_argument(
-            "--jpeg_quality", type=int, default=95, help="Quality of re-encoded JPEGs."
+            "--jpeg_quality",
+            type=int,
+            default=95,
+            help="Quality of re-encoded JPEGs (1-100, default 95).",
         )
         parser.add_argument(
             "--max_pixels", type=int, default=None, help="Refuse larger images (default ~89 Mpx)."
@@ -93,7 +99,8 @@ class BuildOptions(PipelineOptions):
             "--max_bad_fraction",
             type=float,
             default=0.01,
-            help="Fail the build when more than this fraction of images is rejected.",
+            help="Fail the build when more than this fraction of images is rejected "
+            "(default 0.01).",
         )
         parser.add_argument(
             "--overwrite",
@@ -145,11 +152,19 @@ class BuildConfig:
         if not 0.0 <= self.max_bad_fraction <= 1.0:
             raise ValueError("--max_bad_fraction must be in [0, 1]")
         if self.target_shard_bytes <= 0:
-            raise ValueError("--target_shard_mb must be positive")
+            raise ValueError(
+                f"--target_shard_mb must be positive, not {self.target_shard_bytes} bytes"
+            )
         shards = self.num_shards
-        counts = shards.values() if isinstance(shards, dict) else [] if shards is None else [shards]
-        if any(n < 1 for n in counts):
-            raise ValueError("--num_shards must be at least 1")
+        if isinstance(shards, dict):
+            for split, count in shards.items():
+                if count < 1:
+                    raise ValueError(
+                        f"--num_shards {split}={count}: each split needs at least 1 shard "
+                        "(leave a split out of --splits to skip it)"
+                    )
+        elif shards is not None and shards < 1:
+            raise ValueError(f"--num_shards must be at least 1, not {shards}")
         if isinstance(shards, dict):
             built = [output_split(s) for s in self.splits]
             unknown = sorted(set(shards) - set(built))
@@ -258,6 +273,8 @@ def parse_image_size(mode: str, text: str | None) -> tuple[int, ...]:
     if (mode == SHORTER_SIDE and len(parts) != 1) or (mode == EXACT and len(parts) != 2):
         expected = "N" if mode == SHORTER_SIDE else "HxW"
         raise ValueError(f"--image_policy {mode} needs --image_size {expected}, got {text!r}")
+    if any(part < 1 for part in parts):
+        raise ValueError(f"--image_size {text}: sizes are pixels, at least 1")
     return parts
 
 
@@ -379,6 +396,11 @@ def _repeats(action: argparse.Action) -> bool:
 def _shard_bytes(megabytes: float) -> int:
     if not math.isfinite(megabytes) or megabytes <= 0:
         raise ValueError(f"--target_shard_mb must be a positive number, not {megabytes}")
+    if megabytes * 2**20 < 1:
+        raise ValueError(
+            f"--target_shard_mb {megabytes:g} is less than one byte: it is in MiB (default "
+            f"{DEFAULT_TARGET_SHARD_BYTES // 2**20})"
+        )
     return int(megabytes * 2**20)
 
 

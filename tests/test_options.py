@@ -364,6 +364,26 @@ def test_a_typo_never_runs_a_build(tmp_path, capsys):
         (["--max_pixels", "0"], "--max_pixels must be at least 1, not 0"),
         (["--target_shard_mb", "inf"], "--target_shard_mb must be a positive number, not inf"),
         (["--target_shard_mb", "nan"], "--target_shard_mb must be a positive number, not nan"),
+        # Refusals that did not name the flag, the split or the value (a new-user trial).
+        (
+            ["--target_shard_mb", "1e-7"],
+            "--target_shard_mb 1e-07 is less than one byte: it is in MiB (default 128)",
+        ),
+        (
+            ["--image_policy", "shorter_side", "--image_size", "0"],
+            "--image_size 0: sizes are pixels, at least 1",
+        ),
+        (
+            ["--image_policy", "exact", "--image_size", "224x0"],
+            "--image_size 224x0: sizes are pixels, at least 1",
+        ),
+        (["--jpeg_quality", "0"], "--jpeg_quality must be in [1, 100], not 0"),
+        (["--num_shards", "0"], "--num_shards must be at least 1, not 0"),
+        (
+            ["--num_shards", "train=2,val=0"],
+            "--num_shards validation=0: each split needs at least 1 shard (leave a split out "
+            "of --splits to skip it)",
+        ),
         (
             ["--image_policy", "exact", "--image_size", "70000x70000"],
             "--image_size 70000x70000: a JPEG side holds at most 65500 pixels",
