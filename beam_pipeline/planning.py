@@ -53,7 +53,7 @@ from beam_pipeline.rejections import DISCOVER, InputError, Rejection
 from beam_pipeline.sharding import plan_split
 from beam_pipeline.tfrecord import encode_record
 from beam_pipeline.writing import split_size
-from schemas import UNLABELLED
+from schemas import BACKGROUND, UNLABELLED
 from schemas.paths import is_local, join
 
 ORPHAN_REASONS = (ANNOTATION_WITHOUT_IMAGE, "image_missing")
@@ -403,8 +403,14 @@ def format_plan(plan: BuildPlan, rejections: int = 20) -> str:
                 f"  classes present: {present:,} of {len(report.class_counts):,} "
                 "(background included)"
             )
-            lines.append(f"  most frequent: {_top(report.class_counts, 10, True)}")
-            lines.append(f"  least frequent: {_top(report.class_counts, 10, False)}")
+            # Background without images is no news (CLS-LOC has none): left out of these.
+            counts = {
+                name: count
+                for name, count in report.class_counts.items()
+                if count or name != BACKGROUND
+            }
+            lines.append(f"  most frequent: {_top(counts, 10, True)}")
+            lines.append(f"  least frequent: {_top(counts, 10, False)}")
         if report.unknown_classes:
             lines.append(f"  unknown classes: {_top(report.unknown_classes, 10, True)}")
         if report.rejected:

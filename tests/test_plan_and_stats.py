@@ -341,6 +341,18 @@ def test_the_command_line_lists_its_commands_and_refuses_unknown_ones(capsys):
     assert capsys.readouterr().err.startswith("error: unknown command 'plna' (did you mean plan?)")
 
 
+def test_plan_leaves_a_background_without_images_out_of_the_least_frequent(tmp_path, capsys):
+    # CLS-LOC has no background image: "least frequent: background 0, ..." was no news.
+    root = tmp_path / "tree"
+    for stem in ("n01/a", "n01/b", "n02/c"):
+        ilsvrc_image(root, "train", stem, jpeg_bytes(), task="CLS-LOC")
+    assert planning.main(["--input_dir", str(root), "--splits", "train"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "  least frequent: n02 1, n01 2" in lines
+    assert "  classes present: 2 of 3 (background included)" in lines
+    assert "  most frequent: n01 2, n02 1" in lines
+
+
 def test_plan_reads_no_pixels(tmp_path, capsys):
     """Images that do not decode plan as examples: the build is what finds them out."""
     root = tmp_path / "tree"
