@@ -580,12 +580,15 @@ def _refuse_unannotated_voc_years(
         for prefix, directory in folders.items()
     }
     counts: dict[tuple[str, str], list[int]] = {}  # (split, year) -> [images, with XML]
+    missing: dict[tuple[str, str], list[str]] = {}  # (split, year) -> the first ids without
     for key, member in plan.memberships:
         prefix, _, image_id = key.partition("/")
         if prefix in folders:
             count = counts.setdefault((member, prefix), [0, 0])
             count[0] += 1
             count[1] += image_id in annotated[prefix]
+            if image_id not in annotated[prefix]:
+                missing.setdefault((member, prefix), []).append(image_id)
     for prefix, directory in folders.items():  # the lists not requested, as anchors only
         for name, path in _split_lists(posixpath.dirname(directory), match).items():
             if (output_split(name), prefix) in counts:
@@ -608,13 +611,16 @@ def _refuse_unannotated_voc_years(
             continue
         year = lacking[0]
         images, xml = years[year]
+        ids = sorted(missing.get((split, year), []))
+        named = ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else "")
+        background = f"background ({named}; VOC's images all hold objects)"
         same_split = [prefix for prefix in years if (split, prefix) in complete]
         if same_split:
             raise LayoutError(
                 f"split {split!r}: {xml} of {year}'s {images} images have their XML in "
                 f"{folders[year]}, while every one of {', '.join(same_split)}'s has: a build "
-                f"would label the other {images - xml} background (VOC's images all hold "
-                "objects). Build the years apart (--input_dir "
+                f"would label the other {images - xml} {background}. Build the years apart "
+                "(--input_dir "
                 f"{shlex.quote(posixpath.dirname(folders[same_split[0]]))} for "
                 f"{same_split[0]}'s), or restore {year}'s annotations"
             )
@@ -630,8 +636,8 @@ def _refuse_unannotated_voc_years(
                 f"split {split!r}: {xml} of {year}'s {images} images have their XML in "
                 f"{folders[year]}, while every image of its {' and '.join(others)} "
                 f"split{'s' if len(others) > 1 else ''} has: a build would label the other "
-                f"{images - xml} background (VOC's images all hold objects). {fix}; if those "
-                "images really hold no object, give each an XML without <object>"
+                f"{images - xml} {background}. {fix}; if those images really hold no object, "
+                "give each an XML without <object>"
             )
 
 

@@ -610,9 +610,10 @@ def test_a_voc_year_whose_images_of_a_split_have_no_xml_beside_an_annotated_year
         build(devkit, tmp_path / "out", "--splits", "train,test")
     assert str(refused.value) == (
         f"split 'test': 1 of VOC2012's 11 images have their XML in {devkit}/VOC2012/Annotations, "
-        "while every one of VOC2007's has: a build would label the other 10 background (VOC's "
-        f"images all hold objects). Build the years apart (--input_dir {devkit}/VOC2007 for "
-        "VOC2007's), or restore VOC2012's annotations"
+        "while every one of VOC2007's has: a build would label the other 10 background "
+        "(2012_000002, 2012_000003, 2012_000004, ...; VOC's images all hold objects). Build the "
+        f"years apart (--input_dir {devkit}/VOC2007 for VOC2007's), or restore VOC2012's "
+        "annotations"
     )
     (devkit / "VOC2012/Annotations/2012_000001.xml").unlink()
     info = build(devkit / "VOC2012", tmp_path / "out", "--splits", "train,test")
@@ -663,7 +664,8 @@ def test_one_voc_year_whose_split_mostly_lacks_xml_beside_an_annotated_split_is_
     assert str(refused.value) == (
         f"split 'test': 1 of VOC2012's 10 images have their XML in {year}/Annotations, while "
         "every image of its train and validation splits has: a build would label the other 9 "
-        "background (VOC's images all hold objects). Leave test out of --splits (VOC2012's "
+        "background (x1, x2, x3, ...; VOC's images all hold objects). Leave test out of "
+        "--splits (VOC2012's "
         "test annotations were published for its Action and Layout images only), or restore "
         "VOC2012's annotations; if those images really hold no object, give each an XML "
         "without <object>"
@@ -683,7 +685,8 @@ def test_one_voc_year_whose_split_mostly_lacks_xml_beside_an_annotated_split_is_
     assert str(refused.value).startswith(
         f"split 'train': 1 of VOC2012's 3 images have their XML in {cut}/Annotations, while "
         "every image of its validation split has: a build would label the other 2 background "
-        "(VOC's images all hold objects). Restore VOC2012's annotations (a copy cut short?); "
+        "(t2, t3; VOC's images all hold objects). Restore VOC2012's annotations (a copy cut "
+        "short?); "
     )
     for i in ("t2", "t3"):  # negatives on purpose: an XML without <object> says so
         write(cut / "Annotations" / f"{i}.xml", voc_xml([]))
