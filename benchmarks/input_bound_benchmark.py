@@ -113,8 +113,12 @@ def dali_row(text: str) -> tuple[str, dict]:
         if not equals or not key.strip() or not value.strip():
             raise argparse.ArgumentTypeError(f"{item!r} is not KEY=VALUE")
         key, value = key.strip(), value.strip()
+        if key in settings:
+            raise argparse.ArgumentTypeError(f"{key} given twice in {text!r}")
         if key == "handoff" and value not in ("loader", "plugin"):
-            raise argparse.ArgumentTypeError(f"handoff={value}: loader or plugin")
+            raise argparse.ArgumentTypeError(f"handoff must be loader or plugin, not {value!r}")
+        if key == "training" and value not in ("0", "1"):
+            raise argparse.ArgumentTypeError(f"training must be 0 or 1, not {value!r}")
         for kind in (int, float):
             try:
                 settings[key] = kind(value)
@@ -135,10 +139,12 @@ class PluginBatches:
         from nvidia.dali.plugin.base_iterator import LastBatchPolicy
         from nvidia.dali.plugin.jax import DALIGenericIterator
 
+        from loaders.dali import READER
+
         self.iterator = DALIGenericIterator(
             [batches._pipeline],
             ["images", "labels"],
-            reader_name="reader",
+            reader_name=READER,
             auto_reset=True,
             last_batch_policy=LastBatchPolicy.DROP,
         )
@@ -212,6 +218,8 @@ def main() -> int:
                 seed=0, dtype=dtype, decoder_options=settings, **options,
             )  # fmt: skip
             if isinstance(batches, tf.data.Dataset):
+                if handoff == "plugin":
+                    raise ValueError("handoff=plugin is DALI's JAX iterator: KERAS_BACKEND=jax")
                 return batches.repeat()
             return Endless(PluginBatches(batches) if handoff == "plugin" else batches)
         return load_dataset(

@@ -23,7 +23,9 @@ known), and the training crop keeps at least `config.min_object_covered` of the 
 of the image and an aspect ratio in `config.crop_aspect_ratio_range`. DALI draws the window
 with `fn.random_bbox_crop`, which samples each side's scale rather than the area and also wants
 the main object's centre inside the crop, so the crops follow the same rules with another
-distribution. Nothing here is imported by `import loaders`.
+distribution; where DALI finds no such window, the whole image (as tf.image's fallback),
+unless its best one keeps enough of the object (`covering_windows`). Nothing here is imported
+by `import loaders`.
 """
 
 from __future__ import annotations
@@ -57,14 +59,14 @@ except ImportError as error:  # pragma: no cover - the message is what matters
 LABEL_MODES = ("one_hot", "categorical", "int", None)
 # On the GPU: batches prepared ahead, and the share of images for the hardware JPEG decoder.
 # Measured on an H200 feeding ResNet-50 (batch 256, bfloat16; benchmarks/RESULTS.md, session
-# 20): DALI's defaults (2 batches, hw_decoder_load 0.65) fed it at 0.82 of its speed on a
-# cached batch, although DALI alone supplied 2.4x its rate; 16 batches and every image to the
-# CUDA decoder fed it at 0.98.
+# 20): DALI's defaults (2 batches, hw_decoder_load 0.65) fed it at 0.81-0.82 of its speed on
+# a cached batch, although DALI alone supplied 2.4x its rate; 16 batches and every image to
+# the CUDA decoder fed it at 0.98 (one run; 8 batches: 0.95, twice).
 GPU_PREFETCH_BATCHES = 16
 GPU_HW_DECODER_LOAD = 0.0
 DEVICES = ("auto", "gpu", "cpu")
 _BOX_KEYS = (F.BBOX_YMIN, F.BBOX_XMIN, F.BBOX_YMAX, F.BBOX_XMAX)
-_READER = "reader"
+READER = "reader"  # the TFRecord reader's name, for DALI's iterators
 
 
 def load_dali_dataset(
@@ -115,8 +117,9 @@ def load_dali_dataset(
 
     Returns:
       With the JAX or PyTorch backend, a `keras.utils.PyDataset` (`DaliDataset`) whose batches
-      are that backend's arrays on the pipeline's device; with the TensorFlow backend, a
-      `tf.data.Dataset` of the same batches (host arrays), with its cardinality.
+      are that backend's arrays on the GPU, or NumPy arrays from DALI's CPU backend (Keras
+      moves them to its device); with the TensorFlow backend, a `tf.data.Dataset` of the same
+      batches (host arrays), with its cardinality.
 
     Raises:
       IncompleteDatasetError, CorruptDatasetError, KeyError: as `load_dataset`; also
@@ -161,8 +164,7 @@ def load_dali_dataset(
         )
     batch_size = int(batch_size)
     device_id = _device_id(device)
-    if prefetch_batches is None:
-        prefetch_batches = GPU_PREFETCH_BATCHES if device_id is not None else 2
+    prefetch_batches = prefetch_depth(device_id, prefetch_batches)
     data_dir = data_path(data_dir)
     if "://" in data_dir:
         raise ValueError(
@@ -448,7 +450,6 @@ def dali_pipeline(
     and the augmentation, DALI's `shuffle_after_epoch_seed` the file order; without a seed
     both are drawn at random, since DALI's default for the latter is one fixed seed.
     """
-    decode_on = "cpu" if device_id is None else "mixed"
     height, width = image_size
     # DALI's seeds are in [0, 2**31) (-1 asks DALI for a random one): derived from any int
     # seed, the same for the same seed; drawn fresh without one.
@@ -485,20 +486,12 @@ def dali_pipeline(
             path=files,
             index_path=indexes,
             features=features,
-            name=_READER,
+            name=READER,
             pad_last_batch=True,
             **shuffle,
         )
         encoded = records[F.ENCODED]
-        # The pixels as stored, as load_dataset decodes them: DALI's decoders would turn an
-        # image by its EXIF orientation, away from its boxes.
-        decoding = {
-            **({"hw_decoder_load": GPU_HW_DECODER_LOAD} if decode_on == "mixed" else {}),
-            **(decoder_options or {}),
-            "device": decode_on,
-            "output_type": types.RGB,
-            "adjust_orientation": False,
-        }
+        decoding = decoder_arguments(device_id, decoder_options)
         windows = ()
         if crop:
             box = fn.python_function(
@@ -583,6 +576,30 @@ def dali_pipeline(
     return pipeline()
 
 
+def prefetch_depth(device_id: int | None, prefetch_batches: int | None) -> int:
+    """DALI's `prefetch_queue_depth`: `prefetch_batches`, or by default 16 on the GPU (where
+    the model's kernels delay DALI's) and 2 on the CPU backend."""
+    if prefetch_batches is not None:
+        return int(prefetch_batches)
+    return GPU_PREFETCH_BATCHES if device_id is not None else 2
+
+
+def decoder_arguments(
+    device_id: int | None, decoder_options: Mapping[str, object] | None
+) -> dict[str, object]:
+    """The JPEG decoder's arguments: nvJPEG ("mixed") on the GPU with none of the images for
+    the hardware decoder unless `decoder_options` says otherwise, DALI's CPU decoder without
+    one; the pixels as stored, as load_dataset decodes them (DALI's decoders would turn an
+    image by its EXIF orientation, away from its boxes)."""
+    return {
+        **({"hw_decoder_load": GPU_HW_DECODER_LOAD} if device_id is not None else {}),
+        **(decoder_options or {}),
+        "device": "cpu" if device_id is None else "mixed",
+        "output_type": types.RGB,
+        "adjust_orientation": False,
+    }
+
+
 def covering_windows(anchors, sizes, boxes, min_object_covered: float):
     """Per image of a batch: its crop window ([x, y], [width, height], relative), or the whole
     image where the window keeps less than `min_object_covered` of the main object's box
@@ -592,7 +609,8 @@ def covering_windows(anchors, sizes, boxes, min_object_covered: float):
     it drew, which can miss the object altogether (13% of the crops of a 500x200 image with a
     narrow box): the image would be trained on under a label it does not show.
     `tf.image.sample_distorted_bounding_box`, which `load_dataset` uses, falls back to the
-    whole image; so does this. (A window DALI accepted covers enough by DALI's own measure;
+    whole image; so does this, and for the empty window DALI gives an image too wide for any
+    window of the aspect ratios. (A window DALI accepted covers enough by DALI's own measure;
     the 1e-5 keeps float32 rounding from discarding one at the threshold.) One NumPy pass per
     batch: the same test in DALI's arithmetic operators cost ~5% more CPU per image.
     """
@@ -601,7 +619,9 @@ def covering_windows(anchors, sizes, boxes, min_object_covered: float):
     low, high = box[:, [1, 0]], box[:, [3, 2]]  # [xmin, ymin], [xmax, ymax]: the windows' order
     overlap = np.maximum(np.minimum(anchor + size, high) - np.maximum(anchor, low), 0)
     wanted = min_object_covered * (1 - 1e-5) * np.prod(high - low, axis=1)
-    kept = (overlap[:, 0] * overlap[:, 1] >= wanted)[:, None]
+    # An empty window too: DALI's when no window of the aspect ratios fits the image at all
+    # (wider than ~4.7:1), which decoding then fails on.
+    kept = ((overlap[:, 0] * overlap[:, 1] >= wanted) & (np.prod(size, axis=1) > 0))[:, None]
     anchor = np.where(kept, anchor, 0).astype(np.float32)
     size = np.where(kept, size, 1).astype(np.float32)
     return list(anchor), list(size)

@@ -310,6 +310,25 @@ def test_input_bound_benchmark_feeds_dali_and_times_the_wait_for_it(built):
     assert "Keras backend: jax" in done.stdout
 
 
+def test_dali_rows_are_parsed_or_refused_by_name():
+    from benchmarks.input_bound_benchmark import dali_row
+
+    text = "hw_decoder_load=0.65,prefetch_batches=16,training=0,handoff=plugin"
+    assert dali_row(text) == (
+        text,
+        {"hw_decoder_load": 0.65, "prefetch_batches": 16, "training": 0, "handoff": "plugin"},
+    )
+    for bad, message in [
+        ("training=false", "training must be 0 or 1, not 'false'"),
+        ("training=0.5", "training must be 0 or 1, not '0.5'"),
+        ("handoff=Plugin", "handoff must be loader or plugin, not 'Plugin'"),
+        ("prefetch_batches=4,prefetch_batches=8", "prefetch_batches given twice in "),
+        ("hw_decoder_load", "'hw_decoder_load' is not KEY=VALUE"),
+    ]:
+        with pytest.raises(Exception, match=re.escape(message)):
+            dali_row(bad)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("runner", ["local", "dask"])
 def test_scaling_benchmark_splits_cpu_between_coordinator_and_workers(trees, runner):

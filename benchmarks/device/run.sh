@@ -131,17 +131,18 @@ stage_feed() {
   [ -f "$out/build_info.json" ] || $PY -m beam_pipeline --input_dir "$TREE_M" --output_dir "$out" \
     --splits train --num_shards 64 --quiet
   # FEED_ARGS: the rows after uint8 and DALI's training and evaluation ones (input_bound_benchmark
-  # --help), e.g. FEED_ARGS="--no_float32 --dali_row hw_decoder_load=1"; the default adds the
-  # tf.data service and DALI with its own settings (the loader sets others on the GPU)
+  # --help), e.g. FEED_ARGS="--no_float32 --dali_row hw_decoder_load=1" (FEED_ARGS="" for none);
+  # the default adds the tf.data service and DALI with its own settings (the loader sets others
+  # on the GPU)
   local rows rc=0 sampler=
-  read -r -a rows <<< "${FEED_ARGS:---service 2 --dali_row hw_decoder_load=0.65,prefetch_batches=2}"
+  read -r -a rows <<< "${FEED_ARGS---service 2 --dali_row hw_decoder_load=0.65,prefetch_batches=2}"
   if command -v nvidia-smi >/dev/null; then  # the GPU's use each second (SMs, JPEG engines)
     nvidia-smi dmon -s u -o T > "$OUT/gpu_use.txt" 2>&1 &
     sampler=$!
   fi
   KERAS_BACKEND=jax $PY -m benchmarks.input_bound_benchmark "$out" "${FEED[@]}" --dali "${rows[@]}" \
     || rc=$?
-  [ -z "$sampler" ] || kill "$sampler"
+  [ -z "$sampler" ] || kill "$sampler" 2>/dev/null || true
   return $rc
 }
 
