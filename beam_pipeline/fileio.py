@@ -129,6 +129,25 @@ def subdirectories(directory: str) -> list[str]:
     return [name for name in names if _has_visible_files(join(directory, name))]
 
 
+def class_folders_without_images(directory: str) -> list[str]:
+    """The names of a local split folder's class folders (its subdirectories, but those that
+    listings skip) below which no image lies, sorted; [] for an object store's path, which
+    has no empty folders and no cheap way to look into each (ImageNet's 1,000)."""
+    if not is_local(directory) or not os.path.isdir(directory):
+        return []
+    with os.scandir(directory) as entries:
+        names = sorted(e.name for e in entries if e.is_dir() and not is_skipped_folder(e.name))
+    return [name for name in names if not _holds_an_image(join(directory, name))]
+
+
+def _holds_an_image(directory: str) -> bool:
+    """Whether an image file (by its name) lies below `directory`; stops at the first."""
+    return any(
+        isinstance(item, Listed) and posixpath.splitext(item.path)[1].lower() in IMAGE_EXTENSIONS
+        for item in list_tree(directory)
+    )
+
+
 def _has_visible_files(directory: str) -> bool:
     """Whether a file whose name does not start with a dot lies below `directory` (`.DS_Store`
     and macOS's `._NAME` files alone do not make a folder of images)."""
