@@ -23,6 +23,7 @@ import re
 import shlex
 from collections.abc import Callable, Sequence
 
+from beam_pipeline.listing import is_skipped_folder
 from schemas.paths import is_local, join
 
 ILSVRC_DET = "ilsvrc_det"
@@ -375,6 +376,7 @@ def plan_discovery(
                 "download has none)"
             )
         _refuse_missing_annotation_folders(_voc_folders(plan, has_files, is_directory))
+        _refuse_nested_voc_annotations(plan, match)
         _refuse_unannotated_voc_years(plan, match, read_text)
         folders = [task.directory for task in plan.tasks if task.kind == ANNOTATIONS]
         if not any(has_files(folder) for folder in folders):  # no XML: unlabelled splits
@@ -557,6 +559,34 @@ def _voc_folders(
 # their annotations (VOC2012's test download holds XML only for its Action and Layout images;
 # a copy cut short loses a block of files), not a few negatives.
 _VOC_YEAR_ANNOTATED = 0.9
+
+
+def _refuse_nested_voc_annotations(plan: DiscoveryPlan, match: Callable[[str], list[str]]) -> None:
+    """Refuses a VOC year whose XML lie in folders below its `Annotations` (an archive
+    unpacked into it, `Annotations/Annotations/X.xml`; a tool's export folder): VOC pairs
+    `JPEGImages/X.jpg` with `Annotations/X.xml` only, so those images came out background,
+    or their split unlabelled, with exit 0. Folders that listings skip (`.ipynb_checkpoints`)
+    do not count."""
+    for task in plan.tasks:
+        if task.kind != ANNOTATIONS:
+            continue
+        folder = task.directory.rstrip("/")
+        nested = [
+            path[len(folder) + 1 :]
+            for path in match(join(folder, "*", "**"))
+            if path.lower().endswith(".xml")
+            and not any(map(is_skipped_folder, path[len(folder) + 1 :].split("/")[:-1]))
+        ]
+        if nested:
+            shown = ", ".join(nested[:3]) + (
+                f" and {len(nested) - 3} more" if len(nested) > 3 else ""
+            )
+            raise LayoutError(
+                f"{len(nested)} XML file{' lies' if len(nested) == 1 else 's lie'} in folders "
+                f"below {folder} ({shown}), where VOC reads {folder}/<image id>.xml only: built, "
+                "their images would come out without their objects (background). Move them "
+                f"into {folder} itself, or out of the tree"
+            )
 
 
 def _refuse_unannotated_voc_years(

@@ -694,6 +694,30 @@ def test_one_voc_year_whose_split_mostly_lacks_xml_beside_an_annotated_split_is_
     assert info.splits["train"].label_sources == {"xml": 1, "background": 2}
 
 
+def test_voc_xml_in_a_folder_below_annotations_is_refused(tmp_path, capsys):
+    # Annotations/sub/X.xml: VOC pairs Annotations/X.xml only; those images came out
+    # background (and a split with none at the top, unlabelled), exit 0.
+    year = tmp_path / "VOCdevkit/VOC2012"
+    _voc_year(year, {"train": ["t1", "t2"], "val": ["v1"]}, {"t1"})
+    for i in ("t2", "v1"):
+        write(year / "Annotations/sub" / f"{i}.xml", voc_xml([("dog", 1, 1, 30, 30)]))
+    write(year / "Annotations/.ipynb_checkpoints/t1.xml", voc_xml([("dog", 1, 1, 30, 30)]))
+    argv = ["--input_dir", str(tmp_path), "--output_dir", str(tmp_path / "out")]
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"error: 2 XML files lie in folders below {year}/Annotations (sub/t2.xml, sub/v1.xml), "
+        f"where VOC reads {year}/Annotations/<image id>.xml only: built, their images would "
+        f"come out without their objects (background). Move them into {year}/Annotations "
+        "itself, or out of the tree\n"
+    )
+    assert not (tmp_path / "out").exists()
+    for i in ("t2", "v1"):
+        (year / "Annotations/sub" / f"{i}.xml").rename(year / "Annotations" / f"{i}.xml")
+    info = build(tmp_path, tmp_path / "out")  # the hidden folder's copy is not one of them
+    assert info.splits["train"].label_sources == {"xml": 2}
+    assert info.splits["validation"].label_sources == {"xml": 1}
+
+
 def test_a_voc_tree_without_any_xml_is_announced_unlabelled(tmp_path, capsys):
     year = tmp_path / "VOCdevkit/VOC2012"
     _voc_year(year, {"train": ["t1", "t2"], "val": ["v1"]}, set())
