@@ -129,15 +129,23 @@ def subdirectories(directory: str) -> list[str]:
     return [name for name in names if _has_visible_files(join(directory, name))]
 
 
-def class_folders_without_images(directory: str) -> list[str]:
-    """The names of a local split folder's class folders (its subdirectories, but those that
-    listings skip) below which no image lies, sorted; [] for an object store's path, which
-    has no empty folders and no cheap way to look into each (ImageNet's 1,000)."""
+def classes_without_images(directory: str) -> list[str]:
+    """The classes of a local class-folder split that hold no image, sorted: its class folders
+    (subdirectories, but those that listings skip) below which no image lies, and the
+    archives beside them (`n01440764.tar`: a class not extracted yet). [] for an object
+    store's path, which has no empty folders and no cheap way to look into ImageNet's 1,000."""
     if not is_local(directory) or not os.path.isdir(directory):
         return []
     with os.scandir(directory) as entries:
-        names = sorted(e.name for e in entries if e.is_dir() and not is_skipped_folder(e.name))
-    return [name for name in names if not _holds_an_image(join(directory, name))]
+        folders, archives = [], []
+        for entry in entries:
+            if entry.is_dir():
+                if not is_skipped_folder(entry.name):
+                    folders.append(entry.name)
+            elif entry.name.lower().endswith(_ARCHIVES):
+                archives.append(entry.name)
+    empty = [name for name in folders if not _holds_an_image(join(directory, name))]
+    return sorted(empty + archives)
 
 
 def _holds_an_image(directory: str) -> bool:

@@ -37,7 +37,7 @@ from beam_pipeline import layouts, machine, watch
 from beam_pipeline.discovery import DiscoverImages
 from beam_pipeline.failures import BUILD_FAILED_MARKER
 from beam_pipeline.fileio import (
-    class_folders_without_images,
+    classes_without_images,
     has_files,
     has_top_level_files,
     is_directory,
@@ -124,29 +124,30 @@ def prepare(config: BuildConfig) -> Prepared:
             f"without the {either} split the vocabulary is unknown: pass --labels_file"
         )
     elif layout == layouts.ILSVRC_CLS_LOC:
-        _refuse_class_folders_without_images(join(root, "Data", "CLS-LOC", "train"))
+        _refuse_classes_without_images(join(root, "Data", "CLS-LOC", "train"))
     config = dataclasses.replace(config, input_dir=root, layout=layout)
     return Prepared(config, plan, classes, display_names)
 
 
-def _refuse_class_folders_without_images(train_dir: str) -> None:
-    """Refuses a CLS-LOC train split with a class folder that holds no image (its class
-    archive not extracted, a copy cut short) when the vocabulary is the classes seen in
-    train: the class would be left out, and every class after it numbered one lower than in
-    every other build of the same dataset, with nothing said."""
-    empty = class_folders_without_images(train_dir)
-    if not empty:
+def _refuse_classes_without_images(train_dir: str) -> None:
+    """Refuses a CLS-LOC train split with a class that holds no image (a class folder empty,
+    or its archive not extracted: beside the folders, or inside its own) when the vocabulary
+    is the classes seen in train: the class would be left out, and every class after it
+    numbered lower than in every other build of the same dataset, with nothing said."""
+    missing = classes_without_images(train_dir)
+    if not missing:
         return
-    shown = ", ".join(empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
-    one = len(empty) == 1
+    shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+    one = len(missing) == 1
     raise layouts.LayoutError(
-        f"split 'train': {len(empty)} class folder{'' if one else 's'} in {train_dir} "
+        f"split 'train': {len(missing)} class{'' if one else 'es'} in {train_dir} "
         f"hold{'s' if one else ''} no image ({shown}): a build would leave "
-        f"{'its class' if one else 'their classes'} out of the vocabulary (the classes seen in "
-        "train) and number the classes after it lower than other builds of the dataset do. "
-        "Restore the images (extract the class's archive), remove the empty folder if the "
-        "class is not wanted, or pass --labels_file (LOC_synset_mapping.txt, or a build's "
-        "labels.txt) to keep every class's index"
+        f"{'it' if one else 'them'} out of the vocabulary (the classes seen in train) and "
+        "number the classes after them lower than other builds of the dataset do. Extract "
+        "the class archives into their folders (ImageNet's: for f in *.tar; do mkdir "
+        '"${f%.tar}" && tar -xf "$f" -C "${f%.tar}"; done, then move the archives out), '
+        "remove what is not wanted, or pass --labels_file (LOC_synset_mapping.txt, or a "
+        "build's labels.txt) to keep every class's index"
     )
 
 

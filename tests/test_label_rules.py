@@ -150,27 +150,29 @@ def test_a_train_class_folder_without_images_is_refused_unless_a_labels_file_nam
         cls_loc(root, f"{synset}/{synset}_0", "train", jpeg_bytes())
     (root / "Data/CLS-LOC/train/n02").mkdir()
     write(root / "Data/CLS-LOC/train/n04/n04.tar", b"archive")
+    write(root / "Data/CLS-LOC/train/n05.tar", b"archive")  # beside the folders
     (root / "Data/CLS-LOC/train/.cache").mkdir()  # hidden: not a class folder
     argv = ["--input_dir", str(root), "--splits", "train"]
     assert cli.main([*argv, "--output_dir", str(tmp_path / "out")]) == 2
     train = root / "Data/CLS-LOC/train"
     assert capsys.readouterr().err == (
-        f"error: split 'train': 2 class folders in {train} hold no image (n02, n04): a build "
-        "would leave their classes out of the vocabulary (the classes seen in train) and number "
-        "the classes after it lower than other builds of the dataset do. Restore the images "
-        "(extract the class's archive), remove the empty folder if the class is not wanted, or "
-        "pass --labels_file (LOC_synset_mapping.txt, or a build's labels.txt) to keep every "
-        "class's index\n"
+        f"error: split 'train': 3 classes in {train} hold no image (n02, n04, n05.tar): a "
+        "build would leave them out of the vocabulary (the classes seen in train) and number "
+        "the classes after them lower than other builds of the dataset do. Extract the class "
+        'archives into their folders (ImageNet\'s: for f in *.tar; do mkdir "${f%.tar}" && '
+        'tar -xf "$f" -C "${f%.tar}"; done, then move the archives out), remove what is '
+        "not wanted, or pass --labels_file (LOC_synset_mapping.txt, or a build's labels.txt) "
+        "to keep every class's index\n"
     )
     assert not (tmp_path / "out").exists()
     assert planning.main(argv) == 2
-    assert "2 class folders in " in capsys.readouterr().err
-    labels = write(tmp_path / "labels.txt", "n01\nn02\nn03\nn04\n")
+    assert "3 classes in " in capsys.readouterr().err
+    labels = write(tmp_path / "labels.txt", "n01\nn02\nn03\nn04\nn05\n")
     out = tmp_path / "out"
     assert cli.main([*argv, "--output_dir", str(out), "--labels_file", str(labels)]) == 0
     info = DatasetInfo.from_json((out / BUILD_INFO_FILE).read_text())
-    assert info.class_list.names[:4] == ("n01", "n02", "n03", "n04")
-    assert info.splits["train"].class_counts[:4] == (1, 0, 1, 0)
+    assert info.class_list.names[:5] == ("n01", "n02", "n03", "n04", "n05")
+    assert info.splits["train"].class_counts[:5] == (1, 0, 1, 0, 0)
 
 
 def test_a_split_without_annotations_is_unlabelled(imagenet_copy):
