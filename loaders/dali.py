@@ -148,20 +148,14 @@ def load_dali_dataset(
         config=config,
     )
     decoder_options = _checked_decoder_options(decoder_options)
-    if num_threads is not None and not is_int(num_threads):
-        raise TypeError(f"num_threads must be an int or None, not {num_threads!r}")
-    if num_threads is not None and num_threads < 1:
-        raise ValueError(
-            f"num_threads must be at least 1 (or None: the cores this process may use), "
-            f"not {num_threads}"
-        )
-    if prefetch_batches is not None and not is_int(prefetch_batches):
-        raise TypeError(f"prefetch_batches must be an int or None, not {prefetch_batches!r}")
-    if prefetch_batches is not None and prefetch_batches < 1:
-        raise ValueError(
-            f"prefetch_batches must be at least 1 (or None: 16 on the GPU, 2 on the CPU), "
-            f"not {prefetch_batches}"
-        )
+    for name, value, default in (
+        ("num_threads", num_threads, "the cores this process may use"),
+        ("prefetch_batches", prefetch_batches, "16 on the GPU, 2 on the CPU"),
+    ):
+        if value is not None and not is_int(value):
+            raise TypeError(f"{name} must be an int or None, not {value!r}")
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be at least 1 (or None: {default}), not {value}")
     batch_size = int(batch_size)
     device_id = _device_id(device)
     prefetch_batches = prefetch_depth(device_id, prefetch_batches)
