@@ -482,6 +482,10 @@ def dali_pipeline(
             features=features,
             name=READER,
             pad_last_batch=True,
+            # Plain reads: DALI keeps each file's memory map by its path for the process, so
+            # a dataset made after a rebuild read the old shards' bytes through the new
+            # indexes (labels from other records, no error).
+            dont_use_mmap=True,
             **shuffle,
         )
         encoded = records[F.ENCODED]
