@@ -50,6 +50,7 @@ try:
     import nvidia.dali.tfrecord as tfrec
     from nvidia.dali import backend as dali_backend
     from nvidia.dali import fn, pipeline_def, types
+    from nvidia.dali import math as dmath
 except ImportError as error:  # pragma: no cover - the message is what matters
     raise ImportError(
         "loaders.dali needs NVIDIA DALI: pip install '.[gpu]' (CUDA 12 drivers) or "
@@ -64,6 +65,7 @@ LABEL_MODES = ("one_hot", "categorical", "int", None)
 # the CUDA decoder fed it at 0.98 (one run; 8 batches: 0.95, twice).
 GPU_PREFETCH_BATCHES = 16
 GPU_HW_DECODER_LOAD = 0.0
+MAX_PREFETCH = 64
 DEVICES = ("auto", "gpu", "cpu")
 _BOX_KEYS = (F.BBOX_YMIN, F.BBOX_XMIN, F.BBOX_YMAX, F.BBOX_XMAX)
 READER = "reader"  # the TFRecord reader's name, for DALI's iterators
@@ -148,14 +150,21 @@ def load_dali_dataset(
         config=config,
     )
     decoder_options = _checked_decoder_options(decoder_options)
-    for name, value, default in (
-        ("num_threads", num_threads, "the cores this process may use"),
-        ("prefetch_batches", prefetch_batches, "16 on the GPU, 2 on the CPU"),
-    ):
+    cores = len(os.sched_getaffinity(0))
+    for name, value, default, most, why in (
+        ("num_threads", num_threads, "the cores this process may use", max(64, 4 * cores),
+         f"max(64, 4 x the {cores} cores)"),
+        ("prefetch_batches", prefetch_batches, "16 on the GPU, 2 on the CPU", MAX_PREFETCH,
+         "each batch ahead holds its decoded images"),
+    ):  # fmt: skip
         if value is not None and not is_int(value):
             raise TypeError(f"{name} must be an int or None, not {value!r}")
         if value is not None and value < 1:
             raise ValueError(f"{name} must be at least 1 (or None: {default}), not {value}")
+        if value is not None and value > most:
+            # DALI aborted the process past its thread limit, and spun for minutes filling a
+            # queue of a million batches.
+            raise ValueError(f"{name} must be at most {most} ({why}), not {value}")
     batch_size = int(batch_size)
     device_id = _device_id(device)
     prefetch_batches = prefetch_depth(device_id, prefetch_batches)
@@ -175,7 +184,7 @@ def load_dali_dataset(
         files=info.shard_paths(split),
         indexes=shard_indexes(info, split, index_dir),
         batch_size=batch_size,
-        num_threads=len(os.sched_getaffinity(0)) if num_threads is None else int(num_threads),
+        num_threads=cores if num_threads is None else int(num_threads),
         device_id=device_id,
         seed=seed,
         image_size=image_size,
@@ -214,16 +223,26 @@ def load_dali_dataset(
     return dataset.apply(tf.data.experimental.assert_cardinality(len(batches))).prefetch(1)
 
 
-def _epoch_check(info: BuildInfo, split: str) -> Callable[[], None]:
+def _epoch_check(info: BuildInfo, split: str) -> Callable[..., None]:
     """What each epoch runs first: CorruptDatasetError when the build's metadata file is gone
     or changed since `load_dali_dataset` read it (a rebuild writes shards of the same names,
     which DALI would read through the old indexes), or when a shard file changed since its
-    records were checked (DALI's reader checks no CRC)."""
+    records were checked (DALI's reader checks no CRC). `check(quick=True)`, after every
+    batch, looks at the metadata file's size and time alone, and checks the rest when they
+    changed: a rebuild that commits in the middle of an epoch (DALI opens each shard when it
+    reaches it, and would read a new one through its old index)."""
     fix = "call load_dali_dataset again once the build is complete"
     path = os.path.join(info.data_dir, info.metadata_file) if info.metadata_file else None
     stamps = {shard: _file_stamp(shard) for shard in info.shard_paths(split)}
+    metadata_stamp = _file_stamp(path) if path is not None else None
 
-    def check() -> None:
+    def check(quick: bool = False) -> None:
+        if quick:
+            try:
+                if path is None or _file_stamp(path) == metadata_stamp:
+                    return
+            except FileNotFoundError:
+                pass  # the full check says so
         if path is not None:
             try:
                 with open(path, "rb") as file:
@@ -311,7 +330,7 @@ class DaliDataset(keras.utils.PyDataset):
         batch_size: int,
         training: bool,
         backend: str | None = None,
-        unchanged: Callable[[], None] | None = None,
+        unchanged: Callable[..., None] | None = None,
     ):
         super().__init__(workers=1, use_multiprocessing=False)
         self._pipeline = pipeline
@@ -342,12 +361,26 @@ class DaliDataset(keras.utils.PyDataset):
         batch = self.next_batch()
         return batch if isinstance(batch, tuple) else (batch,)
 
+    def _run(self):
+        """DALI's next batch, once the build is checked unchanged since it was read: a
+        rebuild that committed in the middle of an epoch is a CorruptDatasetError (before,
+        DALI's own parse error, or records it parsed from the new shards at old offsets)."""
+        try:
+            outputs = self._pipeline.run()
+        except RuntimeError:
+            if self._unchanged is not None:
+                self._unchanged()  # names the change, when the build changed
+            raise
+        if self._unchanged is not None:
+            self._unchanged(quick=True)
+        return outputs
+
     def on_epoch_begin(self):
         """Keras starts an epoch: first finish DALI's current one if batches were taken."""
         if self._position == 0 or (self.training and self._position == len(self)):
             return
         while self._position < self._stream_batches:
-            self._pipeline.run()
+            self._run()
             self._position += 1
         self._position = 0
 
@@ -355,11 +388,11 @@ class DaliDataset(keras.utils.PyDataset):
         """The epoch's next batch as the backend's arrays (a tuple, or one array)."""
         if self.training and self._position == len(self):
             if self._position < self._stream_batches:
-                self._pipeline.run()  # the padded partial batch, dropped
+                self._run()  # the padded partial batch, dropped
             self._position = 0
         if self._position == 0 and self._unchanged is not None:
             self._unchanged()  # every epoch, as load_dataset's reader checks
-        outputs = self._pipeline.run()
+        outputs = self._run()
         self._position += 1
         real = self.batch_size
         if self._position == self._stream_batches:
@@ -558,7 +591,8 @@ def dali_pipeline(
             images = fn.flip(images, horizontal=fn.random.coin_flip(probability=0.5))
         if dtype == "float32":
             low, high = config.value_range
-            images = images * ((high - low) / 255.0) + low
+            # Clamped: the float resize's rounding took a white pixel to 1.0000001, past high.
+            images = dmath.clamp(images * ((high - low) / 255.0) + low, low, high)
         outputs = (images,)
         if label_mode is not None:
             label = fn.squeeze(records[F.LABEL], axes=[0])
@@ -571,7 +605,16 @@ def dali_pipeline(
             outputs += (label,)
         return (*outputs, *windows) if with_windows else outputs
 
-    return pipeline()
+    try:
+        return pipeline()
+    except (KeyError, TypeError, ValueError) as error:
+        if not decoder_options:
+            raise
+        # DALI's own KeyError ("Argument ... is not defined for operator") or a conversion
+        # error from deep inside it, which named neither the argument nor decoder_options.
+        raise ValueError(
+            f"decoder_options {dict(decoder_options)!r}: DALI's JPEG decoder refused them: {error}"
+        ) from None
 
 
 def prefetch_depth(device_id: int | None, prefetch_batches: int | None) -> int:
@@ -635,8 +678,7 @@ def shard_indexes(info: BuildInfo, split: str, index_dir: str | None = None) -> 
       CorruptDatasetError: a shard does not hold the records build_info.json counts.
     """
     given = index_dir is not None
-    if index_dir is None:
-        index_dir = default_index_dir(info)
+    index_dir = os.path.expanduser(index_dir) if given else default_index_dir(info)
     try:
         os.makedirs(index_dir, exist_ok=True)
     except OSError as error:
@@ -660,7 +702,9 @@ def shard_indexes(info: BuildInfo, split: str, index_dir: str | None = None) -> 
 def default_index_dir(info: BuildInfo) -> str:
     """A cache directory for one build: keyed by its path and its metadata file's text
     (`build_info.json`, or a schema 1.x build's `dataset_info.json`)."""
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(cache):  # unset, or relative: ignored, as the XDG spec says
+        cache = os.path.join(os.path.expanduser("~"), ".cache")
     text = info.metadata_text.encode("utf-8", "surrogateescape")
     key = hashlib.sha256(os.path.abspath(info.data_dir).encode() + b"\0" + text)
     return os.path.join(cache, "imagenet-tfrecords", "dali-index", key.hexdigest()[:16])

@@ -230,5 +230,12 @@ def normalization_layer(config: ReadConfig = ReadConfig()):
     """
     import keras
 
+    from loaders.config import ReadConfig
+
+    if not isinstance(config, ReadConfig):
+        raise TypeError(
+            f"normalization_layer takes the loader's ReadConfig (its value_range), not "
+            f"{config!r}: normalization_layer(ReadConfig(value_range=(-1, 1))), say"
+        )
     low, high = config.value_range
     return keras.layers.Rescaling(scale=(high - low) / 255.0, offset=low, name="normalization")

@@ -7,6 +7,7 @@ index files and the hand-off to Keras (DLPack into JAX, tf.data for TensorFlow).
 
 import collections
 import hashlib
+import io
 import json
 import os
 import pathlib
@@ -18,6 +19,7 @@ import sys
 import numpy as np
 import pytest
 from helpers import build, build_sample, ilsvrc_image, jpeg_bytes, read_split, write
+from PIL import Image, ImageDraw
 
 tf = pytest.importorskip("tensorflow")
 pytest.importorskip("nvidia.dali")
@@ -229,6 +231,28 @@ def test_float32_is_the_normalization_layer_of_uint8(built):
         np.testing.assert_allclose(values.numpy(), scaled, atol=0.5 / 255 * 2 + 1e-6)
 
 
+def test_float32_stays_within_the_value_range(tmp_path):
+    # White images resized to 224x224: the float resize's rounding gave 1.0000001-1.0000002
+    # for (0, 1), past the range the model was promised.
+    tree = tmp_path / "tree"
+    for i, (width, height) in enumerate([(700, 200), (200, 900), (500, 333)]):
+        image = Image.new("RGB", (width, height), (255, 255, 255))
+        draw = ImageDraw.Draw(image)
+        draw.rectangle([width // 4, height // 4, width // 2, height // 2], outline=(255, 0, 0))
+        draw.line([0, 0, width, height], fill=(0, 0, 0), width=3)
+        data = io.BytesIO()
+        image.save(data, "JPEG", quality=95)
+        xml = voc_xml([("n00000001", 1, 1, 30, 30)], size=(width, height))
+        ilsvrc_image(tree, "train", f"n00000001_{i}", data.getvalue(), xml)
+    build(tree, tmp_path / "out", "--splits", "train", "--num_shards", "1")
+    for low, high in ((0.0, 1.0), (-1.0, 1.0)):
+        config = ReadConfig(value_range=(low, high))
+        (images,) = load_dali_dataset(
+            str(tmp_path / "out"), "train", batch_size=3, label_mode=None, config=config
+        )
+        assert images.numpy().max() == high and images.numpy().min() == low
+
+
 def test_training_crops_keep_the_main_object_within_the_crop_limits(built):
     config = ReadConfig(min_object_covered=0.5, crop_area_range=(0.2, 0.9))
     pipe = training_crops(built, 30, seed=7, config=config)
@@ -349,6 +373,22 @@ def test_main_boxes_pick_the_loaders_main_object():
     picked = main_boxes(*zip(*[tuple(case.T) for case in cases], strict=True))
     for case, box in zip(cases, picked, strict=True):
         np.testing.assert_array_equal(box, main_object_box(tf.constant(case)).numpy()[0])
+
+
+def test_the_index_folder_expands_home_and_ignores_a_relative_cache_home(
+    built, tmp_path, monkeypatch
+):
+    # index_dir="~/idx" made a folder named "~" in the working directory, and so did a
+    # relative $XDG_CACHE_HOME (the XDG spec says to ignore one).
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    info = dataset_info(built)
+    indexes = shard_indexes(info, "validation", "~/idx")
+    assert all(index.startswith(str(tmp_path / "home/idx") + "/") for index in indexes)
+    monkeypatch.setenv("XDG_CACHE_HOME", "~/cache")
+    cache = str(tmp_path / "home/.cache/imagenet-tfrecords/dali-index") + "/"
+    assert all(index.startswith(cache) for index in shard_indexes(info, "validation"))
+    assert not (tmp_path / "~").exists()
 
 
 def test_the_index_files_are_dalis_and_are_reused_until_a_shard_changes(built, tmp_path):
@@ -485,6 +525,31 @@ def test_a_dataset_made_before_a_rebuild_refuses_its_next_epoch(tmp_path):
         list(dataset)
 
 
+@pytest.mark.parametrize("rebuild", ["another seed", "classes reordered"])
+def test_a_rebuild_that_commits_in_the_middle_of_an_epoch_stops_it_by_name(tmp_path, rebuild):
+    # DALI opens each shard when it reaches it: after the commit it read a new shard through
+    # its old index. Another seed moves the records: DALI's own "Critical error in pipeline".
+    # Classes in another order keep every offset: the epoch went on with the new build's
+    # records, no error.
+    tree, out = tmp_path / "tree", tmp_path / "out"
+    sample_tree.write_tree(str(tree), num_train=20, num_val=60, seed=1)
+    order = ["circle", "cross", "square", "triangle"]
+    labels = write(tmp_path / "labels.txt", "".join(f"{name}\n" for name in order))
+    build(tree, out, "--num_shards", "4", "--labels_file", labels)
+    dataset = load_dali_dataset(
+        str(out), "validation", batch_size=4, image_size=16, prefetch_batches=1, **INT
+    )
+    batches = iter(dataset)
+    next(batches)
+    if rebuild == "another seed":
+        build(tree, out, "--num_shards", "4", "--labels_file", labels, "--overwrite", "--seed", "7")
+    else:
+        labels.write_text("".join(f"{name}\n" for name in reversed(order)))
+        build(tree, out, "--num_shards", "4", "--labels_file", labels, "--overwrite")
+    with pytest.raises(Exception, match=r"build_info\.json changed since load_dali_dataset read"):
+        list(batches)
+
+
 def test_a_dataset_made_after_a_rebuild_in_the_same_process_reads_the_new_shards(tmp_path):
     # DALI kept each shard's memory map by path: after a rebuild with the classes in another
     # order (shards of the same names and sizes), a new dataset read the old bytes through the
@@ -513,6 +578,14 @@ def test_bad_arguments_are_refused_by_name(built):
             load_dali_dataset(built, "train", batch_size=8, **kwargs)
     with pytest.raises(ValueError, match=re.escape("prefetch_batches must be at least 1 (or ")):
         load_dali_dataset(built, "train", batch_size=8, prefetch_batches=0)
+    # DALI aborted the process (num_threads=10**6) or spun for minutes (prefetch_batches=10**6)
+    with pytest.raises(ValueError, match=r"^num_threads must be at most \d+ \(max\(64, 4 x the"):
+        load_dali_dataset(built, "train", batch_size=8, num_threads=10**6)
+    with pytest.raises(ValueError) as error:
+        load_dali_dataset(built, "train", batch_size=8, prefetch_batches=65)
+    assert str(error.value) == (
+        "prefetch_batches must be at most 64 (each batch ahead holds its decoded images), not 65"
+    )
     for kwargs, message in [
         ({"prefetch_batches": 2.0}, "prefetch_batches must be an int or None, not 2.0"),
         ({"num_threads": "2"}, "num_threads must be an int or None, not '2'"),
@@ -542,8 +615,18 @@ def test_decoder_options_reach_dalis_decoder(built):
         return image_digests(dataset.map(lambda images, labels: images))
 
     assert pixels(decoder_options={"hw_decoder_load": 1.0}) == pixels()
-    with pytest.raises(KeyError, match='"no_such_option" is not defined for operator'):
-        pixels(decoder_options={"no_such_option": 1})
+    # DALI's own refusals named neither the argument nor decoder_options (a KeyError, or a
+    # conversion error from deep inside DALI).
+    for options, dalis in (
+        ({"no_such_option": 1}, '"no_such_option" is not defined for operator'),
+        ({"hw_decoder_load": "high"}, "could not convert string to float"),
+    ):
+        with pytest.raises(ValueError) as error:
+            pixels(decoder_options=options)
+        assert str(error.value).startswith(
+            f"decoder_options {options!r}: DALI's JPEG decoder refused them: "
+        )
+        assert dalis in str(error.value)
     with pytest.raises(ValueError) as error:
         pixels(decoder_options={"device": "cpu", "output_type": 0})
     assert str(error.value) == (

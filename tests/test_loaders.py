@@ -471,6 +471,17 @@ def test_dataset_info_returns_build_info_and_the_old_name_still_works(built):
         loaders.info.Nothing  # noqa: B018
 
 
+def test_normalization_layer_takes_a_read_config_only():
+    # A dict or a dtype string failed with "AttributeError: ... has no attribute 'value_range'".
+    for wrong in ({"value_range": (0, 1)}, "float32"):
+        with pytest.raises(TypeError) as error:
+            normalization_layer(wrong)
+        assert str(error.value) == (
+            f"normalization_layer takes the loader's ReadConfig (its value_range), not "
+            f"{wrong!r}: normalization_layer(ReadConfig(value_range=(-1, 1))), say"
+        )
+
+
 @pytest.mark.parametrize("training", [False, True], ids=["evaluation", "training"])
 @pytest.mark.parametrize("value_range", [(0.0, 1.0), (-1.0, 1.0)])
 def test_uint8_batches_through_the_normalization_layer_equal_the_float32_path(
