@@ -20,12 +20,10 @@ The policy is `load_dataset`'s: labels, `class_names`, `dtype` and `value_range`
 once per epoch (training drops the last partial batch, evaluation keeps it; the length is
 known), and the training crop keeps at least `config.min_object_covered` of the main object
 (the largest box; the whole image when there is none), with an area of `config.crop_area_range`
-of the image and an aspect ratio in `config.crop_aspect_ratio_range`. DALI draws the window
-with `fn.random_bbox_crop`, which samples each side's scale rather than the area and also wants
-the main object's centre inside the crop, so the crops follow the same rules with another
-distribution; where DALI finds no such window, the whole image (as tf.image's fallback),
-unless its best one keeps enough of the object (`covering_windows`). Nothing here is imported
-by `import loaders`.
+of the image and an aspect ratio in `config.crop_aspect_ratio_range`, drawn as
+`tf.image.sample_distorted_bounding_box` draws it (`crop_windows`: the same distribution, not
+the same draws; the whole image when no attempt fits). Nothing here is imported by
+`import loaders`.
 """
 
 from __future__ import annotations
@@ -34,6 +32,7 @@ import functools
 import hashlib
 import math
 import os
+import random
 import struct
 from collections.abc import Callable, Mapping
 
@@ -481,8 +480,8 @@ def dali_pipeline(
     # DALI's seeds are in [0, 2**31) (-1 asks DALI for a random one): derived from any int
     # seed, the same for the same seed; drawn fresh without one.
     entropy = None if seed is None else (abs(seed), int(seed < 0))
-    pipeline_seed, file_seed, order_seed = (
-        int(value) for value in np.random.SeedSequence(entropy).generate_state(3) >> 1
+    pipeline_seed, file_seed, order_seed, crop_seed = (
+        int(value) for value in np.random.SeedSequence(entropy).generate_state(4) >> 1
     )
     shuffle = {}
     if training:
@@ -525,36 +524,29 @@ def dali_pipeline(
         decoding = decoder_arguments(device_id, decoder_options)
         windows = ()
         if crop:
-            box = fn.python_function(
-                *(records[key] for key in _BOX_KEYS), function=main_boxes, batch_processing=True
-            )
+            # load_dataset's crop (tf.image.sample_distorted_bounding_box's algorithm), drawn in
+            # NumPy: DALI's random_bbox_crop samples each side at least sqrt(0.08) of the
+            # image's, which left elongated images almost no window (a 1000x200 image was
+            # read whole every time; tf.image, 3-6%), and its fallback could miss the object.
             shape = fn.peek_image_shape(encoded, adjust_orientation=False)
-            source_hw = fn.cast(fn.slice(shape, 0, 2, axes=[0]), dtype=types.INT32)
-            low, high = config.crop_area_range
-            anchor, size, _ = fn.random_bbox_crop(
-                box,
-                bbox_layout="yxYX",
-                input_shape=source_hw,
-                shape_layout="HW",
-                threshold_type="overlap",
-                thresholds=[config.min_object_covered],
-                aspect_ratio=list(config.crop_aspect_ratio_range),
-                scaling=[math.sqrt(low), math.sqrt(high)],
-                allow_no_crop=False,
-                num_attempts=10,
-                total_num_attempts=100,
-            )
-            anchor, size = fn.python_function(
-                anchor,
-                size,
-                box,
+            anchor, size, box = fn.python_function(
+                shape,
+                *(records[key] for key in _BOX_KEYS),
                 function=functools.partial(
-                    covering_windows, min_object_covered=config.min_object_covered
+                    crop_windows, rng=random.Random(crop_seed), config=config
                 ),
-                num_outputs=2,
+                num_outputs=3,
                 batch_processing=True,
             )
-            images = fn.decoders.image_slice(encoded, anchor, size, axis_names="WH", **decoding)
+            images = fn.decoders.image_slice(
+                encoded,
+                anchor,
+                size,
+                axis_names="HW",
+                normalized_anchor=False,
+                normalized_shape=False,
+                **decoding,
+            )
             windows = (anchor, size, shape, box)
         elif config.eval_central_crop < 1.0:
             # tf.image.central_crop's whole-pixel window, as load_dataset cuts it
@@ -641,31 +633,76 @@ def decoder_arguments(
     }
 
 
-def covering_windows(anchors, sizes, boxes, min_object_covered: float):
-    """Per image of a batch: its crop window ([x, y], [width, height], relative), or the whole
-    image where the window keeps less than `min_object_covered` of the main object's box
-    ([[ymin, xmin, ymax, xmax]]).
+def crop_windows(shapes, ymins, xmins, ymaxs, xmaxs, *, rng: random.Random, config: ReadConfig):
+    """Per image of a batch: `load_dataset`'s training crop window, [top, left] and [height,
+    width] in pixels, and the main box it was drawn for ([[ymin, xmin, ymax, xmax]], relative).
 
-    When `fn.random_bbox_crop` finds no valid window in its attempts it returns the best one
-    it drew, which can miss the object altogether (13% of the crops of a 500x200 image with a
-    narrow box): the image would be trained on under a label it does not show.
-    `tf.image.sample_distorted_bounding_box`, which `load_dataset` uses, falls back to the
-    whole image; so does this, and for the empty window DALI gives an image too wide for any
-    window of the aspect ratios. (A window DALI accepted covers enough by DALI's own measure;
-    the 1e-5 keeps float32 rounding from discarding one at the threshold.) One NumPy pass per
-    batch: the same test in DALI's arithmetic operators cost ~5% more CPU per image.
-    """
-    anchor, size = np.stack(anchors), np.stack(sizes)
-    box = np.stack(boxes)[:, 0]
-    low, high = box[:, [1, 0]], box[:, [3, 2]]  # [xmin, ymin], [xmax, ymax]: the windows' order
-    overlap = np.maximum(np.minimum(anchor + size, high) - np.maximum(anchor, low), 0)
-    wanted = min_object_covered * (1 - 1e-5) * np.prod(high - low, axis=1)
-    # An empty window too: DALI's when no window of the aspect ratios fits the image at all
-    # (wider than ~4.7:1), which decoding then fails on.
-    kept = ((overlap[:, 0] * overlap[:, 1] >= wanted) & (np.prod(size, axis=1) > 0))[:, None]
-    anchor = np.where(kept, anchor, 0).astype(np.float32)
-    size = np.where(kept, size, 1).astype(np.float32)
-    return list(anchor), list(size)
+    The algorithm of `tf.image.sample_distorted_bounding_box` (TensorFlow's
+    `sample_distorted_bounding_box_op.cc`), which `load_dataset` uses, with `rng` for its
+    random numbers: up to 10 attempts, each an aspect ratio from
+    `config.crop_aspect_ratio_range` and a height that gives an area in
+    `config.crop_area_range`, kept when the window holds at least `config.min_object_covered`
+    of the main box (the whole image for an image without boxes); the whole image when no
+    attempt does. The same distribution as `load_dataset`'s, not the same draws."""
+    anchors, sizes = [], []
+    boxes = main_boxes(ymins, xmins, ymaxs, xmaxs)
+    for shape, box in zip(shapes, boxes, strict=True):
+        height, width = int(shape[0]), int(shape[1])
+        top, left, crop_height, crop_width = _crop_window(height, width, box[0], rng, config)
+        anchors.append(np.array([top, left], np.float32))
+        sizes.append(np.array([crop_height, crop_width], np.float32))
+    return anchors, sizes, boxes
+
+
+def _crop_window(height: int, width: int, box, rng: random.Random, config: ReadConfig):
+    """(top, left, height, width) of one image's crop, as TensorFlow's kernel draws it."""
+    ymin, xmin, ymax, xmax = (float(value) for value in box)
+    # The box in whole pixels, truncated, as the kernel takes it.
+    box_px = (int(xmin * width), int(ymin * height), int(xmax * width), int(ymax * height))
+    box_area = (box_px[2] - box_px[0]) * (box_px[3] - box_px[1])
+    low_aspect, high_aspect = config.crop_aspect_ratio_range
+    min_area = config.crop_area_range[0] * width * height
+    max_area = config.crop_area_range[1] * width * height
+    for _ in range(10):
+        aspect = rng.random() * (high_aspect - low_aspect) + low_aspect
+        window = _random_crop(height, width, min_area, max_area, aspect, rng)
+        if window is None:
+            continue
+        top, left, crop_height, crop_width = window
+        across = min(left + crop_width, box_px[2]) - max(left, box_px[0])
+        down = min(top + crop_height, box_px[3]) - max(top, box_px[1])
+        covered = across * down if across >= 0 and down >= 0 else 0
+        if box_area > 0 and covered / box_area >= config.min_object_covered:
+            return window
+    return 0, 0, height, width
+
+
+def _random_crop(height, width, min_area, max_area, aspect, rng):
+    """TensorFlow's `GenerateRandomCrop`: a window of this aspect ratio and an area in
+    [min_area, max_area] (pixels), at a random place; None when none fits."""
+    crop_height = round(math.sqrt(min_area / aspect))
+    max_height = round(math.sqrt(max_area / aspect))
+    if round(max_height * aspect) > width:
+        max_height = int((width + 0.5 - 1e-7) / aspect)
+        if round(max_height * aspect) > width:
+            max_height -= 1
+    max_height = min(max_height, height)
+    crop_height = min(crop_height, max_height)
+    if crop_height < max_height:
+        crop_height += rng.randrange(max_height - crop_height + 1)
+    crop_width = round(crop_height * aspect)
+    area = crop_width * crop_height
+    if area < min_area:
+        crop_height += 1
+        crop_width = round(crop_height * aspect)
+        area = crop_width * crop_height
+    if not (min_area <= area <= max_area) or crop_width > width or crop_height > height:
+        return None
+    if crop_width <= 0 or crop_height <= 0:
+        return None
+    top = rng.randrange(height - crop_height) if crop_height < height else 0
+    left = rng.randrange(width - crop_width) if crop_width < width else 0
+    return top, left, crop_height, crop_width
 
 
 def shard_indexes(info: BuildInfo, split: str, index_dir: str | None = None) -> list[str]:

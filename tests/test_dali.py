@@ -11,6 +11,7 @@ import io
 import json
 import os
 import pathlib
+import random
 import re
 import shutil
 import subprocess
@@ -18,7 +19,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import build, build_sample, ilsvrc_image, jpeg_bytes, read_split, write
+from helpers import build, build_sample, ilsvrc_image, read_split, write
 from PIL import Image, ImageDraw
 
 tf = pytest.importorskip("tensorflow")
@@ -28,7 +29,7 @@ from beam_pipeline import sample_tree  # noqa: E402
 from beam_pipeline.annotations import voc_xml  # noqa: E402
 from loaders import ReadConfig, normalization_layer  # noqa: E402
 from loaders.dali import (  # noqa: E402
-    covering_windows,
+    crop_windows,
     dali_pipeline,
     decoder_arguments,
     load_dali_dataset,
@@ -160,11 +161,11 @@ def test_exif_orientation_is_not_applied_as_load_dataset_does_not(tmp_path):
     stored = tf.io.decode_jpeg(turned).numpy()  # as stored: EXIF not applied
     crops, _, anchors, shapes, _, _ = pipe.run()
     for i in range(3):  # each training crop is the stored image's window, resized
-        (x, y), (w, h) = np.array(anchors.at(i)), np.array(shapes.at(i))
-        window = stored[
-            round(y * 128) : round((y + h) * 128), round(x * 128) : round((x + w) * 128)
-        ]
-        ours = tf.image.resize(window, SIZE).numpy()
+        (top, left), (h, w) = (
+            np.array(anchors.at(i)).astype(int),
+            np.array(shapes.at(i)).astype(int),
+        )
+        ours = tf.image.resize(stored[top : top + h, left : left + w], SIZE).numpy()
         assert np.abs(np.array(crops.at(i)).astype(float) - ours).mean() < 3.0
 
 
@@ -272,95 +273,106 @@ def test_training_crops_keep_the_main_object_within_the_crop_limits(built):
         expected.add(
             tuple(np.float32(main_object_box(tf.constant(boxes, tf.float32)).numpy().ravel()))
         )
-    checked = 0
+    checked = whole = 0
     for _ in range(9):  # three epochs
         _, _, anchors, shapes, sources, boxes = pipe.run()
         for i in range(30):
-            (x, y), (w, h) = np.array(anchors.at(i)), np.array(shapes.at(i))
+            (top, left), (h, w) = np.array(anchors.at(i)), np.array(shapes.at(i))
             height, width = np.array(sources.at(i))[:2]
-            ymin, xmin, ymax, xmax = box = np.array(boxes.at(i))[0]
+            box = np.array(boxes.at(i))[0]
             assert tuple(np.float32(box)) in expected
-            assert x >= -1e-6 and y >= -1e-6 and x + w <= 1 + 1e-5 and y + h <= 1 + 1e-5
-            assert 0.2 - 1e-4 <= w * h <= 0.9 + 1e-4
-            assert 3 / 4 - 1e-3 <= (w * width) / (h * height) <= 4 / 3 + 1e-3
-            covered = max(0, min(y + h, ymax) - max(y, ymin)) * max(
-                0, min(x + w, xmax) - max(x, xmin)
-            )
-            assert covered >= 0.5 * (ymax - ymin) * (xmax - xmin) - 1e-5
+            assert top >= 0 and left >= 0 and top + h <= height and left + w <= width
+            assert (top, left, h, w) == (int(top), int(left), int(h), int(w))  # whole pixels
             checked += 1
-    assert checked == 270
-
-
-def test_a_crop_that_would_miss_the_main_object_is_the_whole_image(tmp_path):
-    # Wide images with a narrow object: DALI's random_bbox_crop often finds no valid window in
-    # its attempts and then returned the best it drew, which could miss the object (in a trial
-    # 53 of 400 crops of these images kept less than min_object_covered of it, some none).
-    # load_dataset's tf.image falls back to the whole image, and so does the DALI loader now.
-    tree = tmp_path / "tree"
-    for i in range(8):
-        width, height, box = (
-            (500, 200, (154, 42, 184, 108)) if i % 2 else (500, 252, (3, 71, 19, 213))
-        )
-        xml = voc_xml([("n00000001", *box)], size=(width, height))
-        ilsvrc_image(tree, "train", f"n00000001_{i}", jpeg_bytes(width, height), xml)
-    build(tree, tmp_path / "out", "--splits", "train", "--num_shards", "1")
-    config = ReadConfig()
-    pipe = training_crops(tmp_path / "out", 8, seed=0, config=config)
-    whole = 0
-    for _ in range(25):
-        _, _, anchors, shapes, sources, boxes = pipe.run()
-        for i in range(8):
-            (x, y), (w, h) = np.array(anchors.at(i)), np.array(shapes.at(i))
-            ymin, xmin, ymax, xmax = np.array(boxes.at(i))[0]
-            covered = max(0, min(y + h, ymax) - max(y, ymin)) * max(
-                0, min(x + w, xmax) - max(x, xmin)
-            )
-            assert covered >= config.min_object_covered * (ymax - ymin) * (xmax - xmin)
-            if (x, y, w, h) == (0, 0, 1, 1):
-                whole += 1
+            if (h, w) == (height, width):
+                whole += 1  # no attempt fitted: the whole image, as tf.image's
                 continue
-            height, width = np.array(sources.at(i))[:2]
-            assert 0.08 - 1e-4 <= w * h <= 1 + 1e-4
-            assert 3 / 4 - 1e-3 <= (w * width) / (h * height) <= 4 / 3 + 1e-3
-    assert 20 <= whole <= 100  # DALI's fallbacks, as whole images
+            assert 0.2 * height * width <= w * h <= 0.9 * height * width
+            assert 3 / 4 - 0.5 / h <= w / h <= 4 / 3 + 0.5 / h  # the width is rounded
+            # the kernel's box: whole pixels, truncated
+            ymin, xmin, ymax, xmax = (
+                int(box[0] * height), int(box[1] * width), int(box[2] * height), int(box[3] * width)
+            )  # fmt: skip
+            covered = max(0, min(top + h, ymax) - max(top, ymin)) * max(
+                0, min(left + w, xmax) - max(left, xmin)
+            )
+            assert covered >= 0.5 * (ymax - ymin) * (xmax - xmin)
+    assert checked == 270 and whole < 27
 
 
-def test_covering_windows_keep_a_window_with_enough_of_the_object_else_the_whole_image():
-    box = np.array([[0.2, 0.4, 0.6, 0.8]], np.float32)  # ymin, xmin, ymax, xmax: area 0.16
-    anchors = [np.array(a, np.float32) for a in ([0.0, 0.0], [0.7, 0.5], [0.5, 0.1], [0.1, 0.1])]
-    sizes = [np.array(s, np.float32) for s in ([0.3, 0.3], [0.3, 0.4], [0.3, 0.5], [0.8, 0.8])]
-    got_anchors, got_sizes = covering_windows(anchors, sizes, [box] * 4, 0.1)
-    # misses the box; keeps 0.1 x 0.1 of its 0.16 (6%); keeps 0.3 x 0.4 (75%); keeps all of it
-    assert (np.array(got_anchors) == np.float32([[0, 0], [0, 0], [0.5, 0.1], [0.1, 0.1]])).all()
-    assert (np.array(got_sizes) == np.float32([[1, 1], [1, 1], [0.3, 0.5], [0.8, 0.8]])).all()
-    assert all(a.dtype == np.float32 for a in got_anchors + got_sizes)
-    # Exactly min_object_covered is enough, as for tf.image; a float32 rounding below it too
-    # (DALI accepted the window by its own measure); clearly less is not. Binary fractions:
-    # the window keeps 0.25 x 0.125 of a 0.5 x 0.5 box, 1/8 of it.
-    square = np.array([[0.25, 0.25, 0.75, 0.75]], np.float32)
-    window = ([np.float32([0.25, 0.25])], [np.float32([0.25, 0.125])])
-    for threshold, kept in ((0.125, True), (0.125 * (1 + 1e-6), True), (0.125 * 1.001, False)):
-        _, (size,) = covering_windows(*window, [square], threshold)
-        assert size.tolist() == ([0.25, 0.125] if kept else [1, 1]), threshold
-
-
-def test_an_image_too_wide_for_any_crop_is_read_whole(tmp_path):
-    # 760x123 is wider than any window of aspect 3/4 to 4/3 with a side of at least sqrt(0.08)
-    # of the image's fits: DALI gives an empty window, which decoding failed on ("Critical
-    # error in pipeline") where min_object_covered=0 let it pass.
-    tree = tmp_path / "tree"
-    xml = voc_xml([("n00000001", 300, 20, 400, 100)], size=(760, 123))
-    for i in range(4):
-        ilsvrc_image(tree, "train", f"n00000001_{i}", jpeg_bytes(760, 123), xml)
-    build(tree, tmp_path / "out", "--splits", "train", "--num_shards", "1")
-    for covered in (0.0, 0.1):
-        pipe = training_crops(
-            tmp_path / "out", 4, seed=0, config=ReadConfig(min_object_covered=covered)
+def _tf_crops(height, width, box, config, count):
+    """`count` windows (top, left, height, width) of load_dataset's tf.image sampler."""
+    windows = []
+    for seed in range(count):
+        begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+            [height, width, 3],
+            bounding_boxes=tf.constant([[box]], tf.float32),
+            seed=[seed, 1],
+            min_object_covered=config.min_object_covered,
+            aspect_ratio_range=config.crop_aspect_ratio_range,
+            area_range=config.crop_area_range,
+            max_attempts=10,
+            use_image_if_no_bounding_boxes=True,
         )
-        images, _, anchors, shapes, _, _ = pipe.run()
-        assert [np.array(anchors.at(i)).tolist() for i in range(4)] == [[0, 0]] * 4
-        assert [np.array(shapes.at(i)).tolist() for i in range(4)] == [[1, 1]] * 4
-        assert [images.at(i).shape for i in range(4)] == [(*SIZE, 3)] * 4
+        windows.append((*begin.numpy()[:2], *size.numpy()[:2]))
+    return np.array(windows, np.float64)
+
+
+@pytest.mark.parametrize(
+    "height, width, box",
+    [
+        (200, 1000, (0.2, 0.4, 0.9, 0.45)),  # wide, a narrow object: DALI's own sampler: 100% whole
+        (900, 200, (0.1, 0.1, 0.3, 0.9)),  # tall: 95% whole
+        (252, 500, (0.282, 0.006, 0.845, 0.038)),  # a narrow box at the edge: missed it
+        (375, 500, (0.0, 0.0, 1.0, 1.0)),  # no object: the whole image is the box
+    ],
+)
+def test_crops_are_drawn_as_load_datasets_tf_image_draws_them(height, width, box):
+    # The same distribution as load_dataset's: how often the whole image, the mean area and
+    # aspect ratio of the others, the mean centre; over 600 draws each.
+    config = ReadConfig()
+    rng = random.Random(0)
+    sides = [[np.float32([value])] * 10 for value in box]  # ymins, xmins, ymaxs, xmaxs
+    ours = []
+    for _ in range(60):  # batches of 10
+        anchors, sizes, _ = crop_windows([(height, width, 3)] * 10, *sides, rng=rng, config=config)
+        ours += [(*anchor, *size) for anchor, size in zip(anchors, sizes, strict=True)]
+    ours = np.array(ours, np.float64)
+    theirs = _tf_crops(height, width, box, config, 600)
+    for windows in (ours, theirs):
+        assert windows.shape == (600, 4)
+
+    def summary(windows):
+        whole = (windows[:, 2] == height) & (windows[:, 3] == width)
+        crops = windows[~whole]
+        return (
+            whole.mean(),
+            (crops[:, 2] * crops[:, 3]).mean() / (height * width),
+            (crops[:, 3] / crops[:, 2]).mean(),
+            (crops[:, 0] + crops[:, 2] / 2).mean() / height,
+            (crops[:, 1] + crops[:, 3] / 2).mean() / width,
+        )
+
+    np.testing.assert_allclose(summary(ours), summary(theirs), atol=0.06)
+    # every window keeps enough of the box, or is the whole image
+    for top, left, h, w in ours:
+        if (h, w) == (height, width):
+            continue
+        ymin, xmin = int(box[0] * height), int(box[1] * width)
+        ymax, xmax = int(box[2] * height), int(box[3] * width)
+        covered = max(0, min(top + h, ymax) - max(top, ymin)) * max(
+            0, min(left + w, xmax) - max(left, xmin)
+        )
+        assert covered >= config.min_object_covered * (ymax - ymin) * (xmax - xmin)
+
+
+def test_the_same_seed_draws_the_same_crops_another_seed_others(built):
+    def windows(seed):
+        pipe = training_crops(built, 30, seed=seed, config=ReadConfig())
+        _, _, anchors, shapes, _, _ = pipe.run()
+        return [(*np.array(anchors.at(i)), *np.array(shapes.at(i))) for i in range(30)]
+
+    assert windows(3) == windows(3) != windows(4)
 
 
 def test_main_boxes_pick_the_loaders_main_object():
