@@ -12,6 +12,7 @@ import concurrent.futures
 import hashlib
 import os
 import posixpath
+import re
 from collections.abc import Iterable, Iterator
 
 from apache_beam.io.filesystem import CompressionTypes
@@ -131,9 +132,12 @@ def subdirectories(directory: str) -> list[str]:
 
 def classes_without_images(directory: str) -> list[str]:
     """The classes of a local class-folder split that hold no image, sorted: its class folders
-    (subdirectories, but those that listings skip) below which no image lies, and the
-    archives beside them (`n01440764.tar`: a class not extracted yet). [] for an object
-    store's path, which has no empty folders and no cheap way to look into ImageNet's 1,000."""
+    (subdirectories, but those that listings skip) below which no image lies, and ImageNet's
+    per-class archives beside them (`n01440764.tar`) whose class has no folder of images: a
+    class not extracted yet. (Another archive, such as the whole `ILSVRC2012_img_train.tar`
+    left where it was unpacked, or a class's archive beside its extracted folder, is not a
+    class; the listing reports it.) [] for an object store's path, which has no empty folders
+    and no cheap way to look into ImageNet's 1,000."""
     if not is_local(directory) or not os.path.isdir(directory):
         return []
     with os.scandir(directory) as entries:
@@ -145,7 +149,16 @@ def classes_without_images(directory: str) -> list[str]:
             elif entry.name.lower().endswith(_ARCHIVES):
                 archives.append(entry.name)
     empty = [name for name in folders if not _holds_an_image(join(directory, name))]
-    return sorted(empty + archives)
+    full = set(folders) - set(empty)
+    classes = [
+        name
+        for name in archives
+        if _WORDNET_ID.fullmatch(name.split(".", 1)[0]) and name.split(".", 1)[0] not in full
+    ]
+    return sorted(empty + classes)
+
+
+_WORDNET_ID = re.compile(r"n\d{8}")  # ImageNet's class names, and its per-class archives'
 
 
 def _holds_an_image(directory: str) -> bool:
@@ -159,6 +172,8 @@ def _holds_an_image(directory: str) -> bool:
                 if entry.is_dir():
                     if not is_skipped_folder(entry.name):
                         folders.append(entry.path)
+                elif entry.name.startswith("."):
+                    continue  # macOS's ._NAME.JPEG: not an image, and listings skip it
                 elif posixpath.splitext(entry.name)[1].lower() in IMAGE_EXTENSIONS:
                     return True
     except OSError:

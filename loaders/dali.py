@@ -525,7 +525,7 @@ def dali_pipeline(
         windows = ()
         if crop:
             # load_dataset's crop (tf.image.sample_distorted_bounding_box's algorithm), drawn in
-            # NumPy: DALI's random_bbox_crop samples each side at least sqrt(0.08) of the
+            # Python: DALI's random_bbox_crop samples each side at least sqrt(0.08) of the
             # image's, which left elongated images almost no window (a 1000x200 image was
             # read whole every time; tf.image, 3-6%), and its fallback could miss the object.
             shape = fn.peek_image_shape(encoded, adjust_orientation=False)
@@ -654,49 +654,60 @@ def crop_windows(shapes, ymins, xmins, ymaxs, xmaxs, *, rng: random.Random, conf
     return anchors, sizes, boxes
 
 
+_F32 = np.float32
+
+
 def _crop_window(height: int, width: int, box, rng: random.Random, config: ReadConfig):
-    """(top, left, height, width) of one image's crop, as TensorFlow's kernel draws it."""
-    ymin, xmin, ymax, xmax = (float(value) for value in box)
-    # The box in whole pixels, truncated, as the kernel takes it.
-    box_px = (int(xmin * width), int(ymin * height), int(xmax * width), int(ymax * height))
-    box_area = (box_px[2] - box_px[0]) * (box_px[3] - box_px[1])
-    low_aspect, high_aspect = config.crop_aspect_ratio_range
-    min_area = config.crop_area_range[0] * width * height
-    max_area = config.crop_area_range[1] * width * height
+    """(top, left, height, width) of one image's crop, as TensorFlow's kernel draws it: its
+    float32 arithmetic and rounding (lrintf: half to even), its order of draws."""
+    ymin, xmin, ymax, xmax = (_F32(value) for value in box)
+    # The box in whole pixels, truncated from float32 products, as the kernel takes it.
+    box_left, box_right = int(xmin * _F32(width)), int(xmax * _F32(width))
+    box_top, box_bottom = int(ymin * _F32(height)), int(ymax * _F32(height))
+    box_area = _F32((box_right - box_left) * (box_bottom - box_top))
+    low_aspect, high_aspect = (_F32(value) for value in config.crop_aspect_ratio_range)
+    low_area, high_area = (_F32(value) for value in config.crop_area_range)
+    covered_enough = _F32(config.min_object_covered)
     for _ in range(10):
-        aspect = rng.random() * (high_aspect - low_aspect) + low_aspect
-        window = _random_crop(height, width, min_area, max_area, aspect, rng)
-        if window is None:
+        aspect = _F32(rng.random()) * (high_aspect - low_aspect) + low_aspect
+        window = _random_crop(height, width, low_area, high_area, aspect, rng)
+        if window is None or box_area < 1:  # the kernel skips a box of no pixel
             continue
         top, left, crop_height, crop_width = window
-        across = min(left + crop_width, box_px[2]) - max(left, box_px[0])
-        down = min(top + crop_height, box_px[3]) - max(top, box_px[1])
+        across = min(left + crop_width, box_right) - max(left, box_left)
+        down = min(top + crop_height, box_bottom) - max(top, box_top)
         covered = across * down if across >= 0 and down >= 0 else 0
-        if box_area > 0 and covered / box_area >= config.min_object_covered:
+        if _F32(covered) / box_area >= covered_enough:
             return window
     return 0, 0, height, width
 
 
-def _random_crop(height, width, min_area, max_area, aspect, rng):
+def _random_crop(height, width, low_area, high_area, aspect, rng):
     """TensorFlow's `GenerateRandomCrop`: a window of this aspect ratio and an area in
-    [min_area, max_area] (pixels), at a random place; None when none fits."""
-    crop_height = round(math.sqrt(min_area / aspect))
-    max_height = round(math.sqrt(max_area / aspect))
-    if round(max_height * aspect) > width:
-        max_height = int((width + 0.5 - 1e-7) / aspect)
-        if round(max_height * aspect) > width:
+    [low_area, high_area] of the image, at a random place; None when none fits."""
+    if high_area <= 0 or aspect <= 0 or low_area > high_area:
+        return None
+    min_area = low_area * _F32(width) * _F32(height)
+    max_area = high_area * _F32(width) * _F32(height)
+    crop_height = int(np.rint(np.sqrt(min_area / aspect)))
+    max_height = int(np.rint(np.sqrt(max_area / aspect)))
+    if np.rint(_F32(max_height) * aspect) > width:
+        max_height = int((width + 0.5 - float(_F32(1e-7))) / float(aspect))
+        if np.rint(_F32(max_height) * aspect) > width:
             max_height -= 1
     max_height = min(max_height, height)
     crop_height = min(crop_height, max_height)
     if crop_height < max_height:
         crop_height += rng.randrange(max_height - crop_height + 1)
-    crop_width = round(crop_height * aspect)
-    area = crop_width * crop_height
-    if area < min_area:
+    crop_width = int(np.rint(_F32(crop_height) * aspect))
+    if _F32(crop_width * crop_height) < min_area:  # rounding: one pixel taller first
         crop_height += 1
-        crop_width = round(crop_height * aspect)
-        area = crop_width * crop_height
-    if not (min_area <= area <= max_area) or crop_width > width or crop_height > height:
+        crop_width = int(np.rint(_F32(crop_height) * aspect))
+    if _F32(crop_width * crop_height) > max_area:  # then one shorter
+        crop_height -= 1
+        crop_width = int(np.rint(_F32(crop_height) * aspect))
+    area = _F32(crop_width * crop_height)
+    if area < min_area or area > max_area or crop_width > width or crop_height > height:
         return None
     if crop_width <= 0 or crop_height <= 0:
         return None

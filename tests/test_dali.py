@@ -29,6 +29,7 @@ from beam_pipeline import sample_tree  # noqa: E402
 from beam_pipeline.annotations import voc_xml  # noqa: E402
 from loaders import ReadConfig, normalization_layer  # noqa: E402
 from loaders.dali import (  # noqa: E402
+    _crop_window,
     crop_windows,
     dali_pipeline,
     decoder_arguments,
@@ -325,6 +326,9 @@ def _tf_crops(height, width, box, config, count):
         (900, 200, (0.1, 0.1, 0.3, 0.9)),  # tall: 95% whole
         (252, 500, (0.282, 0.006, 0.845, 0.038)),  # a narrow box at the edge: missed it
         (375, 500, (0.0, 0.0, 1.0, 1.0)),  # no object: the whole image is the box
+        # a box one pixel wide once truncated in float32, as the kernel does (in float64,
+        # 0.45 * 20 is 8.9999998: no pixel, and every crop the whole image)
+        (40, 20, (0.2, 0.4, 0.9, 0.45)),
     ],
 )
 def test_crops_are_drawn_as_load_datasets_tf_image_draws_them(height, width, box):
@@ -364,6 +368,23 @@ def test_crops_are_drawn_as_load_datasets_tf_image_draws_them(height, width, box
             0, min(left + w, xmax) - max(left, xmin)
         )
         assert covered >= config.min_object_covered * (ymax - ymin) * (xmax - xmin)
+
+
+class _LargestDraws(random.Random):
+    """Draws at the top of every range: the tallest crop, at the largest offsets."""
+
+    def random(self):
+        return 0.0
+
+    def randrange(self, n):
+        return n - 1
+
+
+def test_a_crop_rounded_past_the_largest_area_is_one_pixel_shorter_as_tensorflows():
+    # 100x100, areas 8-50%, aspect 1: the tallest draw is 71 pixels, 71x71 = 5,041 > 5,000;
+    # TensorFlow's kernel then tries 70x70 (the sampler gave up the attempt).
+    config = ReadConfig(crop_area_range=(0.08, 0.5), crop_aspect_ratio_range=(1.0, 1.0))
+    assert _crop_window(100, 100, (0.0, 0.0, 1.0, 1.0), _LargestDraws(), config) == (29, 29, 70, 70)
 
 
 def test_the_same_seed_draws_the_same_crops_another_seed_others(built):

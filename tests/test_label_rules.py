@@ -143,36 +143,42 @@ def test_a_flat_cls_loc_val_image_without_its_xml_is_rejected_not_background(tmp
 def test_a_train_class_folder_without_images_is_refused_unless_a_labels_file_names_it(
     tmp_path, capsys
 ):
-    # One class's archive not extracted (its folder empty, or holding the .tar): the classes
-    # seen in train left it out, and every class after it got an index one lower, exit 0.
+    # One class's archive not extracted (its folder empty, or holding the .tar, or the .tar
+    # beside the folders): the classes seen in train left it out, and every class after it got
+    # an index one lower, exit 0.
     root = tmp_path / "tree"
-    for synset in ("n01", "n03"):
+    train = root / "Data/CLS-LOC/train"
+    names = [f"n0000000{i}" for i in range(1, 7)]
+    for synset in (names[0], names[2]):
         cls_loc(root, f"{synset}/{synset}_0", "train", jpeg_bytes())
-    (root / "Data/CLS-LOC/train/n02").mkdir()
-    write(root / "Data/CLS-LOC/train/n04/n04.tar", b"archive")
-    write(root / "Data/CLS-LOC/train/n05.tar", b"archive")  # beside the folders
-    (root / "Data/CLS-LOC/train/.cache").mkdir()  # hidden: not a class folder
+    (train / names[1]).mkdir()
+    write(train / names[3] / f"{names[3]}.tar", b"archive")
+    write(train / f"{names[4]}.tar", b"archive")  # beside the folders
+    write(train / names[5] / f"._{names[5]}_0.JPEG", b"macOS")  # AppleDouble only
+    (train / ".cache").mkdir()  # hidden: not a class folder
+    # Not classes: an extracted class's archive beside its folder, the whole train archive.
+    write(train / f"{names[0]}.tar", b"archive")
+    write(train / "ILSVRC2012_img_train.tar", b"archive")
     argv = ["--input_dir", str(root), "--splits", "train"]
     assert cli.main([*argv, "--output_dir", str(tmp_path / "out")]) == 2
-    train = root / "Data/CLS-LOC/train"
     assert capsys.readouterr().err == (
-        f"error: split 'train': 3 classes in {train} hold no image (n02, n04, n05.tar): a "
-        "build would leave them out of the vocabulary (the classes seen in train) and number "
-        "the classes after them lower than other builds of the dataset do. Extract the class "
-        'archives into their folders (ImageNet\'s: for f in *.tar; do mkdir "${f%.tar}" && '
-        'tar -xf "$f" -C "${f%.tar}"; done, then move the archives out), remove what is '
-        "not wanted, or pass --labels_file (LOC_synset_mapping.txt, or a build's labels.txt) "
-        "to keep every class's index\n"
+        f"error: split 'train': 4 classes in {train} hold no image (n00000002, n00000004, "
+        "n00000005.tar, n00000006): a build would leave them out of the vocabulary (the "
+        "classes seen in train) and number the classes after them lower than other builds of "
+        "the dataset do. Extract the class archives into their folders (ImageNet's: for f in "
+        '*.tar; do mkdir "${f%.tar}" && tar -xf "$f" -C "${f%.tar}"; done, then move the '
+        "archives out), remove what is not wanted, or pass --labels_file "
+        "(LOC_synset_mapping.txt, or a build's labels.txt) to keep every class's index\n"
     )
     assert not (tmp_path / "out").exists()
     assert planning.main(argv) == 2
-    assert "3 classes in " in capsys.readouterr().err
-    labels = write(tmp_path / "labels.txt", "n01\nn02\nn03\nn04\nn05\n")
+    assert "4 classes in " in capsys.readouterr().err
+    labels = write(tmp_path / "labels.txt", "".join(f"{name}\n" for name in names))
     out = tmp_path / "out"
     assert cli.main([*argv, "--output_dir", str(out), "--labels_file", str(labels)]) == 0
     info = DatasetInfo.from_json((out / BUILD_INFO_FILE).read_text())
-    assert info.class_list.names[:5] == ("n01", "n02", "n03", "n04", "n05")
-    assert info.splits["train"].class_counts[:5] == (1, 0, 1, 0, 0)
+    assert info.class_list.names[:6] == tuple(names)
+    assert info.splits["train"].class_counts[:6] == (1, 0, 1, 0, 0, 0)
 
 
 def test_a_split_without_annotations_is_unlabelled(imagenet_copy):
