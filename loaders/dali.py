@@ -538,15 +538,6 @@ def dali_pipeline(
                 num_outputs=3,
                 batch_processing=True,
             )
-            images = fn.decoders.image_slice(
-                encoded,
-                anchor,
-                size,
-                axis_names="HW",
-                normalized_anchor=False,
-                normalized_shape=False,
-                **decoding,
-            )
             windows = (anchor, size, shape, box)
         elif config.eval_central_crop < 1.0:
             # tf.image.central_crop's whole-pixel window, as load_dataset cuts it
@@ -560,6 +551,11 @@ def dali_pipeline(
                 num_outputs=2,
                 batch_processing=True,
             )
+        else:
+            anchor = size = None
+        if anchor is None:
+            images = fn.decoders.image(encoded, **decoding)
+        else:  # the window's pixels alone are decoded
             images = fn.decoders.image_slice(
                 encoded,
                 anchor,
@@ -569,8 +565,6 @@ def dali_pipeline(
                 normalized_shape=False,
                 **decoding,
             )
-        else:
-            images = fn.decoders.image(encoded, **decoding)
         images = fn.resize(
             images,
             resize_x=width,
