@@ -29,7 +29,6 @@ from beam_pipeline import sample_tree  # noqa: E402
 from beam_pipeline.annotations import voc_xml  # noqa: E402
 from loaders import ReadConfig, normalization_layer  # noqa: E402
 from loaders.dali import (  # noqa: E402
-    _crop_window,
     crop_windows,
     dali_pipeline,
     decoder_arguments,
@@ -384,7 +383,11 @@ def test_a_crop_rounded_past_the_largest_area_is_one_pixel_shorter_as_tensorflow
     # 100x100, areas 8-50%, aspect 1: the tallest draw is 71 pixels, 71x71 = 5,041 > 5,000;
     # TensorFlow's kernel then tries 70x70 (the sampler gave up the attempt).
     config = ReadConfig(crop_area_range=(0.08, 0.5), crop_aspect_ratio_range=(1.0, 1.0))
-    assert _crop_window(100, 100, (0.0, 0.0, 1.0, 1.0), _LargestDraws(), config) == (29, 29, 70, 70)
+    sides = [[np.float32([value])] for value in (0.0, 0.0, 1.0, 1.0)]
+    (anchor,), (size,), _ = crop_windows(
+        [(100, 100, 3)], *sides, rng=_LargestDraws(), config=config
+    )
+    assert (anchor.tolist(), size.tolist()) == ([29, 29], [70, 70])
 
 
 def test_the_same_seed_draws_the_same_crops_another_seed_others(built):
