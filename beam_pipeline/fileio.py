@@ -21,7 +21,7 @@ from apache_beam.io.filesystems import FileSystems
 from beam_pipeline.listing import Listed, is_skipped_folder, list_tree
 from beam_pipeline.pairing import IMAGE_EXTENSIONS
 from beam_pipeline.rejections import InputError
-from schemas.paths import is_local, join
+from schemas.paths import first_few, is_local, join
 
 
 def read_file(path: str) -> bytes:
@@ -86,7 +86,7 @@ def without_images(directory: str) -> str | None:
             if posixpath.splitext(name)[1].lower() in IMAGE_EXTENSIONS:
                 return None
             others.append(name)
-    shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+    shown = first_few(others, 3)
     what = f"{len(others)} file{'s' if len(others) != 1 else ''}, no image: {shown}"
     if any(name.lower().endswith(_ARCHIVES) for name in others):
         what += (
@@ -150,10 +150,9 @@ def classes_without_images(directory: str) -> list[str]:
                 archives.append(entry.name)
     empty = [name for name in folders if not _holds_an_image(join(directory, name))]
     full = set(folders) - set(empty)
+    stems = {name: name.split(".", 1)[0] for name in archives}
     classes = [
-        name
-        for name in archives
-        if _WORDNET_ID.fullmatch(name.split(".", 1)[0]) and name.split(".", 1)[0] not in full
+        name for name, stem in stems.items() if _WORDNET_ID.fullmatch(stem) and stem not in full
     ]
     return sorted(empty + classes)
 

@@ -24,7 +24,7 @@ import shlex
 from collections.abc import Callable, Sequence
 
 from beam_pipeline.listing import is_skipped_folder
-from schemas.paths import is_local, join
+from schemas.paths import first_few, is_local, join
 
 ILSVRC_DET = "ilsvrc_det"
 ILSVRC_CLS_LOC = "ilsvrc_cls_loc"
@@ -571,16 +571,15 @@ def _refuse_nested_voc_annotations(plan: DiscoveryPlan, match: Callable[[str], l
         if task.kind != ANNOTATIONS:
             continue
         folder = task.directory.rstrip("/")
+        below = [path[len(folder) + 1 :] for path in match(join(folder, "*", "**"))]
         nested = [
-            path[len(folder) + 1 :]
-            for path in match(join(folder, "*", "**"))
+            path
+            for path in below
             if path.lower().endswith(".xml")
-            and not any(map(is_skipped_folder, path[len(folder) + 1 :].split("/")[:-1]))
+            and not any(map(is_skipped_folder, path.split("/")[:-1]))
         ]
         if nested:
-            shown = ", ".join(nested[:3]) + (
-                f" and {len(nested) - 3} more" if len(nested) > 3 else ""
-            )
+            shown = first_few(nested, 3)
             raise LayoutError(
                 f"{len(nested)} XML file{' lies' if len(nested) == 1 else 's lie'} in folders "
                 f"below {folder} ({shown}), where VOC reads {folder}/<image id>.xml only: built, "

@@ -57,7 +57,7 @@ from schemas import (
     is_shard_filename,
 )
 from schemas.label_map import LABEL_MAP_FILE, label_map_text
-from schemas.paths import is_local, join
+from schemas.paths import first_few, is_local, join
 from schemas.tfds_metadata import TFDS_FILES, TFDS_INFO_FILE, tfds_files
 
 logger = logging.getLogger(__name__)
@@ -214,9 +214,7 @@ def refuse_foreign_files(output_dir: str, *, complete: bool) -> None:
     if _old_build_traces(output_dir):
         return
     if foreign := files_a_build_replaces(output_dir):
-        shown = ", ".join(foreign[:4]) + (
-            f" and {len(foreign) - 4} more" if len(foreign) > 4 else ""
-        )
+        shown = first_few(foreign, 4)
         raise ForeignFilesError(
             f"{output_dir} holds files that a build would replace or delete, and no build of "
             f"imagenet-tfrecords wrote them: {shown}; choose an empty or new --output_dir, or "

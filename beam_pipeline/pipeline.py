@@ -60,7 +60,7 @@ from beam_pipeline.options import DASK_RUNNER, BuildConfig, beam_argv
 from beam_pipeline.output import prepare_output, unlock_output
 from beam_pipeline.writing import AssignShards, WriteShards
 from schemas import BUILD_INFO_FILE, DatasetInfo
-from schemas.paths import is_local, join
+from schemas.paths import first_few, is_local, join
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ def _refuse_classes_without_images(train_dir: str) -> None:
     missing = classes_without_images(train_dir)
     if not missing:
         return
-    shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+    shown = first_few(missing, 5)
     one = len(missing) == 1
     raise layouts.LayoutError(
         f"split 'train': {len(missing)} class{'' if one else 'es'} in {train_dir} "

@@ -193,7 +193,7 @@ def load_dali_dataset(
         dtype=dtype,
         config=config,
         decoder_options=decoder_options,
-        prefetch_batches=int(prefetch_batches),
+        prefetch_batches=prefetch_batches,
     )
     if keras.backend.backend() != "tensorflow":
         return DaliDataset(pipeline, num_examples, batch_size, training, unchanged=unchanged)

@@ -18,7 +18,7 @@ from schemas import (
     read_build_info,
 )
 from schemas.metadata import tree_instead_of_build
-from schemas.paths import is_local, join, not_a_directory
+from schemas.paths import first_few, is_local, join, not_a_directory
 
 
 class IncompleteDatasetError(NoBuildError):
@@ -178,7 +178,7 @@ def _builds_below(data_dir: str) -> str | None:
     ]
     if not builds:
         return None
-    shown = ", ".join(builds[:5]) + (f" and {len(builds) - 5} more" if len(builds) > 5 else "")
+    shown = first_few(builds, 5)
     return (
         f"{data_dir} holds no build itself, but the directories below it do ({shown}): pass "
         f"one as data_dir, e.g. {builds[0]}"

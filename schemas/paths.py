@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 
 def join(base: str, *parts: str) -> str:
@@ -21,3 +22,9 @@ def not_a_directory(path: str) -> str | None:
     if not is_local(path) or os.path.isdir(path):
         return None
     return "is a file" if os.path.exists(path) else "does not exist"
+
+
+def first_few(names: Sequence[str], shown: int) -> str:
+    """`a, b, c and 2 more`: the first `shown` of `names`, for a message."""
+    rest = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {rest} more" if rest > 0 else "")
