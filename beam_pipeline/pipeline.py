@@ -143,7 +143,8 @@ def _refuse_classes_without_images(train_dir: str) -> None:
         f"split 'train': {len(missing)} class{'' if one else 'es'} in {train_dir} "
         f"hold{'s' if one else ''} no image ({shown}): a build would leave "
         f"{'it' if one else 'them'} out of the vocabulary (the classes seen in train) and "
-        "number the classes after them lower than other builds of the dataset do. Extract "
+        f"number the classes after {'it' if one else 'them'} lower than other builds of the "
+        "dataset do. Extract "
         "the class archives into their folders (ImageNet's: for f in *.tar; do mkdir "
         '"${f%.tar}" && tar -xf "$f" -C "${f%.tar}"; done, then move the archives out), '
         "remove what is not wanted, or pass --labels_file (LOC_synset_mapping.txt, or a "
