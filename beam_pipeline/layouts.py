@@ -565,17 +565,20 @@ def _refuse_nested_voc_annotations(plan: DiscoveryPlan, match: Callable[[str], l
     """Refuses a VOC year whose XML lie in folders below its `Annotations` (an archive
     unpacked into it, `Annotations/Annotations/X.xml`; a tool's export folder): VOC pairs
     `JPEGImages/X.jpg` with `Annotations/X.xml` only, so those images came out background,
-    or their split unlabelled, with exit 0. Folders that listings skip (`.ipynb_checkpoints`)
-    do not count."""
+    or their split unlabelled, with exit 0. Folders that listings skip (`.ipynb_checkpoints`),
+    and copies of XML that are in place as well (a backup folder), do not count."""
     for task in plan.tasks:
         if task.kind != ANNOTATIONS:
             continue
         folder = task.directory.rstrip("/")
         below = [path[len(folder) + 1 :] for path in match(join(folder, "*", "**"))]
+        # A copy of an XML that is in place too (a backup folder) takes nothing away.
+        placed = {posixpath.basename(path).lower() for path in match(join(folder, "*.xml"))}
         nested = [
             path
             for path in below
             if path.lower().endswith(".xml")
+            and posixpath.basename(path).lower() not in placed
             and not any(map(is_skipped_folder, path.split("/")[:-1]))
         ]
         if nested:

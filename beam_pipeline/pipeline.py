@@ -144,11 +144,11 @@ def _refuse_classes_without_images(train_dir: str) -> None:
         f"hold{'s' if one else ''} no image ({shown}): a build would leave "
         f"{'it' if one else 'them'} out of the vocabulary (the classes seen in train) and "
         f"number the classes after {'it' if one else 'them'} lower than other builds of the "
-        "dataset do. Extract "
-        "the class archives into their folders (ImageNet's: for f in *.tar; do mkdir "
-        '"${f%.tar}" && tar -xf "$f" -C "${f%.tar}"; done, then move the archives out), '
-        "remove what is not wanted, or pass --labels_file (LOC_synset_mapping.txt, or a "
-        "build's labels.txt) to keep every class's index"
+        "dataset do. Extract each class's archive into its folder (ImageNet's, in that "
+        'folder: for f in n*.tar; do mkdir -p "${f%.tar}" && tar -xf "$f" -C "${f%.tar}" '
+        '&& rm "$f"; done; an archive inside its class folder: tar -xf it there), remove '
+        "what is not wanted, or pass --labels_file (LOC_synset_mapping.txt, or a build's "
+        "labels.txt) to keep every class's index"
     )
 
 

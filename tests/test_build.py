@@ -702,6 +702,8 @@ def test_voc_xml_in_a_folder_below_annotations_is_refused(tmp_path, capsys):
     for i in ("t2", "v1"):
         write(year / "Annotations/sub" / f"{i}.xml", voc_xml([("dog", 1, 1, 30, 30)]))
     write(year / "Annotations/.ipynb_checkpoints/t1.xml", voc_xml([("dog", 1, 1, 30, 30)]))
+    # a copy of an XML that is in place too takes nothing away (a backup folder)
+    write(year / "Annotations/backup/t1.xml", voc_xml([("dog", 1, 1, 30, 30)]))
     argv = ["--input_dir", str(tmp_path), "--output_dir", str(tmp_path / "out")]
     assert cli.main(argv) == 2
     assert capsys.readouterr().err == (

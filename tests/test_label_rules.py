@@ -165,10 +165,11 @@ def test_a_train_class_folder_without_images_is_refused_unless_a_labels_file_nam
         f"error: split 'train': 4 classes in {train} hold no image (n00000002, n00000004, "
         "n00000005.tar, n00000006): a build would leave them out of the vocabulary (the "
         "classes seen in train) and number the classes after them lower than other builds of "
-        "the dataset do. Extract the class archives into their folders (ImageNet's: for f in "
-        '*.tar; do mkdir "${f%.tar}" && tar -xf "$f" -C "${f%.tar}"; done, then move the '
-        "archives out), remove what is not wanted, or pass --labels_file "
-        "(LOC_synset_mapping.txt, or a build's labels.txt) to keep every class's index\n"
+        "the dataset do. Extract each class's archive into its folder (ImageNet's, in that "
+        'folder: for f in n*.tar; do mkdir -p "${f%.tar}" && tar -xf "$f" -C "${f%.tar}" && '
+        'rm "$f"; done; an archive inside its class folder: tar -xf it there), remove what is '
+        "not wanted, or pass --labels_file (LOC_synset_mapping.txt, or a build's labels.txt) "
+        "to keep every class's index\n"
     )
     assert not (tmp_path / "out").exists()
     assert planning.main(argv) == 2
