@@ -61,7 +61,8 @@ LABEL_MODES = ("one_hot", "categorical", "int", None)
 # Measured on an H200 feeding ResNet-50 (batch 256, bfloat16; benchmarks/RESULTS.md, session
 # 20): DALI's defaults (2 batches, hw_decoder_load 0.65) fed it at 0.81-0.82 of its speed on
 # a cached batch, although DALI alone supplied 2.4x its rate; 16 batches and every image to
-# the CUDA decoder fed it at 0.98 (one run; 8 batches: 0.95, twice).
+# the CUDA decoder fed it at 0.98 (one run; 8 batches: 0.95, twice). On an H100 (session 21)
+# these defaults fed it at 0.98, 1.00 and 0.99 (three runs), DALI's own at 0.82-0.84.
 GPU_PREFETCH_BATCHES = 16
 GPU_HW_DECODER_LOAD = 0.0
 MAX_PREFETCH = 64
