@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.listing import Listed, is_skipped_folder, list_tree
+from beam_pipeline.listing import Listed, is_below, is_skipped_folder, list_tree
 from beam_pipeline.pairing import IMAGE_EXTENSIONS
 from beam_pipeline.rejections import InputError
 from schemas.paths import first_few, is_local, join
@@ -125,27 +125,35 @@ def subdirectories(directory: str) -> list[str]:
     names = sorted(
         entry.name
         for entry in os.scandir(directory)
-        if entry.is_dir() and not is_skipped_folder(entry.name)
+        if _is_dir(entry) and not is_skipped_folder(entry.name)
     )
     return [name for name in names if _has_visible_files(join(directory, name))]
 
 
-def classes_without_images(directory: str) -> list[str]:
+def classes_without_images(directory: str, foreign: Iterable[str] = ()) -> list[str]:
     """The classes of a local class-folder split that hold no image, sorted: its class folders
     (subdirectories, but those that listings skip) below which no image lies, and ImageNet's
     per-class archives beside them (`n01440764.tar`) whose class has no folder of images: a
     class not extracted yet. (Another archive, such as the whole `ILSVRC2012_img_train.tar`
     left where it was unpacked, or a class's archive beside its extracted folder, is not a
     class; the listing reports it.) [] for an object store's path, which has no empty folders
-    and no cheap way to look into ImageNet's 1,000."""
+    and no cheap way to look into ImageNet's 1,000.
+
+    A class folder that is a link the listing does not enter is one too, named with why: a
+    link to nothing (its target missing, or a loop), or one to a folder of this split or of
+    another (`foreign`: their real paths), whose images are listed by their own path."""
     if not is_local(directory) or not os.path.isdir(directory):
         return []
+    real = os.path.realpath(directory)
     with os.scandir(directory) as entries:
-        folders, archives = [], []
+        folders, archives, links = [], [], []
         for entry in entries:
-            if entry.is_dir():
-                if not is_skipped_folder(entry.name):
-                    folders.append(entry.name)
+            if is_skipped_folder(entry.name):
+                continue
+            if entry.is_symlink() and (why := _unlisted_link(entry, real, foreign)):
+                links.append(f"{entry.name} ({why})")
+            elif _is_dir(entry):
+                folders.append(entry.name)
             elif entry.name.lower().endswith(_ARCHIVES):
                 archives.append(entry.name)
     empty = [name for name in folders if not _holds_an_image(join(directory, name))]
@@ -154,7 +162,33 @@ def classes_without_images(directory: str) -> list[str]:
     classes = [
         name for name, stem in stems.items() if _WORDNET_ID.fullmatch(stem) and stem not in full
     ]
-    return sorted(empty + classes)
+    return sorted(empty + classes + links)
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    """`entry.is_dir()`, False for a link in a loop (which raises there)."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def _unlisted_link(entry: os.DirEntry, real: str, foreign: Iterable[str]) -> str | None:
+    """Why a link in a split's folder names a class the listing will find no image of: it
+    leads nowhere (and its name, without an extension, is a folder's), or to a folder that is
+    listed by its own path (of this split, or of another); None for a link the listing
+    enters."""
+    if not _is_dir(entry):
+        if os.path.exists(entry.path) or posixpath.splitext(entry.name)[1]:
+            return None  # a link to a file, or a file's name: not a class folder
+        return "a link to nothing"
+    target = os.path.realpath(entry.path)
+    if target == join(real, entry.name):
+        return None  # the split's folder is reached through a link, not this entry
+    for folder in (real, *foreign):
+        if target == folder or is_below(target, [folder]):
+            return f"a link to {target}, whose images are listed there"
+    return None
 
 
 _WORDNET_ID = re.compile(r"n\d{8}")  # ImageNet's class names, and its per-class archives'

@@ -124,21 +124,23 @@ def prepare(config: BuildConfig) -> Prepared:
             f"without the {either} split the vocabulary is unknown: pass --labels_file"
         )
     elif layout == layouts.ILSVRC_CLS_LOC:
-        _refuse_classes_without_images(join(root, "Data", "CLS-LOC", "train"))
+        train = next(t for t in plan.tasks if t.kind == layouts.IMAGES and t.split == "train")
+        _refuse_classes_without_images(train.directory, train.foreign)
     config = dataclasses.replace(config, input_dir=root, layout=layout)
     return Prepared(config, plan, classes, display_names)
 
 
-def _refuse_classes_without_images(train_dir: str) -> None:
+def _refuse_classes_without_images(train_dir: str, foreign: tuple[str, ...]) -> None:
     """Refuses a CLS-LOC train split with a class that holds no image (a class folder empty,
     or its archive not extracted: beside the folders, or inside its own) when the vocabulary
     is the classes seen in train: the class would be left out, and every class after it
     numbered lower than in every other build of the same dataset, with nothing said."""
-    missing = classes_without_images(train_dir)
+    missing = classes_without_images(train_dir, foreign)
     if not missing:
         return
     shown = first_few(missing, 5)
     one = len(missing) == 1
+    links = "point each linked class folder at its own images, " if "link" in shown else ""
     raise layouts.LayoutError(
         f"split 'train': {len(missing)} class{'' if one else 'es'} in {train_dir} "
         f"hold{'s' if one else ''} no image ({shown}): a build would leave "
@@ -146,9 +148,9 @@ def _refuse_classes_without_images(train_dir: str) -> None:
         f"number the classes after {'it' if one else 'them'} lower than other builds of the "
         "dataset do. Extract each class's archive into its folder (ImageNet's, in that "
         'folder: for f in n*.tar; do mkdir -p "${f%.tar}" && tar -xf "$f" -C "${f%.tar}" '
-        '&& rm "$f"; done; an archive inside its class folder: tar -xf it there), remove '
-        "what is not wanted, or pass --labels_file (LOC_synset_mapping.txt, or a build's "
-        "labels.txt) to keep every class's index"
+        '&& rm "$f"; done; an archive inside its class folder: tar -xf it there), '
+        f"{links}remove what is not wanted, or pass --labels_file (LOC_synset_mapping.txt, "
+        "or a build's labels.txt) to keep every class's index"
     )
 
 

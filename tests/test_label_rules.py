@@ -182,6 +182,49 @@ def test_a_train_class_folder_without_images_is_refused_unless_a_labels_file_nam
     assert info.splits["train"].class_counts[:6] == (1, 0, 1, 0, 0, 0)
 
 
+def test_a_train_class_folder_that_is_a_link_the_listing_does_not_enter_is_refused(
+    tmp_path, capsys
+):
+    # A class folder linked to nothing (its disk not mounted, a loop) or to another folder of
+    # the tree (whose images the listing lists by their own path, once) held no image for
+    # the build: the class was left out and every class after it numbered one lower, exit 0
+    # (a loop crashed the build with a bare OSError).
+    root = tmp_path / "tree"
+    train = root / "Data/CLS-LOC/train"
+    names = [f"n0000000{i}" for i in range(1, 8)]
+    for synset in (names[0], names[2]):
+        cls_loc(root, f"{synset}/{synset}_0", "train", jpeg_bytes())
+    cls_loc(root, "n00000009/n00000009_0", "val", jpeg_bytes())
+    (train / names[1]).symlink_to(names[0])  # another class of train
+    (train / names[3]).symlink_to(root / "Data/CLS-LOC/val/n00000009")  # another split's
+    (train / names[4]).symlink_to(tmp_path / "unmounted")
+    (train / names[5]).symlink_to(names[5])  # a loop
+    # Not refused: a link to a class folder outside the tree, links with a file's name.
+    write(tmp_path / "elsewhere" / names[6] / f"{names[6]}_0.JPEG", jpeg_bytes())
+    (train / names[6]).symlink_to(tmp_path / "elsewhere" / names[6])
+    (train / "README").symlink_to(write(tmp_path / "readme", b"text"))
+    (train / "notes.txt").symlink_to(tmp_path / "gone.txt")
+    argv = ["--input_dir", str(root), "--splits", "train"]
+    assert cli.main([*argv, "--output_dir", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(
+        f"error: split 'train': 4 classes in {train} hold no image (n00000002 (a link to "
+        f"{train}/n00000001, whose images are listed there), n00000004 (a link to "
+        f"{root}/Data/CLS-LOC/val/n00000009, whose images are listed there), n00000005 (a "
+        "link to nothing), n00000006 (a link to nothing)): a build would leave them out of "
+    )
+    assert "tar -xf it there), point each linked class folder at its own images, remove" in error
+    assert not (tmp_path / "out").exists()
+    assert planning.main(argv) == 2
+    assert "4 classes in " in capsys.readouterr().err
+    labels = write(tmp_path / "labels.txt", "".join(f"{name}\n" for name in names))
+    out = tmp_path / "out"
+    assert cli.main([*argv, "--output_dir", str(out), "--labels_file", str(labels)]) == 0
+    info = DatasetInfo.from_json((out / BUILD_INFO_FILE).read_text())
+    assert info.class_list.names[:7] == tuple(names)
+    assert info.splits["train"].class_counts[:7] == (1, 0, 1, 0, 0, 0, 1)
+
+
 def test_a_split_without_annotations_is_unlabelled(imagenet_copy):
     _, out, info = imagenet_copy
     test = info.splits["test"]
