@@ -108,7 +108,7 @@ def has_top_level_files(directory: str, extension: str) -> bool:
         return FileSystems.exists(join(directory, f"ILSVRC2012_val_00000001{extension}"))
     try:
         with os.scandir(directory) as entries:
-            return any(e.name.lower().endswith(extension) and e.is_file() for e in entries)
+            return any(e.name.lower().endswith(extension) and _is_file(e) for e in entries)
     except OSError:
         return False
 
@@ -169,6 +169,14 @@ def _is_dir(entry: os.DirEntry) -> bool:
     """`entry.is_dir()`, False for a link in a loop (which raises there)."""
     try:
         return entry.is_dir()
+    except OSError:
+        return False
+
+
+def _is_file(entry: os.DirEntry) -> bool:
+    """`entry.is_file()`, False for a link in a loop (which raises there)."""
+    try:
+        return entry.is_file()
     except OSError:
         return False
 

@@ -392,3 +392,16 @@ def test_a_voc_year_without_main_lists_is_named_as_such(tmp_path):
             "lists). Restore them from the VOC download, or write them: one image id (its file "
             "name without .jpg) per line, e.g. ImageSets/Main/train.txt"
         )
+
+
+def test_a_link_in_a_loop_does_not_hide_the_folders_files_or_subfolders(tmp_path):
+    # os.DirEntry.is_file() and is_dir() raise for a link in a loop: the first such entry
+    # made has_top_level_files answer False for a folder of XML, and subdirectories crash.
+    folder = tmp_path / "val"
+    write(folder / "b.xml", "<annotation/>")
+    write(folder / "n01" / "a.JPEG", jpeg_bytes())
+    for i in range(60):  # many, so that one comes before b.xml in the directory's order
+        for name in (f"a{i}.xml", f"n00{i}"):
+            (folder / name).symlink_to(name)
+    assert has_top_level_files(str(folder), ".xml")
+    assert subdirectories(str(folder)) == ["n01"]
