@@ -409,7 +409,9 @@ def format_plan(plan: BuildPlan, rejections: int = 20) -> str:
                 for name, count in report.class_counts.items()
                 if count or name != BACKGROUND
             }
-            lines.append(f"  most frequent: {_top(counts, 10, True)}")
+            # (a class without images is no one's most frequent: least frequent names it)
+            seen = {name: count for name, count in counts.items() if count}
+            lines.append(f"  most frequent: {_top(seen, 10, True) or 'none'}")
             lines.append(f"  least frequent: {_top(counts, 10, False)}")
         if report.unknown_classes:
             lines.append(f"  unknown classes: {_top(report.unknown_classes, 10, True)}")

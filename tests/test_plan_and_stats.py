@@ -353,6 +353,18 @@ def test_plan_leaves_a_background_without_images_out_of_the_least_frequent(tmp_p
     assert "  most frequent: n01 2, n02 1" in lines
 
 
+def test_plan_leaves_classes_without_images_out_of_the_most_frequent(tmp_path, capsys):
+    # A split holding a few of the classes listed them with 0 as its most frequent too.
+    root = tmp_path / "tree"
+    for stem in ("n01/a", "n02/b", "n03/c"):
+        ilsvrc_image(root, "train", stem, jpeg_bytes(), task="CLS-LOC")
+    ilsvrc_image(root, "val", "n02/d", jpeg_bytes(), task="CLS-LOC")
+    assert planning.main(["--input_dir", str(root)]) == 0
+    text = capsys.readouterr().out
+    validation = text[text.index("\nvalidation ") :]
+    assert "\n  most frequent: n02 1\n  least frequent: n01 0, n03 0, n02 1\n" in validation
+
+
 def test_plan_reads_no_pixels(tmp_path, capsys):
     """Images that do not decode plan as examples: the build is what finds them out."""
     root = tmp_path / "tree"
