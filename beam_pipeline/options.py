@@ -36,7 +36,11 @@ class BuildOptions(PipelineOptions):
 
     @classmethod
     def _add_argparse_args(cls, parser):
-        parser.add_argument("--input_dir", help="Root of the ILSVRC or VOC tree (local or gs://).")
+        parser.add_argument(
+            "--input_dir",
+            help="Root of the ILSVRC or VOC tree (local or gs://); locally also the download "
+            "folder one level above it (X/VOCdevkit/..., Kaggle's X/ILSVRC/...).",
+        )
         parser.add_argument("--output_dir", help="Where shards and metadata are written.")
         parser.add_argument(
             "--layout",
