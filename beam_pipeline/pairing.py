@@ -69,7 +69,7 @@ def classify(task: ListingTask, path: str, num_bytes: int) -> FileRef | Rejectio
         task.kind == ANNOTATIONS and extension.lower() == ANNOTATION_EXTENSION
     )
     if not wanted:
-        return _stray(task, path, f"unexpected extension {extension!r} in {task.directory}")
+        return _stray(task, path, _not_wanted(task, path, extension))
     folder_class = None
     if task.folder_classes and "/" in relative:
         folder_class = relative.split("/", 1)[0]
@@ -80,6 +80,24 @@ def classify(task: ListingTask, path: str, num_bytes: int) -> FileRef | Rejectio
         num_bytes=num_bytes,
         folder_class=folder_class,
     )
+
+
+# Files that file managers leave in folders, named for what they are
+_SYSTEM_FILES = {
+    ".ds_store": "macOS's folder view settings (.DS_Store)",
+    "thumbs.db": "Windows' thumbnail cache (Thumbs.db)",
+    "desktop.ini": "Windows' folder settings (desktop.ini)",
+}
+
+
+def _not_wanted(task: ListingTask, path: str, extension: str) -> str:
+    """Why a listed file is no image (nor, in an annotation folder, an XML file)."""
+    name = posixpath.basename(path)
+    if name.lower() in _SYSTEM_FILES:
+        return f"{_SYSTEM_FILES[name.lower()]}, not part of the dataset"
+    what = "an image" if task.kind == IMAGES else "an image's XML annotation"
+    named = f"extension {extension!r}" if extension else "no extension"
+    return f"not {what} by its name ({named})"
 
 
 def _stray(task: ListingTask, path: str, detail: str) -> Rejection:

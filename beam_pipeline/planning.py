@@ -441,7 +441,9 @@ def format_plan(plan: BuildPlan, rejections: int = 20) -> str:
                 )
     if plan.rejections and rejections:
         lines.append("")
-        lines.append(f"rejections ({len(plan.rejections):,}; --json lists them all):")
+        lines.append(
+            f"files rejected or reported ({len(plan.rejections):,}; --json lists them all):"
+        )
         for rejection in plan.rejections[:rejections]:
             lines.append(f"  {rejection.path}: {rejection.reason}: {rejection.detail}")
         if len(plan.rejections) > rejections:

@@ -227,12 +227,21 @@ def test_classify_rejects_stray_files_and_undecodable_names():
     stray = pairing.classify(task, "/r/JPEGImages/notes.txt", 3)
     assert isinstance(stray, Rejection) and stray.reason == "not_an_image_file"
     assert stray.is_image is False
+    # The detail said "unexpected extension '' in /r/JPEGImages": the split's folder, for a
+    # file in a class folder below it, and nothing of what a .DS_Store is.
+    assert stray.detail == "not an image by its name (extension '.txt')"
+    for name, detail in (
+        ("n01/.DS_Store", "macOS's folder view settings (.DS_Store), not part of the dataset"),
+        ("Thumbs.db", "Windows' thumbnail cache (Thumbs.db), not part of the dataset"),
+        ("n01/README", "not an image by its name (no extension)"),
+    ):
+        assert pairing.classify(task, f"/r/JPEGImages/{name}", 3).detail == detail
     bad = pairing.classify(task, "/r/JPEGImages/caf\udce9.jpg", 3)
     assert bad.reason == "undecodable_path" and bad.path == "/r/JPEGImages/caf\\udce9.jpg"
     annotations = layouts.ListingTask("annotations", "/r/Annotations", "", "VOC2007", "/r")
-    assert (
-        pairing.classify(annotations, "/r/Annotations/x.txt", 1).reason == "not_an_annotation_file"
-    )
+    text = pairing.classify(annotations, "/r/Annotations/x.txt", 1)
+    assert text.reason == "not_an_annotation_file"
+    assert text.detail == "not an image's XML annotation by its name (extension '.txt')"
     # macOS's AppleDouble files beside each image and XML of a tree copied from a Mac.
     for directory, name, reason in (
         (task, "/r/JPEGImages/._2007_000001.jpg", "not_an_image_file"),

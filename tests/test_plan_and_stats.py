@@ -135,6 +135,9 @@ def test_plan_of_a_bad_tree_counts_orphans_unknown_classes_and_rejections(bad_tr
         ("train", "not_an_image_file", "notes.txt"),
         ("validation", "unknown_class", "v2.xml"),
     ]
+    # The text's list holds the reported files too (notes.txt): "rejections" said otherwise.
+    code, text, _ = run_plan(capsys, *argv[:-1])
+    assert "\nfiles rejected or reported (4; --json lists them all):\n" in text
 
 
 def test_plan_exits_1_with_the_builds_own_reason_when_the_build_would_be_refused(
