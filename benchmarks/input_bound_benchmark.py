@@ -38,7 +38,8 @@ import keras
 import tensorflow as tf
 
 from benchmarks.loader_benchmark import SIZE, fit_rates, images_per_second, small_cnn
-from loaders import dataset_info, load_dataset, normalization_layer
+from benchmarks.measure import built_dataset
+from loaders import load_dataset, normalization_layer
 from loaders.service import start_dispatcher, start_worker
 
 
@@ -197,7 +198,7 @@ def main() -> int:
     mixed = bool(devices) and not args.no_mixed_precision
     if mixed:
         keras.mixed_precision.set_global_policy("mixed_bfloat16")
-    info = dataset_info(args.data_dir)
+    info = built_dataset(parser, args.data_dir)
     b = args.batch_size
     servers, service = [], args.service
     if service and not service.startswith("grpc://"):

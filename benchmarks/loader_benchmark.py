@@ -39,6 +39,7 @@ import numpy as np
 import tensorflow as tf
 
 from benchmarks import loader_baselines
+from benchmarks.measure import built_dataset
 from loaders import dataset_info, load_dataset, normalization_layer
 from schemas import features as F
 
@@ -167,7 +168,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5, help="alternating rounds per loader")
     parser.add_argument("--fit_repeats", type=int, default=3, help="alternating model.fit runs")
     args = parser.parse_args()
-    info = dataset_info(args.data_dir)
+    info = built_dataset(parser, args.data_dir)
     b = args.batch_size
     n = args.batches or info.split("train").num_examples // b
     num_outputs = info.class_list.one_hot_length

@@ -35,7 +35,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf
 
 from benchmarks.loader_benchmark import images_per_second
-from loaders import dataset_info, load_dataset
+from benchmarks.measure import built_dataset
+from loaders import load_dataset
 from schemas import features as F
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -84,7 +85,7 @@ def main() -> int:
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    info = dataset_info(args.data_dir)
+    info = built_dataset(parser, args.data_dir)
     images = min(args.images, info.split(args.split).num_examples)
     size = (args.image_size, args.image_size)
     files = info.shard_paths(args.split)

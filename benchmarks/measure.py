@@ -66,3 +66,14 @@ def marginal_rate(small_n: int, small: Measurement, large_n: int, large: Measure
     """
     seconds = large.seconds - small.seconds
     return (large_n - small_n) / seconds if seconds > 0 else math.nan
+
+
+def built_dataset(parser, data_dir: str):
+    """`loaders.dataset_info(data_dir)`; a data_dir that is no complete build is the parser's
+    error (exit 2, the loader's message), not a traceback."""
+    from loaders import dataset_info  # the build benchmarks import no TensorFlow
+
+    try:
+        return dataset_info(data_dir)
+    except (FileNotFoundError, ValueError) as error:
+        parser.error(str(error))

@@ -421,3 +421,14 @@ def test_loader_stages_benchmark_prints_each_stage(built):
         assert_numbers(cells, allow_missing=True)
         assert (cells[1] == "-") == (not name.startswith(("read", "+"))), name
     assert ": 16 images, 224x224, medians of 1 rounds" in done.stdout
+
+
+def test_a_loader_benchmark_on_a_folder_that_is_no_build_says_so(tmp_path):
+    # It ended in a traceback of IncompleteDatasetError.
+    done = run_benchmark("loader_stages", tmp_path / "missing", check=False)
+    assert done.returncode == 2
+    assert done.stderr.endswith(
+        f"loader_stages.py: error: {tmp_path}/missing does not exist: data_dir is the "
+        "--output_dir of a build, a directory\n"
+    )
+    assert "Traceback" not in done.stderr
