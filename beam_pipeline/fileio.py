@@ -141,28 +141,52 @@ def classes_without_images(directory: str, foreign: Iterable[str] = ()) -> list[
 
     A class folder that is a link the listing does not enter is one too, named with why: a
     link to nothing (its target missing, or a loop), or one to a folder of this split or of
-    another (`foreign`: their real paths), whose images are listed by their own path."""
+    another (`foreign`: their real paths), whose images are listed by their own path; so is
+    the second name of one folder (two links to one folder outside the tree, a bind mount),
+    whose images would be listed once or under two classes, and a folder whose name is not
+    UTF-8 text, whose images are rejected."""
     if not is_local(directory) or not os.path.isdir(directory):
         return []
     real = os.path.realpath(directory)
-    with os.scandir(directory) as entries:
-        folders, archives, links = [], [], []
-        for entry in entries:
-            if is_skipped_folder(entry.name):
-                continue
-            if entry.is_symlink() and (why := _unlisted_link(entry, real, foreign)):
-                links.append(f"{entry.name} ({why})")
-            elif _is_dir(entry):
-                folders.append(entry.name)
-            elif entry.name.lower().endswith(_ARCHIVES):
-                archives.append(entry.name)
+    with os.scandir(directory) as scanned:
+        entries = sorted(scanned, key=lambda entry: entry.name)  # the listing's order
+    folders, archives, named = [], [], []
+    first_name: dict[tuple[int, int], str] = {}  # (device, inode) of a folder: its first name
+    for entry in entries:
+        if is_skipped_folder(entry.name):
+            continue
+        name = entry.name.encode("utf-8", "backslashreplace").decode("utf-8")  # printable
+        if entry.is_symlink() and (why := _unlisted_link(entry, real, foreign)):
+            named.append(f"{name} ({why})")
+        elif _is_dir(entry):
+            identity = _identity(entry.path)
+            if identity in first_name:
+                named.append(f"{name} (the same folder as {first_name[identity]})")
+            elif name != entry.name:
+                named.append(f"{name} (a name that is not UTF-8 text: its images are rejected)")
+            else:
+                folders.append(name)
+            if identity is not None:
+                first_name.setdefault(identity, name)
+        elif entry.name.lower().endswith(_ARCHIVES):
+            archives.append(entry.name)
     empty = [name for name in folders if not _holds_an_image(join(directory, name))]
     full = set(folders) - set(empty)
     stems = {name: name.split(".", 1)[0] for name in archives}
     classes = [
         name for name, stem in stems.items() if _WORDNET_ID.fullmatch(stem) and stem not in full
     ]
-    return sorted(empty + classes + links)
+    return sorted(empty + classes + named)
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """(device, inode) of what `path` leads to: one folder however it is reached (links,
+    bind mounts); None if it cannot be read."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
 
 
 def _is_dir(entry: os.DirEntry) -> bool:

@@ -369,6 +369,8 @@ def plan_discovery(
         plan = _plan_voc(root, splits, match, read_text)
         folders = [task.directory for task in plan.tasks if task.kind == IMAGES]
         if not any(has_files(folder) for folder in folders):
+            if cuts := [cut for folder in folders if (cut := dangling_link(folder, root))]:
+                raise LayoutError(f"no images: {'; '.join(cuts)} (a disk not mounted?)")
             raise LayoutError(
                 f"the split lists name {len(plan.memberships)} images, but "
                 f"{', '.join(folders)} {'is' if len(folders) == 1 else 'are'} empty or missing: "
@@ -384,6 +386,7 @@ def plan_discovery(
                 (split, ", ".join(folders)) for split in plan.splits if split != "test"
             )
             plan = dataclasses.replace(plan, unannotated=unannotated)
+        _refuse_dangling_annotation_folders(plan)
         return _apart(plan)
     subdir = "DET" if layout == ILSVRC_DET else "CLS-LOC"
     tasks, unannotated, missing = [], [], []
@@ -391,6 +394,8 @@ def plan_discovery(
     for split in splits:
         image_dir = join(root, "Data", subdir, split)
         if not has_files(image_dir):
+            if cut := dangling_link(image_dir, root):
+                raise LayoutError(f"split {split!r} has no images: {cut} (a disk not mounted?)")
             raise LayoutError(
                 f"split {split!r} has no images: {image_dir} is empty or missing; "
                 + _choose_splits(present)
@@ -426,6 +431,7 @@ def plan_discovery(
         unbuilt=unbuilt,
         unannotated=tuple(unannotated),
     )
+    _refuse_dangling_annotation_folders(plan)
     return _apart(plan)
 
 
@@ -443,13 +449,17 @@ def _apart(plan: DiscoveryPlan) -> DiscoveryPlan:
     for number, first in enumerate(images):
         for second in images[number + 1 :]:
             a, b = reals[first.directory], reals[second.directory]
-            if _nested(a, b):
+            mounted = not _nested(a, b) and _same_folder(first.directory, second.directory)
+            if _nested(a, b) or mounted:
                 same = f"both {a}" if a == b else f"{a} and {b}, one inside the other"
+                shows = f"ls -l {shlex.quote(posixpath.dirname(second.directory))} shows the links"
+                if mounted:
+                    same = "mounted at both paths: a bind mount"
+                    shows = f"findmnt {shlex.quote(second.directory)} shows the mount"
                 raise LayoutError(
                     f"{first.directory} and {second.directory} are one folder ({same}): a "
                     f"build would write its images into {_task_name(first)} and "
-                    f"{_task_name(second)} alike. Give each its own images (ls -l "
-                    f"{shlex.quote(posixpath.dirname(second.directory))} shows the links)"
+                    f"{_task_name(second)} alike. Give each its own images ({shows})"
                 )
     unbuilt = _unbuilt_split_folders(images, set(reals.values()))
     tasks = tuple(
@@ -529,6 +539,14 @@ def _links_into(path: str, top: str) -> bool:
         return False
     real, top_real = os.path.realpath(path), os.path.realpath(top)
     return _nested(real, top_real)
+
+
+def _same_folder(first: str, second: str) -> bool:
+    """Whether two local paths lead to one folder (by device and inode: a bind mount too)."""
+    try:
+        return os.path.samefile(first, second)
+    except OSError:
+        return False
 
 
 def _nested(first: str, second: str) -> bool:
@@ -673,6 +691,41 @@ def _refuse_unannotated_voc_years(
             )
 
 
+def dangling_link(path: str, root: str) -> str | None:
+    """How a local `path` below `root` is cut off by a link to nothing ("X is a link to Y,
+    which does not exist": a disk not mounted, a copy moved), or None. The link may be the
+    folder itself or a folder on its way from `root`."""
+    if not is_local(path) or not path.startswith(root.rstrip("/") + "/"):
+        return None
+    current = root.rstrip("/")
+    for name in path[len(current) + 1 :].split("/"):
+        current = join(current, name)
+        if os.path.islink(current) and not os.path.exists(current):
+            return f"{current} is a link to {os.readlink(current)}, which does not exist"
+        if not os.path.exists(current):
+            return None
+    return None
+
+
+def _common(first: str, second: str) -> str:
+    return os.path.commonpath([first, second]) if is_local(first) and is_local(second) else ""
+
+
+def _refuse_dangling_annotation_folders(plan: DiscoveryPlan) -> None:
+    """Refuses a plan whose annotation folder (of a split other than test) is a link to
+    nothing: its split was built unlabelled, or its images background, exit 0, and the
+    console said only that the folder was empty or missing."""
+    for task in plan.tasks:
+        if task.kind != ANNOTATIONS or task.split == "test":
+            continue
+        if cut := dangling_link(task.directory, task.root):
+            raise LayoutError(
+                f"{cut} (a disk not mounted, a copy moved?): a build would find no XML in "
+                f"{task.directory} for {_task_name(task)}. Mount or restore it, or remove the "
+                "link to build without those annotations"
+            )
+
+
 def _refuse_missing_annotation_folders(missing: Sequence[tuple[str, str]]) -> None:
     """Refuses a tree where an image folder of an annotated split has no annotation folder.
 
@@ -683,7 +736,11 @@ def _refuse_missing_annotation_folders(missing: Sequence[tuple[str, str]]) -> No
     """
     if not missing:
         return
-    shown = "; ".join(f"{images} has no {annotations}" for images, annotations in missing[:5])
+    shown = "; ".join(
+        f"{images} has no {annotations}"
+        + (f" ({cut})" if (cut := dangling_link(annotations, _common(images, annotations))) else "")
+        for images, annotations in missing[:5]
+    )
     more = f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""
     first = missing[0][1]
     raise LayoutError(

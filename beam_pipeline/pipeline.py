@@ -20,6 +20,7 @@ import logging
 import os
 import platform
 import re
+import shlex
 import sys
 from collections.abc import Sequence
 
@@ -140,7 +141,15 @@ def _refuse_classes_without_images(train_dir: str, foreign: tuple[str, ...]) -> 
         return
     shown = first_few(missing, 5)
     one = len(missing) == 1
-    links = "point each linked class folder at its own images, " if "link" in shown else ""
+    said = " ".join(missing)
+    fixes = ""
+    if "(a link" in said or "(the same folder as" in said:
+        fixes = "point each linked class folder at its own images, "
+    if "not UTF-8 text" in said:
+        fixes += (
+            "rename each folder whose name is not UTF-8 (every name below the split: "
+            f"convmv -f latin1 -t utf8 -r --notest {shlex.quote(train_dir)}), "
+        )
     raise layouts.LayoutError(
         f"split 'train': {len(missing)} class{'' if one else 'es'} in {train_dir} "
         f"hold{'s' if one else ''} no image ({shown}): a build would leave "
@@ -149,7 +158,7 @@ def _refuse_classes_without_images(train_dir: str, foreign: tuple[str, ...]) -> 
         "dataset do. Extract each class's archive into its folder (ImageNet's, in that "
         'folder: for f in n*.tar; do mkdir -p "${f%.tar}" && tar -xf "$f" -C "${f%.tar}" '
         '&& rm "$f"; done; an archive inside its class folder: tar -xf it there), '
-        f"{links}remove what is not wanted, or pass --labels_file (LOC_synset_mapping.txt, "
+        f"{fixes}remove what is not wanted, or pass --labels_file (LOC_synset_mapping.txt, "
         "or a build's labels.txt) to keep every class's index"
     )
 

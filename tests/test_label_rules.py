@@ -6,6 +6,7 @@ annotation, images lying outside the class folders, and classes named like the b
 
 import codecs
 import json
+import os
 import re
 
 import pytest
@@ -223,6 +224,40 @@ def test_a_train_class_folder_that_is_a_link_the_listing_does_not_enter_is_refus
     info = DatasetInfo.from_json((out / BUILD_INFO_FILE).read_text())
     assert info.class_list.names[:7] == tuple(names)
     assert info.splits["train"].class_counts[:7] == (1, 0, 1, 0, 0, 0, 1)
+
+
+def test_one_class_folder_under_two_names_or_a_name_that_is_not_utf8_is_refused(tmp_path, capsys):
+    # Two class links to one folder outside the tree: the listing entered it once, and the
+    # other class was left out (exit 0, later classes one lower). A class folder whose name is
+    # not UTF-8: its images were rejected within the 1% budget and the class left out.
+    root = tmp_path / "tree"
+    train = root / "Data/CLS-LOC/train"
+    disk = tmp_path / "disk2"
+    for synset in ("n03", "n04"):
+        write(disk / synset / f"{synset}_0.JPEG", jpeg_bytes())
+    (train).mkdir(parents=True)
+    (train / "n01").symlink_to(disk / "n03")
+    (train / "n03").symlink_to(disk / "n03")
+    (train / "n04").symlink_to(disk / "n04")
+    for i in range(120):
+        cls_loc(root, f"n05/n05_{i}", "train", jpeg_bytes())
+    latin1 = os.fsencode(train) + b"/caf\xe9"
+    os.mkdir(latin1)
+    with open(latin1 + b"/1.JPEG", "wb") as stream:
+        stream.write(jpeg_bytes())
+    argv = ["--input_dir", str(root), "--splits", "train"]
+    assert cli.main([*argv, "--output_dir", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(
+        f"error: split 'train': 2 classes in {train} hold no image (caf\\udce9 (a name that "
+        "is not UTF-8 text: its images are rejected), n03 (the same folder as n01)): a build "
+    )
+    assert (
+        "tar -xf it there), point each linked class folder at its own images, rename each "
+        "folder whose name is not UTF-8 (every name below the split: convmv -f latin1 -t utf8 "
+        f"-r --notest {train}), remove what is not wanted, or pass --labels_file" in error
+    )
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_split_without_annotations_is_unlabelled(imagenet_copy):

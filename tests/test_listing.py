@@ -1,5 +1,6 @@
 import os
 import re
+import subprocess
 
 import pytest
 from helpers import build, dead_letters, ilsvrc_image, jpeg_bytes, read_split, write
@@ -232,3 +233,72 @@ def test_a_link_into_a_split_not_being_built_is_reported_too(tmp_path):
     assert info.splits["validation"].num_examples == 2
     reasons = sorted((d["reason"], d["path"]) for d in dead_letters(tmp_path / "out"))
     assert reasons == [("directory_visited_twice", str(root / "Data/CLS-LOC/val/n09"))]
+
+
+def test_an_annotation_or_split_folder_that_is_a_link_to_nothing_is_refused_naming_it(
+    tmp_path,
+):
+    # An Annotations link whose disk is not mounted: the splits were built unlabelled (or
+    # with class folders, without boxes), exit 0, and the console said "empty or missing".
+    root = tmp_path / "voc" / "VOC2012"
+    for i in range(3):
+        write(root / "JPEGImages" / f"00000{i}.jpg", jpeg_bytes())
+    for split in ("train", "val"):
+        write(root / "ImageSets/Main" / f"{split}.txt", "000000\n000001\n000002\n")
+    os.symlink(tmp_path / "unmounted/Annotations", root / "Annotations")
+    labels = write(tmp_path / "labels.txt", "cat\ndog\n")
+    with pytest.raises(LayoutError) as refused:
+        build(root, tmp_path / "out", "--labels_file", labels)
+    assert str(refused.value) == (
+        f"{root}/Annotations is a link to {tmp_path}/unmounted/Annotations, which does not "
+        f"exist (a disk not mounted, a copy moved?): a build would find no XML in "
+        f"{root}/Annotations for VOC2012's splits. Mount or restore it, or remove the link to "
+        "build without those annotations"
+    )
+    # ImageNet from Kaggle, its val XML on a disk not mounted (the link one level up).
+    tree = tmp_path / "ILSVRC"
+    ilsvrc_image(tree, "train", "n01/a", jpeg_bytes(), task="CLS-LOC")
+    ilsvrc_image(tree, "val", "v", jpeg_bytes(), task="CLS-LOC")
+    write(tree / "Annotations/CLS-LOC/train/n01/a.xml", voc_xml([("n01", 1, 1, 9, 9)]))
+    os.symlink(tmp_path / "gone", tree / "Annotations/CLS-LOC/val")
+    with pytest.raises(LayoutError, match=r"CLS-LOC/val is a link to .*/gone, which does not"):
+        build(tree, tmp_path / "out2")
+    # A split's image folder: named with its link, not "empty or missing".
+    os.unlink(tree / "Annotations/CLS-LOC/val")
+    os.symlink(tmp_path / "elsewhere", tree / "Data/CLS-LOC/test")
+    with pytest.raises(LayoutError) as refused:
+        build(tree, tmp_path / "out3", "--splits", "train,test")
+    assert str(refused.value) == (
+        f"split 'test' has no images: {tree}/Data/CLS-LOC/test is a link to "
+        f"{tmp_path}/elsewhere, which does not exist (a disk not mounted?)"
+    )
+
+
+def test_a_split_folder_mounted_twice_is_refused(tmp_path):
+    # train and val bind-mounted from one folder: the paths differ, so only the device and
+    # inode tell; validation was a copy of train, exit 0.
+    disk = tmp_path / "disk"
+    write(disk / "n01" / "a.JPEG", jpeg_bytes())
+    root = tmp_path / "tree"
+    mounted = []
+    try:
+        for split in ("train", "val"):
+            (root / "Data/CLS-LOC" / split).mkdir(parents=True)
+            done = subprocess.run(
+                ["mount", "--bind", str(disk), str(root / "Data/CLS-LOC" / split)],
+                capture_output=True,
+            )
+            if done.returncode != 0:
+                pytest.skip(f"mount --bind needs privileges here: {done.stderr!r}")
+            mounted.append(root / "Data/CLS-LOC" / split)
+        with pytest.raises(LayoutError) as refused:
+            build(root, tmp_path / "out")
+        assert str(refused.value) == (
+            f"{root}/Data/CLS-LOC/train and {root}/Data/CLS-LOC/val are one folder (mounted "
+            "at both paths: a bind mount): a build would write its images into the train "
+            "split and the validation split alike. Give each its own images (findmnt "
+            f"{root}/Data/CLS-LOC/val shows the mount)"
+        )
+    finally:
+        for path in mounted:
+            subprocess.run(["umount", str(path)], check=True)
