@@ -70,11 +70,11 @@ def read_records(
         # Element sharding needs every pipeline to walk the files in the same order.
         file_seed = seed if seed is not None or by_file else 0
         dataset = dataset.shuffle(len(files), seed=file_seed, reshuffle_each_iteration=True)
-    dataset = _checked_every_epoch(dataset, info)
     dataset = _interleave_shards(
         dataset,
         len(files),
         guard_missing=not any(char in info.data_dir for char in "*?["),
+        before=_unchanged_build(info),
         deterministic=True if seed is not None or not by_file else None,
         config=config,
     )
@@ -86,36 +86,38 @@ def read_records(
     return SplitRecords(dataset, examples)
 
 
-def _checked_every_epoch(files: tf.data.Dataset, info: BuildInfo) -> tf.data.Dataset:
-    """The file list, which fails, as its first file is handed out each epoch, unless the
-    build's metadata file is still what `load_dataset` read.
+def _unchanged_build(info: BuildInfo) -> tf.data.Dataset | None:
+    """A dataset of no element that fails unless the build's metadata file is still what
+    `load_dataset` read; None where that cannot be told.
 
-    A rebuild into the directory (`--overwrite`) writes shards of the same names: a dataset
-    made before it read them in later epochs, cut to the old counts, without a word. One read
-    of the metadata file per epoch (and pipeline); none for a directory whose name holds glob
-    characters, where `matching_files` cannot tell a missing file.
+    `read_shard` walks it just before it opens its shard. A rebuild into the directory
+    (`--overwrite`) writes shards of the same names: a dataset made before it read them, cut
+    to the old counts, without a word; in the middle of an epoch, the shards opened after the
+    rebuild's commit were the new build's (the others stay open on the old files). A commit
+    deletes the old metadata file before it touches a shard, so a shard opened right after
+    this check is the old build's. One read of the metadata file per shard opened; none for a
+    directory whose name holds glob characters, where `matching_files` cannot tell a missing
+    file.
     """
     if not info.metadata_file or any(char in info.data_dir for char in "*?["):
-        return files
+        return None
     path = join(info.data_dir, info.metadata_file)
     gone = f"{path} is gone since load_dataset read it (a rebuild under way?): the shards may "
     changed = f"{path} changed since load_dataset read it (rebuilt, or upgraded): the shards may "
     fix = "not be those the dataset was made for; call load_dataset again once it is complete"
 
-    def check(index, path_and_count):
-        def read_metadata():
-            there = tf.debugging.Assert(tf.size(tf.io.matching_files(path)) > 0, [gone + fix])
-            with tf.control_dependencies([there]):
-                same = tf.io.read_file(path) == info.metadata_text
-            unchanged = tf.debugging.Assert(same, [changed + fix])
-            with tf.control_dependencies([unchanged]):
-                return tf.constant(True)
+    def check(path):
+        there = tf.debugging.Assert(tf.size(tf.io.matching_files(path)) > 0, [gone + fix])
+        with tf.control_dependencies([there]):
+            same = tf.io.read_file(path) == info.metadata_text
+        unchanged = tf.debugging.Assert(same, [changed + fix])
+        with tf.control_dependencies([unchanged]):
+            return tf.identity(path)
 
-        ok = tf.cond(index == 0, read_metadata, lambda: tf.constant(True))
-        with tf.control_dependencies([ok]):
-            return tf.nest.map_structure(tf.identity, path_and_count)
-
-    return files.enumerate().map(lambda index, item: check(index, item))
+    # The path is an element, not a constant of the function: TensorFlow folds a read of a
+    # constant path into a constant once per iterator, so a check made so saw the metadata
+    # of the epoch's start however often it ran.
+    return tf.data.Dataset.from_tensors(path).map(check).filter(lambda _: False)
 
 
 def _interleave_shards(
@@ -125,18 +127,24 @@ def _interleave_shards(
     guard_missing: bool,
     deterministic: bool | None,
     config: ReadConfig,
+    before: tf.data.Dataset | None = None,
 ) -> tf.data.Dataset:
     """The records of `files`' `(path, expected count)` elements, several files at a time."""
     cycle_length = num_files if config.cycle_length == AUTOTUNE else config.cycle_length
     return files.interleave(
-        lambda path, expected: read_shard(path, expected, guard_missing),
+        lambda path, expected: read_shard(path, expected, guard_missing, before),
         cycle_length=max(1, min(cycle_length, num_files)),
         num_parallel_calls=tf_data_value(config.num_parallel_calls),
         deterministic=deterministic,
     )
 
 
-def read_shard(path: tf.Tensor, expected: tf.Tensor, guard_missing: bool = True) -> tf.data.Dataset:
+def read_shard(
+    path: tf.Tensor,
+    expected: tf.Tensor,
+    guard_missing: bool = True,
+    before: tf.data.Dataset | None = None,
+) -> tf.data.Dataset:
     """Exactly `expected` records of one shard; `checked_record` refuses stand-ins for lost ones.
 
     TensorFlow's own error for a corrupt record does not name the file. Here the reader skips
@@ -147,7 +155,8 @@ def read_shard(path: tf.Tensor, expected: tf.Tensor, guard_missing: bool = True)
     on, runs a function per record and slows reading markedly (see benchmarks/RESULTS.md). A
     file that vanished after `load_dataset` checked it fails before it is opened (skipping the
     reader's errors on a missing file would retry forever); `guard_missing` is off for
-    directories whose names hold glob characters, where that check cannot be exact.
+    directories whose names hold glob characters, where that check cannot be exact. `before`
+    (a dataset of no element, a check) is walked just before the shard is opened.
     """
     if guard_missing:
         found = tf.debugging.Assert(
@@ -167,7 +176,10 @@ def read_shard(path: tf.Tensor, expected: tf.Tensor, guard_missing: bool = True)
         ]
     )
     padding = tf.data.Dataset.from_tensors(stand_in).repeat()
-    return tf.data.TFRecordDataset(path).ignore_errors().concatenate(padding).take(expected)
+    records = tf.data.TFRecordDataset(path).ignore_errors().concatenate(padding).take(expected)
+    if before is not None:
+        records = before.concatenate(records).concatenate(before)
+    return records
 
 
 def checked_record(record: tf.Tensor) -> tf.Tensor:

@@ -609,6 +609,28 @@ def test_a_dataset_made_before_a_rebuild_refuses_the_new_shards(tmp_path):
             pass
 
 
+def test_a_rebuild_that_commits_in_the_middle_of_an_epoch_stops_it_by_name(tmp_path):
+    # The metadata was checked as each epoch began: shards opened after a mid-epoch rebuild
+    # (one at a time here) were the new build's, and the epoch went on with records of both
+    # builds (41 of 200 twice, 44 never, in a new-user trial), no error; and the check read
+    # the metadata once per iterator (TensorFlow folded the read of a constant path).
+    tree, out = tmp_path / "tree", tmp_path / "out"
+    sample_tree.write_tree(str(tree), num_train=200, num_val=10, seed=2)
+    build(tree, out, "--num_shards", "train=4,validation=1")
+    # (50 records a shard, more than tf.data reads ahead of one batch)
+    config = ReadConfig(cycle_length=1, prefetch=0, shuffle_buffer=1, num_parallel_calls=1)
+    dataset = load_dataset(
+        str(out), "train", batch_size=5, image_size=SIZE, training=True, seed=0, config=config
+    )
+    batches = iter(dataset)
+    next(batches)
+    build(tree, out, "--num_shards", "train=4,validation=1", "--overwrite", "--seed", "7")
+    expected = f"{out}/build_info.json changed since load_dataset read it (rebuilt, or upgraded)"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(expected)):
+        for _ in batches:
+            pass
+
+
 @pytest.mark.parametrize(
     "damage, message",
     [(lambda data: data[: len(data) // 2], "has .* bytes"), (lambda data: None, "is missing")],
