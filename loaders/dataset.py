@@ -134,7 +134,9 @@ def load_dataset(
     records = read_records(
         info, split, training=training, seed=seed, input_context=input_context, config=config
     )
-    refuse_empty_epoch(split, records.num_examples, batch_size, training)
+    refuse_empty_epoch(split, records.fewest_examples, batch_size, training)
+    if not training:
+        warn_uneven_evaluation(split, records, batch_size)
     return batch_examples(
         records,
         info.num_classes,
@@ -203,19 +205,45 @@ def checked_input_context(input_context) -> None:
 def refuse_service_sharding(info, split: str, service, input_context) -> None:
     """ValueError when `service` and `input_context` would need every n-th record.
 
-    With fewer shards than input pipelines, each pipeline keeps every n-th record of the
-    stream; behind a tf.data service in "distributed_epoch" mode that stream is each worker's
-    part, not the split, so the pipelines would read records twice and miss others.
+    The shards left over when the pipelines take as many each (all of them when there are
+    fewer than pipelines) are read by every pipeline, which keeps every n-th record of them;
+    behind a tf.data service in "distributed_epoch" mode that stream is each worker's part,
+    not the split, so the pipelines would read records twice and miss others.
     """
     if service is None or input_context is None:
         return
     shards, pipelines = len(info.split(split).shards), input_context.num_input_pipelines
-    if shards < pipelines:
+    if shards % pipelines:
+        more = -(-shards // pipelines) * pipelines
         raise ValueError(
-            f"service= with {pipelines} input pipelines needs at least as many shards, and "
-            f"split {split!r} has {shards}: each pipeline reads whole shards from the service. "
-            f"Rebuild with --num_shards {split}={pipelines} (or more), or load without service="
+            f"service= with {pipelines} input pipelines needs a multiple of {pipelines} "
+            f"shards, and split {split!r} has {shards}: each pipeline reads whole shards from "
+            f"the service, as many as every other. Rebuild with --num_shards {split}={more} "
+            "(or another multiple), or load without service="
         )
+
+
+def warn_uneven_evaluation(split: str, records, batch_size: int) -> None:
+    """A warning when evaluation's input pipelines yield different numbers of batches:
+    tf.distribute reports the first pipeline's count as the steps, so Keras would leave the
+    last batch of a pipeline with one more unread (a training loop that runs until every
+    replica's input is exhausted reads them all)."""
+    fewest, most = records.fewest_examples, records.most_examples
+    low, high = -(-fewest // batch_size), -(-most // batch_size)
+    if low == high:
+        return
+    unread = most - low * batch_size
+    warnings.warn(
+        f"the input pipelines of split {split!r} hold {fewest}-{most} records, {low} or "
+        f"{high} batches of {batch_size}: Keras runs the first pipeline's count of steps on "
+        f"every replica, so some replicas' last batch (up to {unread} "
+        f"record{'s' if unread > 1 else ''}) would not be evaluated. Evaluate with "
+        "load_dataset without input_context under strategy.scope() (Keras splits each global "
+        "batch among the replicas and reads every record), or with a batch size that gives "
+        "every pipeline as many batches",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def refuse_empty_epoch(split: str, num_examples: int, batch_size: int, training: bool) -> None:
@@ -304,6 +332,11 @@ def batch_examples(
         dataset = dataset.batch(batch_size, drop_remainder=training)
     examples = records.num_examples
     batches = examples // batch_size if training else -(-examples // batch_size)
+    if training and records.fewest_examples // batch_size < batches:
+        # Each step takes a batch from every input pipeline: as many from each as the
+        # pipeline with fewest has (its records differ by a few, see read_records).
+        batches = records.fewest_examples // batch_size
+        dataset = dataset.take(batches)
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
     return dataset.prefetch(tf_data_value(config.prefetch))
 

@@ -30,10 +30,16 @@ class SplitRecords:
       records: scalar `tf.string` elements: serialised `tf.train.Example`s, or `read_shard`'s
         stand-ins for lost ones, which `checked_record` refuses.
       num_examples: records per epoch in this input pipeline.
+      fewest_examples: records per epoch in the input pipeline that has fewest (of all those
+        of the `input_context`; `num_examples` without one): training takes as many batches
+        from every pipeline, since each step takes one batch from each.
+      most_examples: records per epoch in the input pipeline that has most.
     """
 
     records: tf.data.Dataset
     num_examples: int
+    fewest_examples: int
+    most_examples: int
 
 
 def read_records(
@@ -47,8 +53,13 @@ def read_records(
 ) -> SplitRecords:
     """One input pipeline's records of a split, and how many it yields per epoch.
 
-    Each input pipeline reads its own files, or every n-th record when there are fewer files
-    than pipelines. Training shuffles the files every epoch.
+    With several input pipelines, each reads whole shards of its own, as many as every other
+    one; the shards left over (fewer than the pipelines: all of them when there are fewer
+    shards than pipelines) are read by every pipeline, which keeps every n-th of their
+    records. So each record is read by one pipeline, and the pipelines' counts differ by a
+    few records, not by whole shards (3 pipelines on 4 shards: 2, 1 and 1 shards, and a
+    training step takes a batch from each, so a third of the epoch went unread). Training
+    shuffles the files every epoch.
 
     Raises:
       KeyError: unknown split.
@@ -59,31 +70,59 @@ def read_records(
     counts = [shard.num_examples for shard in info.split(split).shards]
     num_pipelines = input_context.num_input_pipelines if input_context else 1
     index = input_context.input_pipeline_id if input_context else 0
-    by_file = len(files) >= num_pipelines
+    whole = len(files) - len(files) % num_pipelines  # shards read whole, by one pipeline each
 
-    mine = slice(index, None, num_pipelines) if by_file else slice(None)
-    # The pipeline's files are picked here, not by `Dataset.shard`: a tf.data service in
-    # "distributed_epoch" mode hands the source's elements out among its workers, and a
-    # `shard` after the source would then pick from each worker's part instead of the list.
-    dataset = tf.data.Dataset.from_tensor_slices((files[mine], tf.constant(counts[mine], tf.int64)))
-    if training:
-        # Element sharding needs every pipeline to walk the files in the same order.
-        file_seed = seed if seed is not None or by_file else 0
-        dataset = dataset.shuffle(len(files), seed=file_seed, reshuffle_each_iteration=True)
-    dataset = _interleave_shards(
-        dataset,
-        len(files),
-        guard_missing=not any(char in info.data_dir for char in "*?["),
-        before=_unchanged_build(info),
-        deterministic=True if seed is not None or not by_file else None,
-        config=config,
-    )
-    if num_pipelines > 1 and not by_file:
-        dataset = dataset.shard(num_pipelines, index)
-    examples = sum(counts[mine])
-    if not by_file:  # every num-th record of all the files
-        examples = (examples - index + num_pipelines - 1) // num_pipelines
-    return SplitRecords(dataset, examples)
+    def read(mine: slice, shuffle_seed, deterministic) -> tf.data.Dataset:
+        # The pipeline's files are picked here, not by `Dataset.shard`: a tf.data service in
+        # "distributed_epoch" mode hands the source's elements out among its workers, and a
+        # `shard` after the source would then pick from each worker's part instead of the list.
+        dataset = tf.data.Dataset.from_tensor_slices(
+            (files[mine], tf.constant(counts[mine], tf.int64))
+        )
+        if training:
+            dataset = dataset.shuffle(
+                len(files[mine]), seed=shuffle_seed, reshuffle_each_iteration=True
+            )
+        return _interleave_shards(
+            dataset,
+            len(files[mine]),
+            guard_missing=not any(char in info.data_dir for char in "*?["),
+            deterministic=deterministic,
+            config=config,
+            before=_unchanged_build(info),
+        )
+
+    own = slice(index, whole, num_pipelines)
+    left = slice(whole, None)
+    shared = sum(counts[left])
+    per_pipeline = [
+        sum(counts[i:whole:num_pipelines]) + (shared - i + num_pipelines - 1) // num_pipelines
+        for i in range(num_pipelines)
+    ]
+    if not shared:
+        records = read(own, seed, True if seed is not None else None)
+    else:
+        # Every pipeline walks the shared files in the same order (the same seed, and
+        # deterministically) and keeps every n-th record.
+        stream = read(left, seed if seed is not None else 0, True)
+        stream = stream.shard(num_pipelines, index) if num_pipelines > 1 else stream
+        records = stream
+        if whole:
+            mine = read(own, seed, True if seed is not None else None)
+            records = (
+                tf.data.Dataset.sample_from_datasets(
+                    [mine, stream],
+                    weights=[
+                        float(sum(counts[own])),
+                        float(per_pipeline[index] - sum(counts[own])),
+                    ],
+                    seed=seed,
+                    stop_on_empty_dataset=False,
+                )
+                if training
+                else mine.concatenate(stream)
+            )
+    return SplitRecords(records, per_pipeline[index], min(per_pipeline), max(per_pipeline))
 
 
 def _unchanged_build(info: BuildInfo) -> tf.data.Dataset | None:

@@ -7,6 +7,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -266,9 +267,11 @@ def test_epochs_reshuffle(built):
     assert epoch1 != epoch2
 
 
-@pytest.mark.parametrize("pipelines, split", [(2, "train"), (3, "validation")])
+@pytest.mark.filterwarnings("ignore:the input pipelines of split")  # Keras's steps: not here
+@pytest.mark.parametrize("pipelines, split", [(2, "train"), (3, "validation"), (3, "train")])
 def test_input_pipelines_cover_every_example_exactly_once(built, pipelines, split):
-    # train: 4 files over 2 pipelines (file sharding); validation: 2 files over 3 (elements).
+    # train: 4 files over 2 pipelines (file sharding), over 3 (a file each, and every third
+    # record of the fourth); validation: 2 files over 3 (elements).
     everything = [
         digest(x) for b, _ in load_dataset(built, split, batch_size=4, image_size=SIZE) for x in b
     ]
@@ -285,11 +288,12 @@ def test_input_pipelines_cover_every_example_exactly_once(built, pipelines, spli
 MIRRORED = """
 import json, sys, warnings
 import tensorflow as tf
+replicas = int(sys.argv[4])
 cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
 import keras
 from loaders import load_dataset
-strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(replicas)])
 data_dir, global_batch, training = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "train"
 
 def dataset_fn(context, **extra):  # the README's recipe
@@ -336,15 +340,28 @@ print(json.dumps({
 """
 
 
-@pytest.mark.parametrize("training, global_batch", [(True, 16), (False, 46)])
+@pytest.mark.parametrize(
+    "replicas, training, global_batch",
+    [(2, True, 16), (2, False, 46), (3, True, 24), (3, False, 24)],
+)
 def test_the_readmes_mirrored_strategy_recipe_runs_the_steps_it_reports(
-    built, training, global_batch
+    built, replicas, training, global_batch
 ):
     # Two logical CPU devices: TensorFlow once called the dataset function with one input
     # pipeline for both replicas; len() counted per-replica batches, each step took two, and
-    # Keras showed twice the steps it ran, warning that the input ran out of data.
+    # Keras showed twice the steps it ran, warning that the input ran out of data. Three: the
+    # four shards went 2, 1 and 1 to the pipelines, the steps were the first's count, and a
+    # third of each epoch went unread (Keras warned that the input ran out of data).
     run = subprocess.run(
-        [sys.executable, "-c", MIRRORED, built, str(global_batch), "train" if training else "x"],
+        [
+            sys.executable,
+            "-c",
+            MIRRORED,
+            built,
+            str(global_batch),
+            "train" if training else "x",
+            str(replicas),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -353,24 +370,44 @@ def test_the_readmes_mirrored_strategy_recipe_runs_the_steps_it_reports(
     assert run.returncode == 0, run.stderr[-3000:]
     warned, result = (json.loads(line) for line in run.stdout.splitlines()[-2:])
     assert warned["warned"][0].startswith(
-        "input_context has 1 input pipeline(s) for 2 replicas: each step takes 2 of this "
-        "dataset's batches"
+        f"input_context has 1 input pipeline(s) for {replicas} replicas: each step takes "
+        f"{replicas} of this dataset's batches"
     )
-    # Each replica reads its own two of the four shards (22 + 22 and 23 + 23 records here).
+    # Two replicas read two of the four shards each (22 + 22 and 23 + 23 records here);
+    # three read one each and every third record of the fourth (22 + 8, 23 + 8, 22 + 7).
     counts = [shard.num_examples for shard in dataset_info(built).split("train").shards]
-    per_replica = global_batch // 2
-    batches = [sum(counts[i::2]) // per_replica for i in range(2)]
-    if not training:
-        batches = [-(-sum(counts[i::2]) // per_replica) for i in range(2)]
-    assert batches[0] == batches[1]
-    assert result["cardinality"] == batches[0]
-    assert result["steps"] == [batches[0]] * 2 and result["warnings"] == []
+    whole = len(counts) - len(counts) % replicas
+    shared = sum(counts[whole:])
+    totals = [
+        sum(counts[i:whole:replicas]) + (shared - i + replicas - 1) // replicas
+        for i in range(replicas)
+    ]
+    assert sum(totals) == sum(counts) and max(totals) - min(totals) <= 2
+    per_replica = global_batch // replicas
+    steps = min(totals) // per_replica if training else -(-max(totals) // per_replica)
+    assert result["cardinality"] == steps
+    assert result["steps"] == [steps] * 2 and result["warnings"] == []
     files = [example[F.FILENAME][0].decode() for example in read_split(built, "train")]
     for names in result["epochs"]:
         assert len(names) == len(set(names))  # no example twice
         assert set(names) <= set(files)
-        kept = sum(min(sum(counts[i::2]), batches[0] * per_replica) for i in range(2))
-        assert len(names) == (kept if training else len(files))
+        assert len(names) == (replicas * steps * per_replica if training else len(files))
+
+
+def test_evaluation_pipelines_with_different_batch_counts_are_warned_of(built):
+    # 3 pipelines of train's 22, 23, 22 and 23 records: 30, 31 and 29. Keras runs the first
+    # pipeline's count of steps on every replica: with 10 a batch, the second's fourth batch
+    # (one record) would not be evaluated.
+    for index in range(3):
+        context = tf.distribute.InputContext(3, index, 1)
+        with pytest.warns(UserWarning, match=r"hold 29-31 records, 3 or 4 batches of 10: Keras"):
+            load_dataset(built, "train", batch_size=10, image_size=SIZE, input_context=context)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            load_dataset(built, "train", batch_size=8, image_size=SIZE, input_context=context)
+            load_dataset(  # training takes as many batches from each: no batch unread
+                built, "train", batch_size=10, image_size=SIZE, input_context=context, training=True
+            )
 
 
 def test_an_input_context_with_more_replicas_than_pipelines_says_the_steps_to_use(built):

@@ -115,10 +115,20 @@ def test_input_pipelines_behind_the_service_read_each_record_once(built, service
         assert seen == expected
 
 
-def test_more_input_pipelines_than_shards_behind_the_service_are_refused(built, service):
-    context = tf.distribute.InputContext(5, 0, 1)
-    with pytest.raises(ValueError, match=r"has 4: .*--num_shards train=5"):
-        load_dataset(built, "train", batch_size=8, service=service, input_context=context)
+def test_shards_that_the_input_pipelines_cannot_share_evenly_are_refused_behind_the_service(
+    built, service
+):
+    # 3 pipelines on 4 shards: the fourth is read by all, every third record each, which a
+    # service in distributed_epoch mode would deal out by worker instead (it read 2, 1 and 1
+    # shards, and a training step takes a batch from each).
+    for pipelines, fix in ((5, "train=5"), (3, "train=6")):
+        context = tf.distribute.InputContext(pipelines, 0, 1)
+        with pytest.raises(
+            ValueError,
+            match=rf"needs a multiple of {pipelines} shards, and split 'train' has 4: .*"
+            rf"--num_shards {fix} \(or another multiple\)",
+        ):
+            load_dataset(built, "train", batch_size=8, service=service, input_context=context)
 
 
 def test_an_address_where_no_dispatcher_answers_is_refused(built, service):
