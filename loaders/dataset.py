@@ -77,7 +77,8 @@ def load_dataset(
         `input_context.get_per_replica_batch_size(global_batch_size)`).
       image_size: (height, width) of the output images, or one int for square ones.
       training: shuffle files and records, random crop and flip, drop the last partial batch.
-      seed: makes shuffling and augmentation deterministic.
+      seed: makes shuffling and augmentation deterministic (with TensorFlow's global seed,
+        which tf.data draws from too: the same pair gives the same epochs).
       label_mode: "one_hot" (or Keras's name, "categorical"), "int", "detection", or None
         (images only: the one mode for an unlabelled split such as `test`).
       bounding_box_format: detection's boxes, in KerasHub's names: "rel_yxyx" (fractions of
