@@ -172,11 +172,30 @@ def classes_without_images(directory: str, foreign: Iterable[str] = ()) -> list[
             archives.append(entry.name)
     empty = [name for name in folders if not _holds_an_image(join(directory, name))]
     full = set(folders) - set(empty)
+    empty = [name + _other_files(join(directory, name)) for name in empty]
     stems = {name: name.split(".", 1)[0] for name in archives}
     classes = [
         name for name, stem in stems.items() if _WORDNET_ID.fullmatch(stem) and stem not in full
     ]
     return sorted(empty + classes + named)
+
+
+def _other_files(directory: str) -> str:
+    """ " (holds 3 .heic files, ...)" for a class folder whose files are neither images the
+    build reads nor archives (which the refusal's extraction loop is about); "" otherwise."""
+    suffixes: collections.Counter[str] = collections.Counter()
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if not entry.name.startswith(".") and _is_file(entry):
+                    suffixes[posixpath.splitext(entry.name)[1].lower() or "(none)"] += 1
+    except OSError:
+        return ""
+    if not suffixes or any(suffix in _ARCHIVES for suffix in suffixes):
+        return ""
+    (suffix, count), *_ = suffixes.most_common(1)
+    kind = "files without an extension" if suffix == "(none)" else f"{suffix} files"
+    return f" ({count} {kind}, not images the build reads: convert them to JPEG or PNG)"
 
 
 def _identity(path: str) -> tuple[int, int] | None:

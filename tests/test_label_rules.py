@@ -226,7 +226,9 @@ def test_a_train_class_folder_that_is_a_link_the_listing_does_not_enter_is_refus
     assert info.splits["train"].class_counts[:7] == (1, 0, 1, 0, 0, 0, 1)
 
 
-def test_one_class_folder_under_two_names_or_a_name_that_is_not_utf8_is_refused(tmp_path, capsys):
+def test_one_class_folder_under_two_names_a_name_not_utf8_or_no_image_format_is_refused(
+    tmp_path, capsys
+):
     # Two class links to one folder outside the tree: the listing entered it once, and the
     # other class was left out (exit 0, later classes one lower). A class folder whose name is
     # not UTF-8: its images were rejected within the 1% budget and the class left out.
@@ -241,6 +243,8 @@ def test_one_class_folder_under_two_names_or_a_name_that_is_not_utf8_is_refused(
     (train / "n04").symlink_to(disk / "n04")
     for i in range(120):
         cls_loc(root, f"n05/n05_{i}", "train", jpeg_bytes())
+    for i in range(3):  # an iPhone's photos: not an empty folder nor an archive
+        write(train / "n06" / f"IMG_{i}.HEIC", b"ftypheic")
     latin1 = os.fsencode(train) + b"/caf\xe9"
     os.mkdir(latin1)
     with open(latin1 + b"/1.JPEG", "wb") as stream:
@@ -249,8 +253,9 @@ def test_one_class_folder_under_two_names_or_a_name_that_is_not_utf8_is_refused(
     assert cli.main([*argv, "--output_dir", str(tmp_path / "out")]) == 2
     error = capsys.readouterr().err
     assert error.startswith(
-        f"error: split 'train': 2 classes in {train} hold no image (caf\\udce9 (a name that "
-        "is not UTF-8 text: its images are rejected), n03 (the same folder as n01)): a build "
+        f"error: split 'train': 3 classes in {train} hold no image (caf\\udce9 (a name that "
+        "is not UTF-8 text: its images are rejected), n03 (the same folder as n01), n06 (3 "
+        ".heic files, not images the build reads: convert them to JPEG or PNG)): a build "
     )
     assert (
         "tar -xf it there), point each linked class folder at its own images, rename each "
