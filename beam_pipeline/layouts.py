@@ -771,7 +771,9 @@ def _plan_voc(
                     f"split {split!r} has no list: {list_path} is missing; "
                     + _choose_voc_splits(years, match, split)
                 )
-            for image_id in parse_split_list(read_text(list_path)):
+            ids = parse_split_list(read_text(list_path))
+            _refuse_ids_with_extensions(list_path, ids)
+            for image_id in ids:
                 memberships.append((join(prefix, image_id), output_split(split)))
     # The lists not asked for, offered beside what is built: not trainval beside train or val.
     unbuilt = _unbuilt_voc_lists(years, splits, {key for key, _ in memberships}, match, read_text)
@@ -878,6 +880,25 @@ def _disjoint(present: Sequence[str]) -> list[str]:
     """The splits to suggest: not VOC's trainval beside train or val (it is the two of them:
     building it with either would write their images twice)."""
     return [name for name in present if name != "trainval" or not {"train", "val"} & {*present}]
+
+
+_ID_EXTENSIONS = (".jpg", ".jpeg", ".png", ".xml")
+
+
+def _refuse_ids_with_extensions(list_path: str, ids: Sequence[str]) -> None:
+    """Refuses a VOC split list whose ids (half or more) end in a file extension: VOC lists
+    name images by id (`2008_000008`), and ids written as file names (`IMG_001.JPG`) pair
+    with no image, so the build failed for a reason elsewhere (no class in train, or every
+    image missing) that did not name the list."""
+    named = [image_id for image_id in ids if image_id.lower().endswith(_ID_EXTENSIONS)]
+    if not named or len(named) * 2 < len(ids):
+        return
+    raise LayoutError(
+        f"{list_path} names images by file name ({first_few(named, 3)}): VOC split lists "
+        "name them by id, without the extension (2008_000008 for JPEGImages/2008_000008.jpg). "
+        "Strip the extensions: sed -i -E 's/\\.(jpe?g|png|xml)$//I' "
+        f"{shlex.quote(list_path)}"
+    )
 
 
 def parse_split_list(text: str) -> list[str]:

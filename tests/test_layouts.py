@@ -83,6 +83,25 @@ def test_voc_plan_reads_split_lists_and_skips_comments():
     )
 
 
+def test_a_voc_list_of_file_names_is_refused_naming_the_list_and_the_fix(tmp_path):
+    # IMG_001.JPG in train.txt paired with no image: the build failed with "the train split
+    # names no class … restore its annotations", or every image image_missing.
+    root = tmp_path / "VOC2012"
+    for i in range(3):
+        write(root / "JPEGImages" / f"IMG_00{i}.jpg", jpeg_bytes())
+    write(root / "ImageSets/Main/train.txt", "IMG_000.JPG\nIMG_001.jpg\nIMG_002\n")
+    with pytest.raises(layouts.LayoutError) as error:
+        plan(root, layouts.VOC, ("train",))
+    assert str(error.value) == (
+        f"{root}/ImageSets/Main/train.txt names images by file name (IMG_000.JPG, IMG_001.jpg): "
+        "VOC split lists name them by id, without the extension (2008_000008 for "
+        "JPEGImages/2008_000008.jpg). Strip the extensions: sed -i -E "
+        f"'s/\\.(jpe?g|png|xml)$//I' {root}/ImageSets/Main/train.txt"
+    )
+    write(root / "ImageSets/Main/train.txt", "IMG_000\nIMG_001\nIMG_002.jpg\n")  # one: not all
+    assert len(plan(root, layouts.VOC, ("train",)).memberships) == 3
+
+
 def test_a_suggestion_of_splits_without_train_asks_for_a_labels_file_too(tmp_path):
     # Following `choose with --splits test` gave the next error: without the train split the
     # vocabulary is unknown. (trainval gives the classes as train does: VOC2007's protocol.)
