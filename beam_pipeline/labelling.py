@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import posixpath
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import apache_beam as beam
@@ -134,6 +135,7 @@ def vocabulary_from_names(names, split: str = "train") -> Vocabulary:
             f"the {split} split names no class (no <object> and no synset folder): restore its "
             "annotations (or its synset folders), or pass --labels_file with the classes"
         )
+    _refuse_names_alike(names, split)
     try:
         return Vocabulary.from_names(names)
     except ValueError as error:
@@ -141,6 +143,25 @@ def vocabulary_from_names(names, split: str = "train") -> Vocabulary:
             f"the {split} split's annotations or folders: {error}; or pass --labels_file with the "
             "classes to keep"
         ) from None
+
+
+def _refuse_names_alike(names, split: str) -> None:
+    """Refuses class names of one split that differ only in case or Unicode form ('Dog' and
+    'dog' from two labelling sessions, 'café' typed on two systems): each would be a class of
+    its own, the same objects under two labels."""
+    groups: dict[str, list[str]] = {}
+    for name in sorted(set(names)):
+        groups.setdefault(unicodedata.normalize("NFC", name).casefold(), []).append(name)
+    alike = [group for group in groups.values() if len(group) > 1]
+    if not alike:
+        return
+    shown = "; ".join(" and ".join(ascii(name) for name in group) for group in alike[:5])
+    more = f" (and {len(alike) - 5} more)" if len(alike) > 5 else ""
+    raise BuildFailed(
+        f"the {split} split names classes that differ only in case or Unicode form: {shown}"
+        f"{more}; a build would make each a class of its own. Use one spelling in the XML "
+        "<name>s or class folders, or pass --labels_file listing each to keep them apart"
+    )
 
 
 class BuildVocabulary(beam.PTransform):

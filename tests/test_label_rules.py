@@ -507,3 +507,26 @@ def test_an_xml_named_in_another_case_than_its_image_is_not_read_as_a_negative(t
     xml = tmp_path / "Annotations/DET/train/img0.xml"
     found = [(d["reason"], d["path"], d["detail"]) for d in dead_letters(out)]
     assert ("annotation_misplaced", str(image), _misplaced(tmp_path, image, xml)) in found
+
+
+def test_classes_that_differ_only_in_case_or_unicode_form_are_refused(tmp_path, capsys):
+    # LabelImg sessions that typed 'Dog' and 'dog', or 'café' composed and decomposed: each
+    # spelling became a class of its own, exit 0.
+    root = tmp_path / "tree"
+    names = ["Dog", "dog", "caf\u00e9", "cafe\u0301", "cat"]
+    for i, name in enumerate(names):
+        xml = voc_xml([(name, 1, 1, 30, 30)], size=(64, 48))
+        ilsvrc_image(root, "train", f"img{i}", jpeg_bytes(), xml)
+    argv = ["--input_dir", str(root), "--splits", "train", "--output_dir", str(tmp_path / "o")]
+    assert cli.main(argv) == 1
+    assert (
+        "the train split names classes that differ only in case or Unicode form: 'Dog' and "
+        "'dog'; 'cafe\\u0301' and 'caf\\xe9'; a build would make each a class of its own. Use "
+        "one spelling in the XML <name>s or class folders, or pass --labels_file listing each "
+        "to keep them apart" in capsys.readouterr().err
+    )
+    labels = write(tmp_path / "labels.txt", "".join(f"{name}\n" for name in names))
+    out = tmp_path / "out"
+    assert cli.main([*argv[:-1], str(out), "--labels_file", str(labels)]) == 0
+    info = DatasetInfo.from_json((out / BUILD_INFO_FILE).read_text())
+    assert info.class_list.names[:5] == tuple(names)
