@@ -94,10 +94,11 @@ def load_dataset(
         (`tf.string [B]`, last): `(images, labels, filenames)`, or `(images, filenames)` with
         `label_mode=None`; detection puts them in its dict as "filename". For evaluation and
         error analysis: `fit` would read a third element as sample weights.
-      input_context: from `tf.distribute`; each input pipeline reads its own files, or every
-        n-th record when there are fewer files than pipelines (not with `service`, where
-        each pipeline needs files of its own). A context whose pipelines feed several replicas
-        each gets a warning: Keras would count its steps wrong (see `checked_input_context`).
+      input_context: from `tf.distribute`; each input pipeline reads its own files, as many
+        as every other, and every n-th record of the shards left over (see
+        `reader.read_records`); training takes as many batches from each. A context whose
+        pipelines feed several replicas each gets a warning: Keras would count its steps
+        wrong (see `checked_input_context`).
       config: the loader's knobs.
 
     Raises:
@@ -105,8 +106,7 @@ def load_dataset(
       CorruptDatasetError: a shard is missing or has another size than recorded.
       KeyError: unknown split.
       ValueError, TypeError: a bad argument (named), before any graph is built; a training
-        split smaller than one batch; a labelled mode on an unlabelled split (label -1);
-        `service` with fewer shards than input pipelines.
+        split smaller than one batch; a labelled mode on an unlabelled split (label -1).
       ConnectionError: no tf.data service dispatcher answers at `service`.
       tf.errors.InvalidArgumentError (while iterating): a shard whose records are corrupt; the
         message names the file.
@@ -131,13 +131,10 @@ def load_dataset(
         data_dir = os.path.abspath(data_dir)
     info = dataset_info(data_dir)
     refuse_unlabelled(info, split, label_mode)
-    refuse_service_sharding(info, split, service, input_context)
     records = read_records(
         info, split, training=training, seed=seed, input_context=input_context, config=config
     )
     refuse_empty_epoch(split, records.fewest_examples, batch_size, training)
-    if not training:
-        warn_uneven_evaluation(split, records, batch_size)
     return batch_examples(
         records,
         info.num_classes,
@@ -201,50 +198,6 @@ def checked_input_context(input_context) -> None:
             UserWarning,
             stacklevel=3,
         )
-
-
-def refuse_service_sharding(info, split: str, service, input_context) -> None:
-    """ValueError when `service` and `input_context` would need every n-th record.
-
-    The shards left over when the pipelines take as many each (all of them when there are
-    fewer than pipelines) are read by every pipeline, which keeps every n-th record of them;
-    behind a tf.data service in "distributed_epoch" mode that stream is each worker's part,
-    not the split, so the pipelines would read records twice and miss others.
-    """
-    if service is None or input_context is None:
-        return
-    shards, pipelines = len(info.split(split).shards), input_context.num_input_pipelines
-    if shards % pipelines:
-        more = -(-shards // pipelines) * pipelines
-        raise ValueError(
-            f"service= with {pipelines} input pipelines needs a multiple of {pipelines} "
-            f"shards, and split {split!r} has {shards}: each pipeline reads whole shards from "
-            f"the service, as many as every other. Rebuild with --num_shards {split}={more} "
-            "(or another multiple), or load without service="
-        )
-
-
-def warn_uneven_evaluation(split: str, records, batch_size: int) -> None:
-    """A warning when evaluation's input pipelines yield different numbers of batches:
-    tf.distribute reports the first pipeline's count as the steps, so Keras would leave the
-    last batch of a pipeline with one more unread (a training loop that runs until every
-    replica's input is exhausted reads them all)."""
-    fewest, most = records.fewest_examples, records.most_examples
-    low, high = -(-fewest // batch_size), -(-most // batch_size)
-    if low == high:
-        return
-    unread = most - low * batch_size
-    warnings.warn(
-        f"the input pipelines of split {split!r} hold {fewest}-{most} records, {low} or "
-        f"{high} batches of {batch_size}: Keras runs the first pipeline's count of steps on "
-        f"every replica, so some replicas' last batch (up to {unread} "
-        f"record{'s' if unread > 1 else ''}) would not be evaluated. Evaluate with "
-        "load_dataset without input_context under strategy.scope() (Keras splits each global "
-        "batch among the replicas and reads every record), or with a batch size that gives "
-        "every pipeline as many batches",
-        UserWarning,
-        stacklevel=3,
-    )
 
 
 def refuse_empty_epoch(split: str, num_examples: int, batch_size: int, training: bool) -> None:

@@ -38,8 +38,9 @@ class BuildInfo:
 
     data_dir: str
     info: DatasetInfo
-    # The metadata file as read (its name in data_dir, and its text): the reader checks every
-    # epoch that it is unchanged, so a dataset made before a rebuild never reads the new shards.
+    # The metadata file as read (its name in data_dir, and its text): the reader checks before
+    # and after each shard that it is unchanged, so a dataset made before a rebuild stops
+    # instead of reading the new shards.
     metadata_file: str = dataclasses.field(default="", compare=False)
     metadata_text: str = dataclasses.field(default="", compare=False, repr=False)
 

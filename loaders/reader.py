@@ -1,8 +1,8 @@
 """The file-level record reader: a split's shards as one input pipeline's serialised Examples.
 
-file list and counts (from build_info.json, checked against the files) → per-epoch file
-shuffle (training) → files per input pipeline → parallel interleave of `read_shard` → every n-th
-record per input pipeline when there are fewer files than pipelines. Like TFDS's
+file list and counts (from build_info.json, checked against the files) → the files of each
+input pipeline (whole shards dealt evenly; of the shards left over, every n-th record) →
+per-epoch file shuffle (training) → parallel interleave of `read_shard`. Like TFDS's
 `core/reader.py`, it deals in files and counts only; `loaders.dataset` turns the records into
 batches.
 """
@@ -33,13 +33,11 @@ class SplitRecords:
       fewest_examples: records per epoch in the input pipeline that has fewest (of all those
         of the `input_context`; `num_examples` without one): training takes as many batches
         from every pipeline, since each step takes one batch from each.
-      most_examples: records per epoch in the input pipeline that has most.
     """
 
     records: tf.data.Dataset
     num_examples: int
     fewest_examples: int
-    most_examples: int
 
 
 def read_records(
@@ -54,12 +52,13 @@ def read_records(
     """One input pipeline's records of a split, and how many it yields per epoch.
 
     With several input pipelines, each reads whole shards of its own, as many as every other
-    one; the shards left over (fewer than the pipelines: all of them when there are fewer
-    shards than pipelines) are read by every pipeline, which keeps every n-th of their
-    records. So each record is read by one pipeline, and the pipelines' counts differ by a
-    few records, not by whole shards (3 pipelines on 4 shards: 2, 1 and 1 shards, and a
-    training step takes a batch from each, so a third of the epoch went unread). Training
-    shuffles the files every epoch.
+    one, dealt so that their counts come out even; the shards left over (fewer than the
+    pipelines: all of them when there are fewer shards than pipelines) are read by every
+    pipeline, which keeps every n-th record of each (from its own offset). So each record is
+    read by one pipeline whatever order each walks its files in (its own shuffle, its own
+    global seed), and the pipelines' counts differ by a few records, not by whole shards (3
+    pipelines on 4 shards read 2, 1 and 1 shards, and a training step takes a batch from
+    each: a third of the epoch went unread). Training shuffles the files every epoch.
 
     Raises:
       KeyError: unknown split.
@@ -70,59 +69,62 @@ def read_records(
     counts = [shard.num_examples for shard in info.split(split).shards]
     num_pipelines = input_context.num_input_pipelines if input_context else 1
     index = input_context.input_pipeline_id if input_context else 0
-    whole = len(files) - len(files) % num_pipelines  # shards read whole, by one pipeline each
-
-    def read(mine: slice, shuffle_seed, deterministic) -> tf.data.Dataset:
-        # The pipeline's files are picked here, not by `Dataset.shard`: a tf.data service in
-        # "distributed_epoch" mode hands the source's elements out among its workers, and a
-        # `shard` after the source would then pick from each worker's part instead of the list.
-        dataset = tf.data.Dataset.from_tensor_slices(
-            (files[mine], tf.constant(counts[mine], tf.int64))
+    plans = _deal_shards(counts, num_pipelines)
+    mine = plans[index]
+    # The pipeline's files are picked here, not by `Dataset.shard` after the source: a tf.data
+    # service in "distributed_epoch" mode hands the source's elements out among its workers,
+    # and a `shard` after the source would then pick from each worker's part. Each file's
+    # element says which of its records this pipeline keeps (every n-th, from an offset).
+    dataset = tf.data.Dataset.from_tensor_slices(
+        (
+            [files[shard] for shard, _, _, _ in mine],
+            tf.constant([counts[shard] for shard, _, _, _ in mine], tf.int64),
+            tf.constant([every for _, every, _, _ in mine], tf.int64),
+            tf.constant([offset for _, _, offset, _ in mine], tf.int64),
         )
-        if training:
-            dataset = dataset.shuffle(
-                len(files[mine]), seed=shuffle_seed, reshuffle_each_iteration=True
-            )
-        return _interleave_shards(
-            dataset,
-            len(files[mine]),
-            guard_missing=not any(char in info.data_dir for char in "*?["),
-            deterministic=deterministic,
-            config=config,
-            before=_unchanged_build(info),
-        )
+    )
+    if training:
+        dataset = dataset.shuffle(len(mine), seed=seed, reshuffle_each_iteration=True)
+    records = _interleave_shards(
+        dataset,
+        len(mine),
+        guard_missing=not any(char in info.data_dir for char in "*?["),
+        deterministic=True if seed is not None else None,
+        config=config,
+        before=_unchanged_build(info),
+    )
+    per_pipeline = [sum(kept for _, _, _, kept in plan) for plan in plans]
+    return SplitRecords(records, per_pipeline[index], min(per_pipeline))
 
-    own = slice(index, whole, num_pipelines)
-    left = slice(whole, None)
-    shared = sum(counts[left])
-    per_pipeline = [
-        sum(counts[i:whole:num_pipelines]) + (shared - i + num_pipelines - 1) // num_pipelines
-        for i in range(num_pipelines)
-    ]
-    if not shared:
-        records = read(own, seed, True if seed is not None else None)
-    else:
-        # Every pipeline walks the shared files in the same order (the same seed, and
-        # deterministically) and keeps every n-th record.
-        stream = read(left, seed if seed is not None else 0, True)
-        stream = stream.shard(num_pipelines, index) if num_pipelines > 1 else stream
-        records = stream
-        if whole:
-            mine = read(own, seed, True if seed is not None else None)
-            records = (
-                tf.data.Dataset.sample_from_datasets(
-                    [mine, stream],
-                    weights=[
-                        float(sum(counts[own])),
-                        float(per_pipeline[index] - sum(counts[own])),
-                    ],
-                    seed=seed,
-                    stop_on_empty_dataset=False,
-                )
-                if training
-                else mine.concatenate(stream)
-            )
-    return SplitRecords(records, per_pipeline[index], min(per_pipeline), max(per_pipeline))
+
+def _deal_shards(counts: list[int], pipelines: int) -> list[list[tuple[int, int, int, int]]]:
+    """Each input pipeline's (shard, every, offset, records kept) to read.
+
+    The largest shards whole, dealt out and back (0, 1, 2, 2, 1, 0, ...); the few smallest
+    left over (as many as the shards' count exceeds a multiple of the pipelines) read by all,
+    each keeping every n-th record from its own offset, the offsets that keep one record more
+    going to the pipelines that have fewest so far. So the pipelines' counts differ by at most
+    a record or two. The pipeline with most comes first: tf.distribute reports the first
+    pipeline's batch count as the steps, and a pipeline with fewer runs out early without
+    loss, where one with more would keep its last batch unread.
+    """
+    order = sorted(range(len(counts)), key=lambda shard: (-counts[shard], shard))
+    whole = len(counts) - len(counts) % pipelines
+    plans: list[list[tuple[int, int, int, int]]] = [[] for _ in range(pipelines)]
+    totals = [0] * pipelines
+    for position, shard in enumerate(order[:whole]):
+        lap, seat = divmod(position, pipelines)
+        pipeline = seat if lap % 2 == 0 else pipelines - 1 - seat
+        plans[pipeline].append((shard, 1, 0, counts[shard]))
+        totals[pipeline] += counts[shard]
+    for shard in order[whole:]:
+        neediest = sorted(range(pipelines), key=lambda pipeline: (totals[pipeline], pipeline))
+        for offset, pipeline in enumerate(neediest):  # offset 0 keeps most
+            kept = len(range(offset, counts[shard], pipelines))
+            plans[pipeline].append((shard, pipelines, offset, kept))
+            totals[pipeline] += kept
+    ranked = sorted(range(pipelines), key=lambda pipeline: (-totals[pipeline], pipeline))
+    return [sorted(plans[pipeline]) for pipeline in ranked]
 
 
 def _unchanged_build(info: BuildInfo) -> tf.data.Dataset | None:
@@ -168,10 +170,13 @@ def _interleave_shards(
     config: ReadConfig,
     before: tf.data.Dataset | None = None,
 ) -> tf.data.Dataset:
-    """The records of `files`' `(path, expected count)` elements, several files at a time."""
+    """The records of `files`' `(path, expected count, every, offset)` elements (every n-th
+    record of the file from an offset; 1 and 0 for all of them), several files at a time."""
     cycle_length = num_files if config.cycle_length == AUTOTUNE else config.cycle_length
     return files.interleave(
-        lambda path, expected: read_shard(path, expected, guard_missing, before),
+        lambda path, expected, every, offset: read_shard(
+            path, expected, guard_missing, before
+        ).shard(every, offset),
         cycle_length=max(1, min(cycle_length, num_files)),
         num_parallel_calls=tf_data_value(config.num_parallel_calls),
         deterministic=deterministic,

@@ -7,7 +7,6 @@ import pathlib
 import re
 import subprocess
 import sys
-import warnings
 
 import numpy as np
 import pytest
@@ -28,6 +27,7 @@ from loaders import (  # noqa: E402
     preprocess_for_eval,
     preprocess_for_train,
 )
+from loaders.reader import read_records  # noqa: E402
 from schemas import BACKGROUND, BUILD_INFO_FILE  # noqa: E402
 from schemas import features as F  # noqa: E402
 
@@ -267,7 +267,6 @@ def test_epochs_reshuffle(built):
     assert epoch1 != epoch2
 
 
-@pytest.mark.filterwarnings("ignore:the input pipelines of split")  # Keras's steps: not here
 @pytest.mark.parametrize("pipelines, split", [(2, "train"), (3, "validation"), (3, "train")])
 def test_input_pipelines_cover_every_example_exactly_once(built, pipelines, split):
     # train: 4 files over 2 pipelines (file sharding), over 3 (a file each, and every third
@@ -295,10 +294,11 @@ import keras
 from loaders import load_dataset
 strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(replicas)])
 data_dir, global_batch, training = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "train"
+split = sys.argv[5]
 
 def dataset_fn(context, **extra):  # the README's recipe
     return load_dataset(
-        data_dir, "train", batch_size=context.get_per_replica_batch_size(global_batch),
+        data_dir, split, batch_size=context.get_per_replica_batch_size(global_batch),
         image_size=16, training=training, seed=0, label_mode="int", input_context=context,
         **extra,
     )
@@ -341,27 +341,26 @@ print(json.dumps({
 
 
 @pytest.mark.parametrize(
-    "replicas, training, global_batch",
-    [(2, True, 16), (2, False, 46), (3, True, 24), (3, False, 24)],
+    "replicas, training, global_batch, split",
+    [
+        (2, True, 16, "train"),
+        (2, False, 46, "train"),
+        (3, True, 24, "train"),
+        (3, False, 24, "train"),
+        (3, False, 12, "validation"),
+    ],
 )
 def test_the_readmes_mirrored_strategy_recipe_runs_the_steps_it_reports(
-    built, replicas, training, global_batch
+    built, replicas, training, global_batch, split
 ):
     # Two logical CPU devices: TensorFlow once called the dataset function with one input
     # pipeline for both replicas; len() counted per-replica batches, each step took two, and
     # Keras showed twice the steps it ran, warning that the input ran out of data. Three: the
     # four shards went 2, 1 and 1 to the pipelines, the steps were the first's count, and a
     # third of each epoch went unread (Keras warned that the input ran out of data).
+    argv = [built, str(global_batch), "train" if training else "x", str(replicas), split]
     run = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            MIRRORED,
-            built,
-            str(global_batch),
-            "train" if training else "x",
-            str(replicas),
-        ],
+        [sys.executable, "-c", MIRRORED, *argv],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -373,41 +372,27 @@ def test_the_readmes_mirrored_strategy_recipe_runs_the_steps_it_reports(
         f"input_context has 1 input pipeline(s) for {replicas} replicas: each step takes "
         f"{replicas} of this dataset's batches"
     )
-    # Two replicas read two of the four shards each (22 + 22 and 23 + 23 records here);
-    # three read one each and every third record of the fourth (22 + 8, 23 + 8, 22 + 7).
-    counts = [shard.num_examples for shard in dataset_info(built).split("train").shards]
-    whole = len(counts) - len(counts) % replicas
-    shared = sum(counts[whole:])
+    # Train (22, 23, 22 and 23 records): two pipelines read two shards each, three one each
+    # and a part of the fourth; validation (2 shards), three pipelines a part of each.
+    info = dataset_info(built)
     totals = [
-        sum(counts[i:whole:replicas]) + (shared - i + replicas - 1) // replicas
+        read_records(info, split, input_context=tf.distribute.InputContext(replicas, i, 1))
         for i in range(replicas)
     ]
-    assert sum(totals) == sum(counts) and max(totals) - min(totals) <= 2
+    totals = [records.num_examples for records in totals]
+    assert sum(totals) == info.split(split).num_examples and max(totals) - min(totals) <= 1
+    assert totals[0] == max(totals)  # the first pipeline's count is the steps: none unread
     per_replica = global_batch // replicas
-    steps = min(totals) // per_replica if training else -(-max(totals) // per_replica)
+    steps = min(totals) // per_replica if training else -(-totals[0] // per_replica)
+    if split == "validation":
+        assert -(-min(totals) // per_replica) < steps  # a pipeline runs out a step early
     assert result["cardinality"] == steps
     assert result["steps"] == [steps] * 2 and result["warnings"] == []
-    files = [example[F.FILENAME][0].decode() for example in read_split(built, "train")]
+    files = [example[F.FILENAME][0].decode() for example in read_split(built, split)]
     for names in result["epochs"]:
         assert len(names) == len(set(names))  # no example twice
         assert set(names) <= set(files)
         assert len(names) == (replicas * steps * per_replica if training else len(files))
-
-
-def test_evaluation_pipelines_with_different_batch_counts_are_warned_of(built):
-    # 3 pipelines of train's 22, 23, 22 and 23 records: 30, 31 and 29. Keras runs the first
-    # pipeline's count of steps on every replica: with 10 a batch, the second's fourth batch
-    # (one record) would not be evaluated.
-    for index in range(3):
-        context = tf.distribute.InputContext(3, index, 1)
-        with pytest.warns(UserWarning, match=r"hold 29-31 records, 3 or 4 batches of 10: Keras"):
-            load_dataset(built, "train", batch_size=10, image_size=SIZE, input_context=context)
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            load_dataset(built, "train", batch_size=8, image_size=SIZE, input_context=context)
-            load_dataset(  # training takes as many batches from each: no batch unread
-                built, "train", batch_size=10, image_size=SIZE, input_context=context, training=True
-            )
 
 
 def test_an_input_context_with_more_replicas_than_pipelines_says_the_steps_to_use(built):
