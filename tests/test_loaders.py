@@ -395,6 +395,31 @@ def test_the_readmes_mirrored_strategy_recipe_runs_the_steps_it_reports(
         assert len(names) == (replicas * steps * per_replica if training else len(files))
 
 
+@pytest.mark.parametrize("pipelines", [3, 5])
+def test_pipelines_with_global_seeds_of_their_own_read_each_record_once(built, pipelines):
+    # The shards left over were read by every pipeline in one shuffled order, each keeping
+    # every n-th record: the order came from the seed and TensorFlow's global seed, so
+    # workers seeded apart (tf.random.set_seed(worker)) read records twice and missed others.
+    info = dataset_info(built)
+    spec = {F.FILENAME: tf.io.FixedLenFeature([], tf.string)}
+    epochs = [collections.Counter(), collections.Counter()]
+    try:
+        for index in range(pipelines):
+            tf.random.set_seed(100 + index)
+            context = tf.distribute.InputContext(pipelines, index, 1)
+            split = read_records(info, "train", training=True, input_context=context)
+            names = split.records.repeat(2).map(lambda r: tf.io.parse_single_example(r, spec))
+            names = [example[F.FILENAME].decode() for example in names.as_numpy_iterator()]
+            assert len(names) == 2 * split.num_examples
+            epochs[0].update(names[: split.num_examples])
+            epochs[1].update(names[split.num_examples :])
+    finally:
+        tf.random.set_seed(None)
+    for seen in epochs:
+        assert sum(seen.values()) == info.split("train").num_examples
+        assert set(seen.values()) == {1}
+
+
 def test_an_input_context_with_more_replicas_than_pipelines_says_the_steps_to_use(built):
     # Not refused: a custom training loop, TPUStrategy or several GPUs per host across hosts
     # use this form rightly; only Keras's count of steps per epoch is off.
