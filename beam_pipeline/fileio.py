@@ -151,7 +151,7 @@ def classes_without_images(directory: str, foreign: Iterable[str] = ()) -> list[
     with os.scandir(directory) as scanned:
         entries = sorted(scanned, key=lambda entry: entry.name)  # the listing's order
     folders, archives, named = [], [], []
-    first_name: dict[tuple[int, int], str] = {}  # (device, inode) of a folder: its first name
+    first: dict[tuple[int, int], os.DirEntry] = {}  # (device, inode) of a folder: its first
     for entry in entries:
         if is_skipped_folder(entry.name):
             continue
@@ -160,14 +160,16 @@ def classes_without_images(directory: str, foreign: Iterable[str] = ()) -> list[
             named.append(f"{name} ({why})")
         elif _is_dir(entry):
             identity = _identity(entry.path)
-            if identity in first_name:
-                named.append(f"{name} (the same folder as {first_name[identity]})")
+            earlier = first.get(identity)
+            if earlier is not None and _same_names(entry.path, earlier.path):
+                shown = earlier.name.encode("utf-8", "backslashreplace").decode("utf-8")
+                named.append(f"{name} (the same folder as {shown})")
             elif name != entry.name:
                 named.append(f"{name} (a name that is not UTF-8 text: its images are rejected)")
             else:
                 folders.append(name)
             if identity is not None:
-                first_name.setdefault(identity, name)
+                first.setdefault(identity, entry)
         elif entry.name.lower().endswith(_ARCHIVES):
             archives.append(entry.name)
     empty = [name for name in folders if not _holds_an_image(join(directory, name))]
@@ -200,12 +202,22 @@ def _other_files(directory: str) -> str:
 
 def _identity(path: str) -> tuple[int, int] | None:
     """(device, inode) of what `path` leads to: one folder however it is reached (links,
-    bind mounts); None if it cannot be read."""
+    bind mounts); None if it cannot be read, or where the file system gives no inode (0)."""
     try:
         status = os.stat(path)
     except OSError:
         return None
-    return status.st_dev, status.st_ino
+    return (status.st_dev, status.st_ino) if status.st_ino else None
+
+
+def _same_names(first: str, second: str) -> bool:
+    """Whether two folders hold the same names: what confirms that two paths of one
+    (device, inode) are one folder, against file systems (some FUSE ones) whose inode numbers
+    clash between folders; listed only then."""
+    try:
+        return sorted(os.listdir(first)) == sorted(os.listdir(second))
+    except OSError:
+        return False
 
 
 def _is_dir(entry: os.DirEntry) -> bool:

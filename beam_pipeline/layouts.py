@@ -542,9 +542,15 @@ def _links_into(path: str, top: str) -> bool:
 
 
 def _same_folder(first: str, second: str) -> bool:
-    """Whether two local paths lead to one folder (by device and inode: a bind mount too)."""
+    """Whether two local paths lead to one folder (by device and inode: a bind mount too; and
+    by the names inside, against file systems whose inode numbers clash or are 0)."""
     try:
-        return os.path.samefile(first, second)
+        a, b = os.stat(first), os.stat(second)
+        return (
+            a.st_ino != 0
+            and (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+            and sorted(os.listdir(first)) == sorted(os.listdir(second))
+        )
     except OSError:
         return False
 
