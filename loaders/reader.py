@@ -56,7 +56,7 @@ def read_records(
     pipelines: all of them when there are fewer shards than pipelines) are read by every
     pipeline, which keeps every n-th record of each (from its own offset). So each record is
     read by one pipeline whatever order each walks its files in (its own shuffle, its own
-    global seed), and the pipelines' counts differ by a few records, not by whole shards (3
+    global seed), and the pipelines' counts differ by a record or two, not by whole shards (3
     pipelines on 4 shards read 2, 1 and 1 shards, and a training step takes a batch from
     each: a third of the epoch went unread). Training shuffles the files every epoch.
 
@@ -131,14 +131,15 @@ def _unchanged_build(info: BuildInfo) -> tf.data.Dataset | None:
     """A dataset of no element that fails unless the build's metadata file is still what
     `load_dataset` read; None where that cannot be told.
 
-    `read_shard` walks it just before it opens its shard. A rebuild into the directory
-    (`--overwrite`) writes shards of the same names: a dataset made before it read them, cut
-    to the old counts, without a word; in the middle of an epoch, the shards opened after the
-    rebuild's commit were the new build's (the others stay open on the old files). A commit
-    deletes the old metadata file before it touches a shard, so a shard opened right after
-    this check is the old build's. One read of the metadata file per shard opened; none for a
-    directory whose name holds glob characters, where `matching_files` cannot tell a missing
-    file.
+    `read_shard` walks it before it opens its shard and again after the shard's last record.
+    A rebuild into the directory (`--overwrite`) writes shards of the same names: a dataset
+    made before it read them, cut to the old counts, without a word; in the middle of an
+    epoch, the shards opened after the rebuild's commit were the new build's (those open
+    already keep the old files). A commit deletes the old metadata file before it touches a
+    shard, so a shard opened after it fails one of its two checks: the first, or, where the
+    interleave made the shard's dataset ahead of opening it, the last. Two reads of the
+    metadata file per shard; none for a directory whose name holds glob characters, where
+    `matching_files` cannot tell a missing file.
     """
     if not info.metadata_file or any(char in info.data_dir for char in "*?["):
         return None
@@ -200,7 +201,8 @@ def read_shard(
     file that vanished after `load_dataset` checked it fails before it is opened (skipping the
     reader's errors on a missing file would retry forever); `guard_missing` is off for
     directories whose names hold glob characters, where that check cannot be exact. `before`
-    (a dataset of no element, a check) is walked just before the shard is opened.
+    (a dataset of no element, a check) is walked before the shard is opened and again after
+    its records.
     """
     if guard_missing:
         found = tf.debugging.Assert(
