@@ -141,6 +141,22 @@ def test_a_flat_cls_loc_val_image_without_its_xml_is_rejected_not_background(tmp
     assert "ILSVRC CLS-LOC has no background images" in lost["detail"]
 
 
+def refused_unless_a_labels_file_names(root, names, tmp_path, capsys):
+    """(The build's error, and the DatasetInfo of the build with a labels file of `names`):
+    the build and `plan` refuse the train split of `root` (exit 2, nothing written), and a
+    labels file naming the classes builds it."""
+    argv = ["--input_dir", str(root), "--splits", "train"]
+    assert cli.main([*argv, "--output_dir", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    assert planning.main(argv) == 2
+    assert capsys.readouterr().err == error
+    labels = write(tmp_path / "labels.txt", "".join(f"{name}\n" for name in names))
+    out = tmp_path / "out"
+    assert cli.main([*argv, "--output_dir", str(out), "--labels_file", str(labels)]) == 0
+    return error, DatasetInfo.from_json((out / BUILD_INFO_FILE).read_text())
+
+
 def test_a_train_class_folder_without_images_is_refused_unless_a_labels_file_names_it(
     tmp_path, capsys
 ):
@@ -160,9 +176,8 @@ def test_a_train_class_folder_without_images_is_refused_unless_a_labels_file_nam
     # Not classes: an extracted class's archive beside its folder, the whole train archive.
     write(train / f"{names[0]}.tar", b"archive")
     write(train / "ILSVRC2012_img_train.tar", b"archive")
-    argv = ["--input_dir", str(root), "--splits", "train"]
-    assert cli.main([*argv, "--output_dir", str(tmp_path / "out")]) == 2
-    assert capsys.readouterr().err == (
+    error, info = refused_unless_a_labels_file_names(root, names, tmp_path, capsys)
+    assert error == (
         f"error: split 'train': 4 classes in {train} hold no image (n00000002, n00000004, "
         "n00000005.tar, n00000006): a build would leave them out of the vocabulary (the "
         "classes seen in train) and number the classes after them lower than other builds of "
@@ -172,13 +187,6 @@ def test_a_train_class_folder_without_images_is_refused_unless_a_labels_file_nam
         "not wanted, or pass --labels_file (LOC_synset_mapping.txt, or a build's labels.txt) "
         "to keep every class's index\n"
     )
-    assert not (tmp_path / "out").exists()
-    assert planning.main(argv) == 2
-    assert "4 classes in " in capsys.readouterr().err
-    labels = write(tmp_path / "labels.txt", "".join(f"{name}\n" for name in names))
-    out = tmp_path / "out"
-    assert cli.main([*argv, "--output_dir", str(out), "--labels_file", str(labels)]) == 0
-    info = DatasetInfo.from_json((out / BUILD_INFO_FILE).read_text())
     assert info.class_list.names[:6] == tuple(names)
     assert info.splits["train"].class_counts[:6] == (1, 0, 1, 0, 0, 0)
 
@@ -205,9 +213,7 @@ def test_a_train_class_folder_that_is_a_link_the_listing_does_not_enter_is_refus
     (train / names[6]).symlink_to(tmp_path / "elsewhere" / names[6])
     (train / "README").symlink_to(write(tmp_path / "readme", b"text"))
     (train / "notes.txt").symlink_to(tmp_path / "gone.txt")
-    argv = ["--input_dir", str(root), "--splits", "train"]
-    assert cli.main([*argv, "--output_dir", str(tmp_path / "out")]) == 2
-    error = capsys.readouterr().err
+    error, info = refused_unless_a_labels_file_names(root, names, tmp_path, capsys)
     assert error.startswith(
         f"error: split 'train': 4 classes in {train} hold no image (n00000002 (a link to "
         f"{train}/n00000001, whose images are listed there), n00000004 (a link to "
@@ -215,13 +221,6 @@ def test_a_train_class_folder_that_is_a_link_the_listing_does_not_enter_is_refus
         "link to nothing), n00000006 (a link to nothing)): a build would leave them out of "
     )
     assert "tar -xf it there), point each linked class folder at its own images, remove" in error
-    assert not (tmp_path / "out").exists()
-    assert planning.main(argv) == 2
-    assert "4 classes in " in capsys.readouterr().err
-    labels = write(tmp_path / "labels.txt", "".join(f"{name}\n" for name in names))
-    out = tmp_path / "out"
-    assert cli.main([*argv, "--output_dir", str(out), "--labels_file", str(labels)]) == 0
-    info = DatasetInfo.from_json((out / BUILD_INFO_FILE).read_text())
     assert info.class_list.names[:7] == tuple(names)
     assert info.splits["train"].class_counts[:7] == (1, 0, 1, 0, 0, 0, 1)
 
