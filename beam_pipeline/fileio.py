@@ -183,8 +183,9 @@ def classes_without_images(directory: str, foreign: Iterable[str] = ()) -> list[
 
 
 def _other_files(directory: str) -> str:
-    """ " (holds 3 .heic files, ...)" for a class folder whose files are neither images the
-    build reads nor archives (which the refusal's extraction loop is about); "" otherwise."""
+    """What a class folder holds instead of images, as " (3 .heic files, not images ...)",
+    when its files are neither images the build reads nor archives (which the refusal's
+    extraction loop is about); "" otherwise."""
     suffixes: collections.Counter[str] = collections.Counter()
     try:
         with os.scandir(directory) as entries:
