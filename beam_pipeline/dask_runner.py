@@ -28,6 +28,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
+import shlex
 import socket
 import time
 from collections.abc import Iterable
@@ -438,6 +440,27 @@ class DaskRunner(beam_dask.DaskRunner):
         return DaskRunnerResult(client, futures, address)
 
 
+def _check_dask_numbers(dask_options: dict) -> None:
+    """ValueError, naming the flag, for a Dask option that must be a whole number above 0:
+    Beam's options took -3 partitions (a build that wrote nothing, and failed only reading
+    its own metadata) and any word as the connection timeout."""
+    for flag, key in (
+        ("--dask_npartitions", "npartitions"),
+        ("--dask_partition_size", "partition_size"),
+        ("--dask_connection_limit", "connection_limit"),
+    ):
+        value = dask_options.get(key)
+        if value is not None and value <= 0:
+            raise ValueError(f"{flag} {value}: give a whole number above 0")
+    if "timeout" in dask_options:
+        timeout = dask_options["timeout"]
+        if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout <= 0:
+            raise ValueError(
+                "--dask_connection_timeout: give whole seconds above 0 (e.g. 30); Beam reads "
+                "no other form"
+            )
+
+
 def check_scheduler(options) -> None:
     """ValueError when no Dask scheduler answers at --dask_client_address, found before the
     build writes anything. Dask's client would retry for its whole connect timeout (30 s by
@@ -452,6 +475,14 @@ def check_scheduler(options) -> None:
     dask_options = options.view_as(beam_dask.DaskOptions).get_all_options(
         drop_default=True, current_only=True
     )
+    _check_dask_numbers(dask_options)
+    scheduler_file = dask_options.get("scheduler_file")
+    if scheduler_file is not None and not os.path.isfile(scheduler_file):
+        raise ValueError(
+            f"--dask_scheduler_file {scheduler_file} does not exist (Dask would wait for it "
+            "without end): start the scheduler first, `dask scheduler --scheduler-file "
+            f"{shlex.quote(scheduler_file)}`, or give its address with --dask_client_address"
+        )
     address = dask_options.get("address")
     if address is not None and not address.strip():
         raise ValueError(
@@ -468,6 +499,13 @@ def check_scheduler(options) -> None:
             f"--dask_client_address {address}: not a scheduler address ({error}); give "
             "tcp://HOST:PORT, as `dask scheduler` prints it"
         ) from None
+    from distributed.comm.registry import backends
+
+    if scheme not in backends:
+        raise ValueError(
+            f"--dask_client_address {address}: unknown address scheme {scheme!r} (Dask's: "
+            f"{', '.join(sorted(backends))}); give tcp://HOST:PORT, as `dask scheduler` prints it"
+        )
     if scheme not in ("tcp", "tls"):
         return
     given = dask_options.get("timeout")  # Beam's parse: an int, or a marker for "5s"

@@ -168,9 +168,32 @@ def test_an_address_where_no_scheduler_answers_is_refused_before_anything_is_wri
     assert capsys.readouterr().err == refused.format(
         worker, f"a Dask worker answers there, not the scheduler{hint}"
     )
-    # A timeout with a unit: Beam's parse gives a marker object, which crashed the probe.
-    assert cli.main([*argv, address, "tcp://127.0.0.1:9", "--dask_connection_timeout", "2s"]) == 2
-    assert "Connection refused" in capsys.readouterr().err
+    # A timeout with a unit: Beam's parse gives a marker object, which crashed the probe and
+    # then stood for Dask's default; -5 failed late ("could not convert string to float").
+    for timeout in ("2s", "abc", "-5"):
+        assert cli.main([*argv, address, worker, "--dask_connection_timeout", timeout]) == 2
+        assert capsys.readouterr().err == (
+            "error: --dask_connection_timeout: give whole seconds above 0 (e.g. 30); Beam "
+            "reads no other form\n"
+        )
+    # -3 partitions: a build that wrote nothing and failed reading its own metadata.
+    for flag, value in (("--dask_npartitions", "-3"), ("--dask_partition_size", "0")):
+        assert cli.main([*argv, address, worker, flag, value]) == 2
+        assert capsys.readouterr().err == f"error: {flag} {value}: give a whole number above 0\n"
+    # A mistyped scheme: the build made the output directory, failed (exit 1), then hung 60 s.
+    assert cli.main([*argv, address, "tccp://127.0.0.1:8786"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "error: --dask_client_address tccp://127.0.0.1:8786: unknown address scheme 'tccp' "
+        "(Dask's: inproc, tcp, tls, "
+    )
+    # A scheduler file that is not there: Dask waited for it without end, Ctrl-C or not.
+    missing = tmp_path / "scheduler.json"
+    assert cli.main([*argv, "--dask_scheduler_file", str(missing)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --dask_scheduler_file {missing} does not exist (Dask would wait for it without "
+        f"end): start the scheduler first, `dask scheduler --scheduler-file {missing}`, or give "
+        "its address with --dask_client_address\n"
+    )
     assert cli.main([*argv, address, "tcp://127.0.0.1:port"]) == 2
     assert capsys.readouterr().err.startswith(
         "error: --dask_client_address tcp://127.0.0.1:port: not a scheduler address ("
