@@ -42,6 +42,7 @@ from schemas import (
     BUILD_INFO_FILE,
     DEAD_LETTER_FILE,
     FEATURES,
+    LABELS_FILE,
     LEGACY_INFO_FILE,
     SCHEMA_VERSION,
     SHARD_SUFFIX,
@@ -55,6 +56,7 @@ from schemas import (
 from schemas import features as F
 from schemas.classes import BACKGROUND
 from schemas.example_proto import Example
+from schemas.label_map import LABEL_MAP_FILE, label_map_text
 from schemas.paths import join
 from schemas.tfds_metadata import tfds_files
 
@@ -237,9 +239,44 @@ def verify(data_dir: str, workers: int = 1, decode: bool = True) -> tuple[int, l
     problems += [problem for problem in results if problem is not None]
     problems += check_stray_shards(data_dir, info, metadata)
     problems += check_rejections(data_dir, info, metadata)
+    problems += check_class_files(data_dir, info)
     if has_build_info:
         problems += check_tfds_metadata(data_dir, info)
     return len(shards), problems
+
+
+def check_class_files(data_dir: str, info: DatasetInfo) -> list[Problem]:
+    """Problems with `labels.txt` (line i: class i) and the Object Detection API's label map:
+    missing (`labels.txt`; the label map came later, `upgrade` adds it), or not the classes of
+    the build's metadata (two classes swapped, a name edited: a reader of the file would name
+    labels wrongly)."""
+    expected = {
+        LABELS_FILE: "".join(name + "\n" for name in info.classes),
+        LABEL_MAP_FILE: label_map_text(info.classes, info.display_names),
+    }
+    fixes = {
+        LABELS_FILE: "write it again from the metadata's class list, one class a line",
+        LABEL_MAP_FILE: f"delete it and run python -m beam_pipeline upgrade {data_dir}",
+    }
+    problems = []
+    for name, text in expected.items():
+        path = join(data_dir, name)
+        if not FileSystems.exists(path):
+            if name == LABELS_FILE:
+                problems.append(Problem(name, None, f"missing; {fixes[name]}"))
+            continue
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+            found = stream.read().decode("utf-8", errors="replace")
+        if found != text:
+            problems.append(
+                Problem(
+                    name,
+                    None,
+                    f"disagrees with the build's metadata on the classes (a reader of it would "
+                    f"name labels wrongly); {fixes[name]}",
+                )
+            )
+    return problems
 
 
 def check_metadata(info: DatasetInfo, name: str = BUILD_INFO_FILE) -> list[Problem]:

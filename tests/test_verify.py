@@ -210,6 +210,30 @@ def test_class_names_that_disagree_with_the_records_are_reported(copy, capsys):
     assert "image/class/text is b'" in output and "in the build's metadata" in output
 
 
+def test_class_files_that_disagree_with_the_metadata_are_reported(copy, capsys):
+    # Two classes swapped in labels.txt, a name edited in the label map: "OK", exit 0.
+    labels = (copy / "labels.txt").read_text().splitlines()
+    labels[0], labels[1] = labels[1], labels[0]
+    (copy / "labels.txt").write_text("".join(f"{name}\n" for name in labels))
+    label_map = copy / "label_map.pbtxt"
+    text = label_map.read_text()
+    assert f'name: "{labels[0]}"' in text
+    label_map.write_text(text.replace(f'name: "{labels[0]}"', f'name: "{labels[1]}"', 1))
+    code, output = run(copy, capsys, "--no_decode")
+    assert code == 1
+    disagrees = "disagrees with the build's metadata on the classes (a reader of it would name "
+    assert output.splitlines() == [
+        f"FAIL labels.txt: {disagrees}labels wrongly); write it again from the metadata's class "
+        "list, one class a line",
+        f"FAIL label_map.pbtxt: {disagrees}labels wrongly); delete it and run python -m "
+        f"beam_pipeline upgrade {copy}",
+        "2 problems in 2 files (4 shards checked)",
+    ]
+    (copy / "labels.txt").unlink()
+    code, output = run(copy, capsys, "--no_decode")
+    assert "FAIL labels.txt: missing; write it again" in output
+
+
 def test_a_stray_shard_a_glob_would_read_is_reported(copy, capsys):
     (copy / "train-00003-of-00003.tfrecord").write_bytes(shard_of(copy, 0).read_bytes())
     (copy / "notes-00000-of-00001.tfrecord").write_bytes(b"not a split of the build: no glob")
