@@ -237,7 +237,13 @@ def check_dataflow(options: PipelineOptions, config: BuildConfig) -> None:
         ("--extra_package", package) for package in setup.extra_packages or ()
     ]:
         if path and is_local(path) and not os.path.isfile(path):
-            raise ValueError(f"--runner {runner}: {flag} {path} does not exist")
+            what = "is a directory, not a file" if os.path.isdir(path) else "does not exist"
+            raise ValueError(f"--runner {runner}: {flag} {path} {what}")
+        if flag == "--setup_file" and path and os.path.basename(path) != "setup.py":
+            raise ValueError(
+                f"--runner {runner}: --setup_file {path} is not a setup.py (Beam runs it to "
+                "package this project for the workers): pass --setup_file ./setup.py"
+            )
     from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
     from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
 

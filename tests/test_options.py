@@ -445,6 +445,8 @@ def test_help_lists_every_project_flag_wherever_it_is_asked(where, capsys):
 
 CLOUD = ["--runner", "DataflowRunner", "--input_dir", "gs://b/tree", "--output_dir", "gs://b/o"]
 SETUP = str(pathlib.Path(__file__).resolve().parents[1] / "setup.py")
+PACKAGE = str(pathlib.Path(__file__).resolve().parents[1] / "beam_pipeline")
+README = str(pathlib.Path(__file__).resolve().parents[1] / "README.md")
 
 
 @pytest.mark.parametrize(
@@ -471,6 +473,16 @@ SETUP = str(pathlib.Path(__file__).resolve().parents[1] / "setup.py")
         (
             [*CLOUD, "--setup_file", "./no-such-setup.py"],
             "--runner DataflowRunner: --setup_file ./no-such-setup.py does not exist",
+        ),
+        # A directory was said not to exist; a README passed and failed at submission.
+        (
+            [*CLOUD, "--setup_file", PACKAGE],
+            f"--runner DataflowRunner: --setup_file {PACKAGE} is a directory, not a file",
+        ),
+        (
+            [*CLOUD, "--setup_file", README],
+            f"--runner DataflowRunner: --setup_file {README} is not a setup.py (Beam runs it "
+            "to package this project for the workers): pass --setup_file ./setup.py",
         ),
         (
             [*CLOUD, "--setup_file", SETUP, "--region", "us-central1"],
