@@ -634,6 +634,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    except FileNotFoundError as error:  # a shard the metadata lists
+        print(
+            f"error: {error.filename} is missing: the build in {args.output_dir} is damaged; "
+            f"run python -m beam_pipeline verify {args.output_dir}",
+            file=sys.stderr,
+        )
+        return 1
     except OSError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

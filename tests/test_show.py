@@ -8,6 +8,7 @@ written PNG's pixels.
 """
 
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -374,6 +375,22 @@ def test_a_corrupt_shard_exits_1(built, info, tmp_path, capsys):
     assert err == (
         f"error: a shard of {copy} is corrupt: record 0 at byte 0: data checksum mismatch; "
         f"run python -m beam_pipeline verify {copy}"
+    )
+
+
+def test_a_missing_shard_exits_1_naming_it(built, info, tmp_path, capsys):
+    # It printed "error: [Errno 2] No such file or directory: '…'".
+    copy = tmp_path / "copy"
+    shutil.copytree(built, copy)
+    for shard in info.splits["validation"].shards:
+        (copy / shard.file).unlink()
+    code, _, err = run(capsys, copy, "--split", "validation", "-o", tmp_path / "x.png")
+    assert code == 1
+    assert re.fullmatch(
+        rf"error: {re.escape(str(copy))}/validation-\d+-of-\d+\.tfrecord is missing: the build "
+        rf"in {re.escape(str(copy))} is damaged; run python -m beam_pipeline verify "
+        rf"{re.escape(str(copy))}\n?",
+        err,
     )
 
 
