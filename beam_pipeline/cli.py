@@ -165,17 +165,30 @@ def _what_is_left(output_dir: str, before: bytes | None, interrupted: bool) -> s
     now and `before` the build (that of the complete build --overwrite replaces, or None) and
     how far a rebuild's commit got; None for a build that failed before its commit with no
     build to keep."""
-    from beam_pipeline.output import commit_stage
+    from beam_pipeline.output import commit_stage, list_shard_files
     from schemas import BUILD_INFO_FILE
+
+    def written(staged: bool) -> int:
+        try:
+            return len(list_shard_files(output_dir, staged=staged))
+        except OSError:
+            return 0
 
     now, stage = _commit_marker(output_dir), commit_stage(output_dir)
     kept = now is not None and now == before and stage != "moving"
     if kept:
         if not interrupted:
             return f"the complete build in {output_dir} is kept as it was"
+        shards = written(staged=True)
+        kept = console.plural(shards, "shard")
+        rerun = (
+            f"rerun with --overwrite --resume to keep the {kept} already written"
+            if shards
+            else "rerun with --overwrite (no shard was written yet)"
+        )
         return (
             f"nothing was committed, and the complete build in {output_dir} is kept as it was; "
-            "rerun with --overwrite --resume to keep the shards already written"
+            + rerun
         )
     if now is not None and stage != "retiring":
         return (
@@ -188,7 +201,11 @@ def _what_is_left(output_dir: str, before: bytes | None, interrupted: bool) -> s
             "in place; rerun with --resume to finish it (it keeps every shard already written)"
         )
     if interrupted:
-        return "nothing was committed; rerun with --resume to keep the shards already written"
+        shards = written(staged=False)
+        if not shards:
+            return "nothing was committed, and no shard was written yet; rerun the same command"
+        kept = console.plural(shards, "shard")
+        return f"nothing was committed; rerun with --resume to keep the {kept} already written"
     return None
 
 
