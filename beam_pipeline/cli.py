@@ -180,9 +180,9 @@ def _what_is_left(output_dir: str, before: bytes | None, interrupted: bool) -> s
         if not interrupted:
             return f"the complete build in {output_dir} is kept as it was"
         shards = written(staged=True)
-        kept = console.plural(shards, "shard")
         rerun = (
-            f"rerun with --overwrite --resume to keep the {kept} already written"
+            f"rerun with --overwrite --resume to keep the {console.plural(shards, 'shard')} "
+            "already written"
             if shards
             else "rerun with --overwrite (no shard was written yet)"
         )
@@ -204,8 +204,10 @@ def _what_is_left(output_dir: str, before: bytes | None, interrupted: bool) -> s
         shards = written(staged=False)
         if not shards:
             return "nothing was committed, and no shard was written yet; rerun the same command"
-        kept = console.plural(shards, "shard")
-        return f"nothing was committed; rerun with --resume to keep the {kept} already written"
+        return (
+            f"nothing was committed; rerun with --resume to keep the "
+            f"{console.plural(shards, 'shard')} already written"
+        )
     return None
 
 
