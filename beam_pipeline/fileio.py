@@ -18,8 +18,8 @@ from collections.abc import Iterable, Iterator
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.listing import Listed, is_below, is_skipped_folder, list_tree
-from beam_pipeline.pairing import IMAGE_EXTENSIONS
+from beam_pipeline.listing import Listed, is_below, is_skipped_folder, list_tree, same_folder
+from beam_pipeline.pairing import IMAGE_EXTENSIONS, printable_path
 from beam_pipeline.rejections import InputError
 from schemas.paths import first_few, is_local, join
 
@@ -155,15 +155,14 @@ def classes_without_images(directory: str, foreign: Iterable[str] = ()) -> list[
     for entry in entries:
         if is_skipped_folder(entry.name):
             continue
-        name = entry.name.encode("utf-8", "backslashreplace").decode("utf-8")  # printable
+        name = printable_path(entry.name)
         if entry.is_symlink() and (why := _unlisted_link(entry, real, foreign)):
             named.append(f"{name} ({why})")
         elif _is_dir(entry):
             identity = _identity(entry.path)
             earlier = first.get(identity)
-            if earlier is not None and _same_names(entry.path, earlier.path):
-                shown = earlier.name.encode("utf-8", "backslashreplace").decode("utf-8")
-                named.append(f"{name} (the same folder as {shown})")
+            if earlier is not None and same_folder(entry.path, earlier.path):
+                named.append(f"{name} (the same folder as {printable_path(earlier.name)})")
             elif name != entry.name:
                 named.append(f"{name} (a name that is not UTF-8 text: its images are rejected)")
             else:
@@ -202,23 +201,13 @@ def _other_files(directory: str) -> str:
 
 
 def _identity(path: str) -> tuple[int, int] | None:
-    """(device, inode) of what `path` leads to: one folder however it is reached (links,
-    bind mounts); None if it cannot be read, or where the file system gives no inode (0)."""
+    """(device, inode) of what `path` leads to, to find two names of one folder (then told
+    by `same_folder`); None if it cannot be read, or where the file system gives no inode."""
     try:
         status = os.stat(path)
     except OSError:
         return None
     return (status.st_dev, status.st_ino) if status.st_ino else None
-
-
-def _same_names(first: str, second: str) -> bool:
-    """Whether two folders hold the same names: what confirms that two paths of one
-    (device, inode) are one folder, against file systems (some FUSE ones) whose inode numbers
-    clash between folders; listed only then."""
-    try:
-        return sorted(os.listdir(first)) == sorted(os.listdir(second))
-    except OSError:
-        return False
 
 
 def _is_dir(entry: os.DirEntry) -> bool:

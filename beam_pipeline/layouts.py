@@ -23,7 +23,7 @@ import re
 import shlex
 from collections.abc import Callable, Sequence
 
-from beam_pipeline.listing import is_skipped_folder
+from beam_pipeline.listing import is_skipped_folder, same_folder
 from schemas.paths import first_few, is_local, join
 
 ILSVRC_DET = "ilsvrc_det"
@@ -449,7 +449,7 @@ def _apart(plan: DiscoveryPlan) -> DiscoveryPlan:
     for number, first in enumerate(images):
         for second in images[number + 1 :]:
             a, b = reals[first.directory], reals[second.directory]
-            mounted = not _nested(a, b) and _same_folder(first.directory, second.directory)
+            mounted = not _nested(a, b) and same_folder(first.directory, second.directory)
             if _nested(a, b) or mounted:
                 same = f"both {a}" if a == b else f"{a} and {b}, one inside the other"
                 shows = f"ls -l {shlex.quote(posixpath.dirname(second.directory))} shows the links"
@@ -539,20 +539,6 @@ def _links_into(path: str, top: str) -> bool:
         return False
     real, top_real = os.path.realpath(path), os.path.realpath(top)
     return _nested(real, top_real)
-
-
-def _same_folder(first: str, second: str) -> bool:
-    """Whether two local paths lead to one folder (by device and inode: a bind mount too; and
-    by the names inside, against file systems whose inode numbers clash or are 0)."""
-    try:
-        a, b = os.stat(first), os.stat(second)
-        return (
-            a.st_ino != 0
-            and (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
-            and sorted(os.listdir(first)) == sorted(os.listdir(second))
-        )
-    except OSError:
-        return False
 
 
 def _nested(first: str, second: str) -> bool:

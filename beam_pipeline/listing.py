@@ -209,6 +209,21 @@ def revisited(
     return refused
 
 
+def same_folder(first: str, second: str) -> bool:
+    """Whether two local paths lead to one folder however they are reached (links, a bind
+    mount): by device and inode, confirmed by the names inside against file systems (some
+    FUSE ones) whose inode numbers clash between folders or are 0."""
+    try:
+        a, b = os.stat(first), os.stat(second)
+        return (
+            a.st_ino != 0
+            and (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+            and sorted(os.listdir(first)) == sorted(os.listdir(second))
+        )
+    except OSError:
+        return False
+
+
 def is_below(path: str, directories: Iterable[str]) -> bool:
     """Whether `path` lies below one of `directories`."""
     return any(path.startswith(directory + "/") for directory in directories)
