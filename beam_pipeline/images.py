@@ -2,11 +2,12 @@
 
 Every image is decoded once (every byte of its data, see `normalise_image`), so truncated and
 corrupt files are caught at build time, not hours into training. A JPEG's data is decoded by
-libjpeg-turbo through simplejpeg in strict mode: Pillow (like `tf.io.decode_jpeg`) only warns
-when data is missing or damaged, and paints the rest of the image grey. The format is sniffed
-from the bytes, never taken from the extension (ImageNet has PNG bytes named `.JPEG`). A valid
-RGB JPEG that needs no resize is kept byte for byte; anything else (CMYK/YCCK, grayscale,
-palette, alpha, 16-bit, PNG, GIF, ...) is converted to RGB and re-encoded.
+libjpeg-turbo through simplejpeg in strict mode (`jpegdata`): Pillow (like `tf.io.decode_jpeg`)
+only warns when data is missing or damaged, and paints the rest of the image grey. The format is
+sniffed from the bytes, never taken from the extension (ImageNet has PNG bytes named `.JPEG`). A
+valid RGB JPEG that needs no resize is kept as the bytes that passed that check (its own, or a
+copy without stray bytes the decoder skips); anything else (CMYK/YCCK, grayscale, palette,
+alpha, 16-bit, PNG, GIF, ...) is converted to RGB and re-encoded.
 
 EXIF orientation is not applied: pixels are stored as they are encoded, which is what
 `tf.io.decode_jpeg` and the ImageNet/VOC annotation tools see, so boxes stay consistent.
@@ -21,11 +22,17 @@ import re
 import warnings
 
 import numpy as np
-import simplejpeg
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from PIL import Image
 
+from beam_pipeline.jpegdata import (
+    UnsupportedConversion,
+    at_scale,
+    check_jpeg_data,
+    scaled,
+    strict_decode,
+)
 from beam_pipeline.readback import sniff_format
 from beam_pipeline.rejections import InputError
 
@@ -50,12 +57,15 @@ class ImagePolicy:
       size: the target size for the resize modes.
       jpeg_quality: quality of re-encoded JPEGs.
       max_pixels: images with more pixels are refused as decompression bombs.
+      keep_stray_jpeg_bytes: JPEGs whose scan ended before their data did are kept (without
+        the stray bytes, with a note) instead of refused (`jpegdata`).
     """
 
     mode: str = ORIGINAL
     size: tuple[int, ...] = ()
     jpeg_quality: int = 95
     max_pixels: int = DEFAULT_MAX_PIXELS
+    keep_stray_jpeg_bytes: bool = False
 
     def __post_init__(self):
         if self.mode not in RESIZE_MODES:
@@ -88,7 +98,8 @@ class NormalisedImage:
     """An image ready for the record: RGB JPEG bytes and the stored geometry.
 
     `source_width`/`source_height` are the decoded size before any resize (what the annotation's
-    coordinates refer to).
+    coordinates refer to). `note`: what the build reports of a kept image (stray JPEG bytes
+    taken out on `--keep_stray_jpeg_bytes`), or "".
     """
 
     data: bytes
@@ -98,6 +109,7 @@ class NormalisedImage:
     source_width: int
     source_height: int
     reencoded: bool
+    note: str = ""
 
 
 def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
@@ -110,14 +122,16 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
 
     Raises:
       InputError: `empty_file`, `not_an_image`, `decompression_bomb`, `truncated_image`,
-        `corrupt_image`, `image_too_large` (the stored size is more than JPEG can hold or more
-        than `max_pixels`), `unsupported_image` (floating-point pixels).
+        `corrupt_image`, `stray_jpeg_bytes` (`jpegdata`), `image_too_large` (the stored size
+        is more than JPEG can hold or more than `max_pixels`), `unsupported_image`
+        (floating-point pixels).
     """
     if not data:
         raise InputError("empty_file", "the file has 0 bytes")
     fmt = sniff_format(data)
     if fmt is None:
         raise InputError("not_an_image", f"unrecognised leading bytes {data[:8]!r}")
+    keep_stray, note = policy.keep_stray_jpeg_bytes, ""
     with _decoding_errors(fmt, policy.max_pixels):
         image = _open(data, fmt, policy.max_pixels)
         width, height = image.size
@@ -125,16 +139,20 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
         _check_storable(fmt, (width, height), target, policy)
         keep = fmt == "JPEG" and image.mode == "RGB" and target == (width, height)
         if keep:
-            check_jpeg_data(data, image.mode, image.size)
+            checked = check_jpeg_data(data, image.mode, image.size, keep_stray=keep_stray)
+            data, note = checked.data, checked.note
         elif fmt == "JPEG" and image.mode in ("RGB", "L"):
-            image = _decode_jpeg_strictly(data, image, target)
+            image, note = _decode_jpeg_strictly(data, image, target, keep_stray)
         else:
             if fmt == "JPEG":
-                check_jpeg_data(data, image.mode, image.size)
+                checked = check_jpeg_data(data, image.mode, image.size, keep_stray=keep_stray)
+                note = checked.note
+                if checked.data is not data:  # Pillow decodes the bytes that passed
+                    image = Image.open(io.BytesIO(checked.data), formats=[fmt])
                 image.draft(image.mode, target)
             image.load()
     if keep:
-        return NormalisedImage(data, width, height, fmt, width, height, reencoded=False)
+        return NormalisedImage(data, width, height, fmt, width, height, False, note)
     rgb = to_rgb(image)
     if rgb.size != target:
         rgb = rgb.resize(target, Image.Resampling.BICUBIC, reducing_gap=3.0)
@@ -143,158 +161,46 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
         rgb.save(out, format="JPEG", quality=policy.jpeg_quality)
     except (OSError, ValueError) as error:  # the image's fault, never the output's
         raise InputError("corrupt_image", f"{fmt}: cannot be encoded as JPEG: {error}") from None
-    return NormalisedImage(out.getvalue(), target[0], target[1], fmt, width, height, reencoded=True)
+    return NormalisedImage(out.getvalue(), *target, fmt, width, height, True, note)
 
 
-# libjpeg's warnings about a stream whose every pixel still decodes: stray bytes before a
-# marker between segments or scans or before the end (ImageNet has files with bytes appended
-# before their end marker), SOS fields some encoders fill oddly. Not a reason to reject an
-# image. Stray bytes before a restart marker are: libjpeg skipped the data up to it (a zeroed
-# block in a JPEG with restart markers, grey from there to the marker).
-_STRAY_BYTES = re.compile(r"extraneous bytes before marker 0x([0-9a-f]{2})", re.IGNORECASE)
-_HARMLESS_JPEG_WARNINGS = ("invalid sos parameters",)
-_RESTART_MARKERS = range(0xD0, 0xD8)
-_SOS, _EOI = 0xDA, 0xD9
-
-
-def check_jpeg_data(data: bytes, mode: str, size: tuple[int, int]) -> None:
-    """Decodes every coefficient of a JPEG's data (at 1/8 scale, one channel where it can: no
-    pixel work beyond that) and refuses the data libjpeg-turbo finds missing or damaged.
-    `size` is the image's (width, height): simplejpeg scales down only to a size it is given.
-
-    Raises:
-      InputError: `truncated_image` (the file ends before its data), `corrupt_image` (a data
-        segment ends early, bad Huffman codes, a marker out of place): decoded anyway, the
-        image would be grey (or garbled) where its data is gone.
-    """
-    # libjpeg-turbo turns CMYK and YCCK into CMYK only, and some colour spaces into RGB only.
-    spaces = ["CMYK"] if mode == "CMYK" else ["GRAY", "RGB"]
-    for colorspace in spaces:
-        try:
-            _strict_decode(data, colorspace, **_at_scale(size, 8))
-            return
-        except _UnsupportedConversion as error:
-            if colorspace == spaces[-1]:
-                raise InputError(
-                    "corrupt_image",
-                    f"JPEG: {error} (decoded anyway, it is grey or garbled from there on)",
-                ) from None
-
-
-def _scaled(size: tuple[int, int], scale: int) -> tuple[int, int]:
-    """(width, height) decoded at 1/`scale`, rounded up as libjpeg and Pillow's draft do."""
-    return -(-size[0] // scale), -(-size[1] // scale)
-
-
-def _at_scale(size: tuple[int, int], scale: int) -> dict[str, int]:
-    """simplejpeg's arguments for a decode at 1/`scale`: `min_factor` alone only bounds the
-    factor that `min_width` and `min_height` pick, and without them it decodes in full."""
-    width, height = _scaled(size, scale)
-    return {"min_factor": scale, "min_width": width, "min_height": height}
-
-
-class _UnsupportedConversion(Exception):
-    """libjpeg-turbo cannot give this JPEG's data in the colour space asked for."""
-
-
-def _strict_decode(data: bytes, colorspace: str, **scaling) -> np.ndarray | None:
-    """The JPEG's pixels from libjpeg-turbo in strict mode (simplejpeg), at `scaling`; None
-    for a stream whose only fault is harmless (stray bytes before a marker), which simplejpeg
-    does not decode even when not strict.
-
-    Raises:
-      InputError: as `check_jpeg_data`.
-      _UnsupportedConversion: `colorspace` is not one libjpeg-turbo gives this data in.
-    """
-    checked = data
-    while True:
-        try:
-            pixels = simplejpeg.decode_jpeg(checked, colorspace=colorspace, strict=True, **scaling)
-            return pixels if checked is data else None
-        except ValueError as error:
-            message = str(error).strip()
-        lowered = message.lower()
-        if "unsupported color conversion" in lowered:
-            raise _UnsupportedConversion(message)
-        stray = _STRAY_BYTES.search(message)
-        if stray and int(stray.group(1), 16) not in _RESTART_MARKERS:
-            # Strict mode stopped at the warning: without the header's stray bytes the rest
-            # is checked too (a file with junk in its header and its data cut short was kept).
-            cleaned = _without_header_strays(checked)
-            if cleaned is not None:
-                checked = cleaned
-                continue
-            return None  # between scans or before the end: the data before it is decoded
-        if any(warning in lowered for warning in _HARMLESS_JPEG_WARNINGS):
-            return None
-        reason = "truncated_image" if "premature end of jpeg file" in lowered else "corrupt_image"
-        raise InputError(
-            reason, f"JPEG: {message} (decoded anyway, it is grey or garbled from there on)"
-        )
-
-
-def _without_header_strays(data: bytes) -> bytes | None:
-    """`data` without the stray bytes between its marker segments before the first scan
-    (where libjpeg expects a marker and finds other bytes), or None when there are none. The
-    segments are walked by their lengths, so a thumbnail inside APP1 is not looked into."""
-    kept, position, found = [data[:2]], 2, False
-    while position < len(data):
-        start = data.find(b"\xff", position)
-        if start < 0:
-            return None
-        if start > position:
-            found = True  # stray bytes: dropped
-        marker_at = start
-        while marker_at + 1 < len(data) and data[marker_at + 1] == 0xFF:
-            marker_at += 1  # fill bytes
-        if marker_at + 3 >= len(data):
-            return None
-        marker = data[marker_at + 1]
-        length = int.from_bytes(data[marker_at + 2 : marker_at + 4], "big")
-        if marker == _SOS:
-            return b"".join([*kept, data[start:]]) if found else None
-        if marker in _RESTART_MARKERS or marker in (_EOI, 0x00, 0x01, 0xD8):
-            return None  # not a header any more: nothing of ours to mend
-        end = marker_at + 2 + length
-        kept.append(data[start:end])
-        position = end
-    return None
-
-
-def _decode_jpeg_strictly(data: bytes, image: Image.Image, target: tuple[int, int]) -> Image.Image:
+def _decode_jpeg_strictly(
+    data: bytes, image: Image.Image, target: tuple[int, int], keep_stray: bool
+) -> tuple[Image.Image, str]:
     """An RGB or grey JPEG (opened by Pillow) decoded once, by libjpeg-turbo in strict mode, at
     the DCT scale Pillow's `draft(mode, target)` picks: its data check and its pixels in one
     decode (Pillow's own decode after the check read the data twice: 27% more CPU for a
-    `shorter_side` build, benchmarks/RESULTS.md, session 19). The same libjpeg-turbo settings
-    as Pillow's (accurate integer IDCT, fancy upsampling) give the same pixels; where
-    libjpeg-turbo picks another scale, cannot give the colour space or gives no pixels (stray
-    bytes before a marker), Pillow decodes them once the data is checked, as before."""
+    `shorter_side` build, benchmarks/RESULTS.md). The same libjpeg-turbo settings as Pillow's
+    (accurate integer IDCT, fancy upsampling) give the same pixels; where libjpeg-turbo picks
+    another scale or cannot give the colour space, Pillow decodes the bytes that passed the
+    check. Returns the image and the check's note."""
     width, height = image.size
     fits = min(width // target[0], height // target[1])
     scale = next((s for s in (8, 4, 2) if fits >= s), 1)
-    size = _scaled(image.size, scale)
+    size = scaled(image.size, scale)
     # libjpeg-turbo scales by any M/8: where another M rounds up to the same size (a 3x3 or
     # 5x5 image decoded to 2x2), it may take that one, so Pillow decodes those.
     ambiguous = any(
         (-(-width * m // 8), -(-height * m // 8)) == size for m in range(1, 9) if m * scale != 8
     )
     grey = image.mode == "L"
-    pixels, checked = None, False
+    checked = None
     if not ambiguous:
-        try:
-            pixels = _strict_decode(data, "GRAY" if grey else "RGB", **_at_scale(image.size, scale))
-            checked = True  # None: only a harmless warning, which gives no pixels
-        except _UnsupportedConversion:
-            pass
-    if not checked:
-        check_jpeg_data(data, image.mode, image.size)
-    if pixels is None or pixels.shape[1::-1] != size:  # checked: Pillow decodes the pixels
+        with contextlib.suppress(UnsupportedConversion):
+            space, scaling = "GRAY" if grey else "RGB", at_scale(image.size, scale)
+            checked = strict_decode(data, space, keep_stray=keep_stray, **scaling)
+    if checked is None or checked.pixels.shape[1::-1] != size:
+        if checked is None:
+            checked = check_jpeg_data(data, image.mode, image.size, keep_stray=keep_stray)
+        if checked.data is not data:  # Pillow decodes the bytes that passed
+            image = Image.open(io.BytesIO(checked.data), formats=["JPEG"])
         image.draft(image.mode, target)
         image.load()
-        return image
+        return image, checked.note
+    pixels = checked.pixels
     decoded = Image.fromarray(pixels[:, :, 0] if grey else pixels, image.mode)
     decoded.info = dict(image.info)  # Pillow keeps a JPEG's comment when it saves the image
-    return decoded
+    return decoded, checked.note
 
 
 def _check_storable(

@@ -100,6 +100,14 @@ class BuildOptions(PipelineOptions):
             "--max_pixels", type=int, default=None, help="Refuse larger images (default ~89 Mpx)."
         )
         parser.add_argument(
+            "--keep_stray_jpeg_bytes",
+            action="store_true",
+            default=False,
+            help="Keep JPEGs whose data goes on after their scan ended ('N extraneous bytes "
+            "before marker'; usually damage, the picture garbled), without those bytes, each "
+            "listed in rejected.jsonl as reported (default: rejected, stray_jpeg_bytes).",
+        )
+        parser.add_argument(
             "--max_bad_fraction",
             type=float,
             default=0.01,
@@ -191,6 +199,7 @@ class BuildConfig:
             "mode": flags.image_policy,
             "size": parse_image_size(flags.image_policy, flags.image_size),
             "jpeg_quality": flags.jpeg_quality,
+            "keep_stray_jpeg_bytes": flags.keep_stray_jpeg_bytes,
         }
         if flags.max_pixels is not None:
             policy_kwargs["max_pixels"] = flags.max_pixels
@@ -231,6 +240,9 @@ class BuildConfig:
                 "jpeg_quality": policy.jpeg_quality,
                 "max_pixels": policy.max_pixels,
                 "exif_orientation": "ignored (pixels kept as encoded)",
+                "stray_jpeg_bytes": (
+                    "kept, reported" if policy.keep_stray_jpeg_bytes else "rejected"
+                ),
             },
             "max_bad_fraction": self.max_bad_fraction,
         }

@@ -29,6 +29,7 @@ from beam_pipeline.examples import build_example
 from beam_pipeline.failures import BuildFailed
 from beam_pipeline.fileio import READ_AHEAD_FILES, read_ahead
 from beam_pipeline.images import ImagePolicy, normalise_image
+from beam_pipeline.jpegdata import KEPT_STRAY_JPEG_BYTES
 from beam_pipeline.labels import Vocabulary
 from beam_pipeline.output import incomplete_file, shard_path
 from beam_pipeline.rejections import (
@@ -281,6 +282,17 @@ class _WriteShardFn(beam.DoFn):
                                 )
                             )
                             continue
+                        if image.note:  # kept on the user's flag: listed as reported
+                            rejections.append(
+                                Rejection(
+                                    split,
+                                    image_path,
+                                    IMAGE,
+                                    KEPT_STRAY_JPEG_BYTES,
+                                    image.note,
+                                    is_image=False,
+                                )
+                            )
                         out.write(record)
                         digest.update(record)
                         num_bytes += len(record)

@@ -94,6 +94,12 @@ def case_table(port, secret_path):
         "bm_text": (b"BMW service record\n", None, ("image", "not_an_image")),
         "one_pixel": (pillow("jfif_unit_cm.jpg"), None, (1, 1)),
         "progressive": (pillow("app13-multiple.jpg"), None, "kept"),
+        # The decoder finished the scan before the data (damage, nearly always garbled).
+        "stray_before_end": (
+            jpeg_bytes()[:-2] + bytes(6) + b"\xff\xd9",
+            None,
+            ("image", "stray_jpeg_bytes"),
+        ),
         **{
             f"exif_{n}": (
                 pillow(f"hopper_orientation_{n}.jpg"),

@@ -9,7 +9,7 @@ import simplejpeg
 from helpers import CORPUS, jpeg_bytes
 from PIL import Image
 
-from beam_pipeline import images
+from beam_pipeline import jpegdata
 from beam_pipeline.images import ImagePolicy, normalise_image, sniff_format
 from beam_pipeline.rejections import InputError
 
@@ -271,11 +271,11 @@ def _full_decode_verdict(data: bytes) -> str:
     try:
         with Image.open(io.BytesIO(data)) as image:
             image.load()
-        simplejpeg.decode_jpeg(data, colorspace="RGB", strict=True)
+        jpegdata.strict_decode(data, "RGB")
+    except InputError as error:
+        return error.reason
     except (OSError, SyntaxError, ValueError) as error:
         message = str(error).lower()
-        if "extraneous bytes before marker" in message:
-            return "ok"
         cut = "truncated" in message or "premature end of jpeg file" in message
         return "truncated_image" if cut else "corrupt_image"
     return "ok"
@@ -354,7 +354,11 @@ def test_damage_behind_stray_bytes_or_a_restart_marker_is_rejected(policy):
         normalise_image((PILLOW / "hopper_bad_exif.jpg").read_bytes(), policy)
     assert error.value.detail.startswith("JPEG: Corrupt JPEG data: 1214 extraneous bytes")
     junk = (PILLOW / "junk_jpeg_header.jpg").read_bytes()  # 5 stray bytes in its header
-    assert policy != KEEP or normalise_image(junk, KEEP).data is junk
+    if policy == KEEP:  # stored without them: every reader decodes it without a warning
+        stored = normalise_image(junk, KEEP)
+        assert len(stored.data) == len(junk) - 5 and not stored.note
+        with Image.open(io.BytesIO(junk)) as image:
+            assert np.array_equal(simplejpeg.decode_jpeg(stored.data, strict=True), image)
     with pytest.raises(InputError) as error:
         normalise_image(junk[: len(junk) * 6 // 10], policy)
     assert error.value.reason == "truncated_image"
@@ -379,14 +383,14 @@ def test_a_tiny_jpeg_whose_scale_libjpeg_could_pick_otherwise_gets_pillows_pixel
 def test_the_data_check_of_a_kept_jpeg_decodes_at_one_eighth(monkeypatch):
     # simplejpeg scales down only to a size it is given (min_factor alone decodes in full).
     decoded = []
-    real = images.simplejpeg.decode_jpeg
+    real = jpegdata.simplejpeg.decode_jpeg
 
     def spy(data, *args, **kwargs):
         pixels = real(data, *args, **kwargs)
         decoded.append(pixels.shape)
         return pixels
 
-    monkeypatch.setattr(images.simplejpeg, "decode_jpeg", spy)
+    monkeypatch.setattr(jpegdata.simplejpeg, "decode_jpeg", spy)
     data = jpeg_bytes(640, 427)
     assert normalise_image(data, KEEP).data is data
     assert decoded == [(54, 80, 1)]  # ceil(427 / 8) x ceil(640 / 8), one channel
@@ -395,13 +399,16 @@ def test_the_data_check_of_a_kept_jpeg_decodes_at_one_eighth(monkeypatch):
     assert decoded == [(107, 160, 3)]  # 1/4: Pillow's draft scale for 150 x 100
 
 
-def test_a_resized_jpeg_with_stray_bytes_before_a_marker_is_converted():
-    # A harmless warning: simplejpeg gives no pixels for it (strict or not), so Pillow decodes
-    # them once the data is checked; every pixel is there.
+def test_a_resized_jpeg_with_stray_bytes_before_its_end_is_refused_or_kept_on_the_flag():
     data = (PILLOW / "hopper.jpg").read_bytes()
     stray = data[:-2] + b"\x00\x00\xff\xd9"
     policy = ImagePolicy("shorter_side", (40,))
-    assert normalise_image(stray, policy).data == _pillow_draft_reencode(data, policy)
+    with pytest.raises(InputError) as error:
+        normalise_image(stray, policy)
+    assert error.value.reason == "stray_jpeg_bytes"
+    kept = normalise_image(stray, ImagePolicy("shorter_side", (40,), keep_stray_jpeg_bytes=True))
+    assert kept.data == _pillow_draft_reencode(data, policy)
+    assert kept.note.startswith("JPEG: Corrupt JPEG data: 1 extraneous bytes before marker 0xd9")
 
 
 def test_jpeg_data_that_libjpeg_paints_grey_is_rejected():
@@ -423,6 +430,23 @@ def test_jpeg_data_that_libjpeg_paints_grey_is_rejected():
         assert error.value.detail.startswith("JPEG: Corrupt JPEG data"), label
         with pytest.raises(InputError):  # converted images are checked too
             normalise_image(bad, ImagePolicy(mode="shorter_side", size=(32,)))
-    # Stray bytes before the end marker (some cameras write them): every pixel decodes.
+    # Stray bytes before the end marker: the decoder finished the scan early. Refused (on
+    # damaged photos nearly always garbled, benchmarks/jpeg_damage.py), or on the flag kept
+    # without them, with a note: every reader then decodes it without a warning. (libjpeg
+    # counts 1 of the 2: its bit buffer had read the other, which stays, unread.)
     stray = data[:-2] + b"\x00\x00\xff\xd9"
-    assert normalise_image(stray, KEEP).data == stray
+    with pytest.raises(InputError) as error:
+        normalise_image(stray, KEEP)
+    assert error.value.reason == "stray_jpeg_bytes"
+    assert error.value.detail == (
+        "JPEG: Corrupt JPEG data: 1 extraneous bytes before marker 0xd9: its scan ended early, "
+        "so the decoder lost step in its data (garbled from there in most damaged photos); "
+        "--keep_stray_jpeg_bytes keeps such images, listed as reported"
+    )
+    kept = normalise_image(stray, ImagePolicy(keep_stray_jpeg_bytes=True))
+    assert kept.data == data[:-2] + b"\x00\xff\xd9" and not kept.reencoded
+    simplejpeg.decode_jpeg(kept.data, strict=True)
+    assert kept.note == (
+        "JPEG: Corrupt JPEG data: 1 extraneous bytes before marker 0xd9; kept "
+        "(--keep_stray_jpeg_bytes) without them, may be garbled"
+    )

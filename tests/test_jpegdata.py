@@ -1,0 +1,134 @@
+"""The bytes a build stores for a JPEG are bytes libjpeg-turbo decodes strictly to the end.
+
+Each case here was stored before with exit 0 and failed a reader (or showed a guessed picture):
+found by a new-user trial (random mutations of real photos) and by `benchmarks/jpeg_damage.py`.
+"""
+
+import io
+
+import numpy as np
+import pytest
+import simplejpeg
+import tensorflow as tf
+from helpers import CORPUS, build, dead_letters, ilsvrc_image, read_split
+from PIL import Image
+
+from beam_pipeline import jpegdata
+from beam_pipeline.images import ImagePolicy, normalise_image
+from beam_pipeline.rejections import InputError
+
+PHOTO = CORPUS / "images" / "tfrecorder" / "TRAIN" / "cat" / "cat-640x853-1.jpg"
+DEFAULT = ImagePolicy()
+KEEP_STRAY = ImagePolicy(keep_stray_jpeg_bytes=True)
+
+
+def encoded(**settings) -> bytes:
+    out = io.BytesIO()
+    Image.open(PHOTO).save(out, "JPEG", quality=90, **settings)
+    return out.getvalue()
+
+
+def decodes_in_every_reader(data: bytes) -> np.ndarray:
+    """The pixels, after Pillow, `tf.io.decode_jpeg` and strict libjpeg-turbo decoded them."""
+    with Image.open(io.BytesIO(data)) as image:
+        pillow = np.asarray(image.convert("RGB"))
+    assert tf.io.decode_jpeg(data, channels=3).shape == pillow.shape
+    return simplejpeg.decode_jpeg(data, strict=True)
+
+
+def first_marker_after_data(data: bytes) -> int:
+    """Where the marker that ends the first scan's data starts."""
+    (_, end, _), *_ = jpegdata._scans(data)
+    return end
+
+
+def test_stray_bytes_after_the_data_and_no_end_are_never_stored():
+    # From a new-user trial: mutations left bytes after the data, before a marker ("148
+    # extraneous bytes before marker 0xe2"), and no end marker; the check stopped at the
+    # warning, took it as harmless and stored a file TensorFlow cannot decode
+    # ("jpeg::Uncompress failed"), exit 0.
+    data = encoded()
+    end = first_marker_after_data(data)
+    damaged = data[:end] + b"\x55" * 148 + b"\xff\xe2\x00\x04ab"
+    with pytest.raises(ValueError, match="147 extraneous bytes before marker 0xe2"):
+        simplejpeg.decode_jpeg(damaged, strict=True)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        tf.io.decode_jpeg(damaged)
+    with pytest.raises(InputError) as error:
+        normalise_image(damaged, DEFAULT)
+    assert error.value.reason == "stray_jpeg_bytes"
+    with pytest.raises(InputError) as error:  # without them: it ends before its end marker
+        normalise_image(damaged, KEEP_STRAY)
+    assert error.value.reason == "truncated_image"
+
+
+def test_a_progressive_scan_that_ended_early_is_refused_or_mended_and_checked_to_the_end():
+    data = encoded(progressive=True)
+    end = first_marker_after_data(data)
+    assert data[end + 1] in (0xC4, 0xDA)  # the next scan's table or header
+    damaged = data[:end] + bytes(40) + data[end:]
+    with pytest.raises(InputError) as error:
+        normalise_image(damaged, DEFAULT)
+    assert error.value.reason == "stray_jpeg_bytes"
+    kept = normalise_image(damaged, KEEP_STRAY)
+    assert len(data) <= len(kept.data) < len(damaged)  # a few stay, unread in the bit buffer
+    assert "kept (--keep_stray_jpeg_bytes)" in kept.note
+    assert np.array_equal(decodes_in_every_reader(kept.data), decodes_in_every_reader(data))
+    # Later scans are checked too: the stray bytes no longer stop the check before them.
+    with pytest.raises(InputError) as error:
+        normalise_image(damaged[: len(damaged) - 2000] + b"\xff\xd9", KEEP_STRAY)
+    assert error.value.reason in ("corrupt_image", "truncated_image")
+
+
+def test_scan_header_fields_a_sequential_decoder_ignores_do_not_hide_the_data():
+    # "Invalid SOS parameters for sequential JPEG" is warned at the scan header, before any of
+    # its data is read: strict mode stopped there, and a cut file behind it was stored.
+    data = bytearray(encoded())
+    header_end = jpegdata._scans(bytes(data))[0][0]
+    data[header_end - 2] = 0x10  # Se = 16
+    odd = bytes(data)
+    with pytest.raises(ValueError, match="Invalid SOS parameters"):
+        simplejpeg.decode_jpeg(odd, strict=True)
+    stored = normalise_image(odd, DEFAULT)
+    assert not stored.note and len(stored.data) == len(odd)
+    with Image.open(io.BytesIO(odd)) as image:
+        assert np.array_equal(decodes_in_every_reader(stored.data), np.asarray(image))
+    with pytest.raises(InputError) as error:
+        normalise_image(odd[: len(odd) * 2 // 3], DEFAULT)
+    assert error.value.reason in ("truncated_image", "corrupt_image")
+
+
+def test_a_thumbnail_inside_app1_is_not_taken_for_the_image_scan():
+    thumbnail = encoded()[:4000]  # holds an SOS marker of its own
+    app1 = b"\xff\xe1" + (len(thumbnail) + 2).to_bytes(2, "big") + thumbnail
+    data = encoded(progressive=True)
+    with_app1 = data[:2] + app1 + data[2:]
+    ends = [end - len(app1) for _, end, _ in jpegdata._scans(with_app1)]
+    assert ends == [end for _, end, _ in jpegdata._scans(data)]
+    assert normalise_image(with_app1, DEFAULT).data == with_app1
+
+
+def test_a_build_refuses_stray_bytes_or_keeps_them_on_the_flag_as_reported(tmp_path):
+    clean = encoded()
+    stray = clean[:-2] + bytes(16) + b"\xff\xd9"
+    for stem in ("a", "b", "c"):
+        ilsvrc_image(tmp_path / "tree", "train", f"n01440764/{stem}", clean, task="CLS-LOC")
+    ilsvrc_image(tmp_path / "tree", "train", "n01440764/stray", stray, task="CLS-LOC")
+    path = str(tmp_path / "tree/Data/CLS-LOC/train/n01440764/stray.JPEG")
+    info = build(tmp_path / "tree", tmp_path / "out", "--splits", "train", "--max_bad_fraction", 1)
+    assert info.splits["train"].num_examples == 3
+    assert info.options["image_policy"]["stray_jpeg_bytes"] == "rejected"
+    (line,) = dead_letters(tmp_path / "out")
+    assert (line["path"], line["reason"], line["is_image"]) == (path, "stray_jpeg_bytes", True)
+    assert "--keep_stray_jpeg_bytes keeps such images" in line["detail"]
+
+    kept = tmp_path / "kept"
+    info = build(tmp_path / "tree", kept, "--splits", "train", "--keep_stray_jpeg_bytes")
+    assert info.splits["train"].num_examples == 4 and info.splits["train"].num_rejected == 0
+    assert info.options["image_policy"]["stray_jpeg_bytes"] == "kept, reported"
+    (line,) = dead_letters(tmp_path / "kept")
+    assert (line["path"], line["reason"]) == (path, "stray_jpeg_bytes_kept")
+    assert line["is_image"] is False
+    assert line["detail"].endswith("kept (--keep_stray_jpeg_bytes) without them, may be garbled")
+    for example in read_split(tmp_path / "kept", "train"):
+        decodes_in_every_reader(example["image/encoded"][0])
