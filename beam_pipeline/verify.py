@@ -6,8 +6,10 @@ For every shard in the build's metadata (`build_info.json`): the file exists; ea
 framing and CRC32C are valid; each record is an Example with every schema key, of the right
 kind and length, whose one-hot agrees with its label, whose class text is the metadata's name
 for its label, and whose boxes lie in [0, 1]; each image fully decodes as RGB at its recorded
-size; and the record count, byte count and SHA-256 match the metadata. The first problem of
-each shard is reported with the shard and record index. The metadata must agree with itself
+size, in Pillow and in libjpeg-turbo strictly (every coefficient, no warning: the bytes a build
+stores); and the record count, byte count and SHA-256 match the metadata. Every bad record is
+reported with the shard and record index, and a count per shard; a shard whose framing breaks
+is reported from there (its records beyond cannot be found). The metadata must agree with itself
 (`check_metadata`), the directory must hold no shard of a split that it does not list, and
 `rejected.jsonl` must account for the rejections it counts. TFDS's metadata beside the
 shards (`dataset_info.json`, `features.json`, the `.labels.txt` files) must say what
@@ -34,9 +36,10 @@ from apache_beam.io.filesystems import FileSystems
 from PIL import Image
 
 from beam_pipeline.console import human_bytes, plural
+from beam_pipeline.jpegdata import check_jpeg_data
 from beam_pipeline.output import STAGING_DIR, list_shard_files
 from beam_pipeline.readback import read_build_info
-from beam_pipeline.rejections import read_dead_letter
+from beam_pipeline.rejections import InputError, read_dead_letter
 from beam_pipeline.tfrecord import CorruptRecordError, read_records
 from schemas import (
     BUILD_INFO_FILE,
@@ -65,7 +68,7 @@ _OBJECT_KEYS = [f.key for f in FEATURES if f.length is None]
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
-    """The first thing wrong with one shard; `record` is None for whole-file problems."""
+    """One thing wrong with a shard; `record` is None for whole-file problems."""
 
     file: str
     record: int | None
@@ -177,6 +180,10 @@ def _check_image(data: bytes, width: int, height: int) -> str | None:
         return f"image is {mode}, not RGB"
     if size != (width, height):
         return f"image is {size[0]}x{size[1]}, the record says {width}x{height}"
+    try:
+        check_jpeg_data(data, mode, size)  # strictly: TensorFlow fails on much of what it refuses
+    except InputError as error:
+        return f"image data is damaged ({error.detail}); rebuild, or drop the record"
     return None
 
 
@@ -188,12 +195,12 @@ def verify_shard(
     labelled: bool = True,
     schema_version: str = SCHEMA_VERSION,
     classes: Sequence[str] = (),
-) -> Problem | None:
-    """Checks one shard; returns its first problem or None."""
+) -> list[Problem]:
+    """Checks one shard; returns every problem found in it, in record order."""
     path = join(data_dir, shard.file)
     if not FileSystems.exists(path):
-        return Problem(shard.file, None, "missing")
-    count = 0
+        return [Problem(shard.file, None, "missing")]
+    count, problems = 0, []
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
         reader = _HashingReader(stream)
         try:
@@ -202,18 +209,19 @@ def verify_shard(
                     record, num_classes, decode, labelled, schema_version, classes
                 )
                 if problem:
-                    return Problem(shard.file, count - 1, problem)
+                    problems.append(Problem(shard.file, count - 1, problem))
         except CorruptRecordError as error:
-            return Problem(shard.file, error.index, f"{error.problem} (byte {error.offset})")
+            message = f"{error.problem} (byte {error.offset}); the records after it cannot be read"
+            return [*problems, Problem(shard.file, error.index, message)]
     if count != shard.num_examples:
-        return Problem(
-            shard.file, None, f"{count} records, the build's metadata says {shard.num_examples}"
-        )
-    if reader.num_bytes != shard.num_bytes:
-        return Problem(shard.file, None, f"{reader.num_bytes} bytes, expected {shard.num_bytes}")
-    if reader.digest.hexdigest() != shard.sha256:
-        return Problem(shard.file, None, "SHA-256 differs from the build's metadata")
-    return None
+        message = f"{count} records, the build's metadata says {shard.num_examples}"
+        problems.append(Problem(shard.file, None, message))
+    elif reader.num_bytes != shard.num_bytes:
+        message = f"{reader.num_bytes} bytes, expected {shard.num_bytes}"
+        problems.append(Problem(shard.file, None, message))
+    elif reader.digest.hexdigest() != shard.sha256:
+        problems.append(Problem(shard.file, None, "SHA-256 differs from the build's metadata"))
+    return problems
 
 
 def verify(data_dir: str, workers: int = 1, decode: bool = True) -> tuple[int, list[Problem]]:
@@ -236,7 +244,7 @@ def verify(data_dir: str, workers: int = 1, decode: bool = True) -> tuple[int, l
     has_build_info = FileSystems.exists(join(data_dir, BUILD_INFO_FILE))
     metadata = BUILD_INFO_FILE if has_build_info else LEGACY_INFO_FILE  # a schema 1.x build
     problems = check_metadata(info, metadata)
-    problems += [problem for problem in results if problem is not None]
+    problems += [problem for found in results for problem in found]
     problems += check_stray_shards(data_dir, info, metadata)
     problems += check_rejections(data_dir, info, metadata)
     problems += check_class_files(data_dir, info)
@@ -418,9 +426,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for problem in problems:
         print(f"FAIL {problem}")
     if problems:
-        files = len({problem.file for problem in problems})
+        per_file = collections.Counter(problem.file for problem in problems)
+        if len(problems) > len(per_file):
+            for name, count in sorted(per_file.items()):
+                print(f"  {name}: {plural(count, 'problem')}")
         print(
-            f"{plural(len(problems), 'problem')} in {plural(files, 'file')} "
+            f"{plural(len(problems), 'problem')} in {plural(len(per_file), 'file')} "
             f"({num_shards} shards checked)"
         )
         return 1

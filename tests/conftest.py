@@ -3,6 +3,7 @@ import sys
 import tempfile
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Tests import their helpers as a module and the project from the checkout; DirectRunner's
@@ -17,3 +18,22 @@ def _logs_in_the_test_directory(tmp_path, monkeypatch):
     """A build's default log file lies under the temp directory: this test's, not the system's."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setenv("TMPDIR", str(tmp_path))
+
+
+# Hypothesis (tests/test_fuzz.py): a fixed, derandomized budget in every suite; a campaign
+# with HYPOTHESIS_PROFILE=campaign. Cases found go to tests/data/fuzz_cases/.
+settings.register_profile(
+    "ci",
+    max_examples=300,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "campaign",
+    max_examples=20_000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

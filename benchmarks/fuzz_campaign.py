@@ -1,0 +1,87 @@
+"""A coverage-guided fuzzing campaign (Atheris, libFuzzer) over the parsers of untrusted bytes.
+
+    pip install atheris==3.0.0        # not a dependency of the project: only campaigns need it
+    python -m benchmarks.fuzz_campaign images --seconds 600
+    python -m benchmarks.fuzz_campaign xml --seconds 600
+
+Each target feeds libFuzzer's mutations of its seeds (the image seeds of `fuzz_targets`, the
+corpus's images, or the corpus's VOC XML) through the build's parser, instrumented for
+coverage, and checks `benchmarks.fuzz_targets`' invariants on every input. A failing input is
+written to `--artifacts` (crash-SHA1) and the campaign stops there: copy it into
+tests/data/fuzz_cases/ (it becomes a regression test), fix, and run again. libFuzzer prints the
+inputs tried ("Done N runs in S second(s)") and the coverage reached; RESULTS.md keeps them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+import tempfile
+
+HERE = pathlib.Path(__file__).resolve().parent
+CORPUS = HERE.parent / "tests/data/corpus"
+
+
+def _seed_folder(target: str) -> str:
+    """A temp folder of seeds for `target` (libFuzzer adds what it finds to it)."""
+    from benchmarks.fuzz_targets import FOUND, SEEDS
+
+    folder = tempfile.mkdtemp(prefix=f"fuzz-{target}-")
+    if target == "images":
+        seeds = {f"{name}.bin": data for name, data in SEEDS.items()}
+        for path in (*FOUND.glob("*.jpg"), *(CORPUS / "images/pillow").glob("*")):
+            if path.stat().st_size <= 40_000:
+                seeds[path.name] = path.read_bytes()
+    else:
+        seeds = {p.name: p.read_bytes() for p in CORPUS.rglob("*.xml")}
+    for name, data in seeds.items():
+        pathlib.Path(folder, name).write_bytes(data)
+    return folder
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("target", choices=("images", "xml"))
+    parser.add_argument("--seconds", type=int, default=600, help="how long the campaign runs")
+    parser.add_argument("--artifacts", default=".", help="where a failing input is written")
+    args = parser.parse_args(argv)
+    try:
+        import atheris
+    except ImportError:
+        print("error: the campaign needs Atheris: pip install atheris==3.0.0", file=sys.stderr)
+        return 2
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    with atheris.instrument_imports(include=["beam_pipeline"]):
+        from benchmarks.fuzz_targets import (
+            POLICIES,
+            check_image_invariants,
+            check_xml_invariants,
+        )
+
+    def one_image(data: bytes) -> None:
+        check_image_invariants(data, POLICIES[len(data) % len(POLICIES)])
+
+    def one_xml(data: bytes) -> None:
+        size = 1 + len(data) % 4000
+        check_xml_invariants(data, size, 1 + size // 2)
+
+    seeds = _seed_folder(args.target)
+    atheris.Setup(
+        [
+            sys.argv[0],
+            f"-max_total_time={args.seconds}",
+            f"-artifact_prefix={args.artifacts.rstrip('/')}/",
+            "-max_len=65536",
+            "-print_final_stats=1",
+            seeds,
+        ],
+        one_image if args.target == "images" else one_xml,
+    )
+    atheris.Fuzz()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,141 @@
+"""What every input must satisfy, for the fuzzers of the parsers of untrusted bytes: the
+property tests (tests/test_fuzz.py, Hypothesis) and the coverage-guided campaign
+(`benchmarks.fuzz_campaign`, Atheris) check the same invariants on the same seeds.
+
+- images: `normalise_image` returns or raises `InputError` with a known reason, nothing else;
+  what it returns decodes in full in every reader (Pillow, `tf.io.decode_jpeg`, libjpeg-turbo
+  strictly) at the size it declares, and a kept JPEG shows exactly what Pillow shows of the
+  input (nothing was guessed or lost);
+- XML: `parse_annotation` returns or raises `InputError(annotation_*)`; a document lxml cannot
+  parse never yields an annotation; boxes are finite with min < max; the label is the largest
+  clamped box's class (or background without objects); stored boxes lie in [0, 1], min < max.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import pathlib
+
+import numpy as np
+import simplejpeg
+from lxml import etree
+from PIL import Image
+
+from beam_pipeline import annotations, labels
+from beam_pipeline.entries import IndexEntry, LabelledEntry
+from beam_pipeline.examples import normalised_boxes
+from beam_pipeline.images import ImagePolicy, normalise_image
+from beam_pipeline.rejections import InputError
+
+PILLOW = pathlib.Path(__file__).resolve().parent.parent / "tests/data/corpus/images/pillow"
+FOUND = pathlib.Path(__file__).resolve().parent.parent / "tests/data/fuzz_cases"
+IMAGE_REASONS = {
+    "empty_file",
+    "not_an_image",
+    "decompression_bomb",
+    "truncated_image",
+    "corrupt_image",
+    "stray_jpeg_bytes",
+    "image_too_large",
+    "unsupported_image",
+}
+POLICIES = [
+    ImagePolicy(),
+    ImagePolicy(keep_stray_jpeg_bytes=True),
+    ImagePolicy("shorter_side", (24,)),
+    ImagePolicy("exact", (16, 20)),
+]
+
+
+def _encode(image: Image.Image, fmt: str, **settings) -> bytes:
+    out = io.BytesIO()
+    image.save(out, fmt, **settings)
+    return out.getvalue()
+
+
+def image_seeds() -> dict[str, bytes]:
+    """Small real images in the encodings trees hold (a photo crop, so decoding is cheap)."""
+    photo = Image.open(PILLOW / "hopper.jpg").convert("RGB").resize((48, 40))
+    return {
+        "baseline_420": _encode(photo, "JPEG", quality=85, subsampling=2),
+        "baseline_444": _encode(photo, "JPEG", quality=85, subsampling=0),
+        "progressive": _encode(photo, "JPEG", quality=85, progressive=True),
+        "restart": _encode(photo, "JPEG", quality=85, restart_marker_blocks=2),
+        "grey": _encode(photo.convert("L"), "JPEG", quality=85),
+        "cmyk": _encode(photo.convert("CMYK"), "JPEG", quality=85),
+        "exif_rotated": (PILLOW / "hopper_orientation_6.jpg").read_bytes(),
+        "png": _encode(photo, "PNG"),
+        "gif": _encode(photo.convert("P"), "GIF"),
+        "webp": _encode(photo, "WEBP", quality=80),
+        "tiff": _encode(photo, "TIFF"),
+    }
+
+
+SEEDS = image_seeds()
+
+
+def check_image_invariants(data: bytes, policy: ImagePolicy) -> None:
+    try:
+        stored = normalise_image(data, policy)
+    except InputError as error:
+        assert error.reason in IMAGE_REASONS and error.detail
+        return
+    with Image.open(io.BytesIO(stored.data)) as image:
+        assert image.format == "JPEG" and image.mode == "RGB"
+        pillow = np.asarray(image)
+    assert pillow.shape == (stored.height, stored.width, 3)
+    import tensorflow as tf
+
+    assert tuple(tf.io.decode_jpeg(stored.data, channels=3).shape) == pillow.shape
+    strict = simplejpeg.decode_jpeg(stored.data, strict=True)
+    assert np.array_equal(strict, pillow)
+    if not stored.reencoded:  # kept: what a reader shows of the input, nothing lost
+        with Image.open(io.BytesIO(data)) as source:
+            assert np.array_equal(np.asarray(source.convert("RGB")), pillow)
+
+
+SAFE_PARSER = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False)
+
+
+def check_xml_invariants(data: bytes, width: int, height: int) -> None:
+    try:
+        parsed = annotations.parse_annotation(data)
+    except InputError as error:
+        assert error.reason.startswith("annotation_") and error.detail
+        return
+    etree.fromstring(data, SAFE_PARSER)  # it parsed: so does lxml, on its own
+    for obj in parsed.objects:
+        box = obj.box
+        assert all(math.isfinite(v) for v in (box.xmin, box.ymin, box.xmax, box.ymax))
+        assert box.xmin < box.xmax and box.ymin < box.ymax
+    classes = sorted({obj.name for obj in parsed.objects} | {"zebra"})
+    if labels.BACKGROUND in classes:  # the build refuses such a vocabulary, naming it
+        return
+    vocabulary = labels.Vocabulary(tuple(classes))
+    found = labels.image_label(parsed, None, vocabulary)
+    if not parsed.objects:
+        assert found.label == vocabulary.background_index
+        return
+    areas = [labels.clamped_area(o.box, parsed.width, parsed.height) for o in parsed.objects]
+    main = areas.index(max(areas))
+    assert found.label == vocabulary.index(parsed.objects[main].name)
+    entry = IndexEntry("train", "k", "k.jpg", "k.xml", None, 1)
+    labelled = LabelledEntry(entry, parsed, found.label, found.object_labels, found.source)
+    try:
+        boxes = normalised_boxes(labelled, width, height)
+    except InputError as error:
+        assert error.reason in ("size_mismatch", "annotation_box_outside_image")
+        return
+    for xmin, ymin, xmax, ymax in boxes:
+        assert 0 <= xmin < xmax <= 1 and 0 <= ymin < ymax <= 1
+
+
+def check_found_case(path: pathlib.Path) -> None:
+    """A kept case (tests/data/fuzz_cases): an `.xml` file, or image bytes under every policy."""
+    data = path.read_bytes()
+    if path.suffix == ".xml":
+        check_xml_invariants(data, 640, 480)
+    else:
+        for policy in POLICIES:
+            check_image_invariants(data, policy)
