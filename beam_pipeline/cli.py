@@ -14,7 +14,12 @@ import time
 from collections.abc import Sequence
 
 from beam_pipeline import console
-from beam_pipeline.failures import interrupts_remembered, stopping_signal
+from beam_pipeline.failures import (
+    WorkerLost,
+    interrupts_remembered,
+    stopping_signal,
+    worker_lost,
+)
 
 # glibc mallopt parameters, and the environment variables that set them in child processes.
 _MALLOC_SETTINGS = (
@@ -142,11 +147,16 @@ def _build(argv: list[str], out: console.BuildConsole) -> int:
             info = pipeline.execute(options, prepared)
             if live is not None:
                 live.finish()
-    except (KeyboardInterrupt, Exception) as error:  # noqa: BLE001 - each helper logs it
+    except (KeyboardInterrupt, Exception) as error:
         # Ctrl-C reaches an in-process build inside a DoFn, which the runner re-raises wrapped.
         if pipeline.was_interrupted(error):
             return _interrupted(out, error, _what_is_left(config.output_dir, before, True))
-        return _failed(out, error, "Build failed", _what_is_left(config.output_dir, before, False))
+        lost = worker_lost(wait=1.0)  # the runner may have failed first, on a closed channel
+        left = _what_is_left(config.output_dir, before, lost is not None)  # as interrupted
+        if lost is not None:
+            logger.error("Build failed", exc_info=error)
+            error = WorkerLost(lost)
+        return _failed(out, error, "Build failed", left)
     console.print_summary(
         sys.stdout,
         info,

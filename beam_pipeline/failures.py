@@ -1,11 +1,12 @@
-"""The one exception a build raises when it ran but must not be committed, and the Ctrl-C that
-must stop a commit."""
+"""The one exception a build raises when it ran but must not be committed, the Ctrl-C that
+must stop a commit, and the worker process that died under a local multi-process build."""
 
 import collections
 import contextlib
 import functools
 import logging
 import os
+import re
 import signal
 import threading
 import time
@@ -25,11 +26,19 @@ class BuildFailed(RuntimeError):
         super().__init__(message)
 
 
+class WorkerLost(BuildFailed):
+    """A worker process of a local multi-process build ended before the build did."""
+
+
 _STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _last_signal: list[int] = []  # the signal that stopped the last build, if one did
+_lost: list[str] = []  # why the build's worker process died, once one has
+_lost_event = threading.Event()
 
 
 def _on_interrupt(signum, frame):
+    if _lost and not _interrupted.is_set():
+        raise WorkerLost(_lost[0])
     if not _interrupted.is_set():
         _end_workers_later(_WORKERS_GRACE_S)
     _interrupted.set()
@@ -97,17 +106,67 @@ def descendants(pid: int) -> list[int]:
 _SIGNAL_GRACE_S = 2.0
 
 
+# Beam's local runner, when a worker process it started ends (its thread raises this, and the
+# runner then waits for the worker's answer forever: a build that never ends).
+_WORKER_EXIT = re.compile(r"Worker subprocess exited with return code (-?\d+)")
+
+
 def _log_thread_failure(args: threading.ExceptHookArgs, *, otherwise) -> None:
     """After a stopping signal, the runner's threads fail as its worker processes end (a gRPC
     stream cut, "Worker subprocess exited with return code -2"): their tracebacks go to the
-    log, not between the console's lines. Without one, Python's hook prints them as usual,
+    log, not between the console's lines. Without one, a worker process that ended stops the
+    build (`_worker_lost`), and Python's hook prints any other failure as usual,
     `_SIGNAL_GRACE_S` later."""
+    ended = _WORKER_EXIT.search(str(args.exc_value))
+    code = int(ended.group(1)) if ended else 0
+    stopped = code in (-signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM)
+    if ended and not stopped and _within[0] % 2 and not _interrupted.is_set():
+        _worker_lost(code)  # killed (-9, 137) or failed: no stopping signal is coming
+        return
     if not _interrupted.wait(_SIGNAL_GRACE_S):
+        if ended and _within[0] % 2:
+            _worker_lost(code)
+            return
+        if _lost:  # a channel of the lost worker's, closing: the build has said why
+            _log_late_failure(args)
+            return
         otherwise(args)
         return
     name = args.thread.name if args.thread else "a thread"
     error = (args.exc_type, args.exc_value, args.exc_traceback)
     logger.info("After the interruption, %s failed", name, exc_info=error)
+
+
+def _worker_lost(code: int) -> None:
+    """Stops the main thread's build with `WorkerLost` (by a SIGINT to it, which wakes it where
+    it waits), and ends the other workers if the runner has not within `_WORKERS_GRACE_S`."""
+    number = -code if code < 0 else code - 128  # a signal: Python's own, or the shell's 128+N
+    how = f"exit code {code}"
+    with contextlib.suppress(ValueError):
+        name = signal.Signals(number).name
+        how += f", {name}" + (
+            ": killed by `kill -9` or by the kernel's out-of-memory killer; dmesg tells which"
+            if name == "SIGKILL"
+            else ""
+        )
+    _lost[:] = [f"a worker process of the build ended before the build did ({how})"]
+    _lost_event.set()
+    logger.error("%s; stopping the build", _lost[0])
+    _end_workers_later(_WORKERS_GRACE_S)
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+
+def _log_late_failure(args: threading.ExceptHookArgs) -> None:
+    name = args.thread.name if args.thread else "a thread"
+    error = (args.exc_type, args.exc_value, args.exc_traceback)
+    logger.info("After the build stopped, %s failed", name, exc_info=error)
+
+
+def worker_lost(wait: float = 0.0) -> str | None:
+    """Why a worker process of the running (or last) build ended, if one did; waits up to
+    `wait` seconds for the news (the runner's thread that tells it may come second)."""
+    _lost_event.wait(wait)
+    return _lost[0] if _lost else None
 
 
 @contextlib.contextmanager
@@ -120,6 +179,8 @@ def interrupts_remembered():
     process; `stopping_signal` tells which signal it was, after."""
     _interrupted.clear()
     _last_signal.clear()
+    _lost.clear()
+    _lost_event.clear()
     _within[0] += 1  # a build, told from the one before for `_end_workers_later`
     previous = {number: signal.signal(number, _on_interrupt) for number in _STOPPING_SIGNALS}
     previous_hook = threading.excepthook
@@ -129,7 +190,9 @@ def interrupts_remembered():
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
-        threading.excepthook = previous_hook
+        # After a lost worker, the runner's threads fail as their channels close, after the
+        # build said why it failed: to the log, not after the console's last line.
+        threading.excepthook = _log_late_failure if _lost else previous_hook
         _interrupted.clear()
         _within[0] += 1
 

@@ -1,7 +1,9 @@
 """Faults during a build: retried bundles, unwritable outputs."""
 
+import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -206,6 +208,66 @@ def test_sigkill_leaves_nothing_the_loader_accepts_and_a_rerun_matches(
     with pytest.raises(IncompleteDatasetError):
         load_dataset(str(out), "train", batch_size=2)
     assert cli.main(argv) == 0  # a plain rerun: no --overwrite needed for an incomplete build
+    assert files(out) == files(kill_reference)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["workers_started", "while_writing"])
+def test_a_killed_worker_process_fails_the_build_loudly_and_resume_matches(
+    kill_tree, kill_reference, tmp_path, when
+):
+    # From the chaos campaign (benchmarks/chaos.py): with one of its worker processes SIGKILLed
+    # (as the kernel's out-of-memory killer does), Beam's local runner waited for that worker's
+    # answer forever: the build never ended.
+    psutil = pytest.importorskip("psutil")
+    out = tmp_path / "out"
+    argv = ["--input_dir", str(kill_tree), "--output_dir", str(out), *KILL_ARGS]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "beam_pipeline", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+    def workers():
+        return [
+            child
+            for child in psutil.Process(process.pid).children(recursive=True)
+            if child.name().startswith("python")
+        ]
+
+    ready = {
+        "workers_started": lambda: len(workers()) == 2,
+        **{name: (lambda point=point: point(out)) for name, point in KILL_POINTS.items()},
+    }[when]
+    try:
+        deadline = time.monotonic() + 120
+        while not ready() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert len(workers()) == 2
+        workers()[0].send_signal(signal.SIGKILL)
+        printed, _ = process.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # what is left of it
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    assert process.returncode == 1, printed
+    lines = printed.splitlines()
+    assert re.fullmatch(
+        r"BUILD FAILED: a worker process of the build ended before the build did \(exit code "
+        r"(137|-9), SIGKILL: killed by `kill -9` or by the kernel's out-of-memory killer; dmesg "
+        r"tells which\)",
+        lines[1],
+    ), printed
+    assert lines[2:] == [
+        "nothing was committed, and no shard was written yet; rerun the same command"
+        if when == "workers_started"
+        else lines[2],
+        lines[-1],
+    ] and lines[-1].startswith("full log: "), printed
+    assert not (out / BUILD_INFO_FILE).exists()
+    assert cli.main([*argv, "--resume"]) == 0
     assert files(out) == files(kill_reference)
 
 
