@@ -129,7 +129,8 @@ class Cluster:
 
         address, pid = rng.choice(self._workers())
         with Client(self.address, timeout=10) as client:
-            client.run(_start_hog, workers=[address])
+            with contextlib.suppress(OSError):  # the nanny may end it before it answers
+                client.run(_start_hog, workers=[address])
             deadline = time.monotonic() + 30
             while psutil.pid_exists(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
