@@ -759,3 +759,36 @@ def test_a_schema_1_build_is_read(built, tmp_path):
     assert digests(load_dali_dataset(str(legacy), "validation", batch_size=5, **INT)) == digests(
         load_dali_dataset(built, "validation", batch_size=5, **INT)
     )
+
+
+def test_what_a_build_stores_of_the_fuzzers_cases_decodes_in_dalis_decoder():
+    # The invariant the fuzzers check with Pillow, TensorFlow and libjpeg-turbo, for DALI's
+    # decoder too (its CPU backend here; nvJPEG on a GPU host): every image a build stores of
+    # the damaged inputs found so far, and of the seeds, under every image policy.
+    from nvidia.dali import fn, pipeline_def, types
+
+    from beam_pipeline.images import normalise_image
+    from beam_pipeline.rejections import InputError
+    from benchmarks.fuzz_targets import FOUND, POLICIES, SEEDS
+
+    stored = []
+    for data in [*(p.read_bytes() for p in sorted(FOUND.glob("*.jpg"))), *SEEDS.values()]:
+        for policy in POLICIES:
+            try:
+                stored.append(normalise_image(data, policy))
+            except InputError:
+                continue
+    assert len(stored) >= 4 * len(SEEDS)
+
+    @pipeline_def(batch_size=len(stored), num_threads=1, device_id=None)
+    def decode():
+        return fn.decoders.image(
+            fn.external_source(name="jpegs"), device="cpu", output_type=types.RGB
+        )
+
+    pipe = decode()
+    pipe.build()
+    pipe.feed_input("jpegs", [np.frombuffer(image.data, np.uint8) for image in stored])
+    (decoded,) = pipe.run()
+    for index, image in enumerate(stored):
+        assert np.array(decoded[index]).shape == (image.height, image.width, 3)
