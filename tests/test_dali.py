@@ -761,11 +761,16 @@ def test_a_schema_1_build_is_read(built, tmp_path):
     )
 
 
-def test_what_a_build_stores_of_the_fuzzers_cases_decodes_in_dalis_decoder():
+@pytest.mark.parametrize("device", ["cpu", "mixed"])
+def test_what_a_build_stores_of_the_fuzzers_cases_decodes_in_dalis_decoder(device):
     # The invariant the fuzzers check with Pillow, TensorFlow and libjpeg-turbo, for DALI's
-    # decoder too (its CPU backend here; nvJPEG on a GPU host): every image a build stores of
-    # the damaged inputs found so far, and of the seeds, under every image policy.
-    from nvidia.dali import fn, pipeline_def, types
+    # decoders too (libjpeg-turbo on the CPU; nvJPEG, "mixed", on a GPU host): every image a
+    # build stores of the damaged inputs found so far, and of the seeds, under every policy.
+    from nvidia.dali import backend, fn, pipeline_def, types
+
+    gpu = device == "mixed"
+    if gpu and backend.GetCUDADeviceCount() == 0:
+        pytest.skip("nvJPEG needs a CUDA device (run on the GPU host)")
 
     from beam_pipeline.images import normalise_image
     from beam_pipeline.rejections import InputError
@@ -780,15 +785,17 @@ def test_what_a_build_stores_of_the_fuzzers_cases_decodes_in_dalis_decoder():
                 continue
     assert len(stored) >= 4 * len(SEEDS)
 
-    @pipeline_def(batch_size=len(stored), num_threads=1, device_id=None)
+    @pipeline_def(batch_size=len(stored), num_threads=1, device_id=0 if gpu else None)
     def decode():
         return fn.decoders.image(
-            fn.external_source(name="jpegs"), device="cpu", output_type=types.RGB
+            fn.external_source(name="jpegs"), device=device, output_type=types.RGB
         )
 
     pipe = decode()
     pipe.build()
     pipe.feed_input("jpegs", [np.frombuffer(image.data, np.uint8) for image in stored])
     (decoded,) = pipe.run()
+    if gpu:
+        decoded = decoded.as_cpu()
     for index, image in enumerate(stored):
         assert np.array(decoded[index]).shape == (image.height, image.width, 3)
