@@ -4,8 +4,9 @@ property tests (tests/test_fuzz.py, Hypothesis) and the coverage-guided campaign
 
 - images: `normalise_image` returns or raises `InputError` with a known reason, nothing else;
   what it returns decodes in full in every reader (Pillow, `tf.io.decode_jpeg`, libjpeg-turbo
-  strictly) at the size it declares, and a kept JPEG shows exactly what Pillow shows of the
-  input (nothing was guessed or lost);
+  strictly) at the size it declares; a kept JPEG shows exactly what Pillow shows of the input
+  (nothing was guessed or lost), a converted one (original size) is exactly the JPEG of the
+  input's RGB conversion;
 - XML: `parse_annotation` returns or raises `InputError(annotation_*)`; a document lxml cannot
   parse never yields an annotation; boxes are finite with min < max; the label is the largest
   clamped box's class (or background without objects); stored boxes lie in [0, 1], min < max.
@@ -25,7 +26,7 @@ from PIL import Image
 from beam_pipeline import annotations, labels
 from beam_pipeline.entries import IndexEntry, LabelledEntry
 from beam_pipeline.examples import normalised_boxes
-from beam_pipeline.images import ImagePolicy, normalise_image
+from beam_pipeline.images import ORIGINAL, ImagePolicy, normalise_image, to_rgb
 from beam_pipeline.rejections import InputError
 
 PILLOW = pathlib.Path(__file__).resolve().parent.parent / "tests/data/corpus/images/pillow"
@@ -93,6 +94,12 @@ def check_image_invariants(data: bytes, policy: ImagePolicy) -> None:
     if not stored.reencoded:  # kept: what a reader shows of the input, nothing lost
         with Image.open(io.BytesIO(data)) as source:
             assert np.array_equal(np.asarray(source.convert("RGB")), pillow)
+    elif policy.mode == ORIGINAL:  # converted: exactly the JPEG of the source's RGB
+        with Image.open(io.BytesIO(data)) as source:
+            converted = io.BytesIO()
+            to_rgb(source).save(converted, "JPEG", quality=policy.jpeg_quality)
+        with Image.open(converted) as expected:
+            assert np.array_equal(np.asarray(expected), pillow)
 
 
 SAFE_PARSER = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False)
