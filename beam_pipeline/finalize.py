@@ -21,6 +21,7 @@ import apache_beam as beam
 from beam_pipeline import output, watch
 from beam_pipeline.entries import ShardResult
 from beam_pipeline.failures import BuildFailed
+from beam_pipeline.jpegdata import KEEP_FLAG, STRAY_JPEG_BYTES
 from beam_pipeline.labels import Vocabulary, unknown_class_name
 from beam_pipeline.rejections import DISCOVER, Rejection
 from beam_pipeline.sharding import SplitPlan
@@ -164,10 +165,16 @@ def _refuse_unread_inputs(rejections: Iterable[Rejection]) -> None:
 
 def _over_budget(spec: FinalizeSpec, bad: int, total: int, images: list[Rejection], when: str):
     reasons = collections.Counter(r.reason for r in images)
-    return (
+    message = (
         f"{bad} of {total} images rejected{when} ({bad / total:.2%}), more than "
         f"--max_bad_fraction={spec.max_bad_fraction}; reasons {_most_frequent(reasons)}"
     )
+    if reasons[STRAY_JPEG_BYTES]:
+        message += (
+            f" ({reasons[STRAY_JPEG_BYTES]} {STRAY_JPEG_BYTES}: JPEGs whose scan ended before "
+            f"their data, usually damaged and garbled; {KEEP_FLAG} keeps them, reported)"
+        )
+    return message
 
 
 def _most_frequent(counts: collections.Counter, limit: int | None = None) -> dict:

@@ -43,7 +43,8 @@ _SEQUENTIAL_FRAMES = (0xC0, 0xC1, 0xC9)  # baseline, extended Huffman, extended 
 # Each mend takes out one warning; a file that needs more than this is no photo's damage.
 _MAX_MENDS = 64
 KEEP_FLAG = "--keep_stray_jpeg_bytes"
-# The reason a kept image is reported under (rejected.jsonl, is_image false).
+# The reasons of a refused image, and of a kept one (reported: rejected.jsonl, is_image false).
+STRAY_JPEG_BYTES = "stray_jpeg_bytes"
 KEPT_STRAY_JPEG_BYTES = "stray_jpeg_bytes_kept"
 
 
@@ -112,7 +113,7 @@ def _mend(
             return header_mended, ""
         if not keep_stray:
             raise InputError(
-                "stray_jpeg_bytes",
+                STRAY_JPEG_BYTES,
                 f"JPEG: {message}: its scan ended early, so the decoder lost step in its data "
                 f"(garbled from there in most damaged photos); {KEEP_FLAG} keeps such images, "
                 "listed as reported",

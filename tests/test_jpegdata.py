@@ -14,6 +14,7 @@ from helpers import CORPUS, build, dead_letters, ilsvrc_image, read_split
 from PIL import Image
 
 from beam_pipeline import jpegdata
+from beam_pipeline.failures import BuildFailed
 from beam_pipeline.images import ImagePolicy, normalise_image
 from beam_pipeline.rejections import InputError
 
@@ -132,3 +133,22 @@ def test_a_build_refuses_stray_bytes_or_keeps_them_on_the_flag_as_reported(tmp_p
     assert line["detail"].endswith("kept (--keep_stray_jpeg_bytes) without them, may be garbled")
     for example in read_split(tmp_path / "kept", "train"):
         decodes_in_every_reader(example["image/encoded"][0])
+
+
+def test_a_build_over_its_budget_for_stray_bytes_names_the_flag(tmp_path):
+    clean = encoded()
+    ilsvrc_image(tmp_path / "tree", "train", "n01440764/a", clean, task="CLS-LOC")
+    ilsvrc_image(
+        tmp_path / "tree",
+        "train",
+        "n01440764/b",
+        clean[:-2] + bytes(16) + b"\xff\xd9",
+        task="CLS-LOC",
+    )
+    with pytest.raises(BuildFailed) as failed:
+        build(tmp_path / "tree", tmp_path / "out", "--splits", "train")
+    assert (
+        "1 of 2 images rejected (50.00%), more than --max_bad_fraction=0.01; reasons "
+        "{'stray_jpeg_bytes': 1} (1 stray_jpeg_bytes: JPEGs whose scan ended before their data, "
+        "usually damaged and garbled; --keep_stray_jpeg_bytes keeps them, reported)"
+    ) in str(failed.value)
