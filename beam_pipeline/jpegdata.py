@@ -27,10 +27,12 @@ a restart marker, whose interval libjpeg skipped) is refused: the picture is gre
 from __future__ import annotations
 
 import dataclasses
+import io
 import re
 
 import numpy as np
 import simplejpeg
+from PIL import Image
 
 from beam_pipeline.rejections import InputError
 
@@ -244,25 +246,35 @@ def _without_scan_strays(
     data: bytes, count: int, marker: int, colorspace: str, scaling: dict
 ) -> bytes | None:
     """`data` without the `count` stray bytes libjpeg skipped before `marker` after a scan's
-    data: the scan they follow is the first whose removal lets the decode get past it (taken
-    from a scan that needed them, the bytes leave that scan short: "premature end of data
-    segment"). None when no scan fits."""
+    data, or None when no scan fits. The scan they follow is the first whose copy without them
+    decodes to the very pixels a reader shows of `data` (taken from a scan that needed them,
+    the bytes leave it short: other pixels, and for Huffman data "premature end of data
+    segment"; arithmetic-coded data runs short without a warning)."""
+    shown = _lenient_pixels(data)
+    if shown is None:
+        return None
     for start, end, ends_with in _scans(data):
         if ends_with != marker or end - start < count:
             continue
         mended = data[: end - count] + data[end:]
         try:
             simplejpeg.decode_jpeg(mended, colorspace=colorspace, strict=True, **scaling)
-            return mended
         except ValueError as error:
-            message = str(error).lower()
-        if _SHORT_SEGMENT in message:
-            continue  # not this scan's bytes
-        stray = _STRAY_BYTES.search(message)
-        if stray and (int(stray.group(1)), int(stray.group(2), 16)) == (count, marker):
-            continue  # this scan did not end early: the same warning, still ahead
-        return mended
+            if _SHORT_SEGMENT in str(error).lower():
+                continue  # not this scan's bytes
+        pixels = _lenient_pixels(mended)
+        if pixels is not None and np.array_equal(pixels, shown):
+            return mended
     return None
+
+
+def _lenient_pixels(data: bytes) -> np.ndarray | None:
+    """What Pillow (libjpeg-turbo, warnings ignored) shows of a JPEG, or None."""
+    try:
+        with Image.open(io.BytesIO(data), formats=["JPEG"]) as image:
+            return np.asarray(image)
+    except (OSError, SyntaxError, ValueError):
+        return None
 
 
 def scaled(size: tuple[int, int], scale: int) -> tuple[int, int]:

@@ -31,6 +31,7 @@ from beam_pipeline.rejections import InputError
 
 PILLOW = pathlib.Path(__file__).resolve().parent.parent / "tests/data/corpus/images/pillow"
 FOUND = pathlib.Path(__file__).resolve().parent.parent / "tests/data/fuzz_cases"
+SEED_FILES = pathlib.Path(__file__).resolve().parent.parent / "tests/data/fuzz_seeds"
 IMAGE_REASONS = {
     "empty_file",
     "not_an_image",
@@ -70,6 +71,9 @@ def image_seeds() -> dict[str, bytes]:
         "gif": _encode(photo.convert("P"), "GIF"),
         "webp": _encode(photo, "WEBP", quality=80),
         "tiff": _encode(photo, "TIFF"),
+        # Arithmetic-coded JPEGs (sequential and progressive), which Pillow cannot write:
+        # `jpegtran -arithmetic` of the 4:2:0 seed (tests/data/fuzz_seeds/README.md).
+        **{path.stem: path.read_bytes() for path in sorted(SEED_FILES.glob("*.jpg"))},
     }
 
 
