@@ -18,7 +18,8 @@ data is checked as well. The mended copy is what is stored:
   encoder padded its data. On damaged real photos this is garbled far more often than not
   (`benchmarks/jpeg_damage.py`, figures in benchmarks/RESULTS.md), so it is refused
   (`stray_jpeg_bytes`) unless the build is told `--keep_stray_jpeg_bytes`: then the stray bytes
-  are taken out, the rest is checked, and the image is kept with a note (reported).
+  are taken out (the copy must show the very pixels Pillow shows of the file: which scan they
+  follow is found by that), the rest is checked, and the image is kept with a note (reported).
 
 Everything else libjpeg warns about (data that ends early, bad Huffman codes, stray bytes before
 a restart marker, whose interval libjpeg skipped) is refused: the picture is grey or garbled.
