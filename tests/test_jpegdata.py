@@ -13,7 +13,7 @@ import tensorflow as tf
 from helpers import CORPUS, build, dead_letters, ilsvrc_image, read_split
 from PIL import Image
 
-from beam_pipeline import jpegdata
+from beam_pipeline import jpegdata, verify
 from beam_pipeline.failures import BuildFailed
 from beam_pipeline.images import ImagePolicy, normalise_image
 from beam_pipeline.rejections import InputError
@@ -133,6 +133,7 @@ def test_a_build_refuses_stray_bytes_or_keeps_them_on_the_flag_as_reported(tmp_p
     assert line["detail"].endswith("kept (--keep_stray_jpeg_bytes) without them, may be garbled")
     for example in read_split(tmp_path / "kept", "train"):
         decodes_in_every_reader(example["image/encoded"][0])
+    assert verify.verify(str(kept)) == (1, [])  # its account of rejections, its strict check
 
 
 def test_a_build_over_its_budget_for_stray_bytes_names_the_flag(tmp_path):
