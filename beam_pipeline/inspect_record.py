@@ -37,11 +37,11 @@ from beam_pipeline.readback import (
     read_build_info,
     sniff_format,
 )
-from beam_pipeline.tfrecord import CorruptRecordError, read_records
 from schemas import FEATURES, UNLABELLED, DatasetInfo, is_shard_filename
 from schemas import features as F
 from schemas.example_proto import Example
 from schemas.paths import is_local, join
+from schemas.tfrecord import CorruptRecordError, read_records
 
 _BOX_KEYS = (F.BBOX_XMIN, F.BBOX_YMIN, F.BBOX_XMAX, F.BBOX_YMAX)
 _SCALARS = {f.key for f in FEATURES if f.length == 1}

@@ -51,10 +51,10 @@ from beam_pipeline.labels import (
 from beam_pipeline.pairing import ANNOTATION_WITHOUT_IMAGE, pair_files
 from beam_pipeline.rejections import DISCOVER, InputError, Rejection
 from beam_pipeline.sharding import plan_split
-from beam_pipeline.tfrecord import encode_record
 from beam_pipeline.writing import split_size
 from schemas import BACKGROUND, UNLABELLED
 from schemas.paths import is_local, join
+from schemas.tfrecord import encode_record
 
 ORPHAN_REASONS = (ANNOTATION_WITHOUT_IMAGE, "image_missing")
 # Records whose size is sampled per split to estimate the bytes besides the image.

@@ -40,10 +40,10 @@ from beam_pipeline.readback import (
     open_file,
     read_build_info,
 )
-from beam_pipeline.tfrecord import CorruptRecordError, read_records
 from schemas import BACKGROUND, BUILD_INFO_FILE, UNLABELLED, DatasetInfo, SplitInfo
 from schemas import features as F
 from schemas.paths import join
+from schemas.tfrecord import CorruptRecordError, read_records
 
 TILE = 192  # side of the square each image is scaled into, in sheet pixels
 PAD = 6  # between tiles and around the sheet

@@ -40,7 +40,6 @@ from beam_pipeline.jpegdata import check_jpeg_data
 from beam_pipeline.output import STAGING_DIR, list_shard_files
 from beam_pipeline.readback import read_build_info
 from beam_pipeline.rejections import InputError, read_dead_letter
-from beam_pipeline.tfrecord import CorruptRecordError, read_records
 from schemas import (
     BUILD_INFO_FILE,
     DEAD_LETTER_FILE,
@@ -62,6 +61,7 @@ from schemas.example_proto import Example
 from schemas.label_map import LABEL_MAP_FILE, label_map_text
 from schemas.paths import join
 from schemas.tfds_metadata import tfds_files
+from schemas.tfrecord import CorruptRecordError, read_records
 
 _OBJECT_KEYS = [f.key for f in FEATURES if f.length is None]
 

@@ -40,9 +40,9 @@ from beam_pipeline.rejections import (
     Rejection,
     count_rejection,
 )
-from beam_pipeline.tfrecord import encode_record
 from schemas import UNLABELLED, ShardInfo, shard_filename
 from schemas.paths import join
+from schemas.tfrecord import encode_record
 
 
 def split_size(labelled: LabelledEntry, seed: int) -> tuple[str, tuple[int, int]]:

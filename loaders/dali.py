@@ -33,10 +33,8 @@ import hashlib
 import math
 import os
 import random
-import struct
 from collections.abc import Callable, Mapping
 
-import google_crc32c
 import keras
 import numpy as np
 
@@ -44,6 +42,7 @@ from loaders.config import ReadConfig
 from loaders.info import BuildInfo, CorruptDatasetError, data_path, dataset_info
 from schemas import features as F
 from schemas import one_hot_length
+from schemas.tfrecord import CorruptRecordError, read_frames
 
 try:
     import nvidia.dali.tfrecord as tfrec
@@ -805,41 +804,19 @@ def write_index(shard: str, index: str, expected: int) -> None:
     lines = []
     with open(shard, "rb") as file:
         end = os.fstat(file.fileno()).st_size
-        offset = 0
-        while offset < end:
-            header = file.read(12)
-            if len(header) < 12:
-                break
-            length_bytes = header[:8]
-            if _masked_crc32c(length_bytes) != _CRC.unpack_from(header, 8)[0]:
-                raise _bad_record(shard, len(lines), offset, "length checksum mismatch")
-            (length,) = _LENGTH.unpack(length_bytes)
-            size = 8 + 4 + length + 4
-            if offset + size > end:
-                break
-            data, data_crc = file.read(length), file.read(4)
-            if _masked_crc32c(data) != _CRC.unpack(data_crc)[0]:
-                raise _bad_record(shard, len(lines), offset, "data checksum mismatch")
-            lines.append(f"{offset} {size}\n")
-            offset += size
-    if offset != end or len(lines) != expected:
+        try:
+            for offset, size, _ in read_frames(file):
+                lines.append(f"{offset} {size}\n")
+        except CorruptRecordError as error:
+            if not error.problem.startswith("truncated"):  # cut short: counted below
+                raise _bad_record(shard, error.index, error.offset, error.problem) from None
+    whole = sum(int(line.split()[1]) for line in lines)
+    if whole != end or len(lines) != expected:
         raise CorruptDatasetError(
             f"shard {shard}: {len(lines)} whole records in {end} bytes, build_info.json says "
             f"{expected} (python -m beam_pipeline verify locates the damage)"
         )
     _write_atomically(index, "".join(lines))
-
-
-_LENGTH = struct.Struct("<Q")
-_CRC = struct.Struct("<I")
-_MASK_DELTA = 0xA282EAD8  # TFRecord's CRC mask (tensorflow/core/lib/hash/crc32c.h)
-
-
-def _masked_crc32c(data) -> int:
-    """TFRecord's masked CRC32C of `data`, with the builder's CRC32C (google-crc32c's C
-    extension; `beam_pipeline.tfrecord.masked_crc`, which the loader does not import)."""
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
 def _bad_record(shard: str, number: int, offset: int, problem: str) -> CorruptDatasetError:

@@ -11,10 +11,10 @@ import numpy as np
 from PIL import Image
 
 from beam_pipeline import pipeline, sample_tree
-from beam_pipeline.tfrecord import read_records
 from schemas import BUILD_INFO_FILE, DEAD_LETTER_FILE, DatasetInfo
 from schemas import features as F
 from schemas.example_proto import Example
+from schemas.tfrecord import read_records
 
 CORPUS = pathlib.Path(__file__).parent / "data" / "corpus"
 

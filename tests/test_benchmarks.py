@@ -20,7 +20,7 @@ import sys
 import pytest
 
 from beam_pipeline.machine import available_cores
-from beam_pipeline.tfrecord import read_records
+from schemas.tfrecord import read_records
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SMALL, LARGE = 24, 48

@@ -15,10 +15,10 @@ from helpers import build, ilsvrc_image, jpeg_bytes, read_split
 
 from beam_pipeline import inspect_record, sample_tree
 from beam_pipeline.annotations import voc_xml
-from beam_pipeline.tfrecord import encode_record
 from schemas import BUILD_INFO_FILE, FEATURES, DatasetInfo
 from schemas import features as F
 from schemas.example_proto import Example
+from schemas.tfrecord import encode_record
 
 OBJECTS = [("circle", 10, 5, 49, 34, 1, 0), ("square", 60, 20, 99, 59, 0, 1)]
 

@@ -23,9 +23,9 @@ from helpers import (
 
 from beam_pipeline import cli, planning, verify
 from beam_pipeline.annotations import voc_xml
-from beam_pipeline.tfrecord import read_records
 from schemas import BUILD_INFO_FILE, DatasetInfo
 from schemas import features as F
+from schemas.tfrecord import read_records
 
 SYNSETS = ("n01440764", "n01443537")
 

@@ -15,11 +15,11 @@ from helpers import build, decode, ilsvrc_image, jpeg_bytes, read_split, write
 
 from beam_pipeline import sample_tree, verify
 from beam_pipeline.annotations import voc_xml
-from beam_pipeline.tfrecord import read_records
 from schemas import BUILD_INFO_FILE, DatasetInfo
 from schemas import features as F
 from schemas.example_proto import Example
 from schemas.label_map import LABEL_MAP_FILE, read_label_map
+from schemas.tfrecord import read_records
 
 SYNSETS = {"n01440764": "tench, Tinca tinca", "n01443537": "goldfish, Carassius auratus"}
 

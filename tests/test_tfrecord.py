@@ -3,7 +3,7 @@ import io
 import pytest
 from helpers import CORPUS
 
-from beam_pipeline.tfrecord import CorruptRecordError, encode_record, read_records
+from schemas.tfrecord import CorruptRecordError, encode_record, read_records
 
 
 def test_reads_a_third_party_tfrecord_file():

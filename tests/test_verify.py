@@ -7,10 +7,10 @@ import pytest
 from helpers import build, build_sample, jpeg_bytes
 
 from beam_pipeline import sample_tree, upgrade, verify
-from beam_pipeline.tfrecord import encode_record, read_records
 from schemas import BUILD_INFO_FILE, DatasetInfo
 from schemas import features as F
 from schemas.example_proto import Example
+from schemas.tfrecord import encode_record, read_records
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""TFRecord framing: write and read records with masked CRC32C checks.
+"""TFRecord framing: write and read records with masked CRC32C checks, for both halves (the
+builder writes and verifies shards with it, the DALI loader indexes them).
 
 Each record is `uint64 length | uint32 masked_crc(length) | data | uint32 masked_crc(data)`,
 all little-endian. CRC32C comes from `google-crc32c` (a C extension); Beam's own TFRecord sink
@@ -41,6 +42,14 @@ def encode_record(data: bytes) -> bytes:
 
 def read_records(stream: BinaryIO) -> Iterator[bytes]:
     """Yields each record's data; raises CorruptRecordError at the first bad frame."""
+    for _, _, data in read_frames(stream):
+        yield data
+
+
+def read_frames(stream: BinaryIO) -> Iterator[tuple[int, int, bytes]]:
+    """Yields (offset, framed size, data) of each record, its length and data checked against
+    their masked CRC32Cs; raises CorruptRecordError at the first bad frame (its `problem`
+    starts with "truncated" where the file ends inside a record)."""
     offset, index = 0, 0
     while True:
         header = stream.read(12)
@@ -59,6 +68,6 @@ def read_records(stream: BinaryIO) -> Iterator[bytes]:
         data, (data_crc,) = body[:length], _CRC.unpack(body[length:])
         if masked_crc(data) != data_crc:
             raise CorruptRecordError(offset, index, "data checksum mismatch")
-        yield data
+        yield offset, 12 + length + 4, data
         offset += 12 + length + 4
         index += 1
