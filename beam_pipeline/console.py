@@ -40,7 +40,7 @@ from rich.text import Text
 
 from beam_pipeline import watch
 from schemas import DEAD_LETTER_FILE, LABEL_SOURCES, DatasetInfo, SplitInfo
-from schemas.classes import FROM_BACKGROUND, FROM_FOLDER, FROM_NOTHING, FROM_XML
+from schemas.classes import BACKGROUND, FROM_BACKGROUND, FROM_FOLDER, FROM_NOTHING, FROM_XML
 from schemas.paths import join
 
 if TYPE_CHECKING:
@@ -315,7 +315,7 @@ class LiveProgress:
 _SOURCE_WORDS = {
     FROM_XML: "from XML",
     FROM_FOLDER: "from the class folder",
-    FROM_BACKGROUND: "background",
+    FROM_BACKGROUND: BACKGROUND,
     FROM_NOTHING: "unlabelled (label -1)",
 }
 

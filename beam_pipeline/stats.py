@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from schemas import DatasetInfo, SplitInfo
+from schemas.classes import BACKGROUND
 
 
 def _median(histogram: Mapping[int, int]) -> float:
@@ -55,7 +56,7 @@ def split_stats(info: DatasetInfo, split: SplitInfo, rejected: Mapping[str, int]
             "max": high,
             "imbalance": (high / low) if low else None,
             "empty": [names[i] for i, count in enumerate(real) if count == 0],
-            "background": split.class_counts[info.background_index],
+            BACKGROUND: split.class_counts[info.background_index],
             "rarest": _ranked(names, real, reverse=False),
             "commonest": _ranked(names, real, reverse=True),
         }
@@ -134,7 +135,7 @@ def format_stats(stats: dict[str, Any]) -> str:
             lines.append(
                 f"  examples per class: min {classes['min']:,}, median "
                 f"{_number(classes['median'])}, max {classes['max']:,}; imbalance (max/min) "
-                f"{imbalance}; background {classes['background']:,}"
+                f"{imbalance}; {BACKGROUND} {classes[BACKGROUND]:,}"
             )
             lines.append("  rarest: " + ", ".join(f"{n} {c:,}" for n, c in classes["rarest"]))
             lines.append("  commonest: " + ", ".join(f"{n} {c:,}" for n, c in classes["commonest"]))

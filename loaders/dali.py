@@ -66,7 +66,6 @@ GPU_PREFETCH_BATCHES = 16
 GPU_HW_DECODER_LOAD = 0.0
 MAX_PREFETCH = 64
 DEVICES = ("auto", "gpu", "cpu")
-_BOX_KEYS = (F.BBOX_YMIN, F.BBOX_XMIN, F.BBOX_YMAX, F.BBOX_XMAX)
 READER = "reader"  # the TFRecord reader's name, for DALI's iterators
 
 
@@ -507,7 +506,7 @@ def dali_pipeline(
             features[F.LABEL] = tfrec.FixedLenFeature([1], tfrec.int64, -1)
         crop = training and config.random_crop
         if crop:
-            features.update({key: tfrec.VarLenFeature(tfrec.float32, 0.0) for key in _BOX_KEYS})
+            features.update({key: tfrec.VarLenFeature(tfrec.float32, 0.0) for key in F.BOX_KEYS_YX})
         records = fn.readers.tfrecord(
             path=files,
             index_path=indexes,
@@ -531,7 +530,7 @@ def dali_pipeline(
             shape = fn.peek_image_shape(encoded, adjust_orientation=False)
             anchor, size, box = fn.python_function(
                 shape,
-                *(records[key] for key in _BOX_KEYS),
+                *(records[key] for key in F.BOX_KEYS_YX),
                 function=functools.partial(
                     crop_windows, rng=random.Random(crop_seed), config=config
                 ),

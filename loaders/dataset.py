@@ -33,7 +33,6 @@ from schemas.paths import is_local
 LABEL_MODES = ("one_hot", "categorical", "int", "detection", None)
 # KerasHub's names of the corner formats; "rel_" ones are fractions of the output image.
 BOX_FORMATS = ("rel_yxyx", "yxyx", "rel_xyxy", "xyxy")
-_BOX_KEYS = (F.BBOX_YMIN, F.BBOX_XMIN, F.BBOX_YMAX, F.BBOX_XMAX)
 
 
 def load_dataset(
@@ -374,7 +373,7 @@ class _Parser:
         keys = (
             F.ENCODED,
             *((F.LABEL,) if label_mode in ("one_hot", "int") else ()),
-            *(_BOX_KEYS if detection or (training and config.random_crop) else ()),
+            *(F.BOX_KEYS_YX if detection or (training and config.random_crop) else ()),
             *((F.OBJECT_LABEL,) if detection else ()),
             *((F.FILENAME,) if with_filenames else ()),
         )
@@ -384,7 +383,7 @@ class _Parser:
         parsed = tf.io.parse_single_example(checked_record(record), self.spec)
         boxes = None
         if F.BBOX_YMIN in parsed:
-            boxes = tf.stack([tf.sparse.to_dense(parsed[key]) for key in _BOX_KEYS], axis=1)
+            boxes = tf.stack([tf.sparse.to_dense(parsed[key]) for key in F.BOX_KEYS_YX], axis=1)
         if self.training:
             image, view = train_view(
                 parsed[F.ENCODED], boxes, self.image_size, seed, self.config, self.dtype

@@ -38,6 +38,8 @@ BBOX_XMIN = "image/object/bbox/xmin"
 BBOX_YMIN = "image/object/bbox/ymin"
 BBOX_XMAX = "image/object/bbox/xmax"
 BBOX_YMAX = "image/object/bbox/ymax"
+# A box's keys in the order tf.image and DALI take a box: (ymin, xmin, ymax, xmax).
+BOX_KEYS_YX = (BBOX_YMIN, BBOX_XMIN, BBOX_YMAX, BBOX_XMAX)
 OBJECT_LABEL = "image/object/class/label"
 OBJECT_TEXT = "image/object/class/text"
 OBJECT_DIFFICULT = "image/object/difficult"
