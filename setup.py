@@ -28,7 +28,7 @@ setuptools.setup(
     python_requires=">=3.10",
     packages=setuptools.find_packages(include=["beam_pipeline*", "schemas*", "loaders*"]),
     install_requires=[
-        "apache-beam>=2.60,<3",
+        "apache-beam>=2.71,<3",
         "pillow>=10.0",
         "simplejpeg>=1.7",
         "lxml>=5.0",
@@ -48,7 +48,7 @@ setuptools.setup(
         "gpu": ["nvidia-dali-cuda120>=2.0", "tensorflow>=2.16"],
         "gpu-cuda13": ["nvidia-dali-cuda130>=2.0", "tensorflow>=2.16"],
         # --runner DataflowRunner and gs:// paths: Beam's Google Cloud I/O and the runner.
-        "dataflow": ["apache-beam[gcp]>=2.60,<3"],
+        "dataflow": ["apache-beam[gcp]>=2.71,<3"],
         "dev": ["pytest>=8", "ruff>=0.6", "psutil>=5.9", "tensorflow>=2.16"],
     },
     entry_points={

@@ -35,6 +35,7 @@ from apache_beam.options.pipeline_options import (
 )
 
 from beam_pipeline import layouts, machine, watch
+from beam_pipeline.beam_version import check_beam_version
 from beam_pipeline.discovery import DiscoverImages
 from beam_pipeline.failures import BUILD_FAILED_MARKER
 from beam_pipeline.fileio import (
@@ -551,6 +552,7 @@ def prepare_build(
       output.OutputExistsError: a complete build is in the way.
       output.OutputNotWritableError: the output location cannot be written.
     """
+    check_beam_version()
     argv = list(argv)
     # The project's flags never reach Beam.
     beam_flags = beam_argv(argv)
