@@ -5,13 +5,16 @@ import logging
 __version__ = "0.1.0"
 
 
-class _DropBigQueryNotice(logging.Filter):
-    """Beam's first import logs "apitools not found, and bigquery client libraries are not
-    available" through the root logger; nothing here uses BigQuery, and `python -m
-    beam_pipeline.verify` would print it above its report."""
+# Notices Beam's first import logs through the root logger, which `python -m
+# beam_pipeline.verify` would print above its report: nothing here uses BigQuery, and the
+# builder writes TFRecords with google-crc32c (a dependency), not Beam's crcmod path (Beam 2.71
+# logs the crcmod notice whatever is installed).
+_BEAM_IMPORT_NOTICES = ("apitools not found", "crcmod package not found")
 
+
+class _DropBeamImportNotices(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("apitools not found")
+        return not str(record.msg).startswith(_BEAM_IMPORT_NOTICES)
 
 
-logging.getLogger().addFilter(_DropBigQueryNotice())
+logging.getLogger().addFilter(_DropBeamImportNotices())
