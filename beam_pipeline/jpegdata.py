@@ -27,6 +27,7 @@ a restart marker, whose interval libjpeg skipped) is refused: the picture is gre
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import re
@@ -302,14 +303,13 @@ def check_jpeg_data(
         data in any colour space.
     """
     # libjpeg-turbo turns CMYK and YCCK into CMYK only, and some colour spaces into RGB only.
-    spaces = ["CMYK"] if mode == "CMYK" else ["GRAY", "RGB"]
-    for colorspace in spaces:
-        try:
-            return strict_decode(data, colorspace, keep_stray=keep_stray, **at_scale(size, 8))
-        except UnsupportedConversion as error:
-            if colorspace == spaces[-1]:
-                raise InputError(
-                    "corrupt_image",
-                    f"JPEG: {error} (decoded anyway, it is grey or garbled from there on)",
-                ) from None
-    raise AssertionError("unreachable")
+    if mode != "CMYK":
+        with contextlib.suppress(UnsupportedConversion):
+            return strict_decode(data, "GRAY", keep_stray=keep_stray, **at_scale(size, 8))
+    try:
+        space = "CMYK" if mode == "CMYK" else "RGB"
+        return strict_decode(data, space, keep_stray=keep_stray, **at_scale(size, 8))
+    except UnsupportedConversion as error:
+        raise InputError(
+            "corrupt_image", f"JPEG: {error} (decoded anyway, it is grey or garbled from there on)"
+        ) from None

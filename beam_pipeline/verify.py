@@ -2,20 +2,16 @@
 
     python -m beam_pipeline verify OUT [--workers 2] [--no_decode]
 
-For every shard in the build's metadata (`build_info.json`): the file exists; each record's
-framing and CRC32C are valid; each record is an Example with every schema key, of the right
-kind and length, whose one-hot agrees with its label, whose class text is the metadata's name
-for its label, and whose boxes lie in [0, 1]; each image fully decodes as RGB at its recorded
-size, in Pillow and in libjpeg-turbo strictly (every coefficient, no warning: the bytes a build
-stores); and the record count, byte count and SHA-256 match the metadata. Every bad record is
-reported with the shard and record index, and a count per shard; a shard whose framing breaks
-is reported from there (its records beyond cannot be found). The metadata must agree with itself
+For every shard in `build_info.json`: the file exists; each record's framing and CRC32C are
+valid; each record is an Example with every schema key, of the right kind and length, whose
+one-hot agrees with its label, class text with the metadata and boxes lie in [0, 1]; each image
+decodes as RGB at its recorded size, in Pillow and in libjpeg-turbo strictly (what a build
+stores); the record count, byte count and SHA-256 match the metadata. Every bad record is named
+(shard, record index), with a count per shard. The metadata must agree with itself
 (`check_metadata`), the directory must hold no shard of a split that it does not list, and
-`rejected.jsonl` must account for the rejections it counts. TFDS's metadata beside the
-shards (`dataset_info.json`, `features.json`, the `.labels.txt` files) must say what
-`build_info.json` says (a build of schema 1.x has none: `upgrade` writes it). Exit code 0 when
-everything checks, 1 when something does not (a damaged `build_info.json` included), 2 when
-OUT holds no committed build.
+`rejected.jsonl` must account for the rejections it counts; TFDS's files must say what
+`build_info.json` says (a schema 1.x build has none: `upgrade` writes them). Exit 0 when all
+checks, 1 when something does not (a damaged `build_info.json` too), 2 without a committed build.
 """
 
 from __future__ import annotations
@@ -214,14 +210,14 @@ def verify_shard(
             message = f"{error.problem} (byte {error.offset}); the records after it cannot be read"
             return [*problems, Problem(shard.file, error.index, message)]
     if count != shard.num_examples:
-        message = f"{count} records, the build's metadata says {shard.num_examples}"
-        problems.append(Problem(shard.file, None, message))
+        whole = f"{count} records, the build's metadata says {shard.num_examples}"
     elif reader.num_bytes != shard.num_bytes:
-        message = f"{reader.num_bytes} bytes, expected {shard.num_bytes}"
-        problems.append(Problem(shard.file, None, message))
+        whole = f"{reader.num_bytes} bytes, expected {shard.num_bytes}"
     elif reader.digest.hexdigest() != shard.sha256:
-        problems.append(Problem(shard.file, None, "SHA-256 differs from the build's metadata"))
-    return problems
+        whole = "SHA-256 differs from the build's metadata"
+    else:
+        return problems
+    return [*problems, Problem(shard.file, None, whole)]
 
 
 def verify(data_dir: str, workers: int = 1, decode: bool = True) -> tuple[int, list[Problem]]:

@@ -255,11 +255,7 @@ class _WriteShardFn(beam.DoFn):
         """Streams the shard into a temp file and renames it to `path` in the output."""
         digest, num_bytes, num_examples = hashlib.sha256(), 0, 0
         class_counts, sources, disagreements = collections.Counter(), collections.Counter(), 0
-        objects, widths, heights = (
-            collections.Counter(),
-            collections.Counter(),
-            collections.Counter(),
-        )
+        objects, widths, heights = (collections.Counter() for _ in range(3))
         rejections = []
         inputs = [
             (join(self._input_dir, labelled.entry.filename), labelled.entry.num_bytes)
@@ -283,16 +279,7 @@ class _WriteShardFn(beam.DoFn):
                             )
                             continue
                         if image.note:  # kept on the user's flag: listed as reported
-                            rejections.append(
-                                Rejection(
-                                    split,
-                                    image_path,
-                                    IMAGE,
-                                    KEPT_STRAY_JPEG_BYTES,
-                                    image.note,
-                                    is_image=False,
-                                )
-                            )
+                            rejections.append(_kept_report(split, image_path, image.note))
                         out.write(record)
                         digest.update(record)
                         num_bytes += len(record)
@@ -336,6 +323,12 @@ class _WriteShardFn(beam.DoFn):
         if image.reencoded:
             self._reencoded.inc()
         return encode_record(build_example(labelled, image, vocabulary)), image
+
+
+def _kept_report(split: str, path: str, note: str) -> Rejection:
+    """The `rejected.jsonl` line of an image written with a note (`--keep_stray_jpeg_bytes`):
+    reported, not counted as rejected."""
+    return Rejection(split, path, IMAGE, KEPT_STRAY_JPEG_BYTES, note, is_image=False)
 
 
 class WriteShards(beam.PTransform):

@@ -155,28 +155,32 @@ def _start_hog() -> None:
 def run_build(argv: list[str], timeout: float, action=None, delay: float = 0.0):
     """(exit code or None when it hung, what was done) for one CLI build; `action()` runs
     `delay` seconds after the start, while the build is still running."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "beam_pipeline", *argv],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    done = "nothing (the build ended first)"
-    try:
-        if action is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(delay)
-            if process.poll() is None:
-                done = action(process)
+    # stderr to a file: a pipe nobody reads while waiting would fill and stall the build.
+    with tempfile.TemporaryFile() as errors:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "beam_pipeline", *argv],
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+            start_new_session=True,
+        )
+        done = "nothing (the build ended first)"
         try:
-            process.wait(timeout)
-            code = process.returncode
-        except subprocess.TimeoutExpired:
-            code = None
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        stderr = process.communicate()[1].decode(errors="replace")
+            if action is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(delay)
+                if process.poll() is None:
+                    done = action(process)
+            try:
+                process.wait(timeout)
+                code = process.returncode
+            except subprocess.TimeoutExpired:
+                code = None
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        errors.seek(0)
+        stderr = errors.read().decode(errors="replace")
     return code, done, stderr
 
 
