@@ -26,7 +26,7 @@ fi
 TREE=sample_data/tree
 OUT=sample_data/out
 if [ ! -d "$TREE" ]; then
-  "$VENV_PYTHON" -m beam_pipeline.sample_tree "$TREE"
+  "$VENV_PYTHON" -m beam_pipeline sample "$TREE"
 fi
 "$VENV_PYTHON" -m beam_pipeline --input_dir "$TREE" --output_dir "$OUT" \
   --num_shards train=4,val=2 --overwrite

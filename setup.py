@@ -53,9 +53,9 @@ setuptools.setup(
     },
     entry_points={
         "console_scripts": [
-            "imagenet-tfrecords=beam_pipeline.commands:main",
-            "imagenet-tfrecords-sample=beam_pipeline.sample_tree:main",
-            "imagenet-tfrecords-verify=beam_pipeline.verify:main",
+            "imagenet-tfrecords=beam_pipeline.tools.commands:main",
+            "imagenet-tfrecords-sample=beam_pipeline.tools.sample_tree:main",
+            "imagenet-tfrecords-verify=beam_pipeline.tools.verify:main",
         ]
     },
 )

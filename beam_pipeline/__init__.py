@@ -6,7 +6,7 @@ __version__ = "0.1.0"
 
 
 # Notices Beam's first import logs through the root logger, which `python -m
-# beam_pipeline.verify` would print above its report: nothing here uses BigQuery, and the
+# beam_pipeline.tools.verify` would print above its report: nothing here uses BigQuery, and the
 # builder writes TFRecords with google-crc32c (a dependency), not Beam's crcmod path (Beam 2.71
 # logs the crcmod notice whatever is installed).
 _BEAM_IMPORT_NOTICES = ("apitools not found", "crcmod package not found")

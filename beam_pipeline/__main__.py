@@ -1,8 +1,8 @@
-"""Command line: `python -m beam_pipeline [COMMAND] ...` (`beam_pipeline.commands`)."""
+"""Command line: `python -m beam_pipeline [COMMAND] ...` (`beam_pipeline.tools.commands`)."""
 
 import sys
 
-from beam_pipeline.commands import main
+from beam_pipeline.tools.commands import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,19 +1,10 @@
-"""The one exception a build raises when it ran but must not be committed, the Ctrl-C that
-must stop a commit, and the worker process that died under a local multi-process build."""
+"""How a build fails: the one exception a build raises when it ran but must not be committed,
+and the one line a failed pipeline run is said in (`failure_message`). Signals and the worker
+processes they stop: `interrupts.py`."""
 
-import collections
-import contextlib
-import functools
-import logging
-import os
 import re
-import signal
-import threading
-import time
 
 BUILD_FAILED_MARKER = "BUILD FAILED:"
-_interrupted = threading.Event()
-logger = logging.getLogger(__name__)
 
 
 class BuildFailed(RuntimeError):
@@ -30,180 +21,45 @@ class WorkerLost(BuildFailed):
     """A worker process of a local multi-process build ended before the build did."""
 
 
-_STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_last_signal: list[int] = []  # the signal that stopped the last build, if one did
-_lost: list[str] = []  # why the build's worker process died, once one has
-_lost_event = threading.Event()
+_LONGEST = 600  # characters of a multi-line error message the one-line failure keeps
+_EXCEPTION_LINE = re.compile(r"^((?:\w+\.)*\w*(?:Error|Exception|Exit|Interrupt)): (.*)$")
+_STEP = re.compile(r" ?\[while running '([^']*)'\].*$")
 
 
-def _on_interrupt(signum, frame):
-    if _lost and not _interrupted.is_set():
-        raise WorkerLost(_lost[0])
-    if not _interrupted.is_set():
-        _end_workers_later(_WORKERS_GRACE_S)
-    _interrupted.set()
-    _last_signal[:] = [signum]
-    raise KeyboardInterrupt(signal.Signals(signum).name)
+def was_interrupted(error: BaseException) -> bool:
+    """Whether a failed run was a Ctrl-C: a KeyboardInterrupt in its cause chain, or in the
+    text the runner re-raised it as (`RuntimeError: KeyboardInterrupt [while running ...]`)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        if any(line.startswith("KeyboardInterrupt") for line in str(error).splitlines()):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
-# How long the runner has, after a stopping signal, to end its worker processes itself.
-_WORKERS_GRACE_S = 5.0
+def failure_message(error: BaseException) -> str:
+    """One line, starting 'BUILD FAILED:', for an exception a pipeline run raised.
 
-
-_within = [0]  # odd while `interrupts_remembered` runs; counts its entries and exits
-
-
-def _end_workers_later(grace: float) -> None:
-    """Kills the processes below this one (the runner's worker processes) `grace` seconds from
-    now, if the build has not ended by then. A SIGTERM that reached the build while its workers
-    were starting left it waiting for them forever: Beam's runner joins a thread that waits on
-    a worker process, which no control channel ends once it has closed (a Ctrl-C at a terminal
-    reaches the workers too; `kill PID`, a scheduler's SIGTERM, does not)."""
-    build = _within[0]
-
-    def end() -> None:
-        time.sleep(grace)
-        if _within[0] != build:
-            return  # the build ended: whatever runs now is not its
-        for pid in descendants(os.getpid()):
-            logger.info("Ending worker process %d, %.0f s after the signal", pid, grace)
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-
-    threading.Thread(target=end, name="end-workers", daemon=True).start()
-
-
-def descendants(pid: int) -> list[int]:
-    """The process IDs below `pid`, read from Linux's /proc ([] where there is none)."""
-    children: dict[int, list[int]] = collections.defaultdict(list)
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return []
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as file:
-                stat = file.read()
-        except OSError:
-            continue  # ended meanwhile
-        # "pid (command) state ppid ...": the command may hold spaces and parentheses.
-        fields = stat[stat.rindex(b")") + 2 :].split()
-        if len(fields) > 1:
-            children[int(fields[1])].append(int(name))
-    found, waiting = [], [pid]
-    while waiting:
-        for child in children.get(waiting.pop(), ()):
-            found.append(child)
-            waiting.append(child)
-    return found
-
-
-# How long a failing thread waits for the main thread to take a stopping signal. A Ctrl-C
-# (or `kill` of the process group) reaches the worker processes as well: one can end, and a
-# runner thread fail for it, before the main thread, busy in C, has run its handler.
-_SIGNAL_GRACE_S = 2.0
-
-
-# Beam's local runner, when a worker process it started ends (its thread raises this, and the
-# runner then waits for the worker's answer forever: a build that never ends).
-_WORKER_EXIT = re.compile(r"Worker subprocess exited with return code (-?\d+)")
-
-
-def _log_thread_failure(args: threading.ExceptHookArgs, *, otherwise) -> None:
-    """After a stopping signal, the runner's threads fail as its worker processes end (a gRPC
-    stream cut, "Worker subprocess exited with return code -2"): their tracebacks go to the
-    log, not between the console's lines. Without one, a worker process that ended stops the
-    build (`_worker_lost`), and Python's hook prints any other failure as usual,
-    `_SIGNAL_GRACE_S` later."""
-    ended = _WORKER_EXIT.search(str(args.exc_value))
-    code = int(ended.group(1)) if ended else 0
-    stopped = code in (-signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM)
-    if ended and not stopped and _within[0] % 2 and not _interrupted.is_set():
-        _worker_lost(code)  # killed (-9, 137) or failed: no stopping signal is coming
-        return
-    if not _interrupted.wait(_SIGNAL_GRACE_S):
-        if ended and _within[0] % 2:
-            _worker_lost(code)
-            return
-        if _lost:  # a channel of the lost worker's, closing: the build has said why
-            _log_late_failure(args)
-            return
-        otherwise(args)
-        return
-    name = args.thread.name if args.thread else "a thread"
-    error = (args.exc_type, args.exc_value, args.exc_traceback)
-    logger.info("After the interruption, %s failed", name, exc_info=error)
-
-
-def _worker_lost(code: int) -> None:
-    """Stops the main thread's build with `WorkerLost` (by a SIGINT to it, which wakes it where
-    it waits), and ends the other workers if the runner has not within `_WORKERS_GRACE_S`."""
-    number = -code if code < 0 else code - 128  # a signal: Python's own, or the shell's 128+N
-    how = f"exit code {code}"
-    with contextlib.suppress(ValueError):
-        name = signal.Signals(number).name
-        how += f", {name}" + (
-            ": killed by `kill -9` or by the kernel's out-of-memory killer; dmesg tells which"
-            if name == "SIGKILL"
-            else ""
-        )
-    _lost[:] = [f"a worker process of the build ended before the build did ({how})"]
-    _lost_event.set()
-    logger.error("%s; stopping the build", _lost[0])
-    _end_workers_later(_WORKERS_GRACE_S)
-    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
-
-
-def _log_late_failure(args: threading.ExceptHookArgs) -> None:
-    name = args.thread.name if args.thread else "a thread"
-    error = (args.exc_type, args.exc_value, args.exc_traceback)
-    logger.info("After the build stopped, %s failed", name, exc_info=error)
-
-
-def worker_lost(wait: float = 0.0) -> str | None:
-    """Why a worker process of the running (or last) build ended, if one did; waits up to
-    `wait` seconds for the news (the runner's thread that tells it may come second)."""
-    _lost_event.wait(wait)
-    return _lost[0] if _lost else None
-
-
-@contextlib.contextmanager
-def interrupts_remembered():
-    """Within it, a Ctrl-C (SIGINT) or a SIGTERM (`kill`, `timeout`, a cluster's scheduler)
-    raises KeyboardInterrupt, as Python's own handler does for SIGINT (its default for SIGTERM
-    ends the process without a word), and is remembered: one that lands in a finalizer (a
-    `__del__`, a weakref callback), where Python prints and drops the exception, still stops
-    the commit (`refuse_if_interrupted`). For the main thread of a build that runs in its own
-    process; `stopping_signal` tells which signal it was, after."""
-    _interrupted.clear()
-    _last_signal.clear()
-    _lost.clear()
-    _lost_event.clear()
-    _within[0] += 1  # a build, told from the one before for `_end_workers_later`
-    previous = {number: signal.signal(number, _on_interrupt) for number in _STOPPING_SIGNALS}
-    previous_hook = threading.excepthook
-    threading.excepthook = functools.partial(_log_thread_failure, otherwise=previous_hook)
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-        # After a lost worker, the runner's threads fail as their channels close, after the
-        # build said why it failed: to the log, not after the console's last line.
-        threading.excepthook = _log_late_failure if _lost else previous_hook
-        _interrupted.clear()
-        _within[0] += 1
-
-
-def stopping_signal() -> signal.Signals:
-    """The signal that interrupted the last build (SIGINT when none was seen: a Ctrl-C that
-    reached the build before the handler was in place)."""
-    return signal.Signals(_last_signal[0] if _last_signal else signal.SIGINT)
-
-
-def refuse_if_interrupted() -> None:
-    """Raises KeyboardInterrupt when this process saw a Ctrl-C inside `interrupts_remembered`."""
-    if _interrupted.is_set():
-        raise KeyboardInterrupt("Ctrl-C before the commit")
+    A `BuildFailed` anywhere in the runner's wrapped text is returned as it is. Anything else
+    (a bug, an I/O error) becomes its last `Type: message` line (worker processes send their
+    tracebacks as text; the last line is the runner's re-raise of the original error, naming
+    the step) and the step that raised it; the traceback is in the log.
+    """
+    text = str(error)
+    for line in text.splitlines():
+        if BUILD_FAILED_MARKER in line:
+            line = line[line.index(BUILD_FAILED_MARKER) :]
+            return _STEP.sub("", line).strip().strip("'\"")
+    # A message of several lines (Beam's option validation, Dask's) is said on one.
+    kind, message = type(error).__name__, " ".join(text.split())[:_LONGEST]
+    for line in text.splitlines():
+        found = _EXCEPTION_LINE.match(line)
+        if found and not found.group(2).startswith("Traceback"):
+            kind, message = found.group(1), found.group(2)
+    step = _STEP.search(message)
+    where = f" (in step {step.group(1)})" if step else ""
+    message = _STEP.sub("", message).strip()
+    return f"{BUILD_FAILED_MARKER} {kind}: {message}{where}; the traceback is in the log"

@@ -25,10 +25,10 @@ from typing import Any
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.runner import create_runner
 
-from beam_pipeline.console import add_console_flags
-from beam_pipeline.images import EXACT, ORIGINAL, RESIZE_MODES, SHORTER_SIDE, ImagePolicy
-from beam_pipeline.layouts import AUTO, DEFAULT_SPLITS, LAYOUTS, output_split
-from beam_pipeline.sharding import DEFAULT_TARGET_SHARD_BYTES
+from beam_pipeline.console.build_console import add_console_flags
+from beam_pipeline.core.images import EXACT, ORIGINAL, RESIZE_MODES, SHORTER_SIDE, ImagePolicy
+from beam_pipeline.core.sharding import DEFAULT_TARGET_SHARD_BYTES
+from beam_pipeline.tree.layouts import AUTO, DEFAULT_SPLITS, LAYOUTS, output_split
 
 
 class BuildOptions(PipelineOptions):
@@ -299,8 +299,8 @@ def known_flags(parser: argparse.ArgumentParser) -> list[str]:
 
 
 # `--runner DaskRunner` (any case, or Beam's own class path) runs on this project's DaskRunner:
-# Beam's, with a translation that computes each stage once (`beam_pipeline.dask_runner`).
-DASK_RUNNER = "beam_pipeline.dask_runner.DaskRunner"
+# Beam's, with a translation that computes each stage once (`beam_pipeline.runners.dask_runner`).
+DASK_RUNNER = "beam_pipeline.runners.dask_runner.DaskRunner"
 _DASK_NAMES = {"dask", "daskrunner", "apache_beam.runners.dask.dask_runner.daskrunner"}
 
 

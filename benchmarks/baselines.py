@@ -172,7 +172,7 @@ def beam_gbk(tree: str, out: str, resize: bool, processes: int = 2, defaults: bo
     from apache_beam.options.pipeline_options import PipelineOptions
 
     # FnApiRunner is what DirectRunner runs batch pipelines on offline; named so that no machine
-    # runs Prism instead (see beam_pipeline.pipeline.LOCAL_RUNNER).
+    # runs Prism instead (see beam_pipeline.runners.local.LOCAL_RUNNER).
     flags = ["--direct_running_mode", "multi_processing", "--direct_num_workers", str(processes)]
     options = PipelineOptions(["--runner", "FnApiRunner", *([] if defaults else flags)])
     with beam.Pipeline(options=options) as pipeline:

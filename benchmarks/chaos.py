@@ -35,7 +35,7 @@ import time
 
 import psutil
 
-from beam_pipeline import sample_tree
+from beam_pipeline.tools import sample_tree
 from schemas import BUILD_INFO_FILE
 
 BIN = pathlib.Path(sys.executable).parent

@@ -27,7 +27,7 @@ import shutil
 import sys
 import tempfile
 
-from beam_pipeline.machine import available_cores
+from beam_pipeline.runners.machine import available_cores
 from benchmarks.build_benchmark import add_tree_pair, ours, tree_sizes
 from benchmarks.measure import marginal_rate, run_measured
 

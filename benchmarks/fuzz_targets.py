@@ -23,11 +23,11 @@ import simplejpeg
 from lxml import etree
 from PIL import Image
 
-from beam_pipeline import annotations, labels
-from beam_pipeline.entries import IndexEntry, LabelledEntry
-from beam_pipeline.examples import normalised_boxes
-from beam_pipeline.images import ORIGINAL, ImagePolicy, normalise_image, to_rgb
-from beam_pipeline.rejections import InputError
+from beam_pipeline.core import annotations, labels
+from beam_pipeline.core.entries import IndexEntry, LabelledEntry
+from beam_pipeline.core.examples import normalised_boxes
+from beam_pipeline.core.images import ORIGINAL, ImagePolicy, normalise_image, to_rgb
+from beam_pipeline.core.rejections import InputError
 
 PILLOW = pathlib.Path(__file__).resolve().parent.parent / "tests/data/corpus/images/pillow"
 FOUND = pathlib.Path(__file__).resolve().parent.parent / "tests/data/fuzz_cases"

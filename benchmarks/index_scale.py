@@ -43,7 +43,7 @@ def _write(path: str, data: bytes) -> None:
 
 def make_tree(root: str, entries: int) -> None:
     """The synthetic CLS-LOC tree described above (skipped when `root` is complete)."""
-    from beam_pipeline.annotations import voc_xml
+    from beam_pipeline.core.annotations import voc_xml
 
     done = os.path.join(root, "COMPLETE")
     if os.path.exists(done):
@@ -79,8 +79,9 @@ def run_index(tree: str, out: str, entries: int) -> None:
     import apache_beam as beam
 
     from beam_pipeline.options import BuildConfig
-    from beam_pipeline.pipeline import build_index, pipeline_options, prepare
-    from beam_pipeline.writing import AssignShards, rank_members
+    from beam_pipeline.pipeline import build_index, prepare
+    from beam_pipeline.runners.local import pipeline_options
+    from beam_pipeline.stages.writing import AssignShards, rank_members
 
     config = BuildConfig(input_dir=tree, output_dir=out, splits=("train", "val"))
     prepared = prepare(config)

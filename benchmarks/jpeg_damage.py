@@ -30,8 +30,8 @@ import numpy as np
 import simplejpeg
 from PIL import Image, ImageFile
 
-from beam_pipeline.images import ImagePolicy, normalise_image
-from beam_pipeline.rejections import InputError
+from beam_pipeline.core.images import ImagePolicy, normalise_image
+from beam_pipeline.core.rejections import InputError
 
 HERE = pathlib.Path(__file__).resolve().parent
 CORPUS = HERE.parent / "tests/data/corpus/images"

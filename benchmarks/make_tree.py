@@ -22,8 +22,8 @@ import pathlib
 import numpy as np
 from PIL import Image
 
-from beam_pipeline.annotations import voc_xml
-from beam_pipeline.machine import available_cores
+from beam_pipeline.core.annotations import voc_xml
+from beam_pipeline.runners.machine import available_cores
 
 HERE = pathlib.Path(__file__).resolve().parent
 PHOTOS = sorted(glob.glob(str(HERE.parent / "tests/data/corpus/images/tfrecorder/*/*/*.jpg")))

@@ -38,7 +38,7 @@ import time
 
 import psutil
 
-from beam_pipeline import sample_tree
+from beam_pipeline.tools import sample_tree
 from benchmarks.build_benchmark import add_tree_pair, ours, tree_sizes
 
 

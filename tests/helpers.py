@@ -10,7 +10,8 @@ import pathlib
 import numpy as np
 from PIL import Image
 
-from beam_pipeline import pipeline, sample_tree
+from beam_pipeline import pipeline
+from beam_pipeline.tools import sample_tree
 from schemas import BUILD_INFO_FILE, DEAD_LETTER_FILE, DatasetInfo
 from schemas import features as F
 from schemas.example_proto import Example

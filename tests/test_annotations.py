@@ -1,9 +1,9 @@
 import pytest
 from helpers import CORPUS
 
-from beam_pipeline.annotations import Box, parse_annotation, voc_xml
-from beam_pipeline.labels import main_object_index
-from beam_pipeline.rejections import InputError
+from beam_pipeline.core.annotations import Box, parse_annotation, voc_xml
+from beam_pipeline.core.labels import main_object_index
+from beam_pipeline.core.rejections import InputError
 
 
 def test_real_voc2008_annotation_reads_every_object_in_any_element_order():

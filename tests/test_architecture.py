@@ -14,7 +14,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ("beam_pipeline", "schemas", "loaders")
 STAGES = {f"beam_pipeline.{name}" for name in ("discovery", "labelling", "writing", "finalize")}
 # `plan` runs the stages' own functions in one process, so it sits above them with the pipeline.
-ABOVE_STAGES = {"beam_pipeline.pipeline", "beam_pipeline.cli", "beam_pipeline.planning"}
+ABOVE_STAGES = {"beam_pipeline.pipeline", "beam_pipeline.tools.build", "beam_pipeline.tools.plan"}
 
 
 def _module_name(path: pathlib.Path) -> str:

@@ -10,7 +10,7 @@ import pytest
 from helpers import CORPUS, build, dead_letters, decode, jpeg_bytes, read_split, write
 from PIL import Image
 
-from beam_pipeline.annotations import voc_xml
+from beam_pipeline.core.annotations import voc_xml
 from schemas import features as F
 
 PILLOW = CORPUS / "images" / "pillow"

@@ -8,7 +8,8 @@ import apache_beam
 import pytest
 from helpers import jpeg_bytes, write
 
-from beam_pipeline import beam_version, cli
+from beam_pipeline.runners import beam_version
+from beam_pipeline.tools import build as build_tool
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -39,7 +40,7 @@ def test_an_older_beam_is_refused_naming_the_tested_range_and_the_fix(
     write(tmp_path / "tree/Data/CLS-LOC/train/n01/a.JPEG", jpeg_bytes())
     monkeypatch.setattr(apache_beam, "__version__", "2.60.0")
     out = tmp_path / "out"
-    assert cli.main(["--input_dir", str(tmp_path / "tree"), "--output_dir", str(out)]) == 2
+    assert build_tool.main(["--input_dir", str(tmp_path / "tree"), "--output_dir", str(out)]) == 2
     assert "error: Apache Beam 2.60.0 is older than this project runs on" in capsys.readouterr().err
     assert not out.exists()
 

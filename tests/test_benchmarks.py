@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from beam_pipeline.machine import available_cores
+from beam_pipeline.runners.machine import available_cores
 from schemas.tfrecord import read_records
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -24,10 +24,13 @@ from helpers import (
 )
 from PIL import Image
 
-from beam_pipeline import cli, commands, finalize, output, sample_tree, verify
-from beam_pipeline.annotations import voc_xml
-from beam_pipeline.layouts import LayoutError
-from beam_pipeline.output import OutputExistsError
+from beam_pipeline.core.annotations import voc_xml
+from beam_pipeline.output import commit, directory
+from beam_pipeline.output.directory import OutputExistsError
+from beam_pipeline.stages import finalize
+from beam_pipeline.tools import build as build_tool
+from beam_pipeline.tools import commands, sample_tree, verify
+from beam_pipeline.tree.layouts import LayoutError
 from schemas import BUILD_INFO_FILE, LABELS_FILE
 from schemas import features as F
 
@@ -268,7 +271,9 @@ def test_existing_build_is_not_overwritten_without_flag(dirty_tree, tmp_path):
     with pytest.raises(OutputExistsError, match="--overwrite"):
         build(root, tmp_path / "out", *args)
     assert (
-        cli.main(["--input_dir", str(root), "--output_dir", str(tmp_path / "out"), *map(str, args)])
+        build_tool.main(
+            ["--input_dir", str(root), "--output_dir", str(tmp_path / "out"), *map(str, args)]
+        )
         == 2
     )
     build(root, tmp_path / "out", *args, "--overwrite", "--num_shards", "1")
@@ -297,7 +302,7 @@ def test_a_failed_rebuild_keeps_the_build_it_was_to_replace(tmp_path, capsys, re
         ilsvrc_image(tree, "train", "d", jpeg_bytes()[:200], voc_xml([("cat", 1, 1, 30, 30)]))
         flags, reasons = ["--num_shards", "2"], ["truncated_image"]
         failure = "reasons {'truncated_image': 1}"
-    assert cli.main([*argv, "--overwrite", *flags]) == 1
+    assert build_tool.main([*argv, "--overwrite", *flags]) == 1
     err = capsys.readouterr().err
     assert failure_line(err).endswith(f"{failure}; see {out}/.tmp/rejected.jsonl")
     assert err.splitlines()[-2] == f"the complete build in {out} is kept as it was"
@@ -305,7 +310,10 @@ def test_a_failed_rebuild_keeps_the_build_it_was_to_replace(tmp_path, capsys, re
     assert verify.verify(str(out)) == (1, [])
     assert [line["reason"] for line in dead_letters(out / ".tmp")] == reasons
     # A rebuild that passes replaces it, leaving none of its files.
-    assert cli.main([*argv, "--overwrite", "--num_shards", "2", "--max_bad_fraction", "0.5"]) == 0
+    assert (
+        build_tool.main([*argv, "--overwrite", "--num_shards", "2", "--max_bad_fraction", "0.5"])
+        == 0
+    )
     assert sorted(p.name for p in out.glob("*.tfrecord")) == [
         "train-00000-of-00002.tfrecord",
         "train-00001-of-00002.tfrecord",
@@ -334,12 +342,12 @@ def test_a_rebuild_stopped_in_its_commit_says_what_is_left(tmp_path, capsys, mon
     out, reference = tmp_path / "out", tmp_path / "reference"
     flags = ["--input_dir", str(tree), "--splits", "train", "--num_shards", "2"]
     argv = [*flags, "--output_dir", str(out), "--direct_running_mode", "in_memory"]
-    assert cli.main([*flags, "--output_dir", str(reference)]) == 0
+    assert build_tool.main([*flags, "--output_dir", str(reference)]) == 0
     shutil.copytree(reference, out)
     real_rename, real_delete, real_write = (
         FileSystems.rename,
         FileSystems.delete,
-        output.write_atomic,
+        directory.write_atomic,
     )
     failed = []
 
@@ -374,12 +382,12 @@ def test_a_rebuild_stopped_in_its_commit_says_what_is_left(tmp_path, capsys, mon
         elif stop == "moving_shards":
             patch.setattr(FileSystems, "rename", rename)
         else:
-            patch.setattr(output, "write_atomic", write_atomic)
+            patch.setattr(commit, "write_atomic", write_atomic)
         if stop == "retried":
             patch.setattr(finalize._FinalizeFn, "process", retried)
-            assert cli.main([*argv, "--overwrite"]) == 0
+            assert build_tool.main([*argv, "--overwrite"]) == 0
         else:
-            assert cli.main([*argv, "--overwrite"]) == 1
+            assert build_tool.main([*argv, "--overwrite"]) == 1
     err = capsys.readouterr().err
     if stop != "retried":
         assert failure_line(err).startswith("BUILD FAILED: OSError: injected: the disk went away")
@@ -387,7 +395,7 @@ def test_a_rebuild_stopped_in_its_commit_says_what_is_left(tmp_path, capsys, mon
         assert err.splitlines()[-2] == COMMIT_BEGUN
         staged = {p.name: p.stat().st_ino for p in (out / ".staged").glob("*.tfrecord")}
         assert len(staged) == 2 and not (out / "build_info.json").exists()
-        assert cli.main([*argv, "--resume"]) == 0
+        assert build_tool.main([*argv, "--resume"]) == 0
         assert {p.name: p.stat().st_ino for p in out.glob("*.tfrecord")} == staged  # moved
     elif stop == "writing_tfds_marker":
         assert err.splitlines()[-2] == (
@@ -426,7 +434,7 @@ def test_error_budget_fails_loudly_and_commits_nothing(
     root, _ = dirty_tree
     out = tmp_path / "out"
     argv = ["--input_dir", str(root), "--output_dir", str(out), "--max_bad_fraction", budget]
-    assert cli.main(argv) == 1
+    assert build_tool.main(argv) == 1
     message = failure_line(capsys.readouterr().err)
     assert message.startswith(failure)
     assert "while running" not in message and "rejected.jsonl" in message
@@ -468,7 +476,7 @@ def test_a_split_folder_of_archives_is_refused_before_writing(tmp_path, capsys):
     write(root / cls / "train/readme.txt", "notes")
     write(root / cls / "val/n01440764/ILSVRC2012_val_00000001.JPEG", jpeg_bytes())
     argv = ["--input_dir", str(root), "--output_dir", str(tmp_path / "out")]
-    assert cli.main(argv) == 2
+    assert build_tool.main(argv) == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"error: split 'train' has no images: {root / cls}/train holds 3 files, no image: "
         "n01440764.tar, n01443537.tar, readme.txt; extract the archives first (ImageNet's "
@@ -630,7 +638,7 @@ def test_an_xml_that_cannot_be_read_fails_the_build_by_name(tmp_path, capsys):
     out = tmp_path / "out"
     argv = ["--input_dir", str(tree), "--output_dir", str(out), "--splits", "train"]
     argv += ["--max_bad_fraction", "1"]
-    assert cli.main(argv) == 1
+    assert build_tool.main(argv) == 1
     assert failure_line(capsys.readouterr().err) == (
         f"BUILD FAILED: the tree holds what the build cannot read: {xml} (broken_symlink: links "
         f"to '{tmp_path}/elsewhere/b.xml', which does not exist); the images inside, or those "
@@ -705,7 +713,7 @@ def test_voc_xml_in_a_folder_below_annotations_is_refused(tmp_path, capsys):
     # a copy of an XML that is in place too takes nothing away (a backup folder)
     write(year / "Annotations/backup/t1.xml", voc_xml([("dog", 1, 1, 30, 30)]))
     argv = ["--input_dir", str(tmp_path), "--output_dir", str(tmp_path / "out")]
-    assert cli.main(argv) == 2
+    assert build_tool.main(argv) == 2
     assert capsys.readouterr().err == (
         f"error: 2 XML files lie in folders below {year}/Annotations (sub/t2.xml, sub/v1.xml), "
         f"where VOC reads {year}/Annotations/<image id>.xml only: built, their images would "
@@ -725,7 +733,7 @@ def test_a_voc_tree_without_any_xml_is_announced_unlabelled(tmp_path, capsys):
     _voc_year(year, {"train": ["t1", "t2"], "val": ["v1"]}, set())
     labels = write(tmp_path / "labels.txt", "cat\ndog\n")
     argv = ["--input_dir", str(tmp_path), "--output_dir", str(tmp_path / "out")]
-    assert cli.main([*argv, "--labels_file", str(labels)]) == 0
+    assert build_tool.main([*argv, "--labels_file", str(labels)]) == 0
     printed = capsys.readouterr()
     notes = [line for line in (printed.out + printed.err).splitlines() if "Unlabelled" in line]
     assert notes == [
@@ -742,7 +750,7 @@ def test_voc_trainval_gives_the_classes_when_train_is_not_built(tmp_path, capsys
     _voc_year(year, {"trainval": ["a", "b"], "test": ["c"]}, {"a", "b", "c"})
     write(year / "Annotations/b.xml", voc_xml([("cat", 1, 1, 30, 30), ("dog", 1, 1, 9, 9)]))
     argv = ["--input_dir", str(year), "--output_dir", str(tmp_path / "out")]
-    assert cli.main([*argv, "--splits", "trainval,test"]) == 0
+    assert build_tool.main([*argv, "--splits", "trainval,test"]) == 0
     assert f"ds = load_dataset('{tmp_path / 'out'}', 'trainval', batch_size=2)" in (
         capsys.readouterr().out
     )

@@ -3,10 +3,10 @@ import math
 import pytest
 from apache_beam import coders
 
-import beam_pipeline.coders  # noqa: F401 - registers the coders under test
-from beam_pipeline.annotations import AnnotatedObject, Annotation, Box
-from beam_pipeline.entries import FileRef, IndexEntry, LabelledEntry, ParsedEntry
-from beam_pipeline.rejections import Rejection
+import beam_pipeline.stages.coders  # noqa: F401 - registers the coders under test
+from beam_pipeline.core.annotations import AnnotatedObject, Annotation, Box
+from beam_pipeline.core.entries import FileRef, IndexEntry, LabelledEntry, ParsedEntry
+from beam_pipeline.core.rejections import Rejection
 
 ENTRY = IndexEntry("train", "2013/n01/n01_1", "Data/n01/n01_1.JPEG", "Ann/n01_1.xml", None, 12345)
 ANNOTATION = Annotation(
@@ -35,7 +35,7 @@ ELEMENTS = [
 @pytest.mark.parametrize("element", ELEMENTS, ids=lambda e: type(e).__name__)
 def test_index_elements_round_trip_through_their_registered_coder(element):
     coder = coders.registry.get_coder(type(element))
-    assert type(coder).__module__ == "beam_pipeline.coders" and coder.is_deterministic()
+    assert type(coder).__module__ == "beam_pipeline.stages.coders" and coder.is_deterministic()
     encoded = coder.encode(element)
     assert coder.decode(encoded) == element
     assert coder.encode(coder.decode(encoded)) == encoded

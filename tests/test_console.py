@@ -18,15 +18,21 @@ import time
 import pytest
 from helpers import failure_line, ilsvrc_image, jpeg_bytes, summary_rows, write
 
-from beam_pipeline import cli, console, machine, pipeline, sample_tree, verify, watch, writing
-from beam_pipeline.annotations import voc_xml
-from beam_pipeline.console import (
+from beam_pipeline import failures, pipeline
+from beam_pipeline.console import build_console as console
+from beam_pipeline.console import watch
+from beam_pipeline.console.build_console import (
     BuildConsole,
     human_bytes,
     label_summary,
     plural,
     shared_note,
 )
+from beam_pipeline.core.annotations import voc_xml
+from beam_pipeline.runners import machine
+from beam_pipeline.stages import writing
+from beam_pipeline.tools import build as build_tool
+from beam_pipeline.tools import sample_tree, verify
 from schemas import SplitInfo
 
 WORKERS = ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
@@ -142,10 +148,10 @@ def test_no_progress_when_quiet_or_not_on_a_terminal(small_tree, tmp_path):
 
 @pytest.mark.parametrize("module", ["verify", "stats", "inspect_record", "upgrade"])
 def test_a_command_run_as_its_own_module_prints_only_its_answer(module, tmp_path):
-    """`python -m beam_pipeline.verify` (what the loader's errors name) as quiet as the command."""
+    """`python -m beam_pipeline.tools.verify` as quiet as the command."""
     missing = tmp_path / "no-build"
     done = subprocess.run(
-        [sys.executable, "-m", f"beam_pipeline.{module}", str(missing)],
+        [sys.executable, "-m", f"beam_pipeline.tools.{module}", str(missing)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -191,7 +197,7 @@ def test_a_good_build_prints_a_short_summary_naming_the_output(small_tree, tmp_p
     for noise in ("INFO", "WARNING", "Traceback", "apitools", "sdk_worker"):
         assert noise not in result.stdout + result.stderr
     text = log.read_text(encoding="utf-8")
-    assert "beam_pipeline.cli: Command line:" in text
+    assert "beam_pipeline.tools.build: Command line:" in text
     # Every worker process's own stderr lines are kept (the runner relays a copy of each too).
     harnesses = re.findall(r"^INFO:__main__:Python sdk harness starting", text, re.M)
     assert len(harnesses) == (cores if cores > 1 else 0)
@@ -248,7 +254,7 @@ def test_a_crash_is_one_line_naming_the_error_and_the_step(
     log = tmp_path / "build.log"
     argv = ["--input_dir", small_tree, "--output_dir", tmp_path / "out", "--log_file", log]
     argv += ["--direct_running_mode", "in_memory"]  # the patched writer runs in this process
-    assert cli.main([str(a) for a in argv]) == 1
+    assert build_tool.main([str(a) for a in argv]) == 1
     assert failure_line(capsys.readouterr().err) == (
         "BUILD FAILED: ZeroDivisionError: a bug in the writer (in step "
         "WriteShards/WriteShard/ParDo(_WriteShardFn)); the traceback is in the log"
@@ -319,7 +325,7 @@ def test_an_interrupted_rebuild_that_kept_the_old_build_says_so(small_tree, tmp_
     # rerun with --resume, which a complete build refuses without --overwrite.
     out = tmp_path / "out"
     argv = ["--input_dir", str(small_tree), "--output_dir", str(out), "--quiet"]
-    assert cli.main([*argv, "--direct_running_mode", "in_memory"]) == 0
+    assert build_tool.main([*argv, "--direct_running_mode", "in_memory"]) == 0
     capsys.readouterr()
 
     def stopped(*args):
@@ -327,7 +333,7 @@ def test_an_interrupted_rebuild_that_kept_the_old_build_says_so(small_tree, tmp_
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(pipeline, "execute", stopped)
-        assert cli.main([*argv, "--overwrite"]) == 130
+        assert build_tool.main([*argv, "--overwrite"]) == 130
     lines = capsys.readouterr().err.splitlines()
     # Stopped before any shard was written: "to keep the shards already written" said of none.
     assert lines[-2] == (
@@ -339,7 +345,7 @@ def test_an_interrupted_rebuild_that_kept_the_old_build_says_so(small_tree, tmp_
     (out / ".staged" / "train-00000-of-00002.tfrecord").write_bytes(b"")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(pipeline, "execute", stopped)
-        assert cli.main([*argv, "--overwrite", "--resume"]) == 130
+        assert build_tool.main([*argv, "--overwrite", "--resume"]) == 130
     assert capsys.readouterr().err.splitlines()[-2] == (
         f"BUILD INTERRUPTED: nothing was committed, and the complete build in {out} is kept as "
         "it was; rerun with --overwrite --resume to keep the 1 shard already written"
@@ -347,17 +353,17 @@ def test_an_interrupted_rebuild_that_kept_the_old_build_says_so(small_tree, tmp_
 
 
 def test_an_interruption_is_told_from_a_failure():
-    assert pipeline.was_interrupted(KeyboardInterrupt())
+    assert failures.was_interrupted(KeyboardInterrupt())
     wrapped = RuntimeError("KeyboardInterrupt [while running 'WriteShards/WriteShard']")
-    assert pipeline.was_interrupted(wrapped)
+    assert failures.was_interrupted(wrapped)
     try:
         try:
             raise KeyboardInterrupt
         except KeyboardInterrupt as cause:
             raise RuntimeError("the runner gave up") from cause
     except RuntimeError as error:
-        assert pipeline.was_interrupted(error)
-    assert not pipeline.was_interrupted(RuntimeError("ValueError: disk on fire"))
+        assert failures.was_interrupted(error)
+    assert not failures.was_interrupted(RuntimeError("ValueError: disk on fire"))
 
 
 def test_a_worker_process_traceback_becomes_one_line():
@@ -371,7 +377,7 @@ def test_a_worker_process_traceback_becomes_one_line():
         '  File "apache_beam/runners/common.py", line 1623, in _reraise_augmented\n'
         "OSError: [Errno 5] Input/output error [while running 'DiscoverImages/List']\n"
     )
-    assert pipeline.failure_message(RuntimeError(text)) == (
+    assert failures.failure_message(RuntimeError(text)) == (
         "BUILD FAILED: OSError: [Errno 5] Input/output error (in step DiscoverImages/List); "
         "the traceback is in the log"
     )
@@ -433,7 +439,7 @@ def test_a_cloud_jobs_link_reaches_the_console_and_the_rest_only_the_log(tmp_pat
 def test_a_log_file_that_cannot_be_written_is_refused(tmp_path, capsys):
     (tmp_path / "file").write_text("not a directory")
     argv = ["--input_dir", str(tmp_path), "--output_dir", str(tmp_path / "out")]
-    assert cli.main([*argv, "--log_file", str(tmp_path / "file" / "build.log")]) == 2
+    assert build_tool.main([*argv, "--log_file", str(tmp_path / "file" / "build.log")]) == 2
     assert capsys.readouterr().err.startswith("error: --log_file: cannot write the log: ")
     assert not (tmp_path / "out").exists()
 
@@ -448,7 +454,7 @@ def test_the_summary_lists_rejections_per_split_by_reason(small_tree, tmp_path, 
         (tree / "Annotations" / "DET" / split / "broken").mkdir(parents=True)
     out = tmp_path / "out"
     argv = ["--input_dir", str(tree), "--output_dir", str(out), "--max_bad_fraction", "0.1"]
-    assert cli.main([*argv, "--direct_running_mode", "in_memory"]) == 0
+    assert build_tool.main([*argv, "--direct_running_mode", "in_memory"]) == 0
     printed = capsys.readouterr().out
     rows = {row.split()[0]: row.split() for row in summary_rows(printed)}
     assert rows["train"][5] == rows["validation"][5] == "1"  # images rejected
@@ -460,7 +466,7 @@ def test_the_summary_lists_rejections_per_split_by_reason(small_tree, tmp_path, 
 def test_a_split_given_fewer_shards_than_asked_says_so(small_tree, tmp_path, capsys):
     out = tmp_path / "out"
     argv = ["--input_dir", str(small_tree), "--output_dir", str(out)]
-    assert cli.main([*argv, "--num_shards", "train=70,val=20"]) == 0
+    assert build_tool.main([*argv, "--num_shards", "train=70,val=20"]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert "train: 60 shards, not the 70 asked for: a shard holds at least one example" in printed
     assert not [line for line in printed if line.startswith("validation: ")]  # 20 of 20
@@ -474,7 +480,7 @@ def test_shards_left_empty_by_rejected_images_are_named(tmp_path, capsys):
         ilsvrc_image(tmp_path / "tree", "train", f"i{i}", data, voc_xml([("cat", 1, 1, 9, 9)]))
     out = tmp_path / "out"
     argv = ["--input_dir", tmp_path / "tree", "--output_dir", out, "--splits", "train"]
-    assert cli.main([*map(str, argv), "--num_shards", "4", "--max_bad_fraction", "0.6"]) == 0
+    assert build_tool.main([*map(str, argv), "--num_shards", "4", "--max_bad_fraction", "0.6"]) == 0
     assert (
         "train: 2 of 4 shards hold no example: images rejected while writing left them empty "
         "(valid, read as no records)"
@@ -526,15 +532,15 @@ def test_worker_processes_a_stopping_signal_left_waiting_are_ended():
     # stands for such a worker, in a process of its own (every descendant is killed).
     code = """
 import os, signal, subprocess, sys, time
-from beam_pipeline import failures
-failures._WORKERS_GRACE_S = 0.5
-with failures.interrupts_remembered():
+from beam_pipeline import interrupts
+interrupts._WORKERS_GRACE_S = 0.5
+with interrupts.interrupts_remembered():
     worker = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(600)"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    assert worker.pid in failures.descendants(os.getpid())
+    assert worker.pid in interrupts.descendants(os.getpid())
     try:
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(30)
@@ -544,7 +550,7 @@ with failures.interrupts_remembered():
         print(worker.wait(timeout=20))
     finally:
         worker.kill()
-with failures.interrupts_remembered():  # a build that ends at once: nothing is killed later
+with interrupts.interrupts_remembered():  # a build that ends at once: nothing is killed later
     try:
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(30)

@@ -25,8 +25,8 @@ from PIL import Image, ImageDraw
 tf = pytest.importorskip("tensorflow")
 pytest.importorskip("nvidia.dali")
 
-from beam_pipeline import sample_tree  # noqa: E402
-from beam_pipeline.annotations import voc_xml  # noqa: E402
+from beam_pipeline.core.annotations import voc_xml  # noqa: E402
+from beam_pipeline.tools import sample_tree  # noqa: E402
 from loaders import ReadConfig, normalization_layer  # noqa: E402
 from loaders.dali import (  # noqa: E402
     crop_windows,
@@ -772,8 +772,8 @@ def test_what_a_build_stores_of_the_fuzzers_cases_decodes_in_dalis_decoder(devic
     if gpu and backend.GetCUDADeviceCount() == 0:
         pytest.skip("nvJPEG needs a CUDA device (run on the GPU host)")
 
-    from beam_pipeline.images import normalise_image
-    from beam_pipeline.rejections import InputError
+    from beam_pipeline.core.images import normalise_image
+    from beam_pipeline.core.rejections import InputError
     from benchmarks.fuzz_targets import FOUND, POLICIES, SEEDS
 
     stored = []

@@ -15,7 +15,10 @@ from dask.utils import key_split
 from helpers import build, dead_letters, ilsvrc_image, jpeg_bytes, write
 from test_console import run_cli
 
-from beam_pipeline import cli, dask_runner, machine, options, pipeline, sample_tree
+from beam_pipeline import failures, options, pipeline
+from beam_pipeline.runners import dask_runner, machine
+from beam_pipeline.tools import build as build_tool
+from beam_pipeline.tools import sample_tree
 from schemas import BUILD_INFO_FILE
 
 WORKERS = 2
@@ -85,7 +88,7 @@ def test_a_failed_check_on_dask_writes_no_shard_and_fails_loudly(cluster, tree, 
     out = tmp_path / "out"
     with pytest.raises(Exception) as raised:  # the worker's BuildFailed, re-raised here
         build(tree, out, "--max_bad_fraction", "0", *dask_flags(cluster))
-    message = pipeline.failure_message(raised.value)
+    message = failures.failure_message(raised.value)
     assert message.startswith("BUILD FAILED: 1 of 362 images rejected before any image was read")
     assert not (out / BUILD_INFO_FILE).exists()
     assert list(out.glob("*.tfrecord")) == []
@@ -145,7 +148,7 @@ def test_an_address_where_no_scheduler_answers_is_refused_before_anything_is_wri
     refused = "error: cannot reach the Dask scheduler at {} (--dask_client_address): {}\n"
     hint = "; give the scheduler's address (`dask scheduler` prints it)"
     # Nothing listens: refused at once (Dask's client would have retried for 30 s).
-    assert cli.main([*argv, address, "tcp://127.0.0.1:9"]) == 2
+    assert build_tool.main([*argv, address, "tcp://127.0.0.1:9"]) == 2
     assert capsys.readouterr().err == refused.format(
         "tcp://127.0.0.1:9",
         "Connection refused; start it (`dask scheduler`) or correct the address",
@@ -155,7 +158,7 @@ def test_an_address_where_no_scheduler_answers_is_refused_before_anything_is_wri
     threading.Thread(target=web.serve_forever, daemon=True).start()
     try:
         web_address = f"tcp://127.0.0.1:{web.server_address[1]}"
-        assert cli.main([*argv, address, web_address, "--dask_connection_timeout", "2"]) == 2
+        assert build_tool.main([*argv, address, web_address, "--dask_connection_timeout", "2"]) == 2
     finally:
         web.shutdown()
     assert capsys.readouterr().err == refused.format(
@@ -164,42 +167,42 @@ def test_an_address_where_no_scheduler_answers_is_refused_before_anything_is_wri
     )
     # One of the cluster's workers.
     worker = next(iter(cluster.scheduler_info["workers"]))
-    assert cli.main([*argv, address, worker]) == 2
+    assert build_tool.main([*argv, address, worker]) == 2
     assert capsys.readouterr().err == refused.format(
         worker, f"a Dask worker answers there, not the scheduler{hint}"
     )
     # A timeout with a unit: Beam's parse gives a marker object, which crashed the probe and
     # then stood for Dask's default; -5 failed late ("could not convert string to float").
     for timeout in ("2s", "abc", "-5"):
-        assert cli.main([*argv, address, worker, "--dask_connection_timeout", timeout]) == 2
+        assert build_tool.main([*argv, address, worker, "--dask_connection_timeout", timeout]) == 2
         assert capsys.readouterr().err == (
             "error: --dask_connection_timeout: give whole seconds above 0 (e.g. 30); Beam "
             "reads no other form\n"
         )
     # -3 partitions: a build that wrote nothing and failed reading its own metadata.
     for flag, value in (("--dask_npartitions", "-3"), ("--dask_partition_size", "0")):
-        assert cli.main([*argv, address, worker, flag, value]) == 2
+        assert build_tool.main([*argv, address, worker, flag, value]) == 2
         assert capsys.readouterr().err == f"error: {flag} {value}: give a whole number above 0\n"
     # A mistyped scheme: the build made the output directory, failed (exit 1), then hung 60 s.
-    assert cli.main([*argv, address, "tccp://127.0.0.1:8786"]) == 2
+    assert build_tool.main([*argv, address, "tccp://127.0.0.1:8786"]) == 2
     assert capsys.readouterr().err.startswith(
         "error: --dask_client_address tccp://127.0.0.1:8786: unknown address scheme 'tccp' "
         "(Dask's: inproc, tcp, tls, "
     )
     # A scheduler file that is not there: Dask waited for it without end, Ctrl-C or not.
     missing = tmp_path / "scheduler.json"
-    assert cli.main([*argv, "--dask_scheduler_file", str(missing)]) == 2
+    assert build_tool.main([*argv, "--dask_scheduler_file", str(missing)]) == 2
     assert capsys.readouterr().err == (
         f"error: --dask_scheduler_file {missing} does not exist (Dask would wait for it without "
         f"end): start the scheduler first, `dask scheduler --scheduler-file {missing}`, or give "
         "its address with --dask_client_address\n"
     )
-    assert cli.main([*argv, address, "tcp://127.0.0.1:port"]) == 2
+    assert build_tool.main([*argv, address, "tcp://127.0.0.1:port"]) == 2
     assert capsys.readouterr().err.startswith(
         "error: --dask_client_address tcp://127.0.0.1:port: not a scheduler address ("
     )
     # Empty (`--dask_client_address=$SCHED`, unset): Dask failed on LocalCluster's arguments.
-    assert cli.main([*argv, f"{address}="]) == 2
+    assert build_tool.main([*argv, f"{address}="]) == 2
     assert capsys.readouterr().err == (
         "error: --dask_client_address is empty (an unset shell variable?): give the "
         "scheduler's tcp://HOST:PORT, or leave the flag out to start a cluster on this machine\n"
@@ -250,6 +253,6 @@ def test_a_build_whose_workers_all_died_fails_loudly(monkeypatch):
         local.scale(0)
         with pytest.raises(dask_runner.BuildFailed) as raised:
             result.wait_until_finish()
-    assert pipeline.failure_message(raised.value).startswith(
+    assert failures.failure_message(raised.value).startswith(
         f"BUILD FAILED: the Dask cluster at {local.scheduler_address} has had no worker for 2 s"
     )

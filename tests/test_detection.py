@@ -14,7 +14,7 @@ import tensorflow as tf
 from helpers import build, ilsvrc_image
 from PIL import Image, ImageDraw
 
-from beam_pipeline.annotations import voc_xml
+from beam_pipeline.core.annotations import voc_xml
 from loaders import ReadConfig, dataset_info, load_dataset
 
 WIDTH, HEIGHT = 160, 120

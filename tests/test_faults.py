@@ -13,8 +13,13 @@ import time
 import pytest
 from helpers import build, failure_line, write
 
-from beam_pipeline import cli, fileio, output, planning, sample_tree, verify, writing
-from beam_pipeline.coders import LabelledEntryCoder
+from beam_pipeline.output import directory
+from beam_pipeline.stages import writing
+from beam_pipeline.stages.coders import LabelledEntryCoder
+from beam_pipeline.tools import build as build_tool
+from beam_pipeline.tools import plan as plan_tool
+from beam_pipeline.tools import sample_tree, verify
+from beam_pipeline.tree import fileio
 from schemas import BUILD_INFO_FILE
 
 
@@ -99,14 +104,16 @@ def tmpfs(tmp_path):
 
 def test_read_only_output_location_gives_a_clear_error(tree, tmpfs, capsys):
     out = tmpfs("ro,size=64k")
-    code = cli.main(["--input_dir", str(tree), "--output_dir", str(out / "build")])
+    code = build_tool.main(["--input_dir", str(tree), "--output_dir", str(out / "build")])
     assert code == 2
     assert f"cannot write to {out}/build" in capsys.readouterr().err
 
 
 def test_full_output_location_fails_loudly_and_commits_nothing(tree, tmpfs, capsys):
     out = tmpfs("size=64k")
-    code = cli.main(["--input_dir", str(tree), "--output_dir", str(out), "--num_shards", "2"])
+    code = build_tool.main(
+        ["--input_dir", str(tree), "--output_dir", str(out), "--num_shards", "2"]
+    )
     assert code == 1
     message = failure_line(capsys.readouterr().err)
     assert message.startswith("BUILD FAILED: cannot write ")  # a shard or its progress record
@@ -120,19 +127,19 @@ def test_probe_left_by_a_killed_run_is_removed(tree, tmp_path, resume):
     out.mkdir()
     (out / ".write-probe-0123456789abcdef").write_bytes(b"probe")
     argv = ["--input_dir", str(tree), "--output_dir", str(out)]
-    assert cli.main([*argv, *(["--resume"] if resume else [])]) == 0
+    assert build_tool.main([*argv, *(["--resume"] if resume else [])]) == 0
     assert not list(out.glob(".write-probe-*"))
 
 
 def test_output_location_that_is_a_file_gives_a_clear_error(tree, tmp_path, capsys):
     out = tmp_path / "a_file"
     out.write_text("not a directory")
-    code = cli.main(["--input_dir", str(tree), "--output_dir", str(out)])
+    code = build_tool.main(["--input_dir", str(tree), "--output_dir", str(out)])
     assert code == 2
     assert capsys.readouterr().err == (
         f"error: cannot write to {out}: {out} is a file, not a directory\n"
     )
-    code = cli.main(["--input_dir", str(out), "--output_dir", str(tmp_path / "build")])
+    code = build_tool.main(["--input_dir", str(out), "--output_dir", str(tmp_path / "build")])
     assert code == 2
     assert capsys.readouterr().err == (
         f"error: --input_dir {out} is a file: pass the directory that holds the tree (Data/ and "
@@ -207,7 +214,9 @@ def test_sigkill_leaves_nothing_the_loader_accepts_and_a_rerun_matches(
 
     with pytest.raises(IncompleteDatasetError):
         load_dataset(str(out), "train", batch_size=2)
-    assert cli.main(argv) == 0  # a plain rerun: no --overwrite needed for an incomplete build
+    assert (
+        build_tool.main(argv) == 0
+    )  # a plain rerun: no --overwrite needed for an incomplete build
     assert files(out) == files(kill_reference)
 
 
@@ -267,7 +276,7 @@ def test_a_killed_worker_process_fails_the_build_loudly_and_resume_matches(
         lines[-1],
     ] and lines[-1].startswith("full log: "), printed
     assert not (out / BUILD_INFO_FILE).exists()
-    assert cli.main([*argv, "--resume"]) == 0
+    assert build_tool.main([*argv, "--resume"]) == 0
     assert files(out) == files(kill_reference)
 
 
@@ -288,7 +297,7 @@ def test_resume_rewrites_only_missing_or_damaged_shards(kill_tree, kill_referenc
     damaged.write_bytes(bytes(data))
     inodes = {name: (out / name).stat().st_ino for name in finished}
 
-    assert cli.main([*argv, "--resume"]) == 0
+    assert build_tool.main([*argv, "--resume"]) == 0
 
     assert files(out) == files(kill_reference)
     for name in finished[1:]:  # intact: kept, not rewritten
@@ -332,15 +341,15 @@ def test_a_rebuild_killed_while_writing_keeps_the_old_build_and_resumes(
         .out.splitlines()[-1]
         .startswith(f"note: {out}/.staged holds {len(staged)} shards (")
     )
-    assert cli.main([*argv, "--resume"]) == 2  # the complete build needs --overwrite
+    assert build_tool.main([*argv, "--resume"]) == 2  # the complete build needs --overwrite
     assert capsys.readouterr().err.endswith(
         "(--overwrite --resume, with the flags of the rebuild that stopped, keeps the "
         f"{len(staged)} shards it staged in .staged/)\n"
     )
 
-    assert cli.main([*argv, "--overwrite", "--resume"]) == 0
+    assert build_tool.main([*argv, "--overwrite", "--resume"]) == 0
 
-    assert cli.main([*flags, "--output_dir", str(reference)]) == 0
+    assert build_tool.main([*flags, "--output_dir", str(reference)]) == 0
     assert files(out) == files(reference) != old  # the work folders are gone too
     for name in finished:  # recorded: kept, moved into place, not rewritten
         assert (out / name).stat().st_ino == inodes[name], name
@@ -350,13 +359,13 @@ def test_resume_removes_the_shards_of_an_attempt_with_other_options(tree, tmp_pa
     # An interrupted build with 8 train shards, resumed with 2: its shards are not this build's.
     reference, out = tmp_path / "reference", tmp_path / "out"
     argv = ["--input_dir", str(tree), "--num_shards", "train=2,val=1"]
-    assert cli.main([*argv, "--output_dir", str(reference)]) == 0
+    assert build_tool.main([*argv, "--output_dir", str(reference)]) == 0
     out.mkdir()
-    (out / output.OWNER_FILE).write_bytes((reference / output.OWNER_FILE).read_bytes())
+    (out / directory.OWNER_FILE).write_bytes((reference / directory.OWNER_FILE).read_bytes())
     for name in ("train-00003-of-00008.tfrecord", "validation-00000-of-00004.tfrecord"):
         (out / name).write_bytes(b"left by an attempt with --num_shards train=8,val=4")
     (out / "notes.txt").write_text("not ours: kept")
-    assert cli.main([*argv, "--output_dir", str(out), "--resume"]) == 0
+    assert build_tool.main([*argv, "--output_dir", str(out), "--resume"]) == 0
     assert files(out) == {**files(reference), "notes.txt": b"not ours: kept"}
 
 
@@ -379,7 +388,7 @@ def test_files_no_build_wrote_are_never_replaced_or_deleted(tree, tmp_path, caps
         write(out / name, data)
     before = files(out)
     argv = ["--input_dir", str(tree), "--output_dir", str(out), *flags]
-    assert planning.main(argv) == 1
+    assert plan_tool.main(argv) == 1
     refusal = (
         f"{out} holds files that a build would replace or delete, and no build of "
         "imagenet-tfrecords wrote them: coco-00000-of-00004.tfrecord, dataset_info.json, "
@@ -389,17 +398,17 @@ def test_files_no_build_wrote_are_never_replaced_or_deleted(tree, tmp_path, caps
         f"directories, wrote them: touch {out}/.imagenet-tfrecords and rerun)"
     )
     assert capsys.readouterr().out.splitlines()[-1] == f"The build would be refused: {refusal}"
-    assert cli.main(argv) == 2
+    assert build_tool.main(argv) == 2
     assert capsys.readouterr().err == f"error: {refusal}\n"
     assert files(out) == before
     # Other names alone are no obstacle, and are kept; the build marks the directory its own.
     for name in FOREIGN:
         (out / name).unlink()
-    assert cli.main(argv) == 0
+    assert build_tool.main(argv) == 0
     assert (out / "keep.txt").read_bytes() == b"other names were always kept"
-    assert (out / output.OWNER_FILE).is_file()
+    assert (out / directory.OWNER_FILE).is_file()
     rebuild = ["--input_dir", str(tree), "--output_dir", str(out), "--overwrite"]
-    assert cli.main(rebuild) == 0  # and replaces its own build
+    assert build_tool.main(rebuild) == 0  # and replaces its own build
 
 
 @pytest.mark.parametrize("trace", ["progress record", "rejected.jsonl"])
@@ -407,9 +416,9 @@ def test_an_unfinished_build_of_a_version_without_the_mark_is_still_its_own(tree
     # Interrupted or failed before this version: shards and what the build wrote first.
     out = tmp_path / "out"
     argv = ["--input_dir", str(tree), "--output_dir", str(out)]
-    assert cli.main(argv) == 0
+    assert build_tool.main(argv) == 0
     reference = files(out)
-    for name in (output.OWNER_FILE, BUILD_INFO_FILE, "dataset_info.json", "labels.txt"):
+    for name in (directory.OWNER_FILE, BUILD_INFO_FILE, "dataset_info.json", "labels.txt"):
         (out / name).unlink()
     if trace == "progress record":
         (out / "rejected.jsonl").unlink()
@@ -418,7 +427,7 @@ def test_an_unfinished_build_of_a_version_without_the_mark_is_still_its_own(tree
     else:
         line = {"split": "train", "path": "x", "stage": "image", "reason": "truncated_image"}
         write(out / "rejected.jsonl", json.dumps({**line, "detail": "", "is_image": True}))
-    assert cli.main([*argv, "--resume"]) == 0
+    assert build_tool.main([*argv, "--resume"]) == 0
     assert files(out) == reference
 
 
@@ -433,32 +442,32 @@ def test_a_second_build_into_a_directory_being_written_is_refused(tree, tmp_path
         (out / "train-00000-of-00001.tfrecord").write_bytes(b"being written")
         argv = ["--input_dir", str(tree), "--output_dir", str(out)]
         for extra in ([], ["--overwrite"], ["--resume"]):
-            assert cli.main([*argv, *extra]) == 2
+            assert build_tool.main([*argv, *extra]) == 2
             assert capsys.readouterr().err == (
                 f"error: another build is writing to {out}; wait for it to end, or choose "
                 "another --output_dir\n"
             )
         assert (out / "train-00000-of-00001.tfrecord").read_bytes() == b"being written"
         # plan foresees the refusal, and its look at the lock leaves it held.
-        assert planning.main(argv) == 1
+        assert plan_tool.main(argv) == 1
         assert capsys.readouterr().out.splitlines()[-1] == (
             f"The build would be refused: another build is writing to {out}; wait for it to "
             "end, or choose another --output_dir"
         )
-        assert cli.main(argv) == 2
+        assert build_tool.main(argv) == 2
         assert "another build is writing" in capsys.readouterr().err
     finally:
         holder.kill()
         holder.wait()
-    assert planning.main(argv) == 0
-    assert cli.main(argv) == 0  # the lock dies with its process
-    assert cli.main([*argv, "--overwrite"]) == 0  # and this process takes it again
+    assert plan_tool.main(argv) == 0
+    assert build_tool.main(argv) == 0  # the lock dies with its process
+    assert build_tool.main([*argv, "--overwrite"]) == 0  # and this process takes it again
 
 
 LOCK_AND_WAIT = """
 import sys, time
-from beam_pipeline import output
-output.prepare_output(sys.argv[1], overwrite=False, resume=False)  # locks it, as a build does
+from beam_pipeline.output import directory
+directory.prepare_output(sys.argv[1], overwrite=False, resume=False)  # locks it, as a build does
 print("locked", flush=True)
 time.sleep(600)
 """

@@ -2,12 +2,12 @@
 
 import pytest
 
-from beam_pipeline.entries import ShardResult
+from beam_pipeline.core.entries import ShardResult
+from beam_pipeline.core.labels import Vocabulary
+from beam_pipeline.core.rejections import DISCOVER, IMAGE, Rejection
+from beam_pipeline.core.sharding import SplitPlan
 from beam_pipeline.failures import BuildFailed
-from beam_pipeline.finalize import FinalizeSpec, assemble_info, check_index_budget
-from beam_pipeline.labels import Vocabulary
-from beam_pipeline.rejections import DISCOVER, IMAGE, Rejection
-from beam_pipeline.sharding import SplitPlan
+from beam_pipeline.stages.finalize import FinalizeSpec, assemble_info, check_index_budget
 from schemas import SCHEMA_VERSION, ShardInfo
 
 VOCAB = Vocabulary(("cat", "dog"))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from beam_pipeline.images import normalise_image
+from beam_pipeline.core.images import normalise_image
 from benchmarks.fuzz_targets import (
     FOUND,
     POLICIES,

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from beam_pipeline.failures import BuildFailed
-from beam_pipeline.layouts import LayoutError
+from beam_pipeline.tree.layouts import LayoutError
 from schemas import features as F
 
 CLASSES = ["n01440764", "n02102040", "café", "with space", "Dog"]

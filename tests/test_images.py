@@ -9,9 +9,9 @@ import simplejpeg
 from helpers import CORPUS, jpeg_bytes
 from PIL import Image
 
-from beam_pipeline import jpegdata
-from beam_pipeline.images import ImagePolicy, normalise_image, sniff_format
-from beam_pipeline.rejections import InputError
+from beam_pipeline.core import jpegdata
+from beam_pipeline.core.images import ImagePolicy, normalise_image, sniff_format
+from beam_pipeline.core.rejections import InputError
 
 PILLOW = CORPUS / "images" / "pillow"
 KEEP = ImagePolicy()

@@ -13,8 +13,8 @@ import sys
 import pytest
 from helpers import build, ilsvrc_image, jpeg_bytes, read_split
 
-from beam_pipeline import inspect_record, sample_tree
-from beam_pipeline.annotations import voc_xml
+from beam_pipeline.core.annotations import voc_xml
+from beam_pipeline.tools import inspect_record, sample_tree
 from schemas import BUILD_INFO_FILE, FEATURES, DatasetInfo
 from schemas import features as F
 from schemas.example_proto import Example
@@ -268,7 +268,7 @@ def test_missing_shards_and_directories_exit_2(built, tmp_path, capsys):
 def test_the_module_runs_alone(built):
     path = shard(built, "test")
     result = subprocess.run(
-        [sys.executable, "-m", "beam_pipeline.inspect_record", str(path), "--json"],
+        [sys.executable, "-m", "beam_pipeline.tools.inspect_record", str(path), "--json"],
         capture_output=True,
         text=True,
         check=False,

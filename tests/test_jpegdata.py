@@ -13,10 +13,11 @@ import tensorflow as tf
 from helpers import CORPUS, build, dead_letters, ilsvrc_image, read_split
 from PIL import Image
 
-from beam_pipeline import jpegdata, verify
+from beam_pipeline.core import jpegdata
+from beam_pipeline.core.images import ImagePolicy, normalise_image
+from beam_pipeline.core.rejections import InputError
 from beam_pipeline.failures import BuildFailed
-from beam_pipeline.images import ImagePolicy, normalise_image
-from beam_pipeline.rejections import InputError
+from beam_pipeline.tools import verify
 
 PHOTO = CORPUS / "images" / "tfrecorder" / "TRAIN" / "cat" / "cat-640x853-1.jpg"
 DEFAULT = ImagePolicy()

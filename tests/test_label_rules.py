@@ -21,8 +21,10 @@ from helpers import (
     write,
 )
 
-from beam_pipeline import cli, planning, verify
-from beam_pipeline.annotations import voc_xml
+from beam_pipeline.core.annotations import voc_xml
+from beam_pipeline.tools import build as build_tool
+from beam_pipeline.tools import plan as plan_tool
+from beam_pipeline.tools import verify
 from schemas import BUILD_INFO_FILE, DatasetInfo
 from schemas import features as F
 from schemas.tfrecord import read_records
@@ -146,14 +148,14 @@ def refused_unless_a_labels_file_names(root, names, tmp_path, capsys):
     the build and `plan` refuse the train split of `root` (exit 2, nothing written), and a
     labels file naming the classes builds it."""
     argv = ["--input_dir", str(root), "--splits", "train"]
-    assert cli.main([*argv, "--output_dir", str(tmp_path / "out")]) == 2
+    assert build_tool.main([*argv, "--output_dir", str(tmp_path / "out")]) == 2
     error = capsys.readouterr().err
     assert not (tmp_path / "out").exists()
-    assert planning.main(argv) == 2
+    assert plan_tool.main(argv) == 2
     assert capsys.readouterr().err == error
     labels = write(tmp_path / "labels.txt", "".join(f"{name}\n" for name in names))
     out = tmp_path / "out"
-    assert cli.main([*argv, "--output_dir", str(out), "--labels_file", str(labels)]) == 0
+    assert build_tool.main([*argv, "--output_dir", str(out), "--labels_file", str(labels)]) == 0
     return error, DatasetInfo.from_json((out / BUILD_INFO_FILE).read_text())
 
 
@@ -249,7 +251,7 @@ def test_one_class_folder_under_two_names_a_name_not_utf8_or_no_image_format_is_
     with open(latin1 + b"/1.JPEG", "wb") as stream:
         stream.write(jpeg_bytes())
     argv = ["--input_dir", str(root), "--splits", "train"]
-    assert cli.main([*argv, "--output_dir", str(tmp_path / "out")]) == 2
+    assert build_tool.main([*argv, "--output_dir", str(tmp_path / "out")]) == 2
     error = capsys.readouterr().err
     assert error.startswith(
         f"error: split 'train': 3 classes in {train} hold no image (caf\\udce9 (a name that "
@@ -313,7 +315,7 @@ def test_the_summary_says_where_labels_came_from(tmp_path, capsys):
     ilsvrc_image(tmp_path, "train", "neg", jpeg_bytes())
     ilsvrc_image(tmp_path, "test", "t0", jpeg_bytes())
     argv = ["--input_dir", str(tmp_path), "--output_dir", str(tmp_path / "out")]
-    assert cli.main([*argv, "--splits", "train,test"]) == 0
+    assert build_tool.main([*argv, "--splits", "train,test"]) == 0
     printed = capsys.readouterr().out
     rows = {line.split()[0]: line.split(None, 6) for line in summary_rows(printed)}
     # The line that loads it never asks for a batch larger than the split.
@@ -342,7 +344,7 @@ def test_a_labels_file_naming_the_background_class_is_refused_before_any_work(tm
     labels = write(tmp_path / "labels.txt", "cat\nbackground\n")
     out = tmp_path / "out"
     argv = ["--input_dir", str(tmp_path), "--output_dir", str(out), "--splits", "train"]
-    assert cli.main([*argv, "--labels_file", str(labels)]) == 2
+    assert build_tool.main([*argv, "--labels_file", str(labels)]) == 2
     error = capsys.readouterr().err
     assert error.startswith(f"error: --labels_file {labels}: a class is named 'background'")
     assert not out.exists()
@@ -375,21 +377,21 @@ def test_a_labels_file_that_is_not_text_or_not_a_file_is_refused_naming_it(tmp_p
     folder.mkdir()
     out = tmp_path / "out"
     argv = ["--input_dir", str(tmp_path), "--output_dir", str(out), "--splits", "train"]
-    assert cli.main([*argv, "--labels_file", str(latin1)]) == 2
+    assert build_tool.main([*argv, "--labels_file", str(latin1)]) == 2
     assert capsys.readouterr().err == (
         f"error: --labels_file {latin1}: not UTF-8 text (byte 7 is b'\\xe9'); save it as UTF-8\n"
     )
     utf16 = tmp_path / "utf16-no-bom.txt"
     utf16.write_bytes("n01\n".encode("utf-16-le"))  # no byte-order mark: NULs between letters
-    assert cli.main([*argv, "--labels_file", str(utf16)]) == 2
+    assert build_tool.main([*argv, "--labels_file", str(utf16)]) == 2
     assert capsys.readouterr().err == (
         f"error: --labels_file {utf16}: not UTF-8 text (byte 1 is b'\\x00' (UTF-16 without a "
         "byte-order mark?)); save it as UTF-8\n"
     )
     empty = write(tmp_path / "empty.txt", "\n")
-    assert cli.main([*argv, "--labels_file", str(empty)]) == 2
+    assert build_tool.main([*argv, "--labels_file", str(empty)]) == 2
     assert capsys.readouterr().err.startswith(f"error: --labels_file {empty}: ")
-    assert cli.main([*argv, "--labels_file", str(folder)]) == 2
+    assert build_tool.main([*argv, "--labels_file", str(folder)]) == 2
     error = capsys.readouterr().err
     assert error.startswith(f"error: --labels_file {folder}: cannot read it: IsADirectoryError")
     assert "Traceback" not in error
@@ -401,7 +403,10 @@ def test_an_xml_class_named_background_fails_the_build_before_any_shard(tmp_path
     ilsvrc_image(tmp_path, "train", "b", jpeg_bytes(), voc_xml([("cat", 1, 1, 9, 9)]))
     out = tmp_path / "out"
     assert (
-        cli.main(["--input_dir", str(tmp_path), "--output_dir", str(out), "--splits", "train"]) == 1
+        build_tool.main(
+            ["--input_dir", str(tmp_path), "--output_dir", str(out), "--splits", "train"]
+        )
+        == 1
     )
     error = failure_line(capsys.readouterr().err)
     assert error.startswith("BUILD FAILED: the train split's annotations or folders: a class is")
@@ -416,7 +421,7 @@ def test_a_labels_file_that_misses_classes_fails_before_any_shard_naming_them(tm
     labels = write(tmp_path / "labels.txt", "cat\n")
     out = tmp_path / "out"
     argv = ["--input_dir", str(tmp_path), "--output_dir", str(out), "--splits", "train"]
-    assert cli.main([*argv, "--labels_file", str(labels)]) == 1
+    assert build_tool.main([*argv, "--labels_file", str(labels)]) == 1
     assert failure_line(capsys.readouterr().err) == (
         "BUILD FAILED: 4 of 6 images rejected before any image was read (66.67%), more than "
         "--max_bad_fraction=0.01; reasons {'unknown_class': 4}; classes outside the vocabulary "
@@ -445,7 +450,7 @@ def test_an_xml_one_folder_away_from_its_image_is_not_read_as_a_negative(tmp_pat
         folder = "val/" if n < 2 else ""
         ilsvrc_image(tmp_path, "val", f"v{n}", jpeg_bytes())
         write(tmp_path / f"Annotations/DET/val/{folder}v{n}.xml", xml)
-    assert planning.main(["--input_dir", str(tmp_path), "--json"]) == 1
+    assert plan_tool.main(["--input_dir", str(tmp_path), "--json"]) == 1
     plan = json.loads(capsys.readouterr().out)
     assert plan["splits"]["validation"]["rejected"] == {"annotation_misplaced": 2}
     out = tmp_path / "out"
@@ -517,7 +522,7 @@ def test_classes_that_differ_only_in_case_or_unicode_form_are_refused(tmp_path, 
         xml = voc_xml([(name, 1, 1, 30, 30)], size=(64, 48))
         ilsvrc_image(root, "train", f"img{i}", jpeg_bytes(), xml)
     argv = ["--input_dir", str(root), "--splits", "train", "--output_dir", str(tmp_path / "o")]
-    assert cli.main(argv) == 1
+    assert build_tool.main(argv) == 1
     assert (
         "the train split names classes that differ only in case or Unicode form: 'Dog' and "
         "'dog'; 'cafe\\u0301' and 'caf\\xe9'; a build would make each a class of its own. Use "
@@ -526,6 +531,6 @@ def test_classes_that_differ_only_in_case_or_unicode_form_are_refused(tmp_path, 
     )
     labels = write(tmp_path / "labels.txt", "".join(f"{name}\n" for name in names))
     out = tmp_path / "out"
-    assert cli.main([*argv[:-1], str(out), "--labels_file", str(labels)]) == 0
+    assert build_tool.main([*argv[:-1], str(out), "--labels_file", str(labels)]) == 0
     info = DatasetInfo.from_json((out / BUILD_INFO_FILE).read_text())
     assert info.class_list.names[:5] == tuple(names)

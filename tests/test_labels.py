@@ -1,11 +1,10 @@
 import pytest
 from helpers import jpeg_bytes, write
 
-from beam_pipeline.annotations import AnnotatedObject, Annotation, Box, voc_xml
-from beam_pipeline.entries import IndexEntry, LabelledEntry
-from beam_pipeline.examples import check_main_object
-from beam_pipeline.labelling import parse_entry
-from beam_pipeline.labels import (
+from beam_pipeline.core.annotations import AnnotatedObject, Annotation, Box, voc_xml
+from beam_pipeline.core.entries import IndexEntry, LabelledEntry
+from beam_pipeline.core.examples import check_main_object
+from beam_pipeline.core.labels import (
     ANNOTATED,
     CLASS_FOLDERS,
     UNLABELLED_SPLIT,
@@ -19,7 +18,8 @@ from beam_pipeline.labels import (
     split_kind,
     unknown_class_name,
 )
-from beam_pipeline.rejections import InputError
+from beam_pipeline.core.rejections import InputError
+from beam_pipeline.stages.labelling import parse_entry
 
 VOCAB = Vocabulary(("cat", "dog", "n01440764"))
 

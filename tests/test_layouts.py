@@ -3,10 +3,10 @@ import shutil
 import pytest
 from helpers import CORPUS, ilsvrc_image, jpeg_bytes, write
 
-from beam_pipeline import layouts, pairing
-from beam_pipeline.entries import FileRef
-from beam_pipeline.fileio import has_files, has_top_level_files, match, subdirectories
-from beam_pipeline.rejections import Rejection
+from beam_pipeline.core.entries import FileRef
+from beam_pipeline.core.rejections import Rejection
+from beam_pipeline.tree import layouts, pairing
+from beam_pipeline.tree.fileio import has_files, has_top_level_files, match, subdirectories
 
 VOC1 = CORPUS / "datumaro/voc_dataset/voc_dataset1"
 

@@ -5,9 +5,9 @@ import subprocess
 import pytest
 from helpers import build, dead_letters, ilsvrc_image, jpeg_bytes, read_split, write
 
-from beam_pipeline.annotations import voc_xml
-from beam_pipeline.layouts import LayoutError
-from beam_pipeline.listing import Listed, Unlisted, list_tree
+from beam_pipeline.core.annotations import voc_xml
+from beam_pipeline.tree.layouts import LayoutError
+from beam_pipeline.tree.listing import Listed, Unlisted, list_tree
 from schemas import features as F
 
 

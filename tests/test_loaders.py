@@ -15,7 +15,7 @@ from PIL import Image
 
 tf = pytest.importorskip("tensorflow")
 
-from beam_pipeline import sample_tree  # noqa: E402
+from beam_pipeline.tools import sample_tree  # noqa: E402
 from loaders import (  # noqa: E402
     BuildInfo,
     CorruptDatasetError,

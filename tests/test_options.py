@@ -13,8 +13,7 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 
-from beam_pipeline import cli, machine, options, pipeline, sample_tree
-from beam_pipeline.cli import tune_malloc
+from beam_pipeline import failures, options, pipeline
 from beam_pipeline.options import (
     DASK_RUNNER,
     BuildConfig,
@@ -23,7 +22,11 @@ from beam_pipeline.options import (
     parse_image_size,
     parse_num_shards,
 )
-from beam_pipeline.pipeline import pipeline_options
+from beam_pipeline.runners import dataflow, local, machine
+from beam_pipeline.runners.local import pipeline_options
+from beam_pipeline.tools import build as build_tool
+from beam_pipeline.tools import sample_tree
+from beam_pipeline.tools.build import tune_malloc
 
 
 def config(*args):
@@ -112,13 +115,13 @@ def test_the_command_line_uses_every_core_unless_told_otherwise(
     options = pipeline_options(["--input_dir", "in", *args], every_core=True)
     direct = options.view_as(DirectOptions)
     assert (direct.direct_running_mode, direct.direct_num_workers) == (mode, workers)
-    assert pipeline.describe_workers(options) == described
+    assert local.describe_workers(options) == described
     # The library call keeps Beam's defaults; a named runner is left alone.
     library = pipeline_options(["--input_dir", "in"]).view_as(DirectOptions)
     assert (library.direct_running_mode, library.direct_num_workers) == ("in_memory", 1)
     dataflow = pipeline_options(["--runner", "DataflowRunner"], every_core=True)
     assert dataflow.view_as(DirectOptions).direct_running_mode == "in_memory"
-    assert pipeline.describe_workers(dataflow) == "on DataflowRunner"
+    assert local.describe_workers(dataflow) == "on DataflowRunner"
 
 
 @pytest.mark.parametrize(
@@ -140,7 +143,7 @@ def test_a_small_build_stays_in_this_process_unless_workers_are_asked_for(
 
 
 def test_images_are_counted_only_up_to_the_limit(tmp_path):
-    from beam_pipeline import layouts
+    from beam_pipeline.tree import layouts
 
     for split, number in (("train", 7), ("val", 5)):
         for index in range(number):
@@ -155,8 +158,8 @@ def test_images_are_counted_only_up_to_the_limit(tmp_path):
     plan = pipeline.prepare(BuildConfig.from_options(PipelineOptions(argv))).plan
     assert plan.root == str(tmp_path)
     assert {t.kind for t in plan.tasks} == {layouts.IMAGES, layouts.ANNOTATIONS}
-    assert pipeline.count_images_up_to(plan, 1000) == 12  # images only, every split
-    assert pipeline.count_images_up_to(plan, 10) == 10
+    assert local.count_images_up_to(plan, 1000) == 12  # images only, every split
+    assert local.count_images_up_to(plan, 10) == 10
 
 
 @pytest.mark.parametrize("flag", ["--num_workers", "--max_num_workers"])
@@ -300,7 +303,7 @@ def test_dask_runner_names_mean_the_projects_dask_runner(runner):
     assert beam_argv([f"--runner={runner}"]) == [f"--runner={DASK_RUNNER}"]
     options = pipeline_options(beam_argv(argv), every_core=True)
     assert options.view_as(StandardOptions).runner == DASK_RUNNER
-    assert pipeline.describe_workers(options) == "on the Dask cluster at tcp://127.0.0.1:8786"
+    assert local.describe_workers(options) == "on the Dask cluster at tcp://127.0.0.1:8786"
 
 
 def test_dask_options_without_the_dask_runner_are_refused():
@@ -328,7 +331,7 @@ def test_the_dask_runner_without_dask_installed_says_what_to_install(monkeypatch
 def test_a_typo_never_runs_a_build(tmp_path, capsys):
     out = tmp_path / "out"
     argv = ["--input_dir", str(tmp_path), "--output_dir", str(out), "--seeed", "5"]
-    assert cli.main(argv) == 2
+    assert build_tool.main(argv) == 2
     assert capsys.readouterr().err == (
         "error: unknown flag --seeed (did you mean --seed?); `python -m beam_pipeline build "
         "--help` lists the project's flags, and every Apache Beam pipeline option is accepted\n"
@@ -392,7 +395,7 @@ def test_a_typo_never_runs_a_build(tmp_path, capsys):
 )
 def test_a_bad_value_or_a_repeated_flag_is_one_error_line(tmp_path, capsys, flags, message):
     out = tmp_path / "out"
-    assert cli.main(["--input_dir", str(tmp_path), "--output_dir", str(out), *flags]) == 2
+    assert build_tool.main(["--input_dir", str(tmp_path), "--output_dir", str(out), *flags]) == 2
     assert capsys.readouterr().err == f"error: {message}\n"
     assert not out.exists()
 
@@ -432,7 +435,7 @@ def test_split_keyed_values_name_only_splits_being_built(value, unknown):
 @pytest.mark.parametrize("where", ["alone", "after Beam flags"])
 def test_help_lists_every_project_flag_wherever_it_is_asked(where, capsys):
     argv = ["--help"] if where == "alone" else ["--direct_num_workers", "2", "--help"]
-    assert cli.main(argv) == 0
+    assert build_tool.main(argv) == 0
     printed = capsys.readouterr().out
     parser = argparse.ArgumentParser()
     BuildOptions._add_argparse_args(parser)
@@ -521,7 +524,7 @@ def test_a_runner_or_flag_the_build_would_ignore_or_fail_on_is_refused_first(
     given = {token for token in flags if token.startswith("--")}
     paths = [(flag, str(path)) for flag, path in (("--input_dir", tree), ("--output_dir", out))]
     argv = [token for flag, path in paths if flag not in given for token in (flag, path)]
-    assert cli.main([*argv, *flags]) == 2
+    assert build_tool.main([*argv, *flags]) == 2
     error = capsys.readouterr().err
     assert error.startswith(
         "error: " + message.replace("TREE", str(tree)).replace("OUT", str(out))
@@ -541,14 +544,14 @@ def _has_gcs() -> bool:
 
 def test_relative_paths_reach_the_pipeline_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    made = pipeline.with_absolute_paths(config("--labels_file", "labels.txt"))
+    made = dataflow.with_absolute_paths(config("--labels_file", "labels.txt"))
     assert (made.input_dir, made.output_dir, made.labels_file) == (
         str(tmp_path / "in"),
         str(tmp_path / "out"),
         str(tmp_path / "labels.txt"),
     )
     remote = BuildConfig("gs://b/tree", "gs://b/out")
-    assert pipeline.with_absolute_paths(remote) == remote
+    assert dataflow.with_absolute_paths(remote) == remote
 
 
 def test_a_tilde_the_shell_left_after_an_equals_sign_means_home(tmp_path, monkeypatch):
@@ -570,7 +573,7 @@ def test_a_multi_line_error_is_said_on_one_line():
         "Pipeline has validations errors: \nMissing required option: project.\n"
         "Missing required option: region."
     )
-    assert pipeline.failure_message(error) == (
+    assert failures.failure_message(error) == (
         "BUILD FAILED: ValueError: Pipeline has validations errors: Missing required option: "
         "project. Missing required option: region.; the traceback is in the log"
     )
@@ -582,7 +585,7 @@ def test_an_error_while_reading_the_tree_is_one_line_not_a_traceback(tmp_path, c
 
     monkeypatch.setattr(pipeline, "has_files", unreachable)
     argv = ["--input_dir", str(tmp_path), "--output_dir", str(tmp_path / "out")]
-    assert cli.main(argv) == 1
+    assert build_tool.main(argv) == 1
     lines = capsys.readouterr().err.splitlines()
     assert lines[0] == (
         "BUILD FAILED: ConnectionError: storage out of reach retried 10 times; the traceback is "

@@ -9,14 +9,15 @@ import time
 import pytest
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline import failures, output
+from beam_pipeline import interrupts
+from beam_pipeline.core.rejections import IMAGE, Rejection
 from beam_pipeline.failures import BuildFailed
-from beam_pipeline.rejections import IMAGE, Rejection
+from beam_pipeline.output import commit, directory
 from schemas import DatasetInfo, ShardInfo, SplitInfo
 
 
 def test_incomplete_file_renames_into_place_only_when_the_block_completes(tmp_path):
-    with output.incomplete_file(str(tmp_path), "train-00000-of-00001.tfrecord") as temp:
+    with directory.incomplete_file(str(tmp_path), "train-00000-of-00001.tfrecord") as temp:
         assert temp.startswith(f"{tmp_path}/.tmp/train-00000-of-00001.tfrecord.")
         with open(temp, "wb") as f:
             f.write(b"records")
@@ -28,7 +29,7 @@ def test_incomplete_file_renames_into_place_only_when_the_block_completes(tmp_pa
 def test_incomplete_file_removes_its_temp_file_when_the_block_fails(tmp_path):
     with (
         pytest.raises(RuntimeError, match="disk on fire"),
-        output.incomplete_file(str(tmp_path), "labels.txt") as temp,
+        directory.incomplete_file(str(tmp_path), "labels.txt") as temp,
     ):
         with open(temp, "wb") as f:
             f.write(b"half")
@@ -38,16 +39,16 @@ def test_incomplete_file_removes_its_temp_file_when_the_block_fails(tmp_path):
 
 
 def test_each_attempt_has_its_own_temp_name(tmp_path):
-    with output.incomplete_file(str(tmp_path), "a") as first:
-        with output.incomplete_file(str(tmp_path), "a") as second:
+    with directory.incomplete_file(str(tmp_path), "a") as first:
+        with directory.incomplete_file(str(tmp_path), "a") as second:
             assert first != second
             open(second, "wb").close()
         open(first, "wb").close()
 
 
 def test_write_atomic_creates_subdirectories_and_replaces_whole(tmp_path):
-    output.write_atomic(str(tmp_path), ".progress/x.json", b"one")
-    output.write_atomic(str(tmp_path), ".progress/x.json", b"two")
+    directory.write_atomic(str(tmp_path), ".progress/x.json", b"one")
+    directory.write_atomic(str(tmp_path), ".progress/x.json", b"two")
     assert (tmp_path / ".progress" / "x.json").read_bytes() == b"two"
 
 
@@ -73,28 +74,28 @@ def test_check_shard_files_names_a_missing_or_resized_shard(tmp_path):
     (tmp_path / "train-00000-of-00002.tfrecord").write_bytes(b"12345")
     (tmp_path / "train-00001-of-00002.tfrecord").write_bytes(b"123")
     good = ShardInfo("train-00000-of-00002.tfrecord", 1, 5, "x")
-    output.check_shard_files(str(tmp_path), info(good))
+    commit.check_shard_files(str(tmp_path), info(good))
     with pytest.raises(
         BuildFailed, match=r"train-00001-of-00002\.tfrecord: expected 4 bytes, found 3"
     ):
-        output.check_shard_files(
+        commit.check_shard_files(
             str(tmp_path), info(good, ShardInfo("train-00001-of-00002.tfrecord", 1, 4, "y"))
         )
     with pytest.raises(
         BuildFailed, match=r"train-00000-of-00001\.tfrecord: expected 5 bytes, found no file"
     ):
-        output.check_shard_files(
+        commit.check_shard_files(
             str(tmp_path), info(ShardInfo("train-00000-of-00001.tfrecord", 1, 5, "z"))
         )
 
 
 def test_commit_writes_labels_then_the_marker_and_clears_the_work_dirs(tmp_path):
-    output.write_dead_letter(
+    commit.write_dead_letter(
         str(tmp_path), [Rejection("train", "/t/a.JPEG", IMAGE, "truncated_image", "cut")]
     )
-    output.write_atomic(str(tmp_path), ".progress/s.json", b"{}")
+    directory.write_atomic(str(tmp_path), ".progress/s.json", b"{}")
     committed = info(ShardInfo("train-00000-of-00001.tfrecord", 1, 5, "x"))
-    output.commit(str(tmp_path), committed)
+    commit.commit(str(tmp_path), committed)
     assert sorted(p.name for p in tmp_path.iterdir()) == COMMITTED
     assert (tmp_path / "labels.txt").read_text() == "cat\n"
     assert DatasetInfo.from_json((tmp_path / "build_info.json").read_text()) == committed
@@ -114,12 +115,12 @@ def test_a_ctrl_c_dropped_on_the_way_still_stops_the_commit(tmp_path):
             time.sleep(5)  # the handler runs here and raises; Python drops it
 
     committed = info(ShardInfo("train-00000-of-00001.tfrecord", 1, 5, "x"))
-    with failures.interrupts_remembered():
+    with interrupts.interrupts_remembered():
         Finalized()  # collected at once: the interrupt is raised inside __del__ and dropped
         with pytest.raises(KeyboardInterrupt, match="Ctrl-C before the commit"):
-            output.commit(str(tmp_path), committed)
+            commit.commit(str(tmp_path), committed)
     assert not (tmp_path / "build_info.json").exists()
-    output.commit(str(tmp_path), committed)  # outside it, and the next build, commit as usual
+    commit.commit(str(tmp_path), committed)  # outside it, and the next build, commit as usual
     assert (tmp_path / "build_info.json").exists()
 
 
@@ -144,10 +145,10 @@ def test_a_staged_commit_replaces_the_old_build_with_the_staged_shards(tmp_path)
         ShardInfo("train-00000-of-00002.tfrecord", 1, 5, "x"),
         ShardInfo("train-00001-of-00002.tfrecord", 1, 3, "y"),
     )
-    listed = output.check_shard_files(str(tmp_path), new, staged=True)
+    listed = commit.check_shard_files(str(tmp_path), new, staged=True)
     with pytest.raises(BuildFailed, match=r"train-00000-of-00002\.tfrecord: expected 5 bytes"):
-        output.check_shard_files(str(tmp_path), new)  # none of the new ones is in place yet
-    output.commit(str(tmp_path), new, listed, staged=True)
+        commit.check_shard_files(str(tmp_path), new)  # none of the new ones is in place yet
+    commit.commit(str(tmp_path), new, listed, staged=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [".imagenet-tfrecords", *COMMITTED, *(shard.file for shard in new.splits["train"].shards)]
     )
@@ -162,8 +163,8 @@ def test_a_thread_that_fails_just_before_the_stopping_signal_is_handled_is_logge
     def runner_thread():
         raise ConnectionError("Worker subprocess exited with return code -2")
 
-    caplog.set_level(logging.INFO, logger=failures.__name__)
-    with failures.interrupts_remembered():
+    caplog.set_level(logging.INFO, logger=interrupts.__name__)
+    with interrupts.interrupts_remembered():
         thread = threading.Thread(target=runner_thread, name="run_worker")
         thread.start()
         time.sleep(0.3)  # the thread has failed; the main thread takes the signal only now
@@ -204,23 +205,23 @@ def test_a_staged_commit_that_stopped_while_moving_is_finished_by_a_retry(tmp_pa
 
     with monkeypatch.context() as patch:
         patch.setattr(FileSystems, "rename", moves_one_then_fails)
-        listed = output.check_shard_files(str(tmp_path), new_info, staged=True)
+        listed = commit.check_shard_files(str(tmp_path), new_info, staged=True)
         with pytest.raises(OSError, match="injected"):
-            output.commit(str(tmp_path), new_info, listed, staged=True)
+            commit.commit(str(tmp_path), new_info, listed, staged=True)
     assert not (tmp_path / "build_info.json").exists()
     assert (tmp_path / "train-00000-of-00002.tfrecord").read_bytes() == b"12345"
-    assert not output.committed_already(str(tmp_path), new_info)
+    assert not commit.committed_already(str(tmp_path), new_info)
     # The retry: the moved shard counts as in place, and the old build is not retired again.
-    listed = output.check_shard_files(str(tmp_path), new_info, staged=True)
-    output.commit(str(tmp_path), new_info, listed, staged=True)
+    listed = commit.check_shard_files(str(tmp_path), new_info, staged=True)
+    commit.commit(str(tmp_path), new_info, listed, staged=True)
     assert {p.name: p.read_bytes() for p in tmp_path.glob("*.tfrecord")} == new
     assert (tmp_path / "rejected.jsonl").read_text() == "new"
     assert not (tmp_path / ".staged").exists() and not (tmp_path / ".tmp").exists()
     # A retry after the commit finished has nothing to do; a rebuild staged anew has.
-    assert output.committed_already(str(tmp_path), new_info)
+    assert commit.committed_already(str(tmp_path), new_info)
     (tmp_path / ".staged").mkdir()
     (tmp_path / ".staged" / "train-00001-of-00002.tfrecord").write_bytes(b"123")
-    assert not output.committed_already(str(tmp_path), new_info)
+    assert not commit.committed_already(str(tmp_path), new_info)
 
 
 def test_resume_moves_the_shards_a_rebuild_staged_before_its_commit_stopped(tmp_path):
@@ -228,8 +229,8 @@ def test_resume_moves_the_shards_a_rebuild_staged_before_its_commit_stopped(tmp_
     _, new = staged_rebuild(tmp_path)
     (tmp_path / "build_info.json").unlink()
     (tmp_path / ".imagenet-tfrecords").write_text("mark")
-    assert output.prepare_output(str(tmp_path), overwrite=False, resume=True) is False
-    output.unlock_output(str(tmp_path))
+    assert directory.prepare_output(str(tmp_path), overwrite=False, resume=True) is False
+    directory.unlock_output(str(tmp_path))
     assert {p.name: p.read_bytes() for p in tmp_path.glob("*.tfrecord")} == {
         "train-00000-of-00001.tfrecord": b"old",  # not the new plan's: gone at the commit
         **new,
@@ -240,8 +241,8 @@ def test_resume_moves_the_shards_a_rebuild_staged_before_its_commit_stopped(tmp_
 def test_resume_alone_beside_a_stopped_rebuild_names_overwrite_resume(tmp_path):
     new_info, _ = staged_rebuild(tmp_path)
     (tmp_path / "build_info.json").write_text(new_info.to_json())
-    with pytest.raises(output.OutputExistsError) as refused:
-        output.prepare_output(str(tmp_path), overwrite=False, resume=True)
+    with pytest.raises(directory.OutputExistsError) as refused:
+        directory.prepare_output(str(tmp_path), overwrite=False, resume=True)
     assert str(refused.value) == (
         f"{tmp_path} already holds a complete build; pass --overwrite to replace it "
         "(--overwrite --resume, with the flags of the rebuild that stopped, keeps the 2 shards it "

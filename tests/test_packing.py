@@ -9,12 +9,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from beam_pipeline import packing, sample_tree
-from beam_pipeline.annotations import AnnotatedObject, Annotation, Box
-from beam_pipeline.coders import LabelledEntryCoder
-from beam_pipeline.entries import IndexEntry, LabelledEntry
+from beam_pipeline.core.annotations import AnnotatedObject, Annotation, Box
+from beam_pipeline.core.entries import IndexEntry, LabelledEntry
 from beam_pipeline.options import BuildConfig
 from beam_pipeline.pipeline import build_pipeline, prepare
+from beam_pipeline.stages import packing
+from beam_pipeline.stages.coders import LabelledEntryCoder
+from beam_pipeline.tools import sample_tree
 
 
 def det_entries(count, seed=0):

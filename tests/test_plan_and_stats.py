@@ -11,8 +11,10 @@ import sys
 import pytest
 from helpers import build, ilsvrc_image, jpeg_bytes, png_bytes, read_split, write
 
-from beam_pipeline import cli, commands, planning, sample_tree, stats
-from beam_pipeline.annotations import voc_xml
+from beam_pipeline.core.annotations import voc_xml
+from beam_pipeline.tools import build as build_tool
+from beam_pipeline.tools import commands, sample_tree, stats
+from beam_pipeline.tools import plan as plan_tool
 from loaders import load_dataset
 from schemas import BUILD_INFO_FILE, DatasetInfo
 
@@ -311,7 +313,7 @@ def test_stats_text_names_rejections_and_says_what_an_old_build_lacks(bad_tree, 
     assert capsys.readouterr().out.startswith(f"FAIL {damaged}")
     with pytest.raises(ValueError, match=re.escape(damaged)):
         load_dataset(str(out), "train", batch_size=2)
-    assert cli.main(["--input_dir", str(root), "--output_dir", str(out)]) == 2
+    assert build_tool.main(["--input_dir", str(root), "--output_dir", str(out)]) == 2
     assert capsys.readouterr().err == (
         f"error: {out} already holds a build whose build_info.json is damaged; pass "
         "--overwrite to replace it\n"
@@ -349,7 +351,7 @@ def test_plan_leaves_a_background_without_images_out_of_the_least_frequent(tmp_p
     root = tmp_path / "tree"
     for stem in ("n01/a", "n01/b", "n02/c"):
         ilsvrc_image(root, "train", stem, jpeg_bytes(), task="CLS-LOC")
-    assert planning.main(["--input_dir", str(root), "--splits", "train"]) == 0
+    assert plan_tool.main(["--input_dir", str(root), "--splits", "train"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "  least frequent: n02 1, n01 2" in lines
     assert "  classes present: 2 of 3 (background included)" in lines
@@ -362,7 +364,7 @@ def test_plan_leaves_classes_without_images_out_of_the_most_frequent(tmp_path, c
     for stem in ("n01/a", "n02/b", "n03/c"):
         ilsvrc_image(root, "train", stem, jpeg_bytes(), task="CLS-LOC")
     ilsvrc_image(root, "val", "n02/d", jpeg_bytes(), task="CLS-LOC")
-    assert planning.main(["--input_dir", str(root)]) == 0
+    assert plan_tool.main(["--input_dir", str(root)]) == 0
     text = capsys.readouterr().out
     validation = text[text.index("\nvalidation ") :]
     assert "\n  most frequent: n02 1\n  least frequent: n01 0, n03 0, n02 1\n" in validation
@@ -376,7 +378,7 @@ def test_plan_reads_no_pixels(tmp_path, capsys):
         data = jpeg_bytes() if n else b"\xff\xd8\xff\xe0 cut short"
         ilsvrc_image(root, "train", f"i{n}", data, xml)
         ilsvrc_image(root, "val", f"v{n}", jpeg_bytes(), xml)
-    assert planning.main(["--input_dir", str(root), "--json"]) == 0
+    assert plan_tool.main(["--input_dir", str(root), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["splits"]["train"]["examples"] == 6
 
 
@@ -385,14 +387,14 @@ def test_plan_warns_of_a_validation_split_without_annotations(tmp_path, capsys):
     for n in range(3):
         ilsvrc_image(root, "train", f"i{n}", jpeg_bytes(), voc_xml([("cat", 1, 1, 9, 9)]))
         ilsvrc_image(root, "val", f"v{n}", jpeg_bytes())  # its XML were never copied
-    assert planning.main(["--input_dir", str(root)]) == 0
+    assert plan_tool.main(["--input_dir", str(root)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert planning.main(["--input_dir", str(root), "--num_shards", "train=5,val=2"]) == 0
+    assert plan_tool.main(["--input_dir", str(root), "--num_shards", "train=5,val=2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     (train,) = [i for i, line in enumerate(lines) if line.startswith("  shards: 3 of 1 example")]
     assert lines[train + 1] == "  (not the 5 shards asked for: a shard holds at least one example)"
     assert lines.count(lines[train + 1]) == 1  # validation: 2 of 3, as asked
-    assert planning.main(["--input_dir", str(root)]) == 0
+    assert plan_tool.main(["--input_dir", str(root)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[-2] == (
         f"Unlabelled: the validation split has no annotations ({root}/Annotations/DET/val is "
@@ -419,7 +421,7 @@ def test_plan_counts_class_folder_images_without_xml(tmp_path, capsys):
     # Two images of one key, rejected as listed: counted in `images`, in none of its parts.
     write(root / "Data/CLS-LOC/train/n02/c.png", png_bytes())
     ilsvrc_image(root, "test", "t", jpeg_bytes(), task="CLS-LOC")  # not asked for
-    assert planning.main(["--input_dir", str(root), "--splits", "train"]) == 1  # the stray
+    assert plan_tool.main(["--input_dir", str(root), "--splits", "train"]) == 1  # the stray
     lines = capsys.readouterr().out.splitlines()
     # It read "with XML 1, without XML 1 and in no class folder; 3 more without XML in class
     # folders", the "more" within the 5; and the parts did not add up to the images.
@@ -433,7 +435,7 @@ def test_plan_counts_class_folder_images_without_xml(tmp_path, capsys):
         "train,test"
     )
     assert lines[-1].startswith("The build would be refused: 3 of 6 images rejected ")
-    assert planning.main(["--input_dir", str(root), "--splits", "train", "--json"]) == 1
+    assert plan_tool.main(["--input_dir", str(root), "--splits", "train", "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["unbuilt_splits"] == ["test"]
 
 

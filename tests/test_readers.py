@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from helpers import build, decode, ilsvrc_image, jpeg_bytes, read_split, write
 
-from beam_pipeline import sample_tree, verify
-from beam_pipeline.annotations import voc_xml
+from beam_pipeline.core.annotations import voc_xml
+from beam_pipeline.tools import sample_tree, verify
 from schemas import BUILD_INFO_FILE, DatasetInfo
 from schemas import features as F
 from schemas.example_proto import Example

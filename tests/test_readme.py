@@ -9,7 +9,7 @@ import pytest
 from helpers import build
 from test_readers import readme_blocks
 
-from beam_pipeline import commands, sample_tree
+from beam_pipeline.tools import commands, sample_tree
 
 # Seconds vary from run to run; everything else must not.
 _SECONDS = re.compile(r"\(\d+(\.\d+)? s\)")

@@ -1,10 +1,10 @@
 import pytest
 
-from beam_pipeline.annotations import AnnotatedObject, Annotation, Box
-from beam_pipeline.entries import IndexEntry, LabelledEntry
-from beam_pipeline.examples import build_example
-from beam_pipeline.images import NormalisedImage
-from beam_pipeline.labels import Vocabulary
+from beam_pipeline.core.annotations import AnnotatedObject, Annotation, Box
+from beam_pipeline.core.entries import IndexEntry, LabelledEntry
+from beam_pipeline.core.examples import build_example
+from beam_pipeline.core.images import NormalisedImage
+from beam_pipeline.core.labels import Vocabulary
 from schemas import SCHEMA_VERSION, DatasetInfo, ShardInfo, SplitInfo, shard_filename
 from schemas import features as F
 from schemas.example_proto import Example
@@ -85,7 +85,7 @@ def test_serialisation_is_deterministic():
 
 
 def test_size_mismatch_and_box_outside_image_are_input_errors():
-    from beam_pipeline.rejections import InputError
+    from beam_pipeline.core.rejections import InputError
 
     cat = AnnotatedObject("cat", Box(4, 2, 20, 10), difficult=False, truncated=False)
     with pytest.raises(InputError, match="size_mismatch"):

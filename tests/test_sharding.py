@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from beam_pipeline import sharding
+from beam_pipeline.core import sharding
 
 TARGET = sharding.DEFAULT_TARGET_SHARD_BYTES
 

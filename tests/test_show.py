@@ -18,8 +18,8 @@ import pytest
 from helpers import build, decode, ilsvrc_image, jpeg_bytes, read_split
 from PIL import Image
 
-from beam_pipeline import sample_tree, show
-from beam_pipeline.annotations import voc_xml
+from beam_pipeline.core.annotations import voc_xml
+from beam_pipeline.tools import sample_tree, show
 from schemas import BUILD_INFO_FILE, DatasetInfo, SplitInfo
 from schemas import features as F
 
@@ -485,7 +485,16 @@ def test_the_histogram_without_matplotlib_says_how_to_install_it(
 def test_the_module_runs_alone_without_tensorflow_or_beam(built, tmp_path):
     target = tmp_path / "sheet.png"
     result = subprocess.run(
-        [sys.executable, "-m", "beam_pipeline.show", str(built), "-n", "2", "-o", str(target)],
+        [
+            sys.executable,
+            "-m",
+            "beam_pipeline.tools.show",
+            str(built),
+            "-n",
+            "2",
+            "-o",
+            str(target),
+        ],
         capture_output=True,
         text=True,
         check=False,
@@ -493,7 +502,7 @@ def test_the_module_runs_alone_without_tensorflow_or_beam(built, tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"wrote {target}: 2 of 30 train examples (seed 0)\n"
     probe = (
-        "import sys, beam_pipeline.show, beam_pipeline.inspect_record; "
+        "import sys, beam_pipeline.tools.show, beam_pipeline.tools.inspect_record; "
         "print(sorted({'tensorflow', 'apache_beam', 'matplotlib'} & set(sys.modules)))"
     )
     imported = subprocess.run(
@@ -518,7 +527,7 @@ def test_names_beyond_ascii_are_drawn_as_letters_where_a_unicode_font_is_install
     # Pillow's default font drew a box for `é` in class and file names.
     from PIL import ImageFont
 
-    from beam_pipeline import show
+    from beam_pipeline.tools import show
 
     try:
         ImageFont.truetype(show.UNICODE_FONTS[0], 12)

@@ -14,8 +14,9 @@ import tensorflow_datasets as tfds
 from google.protobuf import json_format
 from helpers import build, ilsvrc_image, jpeg_bytes, read_split
 
-from beam_pipeline import output, upgrade, verify
-from beam_pipeline.annotations import voc_xml
+from beam_pipeline.core.annotations import voc_xml
+from beam_pipeline.output import commit, directory
+from beam_pipeline.tools import upgrade, verify
 from loaders import IncompleteDatasetError, dataset_info, load_dataset
 from schemas import (
     BUILD_INFO_FILE,
@@ -162,7 +163,7 @@ def test_a_schema_1_build_is_read_verified_and_refused_as_before(built, tree, tm
         f"note: a build of schema 1.x, whose metadata TFDS cannot read; python -m beam_pipeline "
         f"upgrade {legacy} adds TFDS's files (shards untouched)",
     ]
-    with pytest.raises(output.OutputExistsError, match="already holds a complete build"):
+    with pytest.raises(directory.OutputExistsError, match="already holds a complete build"):
         build(tree, legacy, "--splits", "train,val,test")
     with pytest.raises(Exception, match='no field named "schema_version"'):  # as in issue 18
         tfds.builder_from_directory(str(legacy))
@@ -234,23 +235,23 @@ def test_a_commit_cut_short_leaves_nothing_tfds_reads_as_complete(built, tmp_pat
     copy = shutil.copytree(built, tmp_path / "copy")
     for name in (BUILD_INFO_FILE, TFDS_INFO_FILE):
         (copy / name).unlink()
-    real = output.write_atomic
+    real = directory.write_atomic
 
     def dies_at_the_marker(output_dir, name, data):
         if name == BUILD_INFO_FILE:
             raise SystemExit("killed")
         real(output_dir, name, data)
 
-    monkeypatch.setattr(output, "write_atomic", dies_at_the_marker)
+    monkeypatch.setattr(commit, "write_atomic", dies_at_the_marker)
     with pytest.raises(SystemExit):
-        output.commit(str(copy), info)
+        commit.commit(str(copy), info)
     assert not (copy / BUILD_INFO_FILE).exists() and not (copy / TFDS_INFO_FILE).exists()
     with pytest.raises(Exception, match=r"dataset_info\.json"):
         tfds.builder_from_directory(str(copy))
     with pytest.raises(IncompleteDatasetError):
         dataset_info(str(copy))
-    monkeypatch.setattr(output, "write_atomic", real)
-    output.commit(str(copy), info)
+    monkeypatch.setattr(commit, "write_atomic", real)
+    commit.commit(str(copy), info)
     assert tfds.builder_from_directory(str(copy)).info.splits["train"].num_examples == 9 + 1
 
 

@@ -10,23 +10,25 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from helpers import ilsvrc_image, jpeg_bytes, write
 
-from beam_pipeline import discovery, layouts, packing, sharding, writing
-from beam_pipeline.annotations import AnnotatedObject, Annotation, Box, voc_xml
-from beam_pipeline.coders import LabelledEntryCoder
-from beam_pipeline.discovery import DiscoverImages
-from beam_pipeline.entries import IndexEntry, LabelledEntry, ParsedEntry
+from beam_pipeline.core import sharding
+from beam_pipeline.core.annotations import AnnotatedObject, Annotation, Box, voc_xml
+from beam_pipeline.core.entries import IndexEntry, LabelledEntry, ParsedEntry
+from beam_pipeline.core.images import ImagePolicy
+from beam_pipeline.core.labels import Vocabulary
+from beam_pipeline.core.rejections import InputError, Rejection
 from beam_pipeline.failures import BuildFailed
-from beam_pipeline.fileio import has_files, match, read_ahead
-from beam_pipeline.images import ImagePolicy
-from beam_pipeline.labelling import (
+from beam_pipeline.stages import discovery, packing, writing
+from beam_pipeline.stages.coders import LabelledEntryCoder
+from beam_pipeline.stages.discovery import DiscoverImages
+from beam_pipeline.stages.labelling import (
     BuildVocabulary,
     ClassifySplits,
     LabelImages,
     ParseAnnotations,
 )
-from beam_pipeline.labels import Vocabulary
-from beam_pipeline.rejections import InputError, Rejection
-from beam_pipeline.writing import AssignShards, WriteShards, rank_members
+from beam_pipeline.stages.writing import AssignShards, WriteShards, rank_members
+from beam_pipeline.tree import layouts
+from beam_pipeline.tree.fileio import has_files, match, read_ahead
 
 TARGET = sharding.DEFAULT_TARGET_SHARD_BYTES
 

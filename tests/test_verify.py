@@ -6,7 +6,7 @@ import struct
 import pytest
 from helpers import build, build_sample, jpeg_bytes
 
-from beam_pipeline import sample_tree, upgrade, verify
+from beam_pipeline.tools import sample_tree, upgrade, verify
 from schemas import BUILD_INFO_FILE, DatasetInfo
 from schemas import features as F
 from schemas.example_proto import Example
@@ -155,11 +155,11 @@ def test_wrong_label_and_missing_record_are_reported(copy, capsys):
 
 
 def test_checks_record_contents(capsys):
-    from beam_pipeline.annotations import AnnotatedObject, Annotation, Box
-    from beam_pipeline.entries import IndexEntry, LabelledEntry
-    from beam_pipeline.examples import build_example
-    from beam_pipeline.images import ImagePolicy, normalise_image
-    from beam_pipeline.labels import Vocabulary
+    from beam_pipeline.core.annotations import AnnotatedObject, Annotation, Box
+    from beam_pipeline.core.entries import IndexEntry, LabelledEntry
+    from beam_pipeline.core.examples import build_example
+    from beam_pipeline.core.images import ImagePolicy, normalise_image
+    from beam_pipeline.core.labels import Vocabulary
 
     vocabulary = Vocabulary(("cat",))
     image = normalise_image(jpeg_bytes(40, 20), ImagePolicy())

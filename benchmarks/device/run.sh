@@ -38,7 +38,7 @@ else
   PY=python3
 fi
 TREE_S=$BENCH/tree${SIZES[0]} TREE_M=$BENCH/tree${SIZES[1]} TREE_L=$BENCH/tree${SIZES[2]}
-CORES=$($PY -c "from beam_pipeline.machine import available_cores; print(available_cores())")
+CORES=$($PY -c "from beam_pipeline.runners.machine import available_cores; print(available_cores())")
 
 base_site() {  # what a build needs: TensorFlow, Beam, Keras, simplejpeg (unpacked by `base`)
   [ "${SMALL:-0}" = 1 ] && return 0

@@ -1,0 +1,1 @@
+"""What a person sees while a build runs: the console, live counts, the summary."""

@@ -1,0 +1,216 @@
+"""Pascal VOC / ILSVRC annotation XML → `Annotation`, safely; and the one writer of such XML.
+
+ILSVRC (DET and CLS-LOC) uses the Pascal VOC XML format, so one parser serves every layout.
+Parsing never resolves entities, loads a DTD or touches the network, and a document that
+declares entities is refused outright (billion laughs, quadratic blow-up, XXE). Only the
+geometry and class fields are read; `<filename>`, `<folder>` and `<path>` are ignored on
+purpose (they lie, and may hold `%s` or `../`): images are paired by their relative path.
+
+`voc_xml` writes the same format; the sample tree, the benchmark trees and the tests all use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import threading
+import unicodedata
+from collections.abc import Iterable, Sequence
+from xml.sax.saxutils import escape
+
+from lxml import etree
+
+from beam_pipeline.core.rejections import InputError
+
+_parsers = threading.local()
+# Control characters (tab, newline, CR, ...) and Unicode's line and paragraph separators.
+_LINE_OR_CONTROL = frozenset({"Cc", "Zl", "Zp"})
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+
+
+@dataclasses.dataclass(frozen=True)
+class Box:
+    """A bounding box in the annotation's pixel coordinates."""
+
+    xmin: float
+    ymin: float
+    xmax: float
+    ymax: float
+
+
+@dataclasses.dataclass(frozen=True)
+class AnnotatedObject:
+    name: str
+    box: Box
+    difficult: bool
+    truncated: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Annotation:
+    """One parsed XML file. `width`/`height` are None when `<size>` is absent or zero (the
+    labelling step fills in the image file's size where the main object depends on it)."""
+
+    width: int | None
+    height: int | None
+    objects: tuple[AnnotatedObject, ...]
+
+
+def _parser() -> etree.XMLParser:
+    # lxml parsers are not thread-safe; DirectRunner runs DoFns on several threads.
+    parser = getattr(_parsers, "parser", None)
+    if parser is None:
+        parser = etree.XMLParser(
+            resolve_entities=False,
+            no_network=True,
+            load_dtd=False,
+            dtd_validation=False,
+            huge_tree=False,
+            remove_comments=True,
+            remove_pis=True,
+        )
+        _parsers.parser = parser
+    return parser
+
+
+def parse_annotation(data: bytes) -> Annotation:
+    """Parses one VOC-style annotation.
+
+    Raises:
+      InputError: with reasons `annotation_empty`, `annotation_malformed`,
+        `annotation_entities_forbidden`, `annotation_not_voc`, `annotation_bad_object`,
+        `annotation_bad_coordinate`, `annotation_degenerate_box`.
+    """
+    if not data.strip():
+        raise InputError("annotation_empty", "the annotation file is empty")
+    try:
+        root = etree.fromstring(data, _parser())
+    except etree.XMLSyntaxError as error:
+        raise InputError("annotation_malformed", str(error)) from None
+    dtd = root.getroottree().docinfo.internalDTD
+    if dtd is not None and any(True for _ in dtd.iterentities()):
+        raise InputError("annotation_entities_forbidden", "the document declares XML entities")
+    if root.tag != "annotation":
+        raise InputError("annotation_not_voc", f"root element is <{root.tag}>, not <annotation>")
+    width, height = _parse_size(root)
+    objects = tuple(_parse_object(node, i) for i, node in enumerate(root.findall("object")))
+    return Annotation(width=width, height=height, objects=objects)
+
+
+def _text(node: etree._Element, tag: str) -> str | None:
+    child = node.find(tag)
+    if child is None:
+        return None
+    if len(child) and any(isinstance(part, etree._Entity) for part in child):
+        raise InputError("annotation_entities_forbidden", f"<{tag}> holds an entity reference")
+    return (child.text or "").strip()
+
+
+def _parse_size(root: etree._Element) -> tuple[int | None, int | None]:
+    size = root.find("size")
+    if size is None:
+        return None, None
+    values = []
+    for tag in ("width", "height"):
+        text = _text(size, tag)
+        try:
+            value = float(text) if text else 0.0
+        except ValueError:
+            raise InputError("annotation_bad_size", f"<size><{tag}> is {text!r}") from None
+        if not math.isfinite(value) or value < 0 or value != int(value):
+            raise InputError("annotation_bad_size", f"<size><{tag}> is {text!r}")
+        values.append(int(value) or None)
+    if values[0] is None or values[1] is None:
+        return None, None
+    return values[0], values[1]
+
+
+def _parse_object(node: etree._Element, index: int) -> AnnotatedObject:
+    where = f"object #{index}"
+    name = _text(node, "name")
+    if not name:
+        raise InputError("annotation_bad_object", f"{where} has no <name>")
+    if any(unicodedata.category(char) in _LINE_OR_CONTROL for char in name):
+        # A class is one line of labels.txt and of TFDS's label files: `new\nline` made two,
+        # and every later class's name moved to the next label.
+        raise InputError(
+            "annotation_bad_object",
+            f"{where}: <name> {name!r} holds a line break, tab or control character, which "
+            "no labels file can hold",
+        )
+    # Only the object's own <bndbox>: a <part><bndbox> belongs to a body part, not the object.
+    bndbox = node.find("bndbox")
+    if bndbox is None:
+        raise InputError("annotation_bad_object", f"{where} ({name}) has no <bndbox>")
+    coords = {}
+    for tag in ("xmin", "ymin", "xmax", "ymax"):
+        text = _text(bndbox, tag)
+        # A decimal number, as annotation tools write it: float() alone would also take
+        # "1_0", "nan" and "infinity".
+        value = float(text) if text and _NUMBER.fullmatch(text) else math.nan
+        if not math.isfinite(value):
+            raise InputError("annotation_bad_coordinate", f"{where} ({name}): <{tag}> is {text!r}")
+        coords[tag] = value
+    box = Box(**coords)
+    if box.xmax <= box.xmin or box.ymax <= box.ymin:
+        raise InputError(
+            "annotation_degenerate_box",
+            f"{where} ({name}): box {coords} has min >= max",
+        )
+    return AnnotatedObject(
+        name=name,
+        box=box,
+        difficult=_flag(node, "difficult", where),
+        truncated=_flag(node, "truncated", where),
+    )
+
+
+def _flag(node: etree._Element, tag: str, where: str) -> bool:
+    text = _text(node, tag)
+    if not text:
+        return False
+    if text.lower() in _BOOLEANS:  # some converters write Python's True/False
+        return _BOOLEANS[text.lower()]
+    try:
+        return float(text) != 0
+    except ValueError:
+        raise InputError("annotation_bad_object", f"{where}: <{tag}> is {text!r}") from None
+
+
+_BOOLEANS = {"true": True, "false": False}
+
+
+def voc_xml(
+    objects: Iterable[Sequence] = (),
+    size: tuple[int, int] | None = None,
+    *,
+    folder: str = "",
+    filename: str = "",
+    extra: str = "",
+) -> str:
+    """A Pascal VOC annotation document, as `parse_annotation` reads it.
+
+    Args:
+      objects: (name, xmin, ymin, xmax, ymax[, difficult, truncated]) each. Coordinates and
+        flags are written as given (so a test can write a malformed one); flags default to 0.
+      size: (width, height) for `<size>`, or None to leave it out.
+      folder, filename: written as given (escaped); the parser ignores both.
+      extra: markup appended inside `<annotation>`, as is.
+    """
+    parts = [
+        f"<annotation><folder>{escape(folder)}</folder><filename>{escape(filename)}</filename>"
+    ]
+    if size is not None:
+        parts.append(
+            f"<size><width>{size[0]}</width><height>{size[1]}</height><depth>3</depth></size>"
+        )
+    for name, xmin, ymin, xmax, ymax, *flags in objects:
+        difficult, truncated = [*flags, 0, 0][:2]
+        parts.append(
+            f"<object><name>{escape(str(name))}</name><difficult>{difficult}</difficult>"
+            f"<truncated>{truncated}</truncated><bndbox><xmin>{xmin}</xmin><ymin>{ymin}</ymin>"
+            f"<xmax>{xmax}</xmax><ymax>{ymax}</ymax></bndbox></object>"
+        )
+    parts.append(f"{extra}</annotation>\n")
+    return "".join(parts)

@@ -1,0 +1,322 @@
+"""Image bytes → validated 3-channel RGB JPEG bytes.
+
+Every image is decoded once (every byte of its data, see `normalise_image`), so truncated and
+corrupt files are caught at build time, not hours into training. A JPEG's data is decoded by
+libjpeg-turbo through simplejpeg in strict mode (`jpegdata`): Pillow (like `tf.io.decode_jpeg`)
+only warns when data is missing or damaged, and paints the rest of the image grey. The format is
+sniffed from the bytes, never taken from the extension (ImageNet has PNG bytes named `.JPEG`). A
+valid RGB JPEG that needs no resize is kept as the bytes that passed that check (its own, or a
+copy without stray bytes the decoder skips); anything else (CMYK/YCCK, grayscale, palette,
+alpha, 16-bit, PNG, GIF, ...) is converted to RGB and re-encoded.
+
+EXIF orientation is not applied: pixels are stored as they are encoded, which is what
+`tf.io.decode_jpeg` and the ImageNet/VOC annotation tools see, so boxes stay consistent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import re
+import warnings
+
+import numpy as np
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from PIL import Image
+
+from beam_pipeline.core.jpegdata import (
+    UnsupportedConversion,
+    at_scale,
+    check_jpeg_data,
+    scaled,
+    strict_decode,
+)
+from beam_pipeline.core.rejections import InputError
+from beam_pipeline.output.readback import sniff_format
+
+ORIGINAL = "original"
+SHORTER_SIDE = "shorter_side"
+EXACT = "exact"
+RESIZE_MODES = (ORIGINAL, SHORTER_SIDE, EXACT)
+
+# Pillow's own default bound (about 89 Mpx, ~0.25 GiB as RGB): larger images are refused.
+DEFAULT_MAX_PIXELS = 89_478_485
+# The longest side libjpeg writes (JPEG_MAX_DIMENSION).
+JPEG_MAX_SIDE = 65_500
+
+
+@dataclasses.dataclass(frozen=True)
+class ImagePolicy:
+    """How images are stored.
+
+    Attributes:
+      mode: `original` (keep size), `shorter_side` (scale so the shorter side is `size[0]`,
+        keeping the aspect ratio) or `exact` (scale to `size` = (height, width)).
+      size: the target size for the resize modes.
+      jpeg_quality: quality of re-encoded JPEGs.
+      max_pixels: images with more pixels are refused as decompression bombs.
+      keep_stray_jpeg_bytes: JPEGs whose scan ended before their data did are kept (without
+        the stray bytes, with a note) instead of refused (`jpegdata`).
+    """
+
+    mode: str = ORIGINAL
+    size: tuple[int, ...] = ()
+    jpeg_quality: int = 95
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    keep_stray_jpeg_bytes: bool = False
+
+    def __post_init__(self):
+        if self.mode not in RESIZE_MODES:
+            raise ValueError(f"image policy must be one of {RESIZE_MODES}, not {self.mode!r}")
+        expected = {ORIGINAL: 0, SHORTER_SIDE: 1, EXACT: 2}[self.mode]
+        if len(self.size) != expected or any(s <= 0 for s in self.size):
+            raise ValueError(f"image policy {self.mode!r} needs {expected} positive size value(s)")
+        if not 1 <= self.jpeg_quality <= 100:
+            raise ValueError(f"--jpeg_quality must be in [1, 100], not {self.jpeg_quality}")
+        if any(s > JPEG_MAX_SIDE for s in self.size):
+            raise ValueError(
+                f"--image_size {'x'.join(map(str, self.size))}: a JPEG side holds at most "
+                f"{JPEG_MAX_SIDE} pixels"
+            )
+        if self.max_pixels < 1:
+            raise ValueError(f"--max_pixels must be at least 1, not {self.max_pixels}")
+
+    def target_size(self, width: int, height: int) -> tuple[int, int]:
+        """(width, height) the image is stored at."""
+        if self.mode == EXACT:
+            return self.size[1], self.size[0]
+        if self.mode == SHORTER_SIDE:
+            scale = self.size[0] / min(width, height)
+            return max(1, round(width * scale)), max(1, round(height * scale))
+        return width, height
+
+
+@dataclasses.dataclass(frozen=True)
+class NormalisedImage:
+    """An image ready for the record: RGB JPEG bytes and the stored geometry.
+
+    `source_width`/`source_height` are the decoded size before any resize (what the annotation's
+    coordinates refer to). `note`: what the build reports of a kept image (stray JPEG bytes
+    taken out on `--keep_stray_jpeg_bytes`), or "".
+    """
+
+    data: bytes
+    width: int
+    height: int
+    source_format: str
+    source_width: int
+    source_height: int
+    reencoded: bool
+    note: str = ""
+
+
+def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
+    """Decodes, validates and (when needed) converts one image.
+
+    A JPEG is decoded at the smallest DCT scale the output allows (1/8 when its bytes are kept
+    as they are): libjpeg still reads and entropy-decodes every coefficient of the stream, which
+    is where truncated and corrupt data are found, but skips the inverse DCT and colour
+    conversion of pixels that would be thrown away (benchmarks/RESULTS.md has the figures).
+
+    Raises:
+      InputError: `empty_file`, `not_an_image`, `decompression_bomb`, `truncated_image`,
+        `corrupt_image`, `stray_jpeg_bytes` (`jpegdata`), `image_too_large` (the stored size
+        is more than JPEG can hold or more than `max_pixels`), `unsupported_image`
+        (floating-point pixels).
+    """
+    if not data:
+        raise InputError("empty_file", "the file has 0 bytes")
+    fmt = sniff_format(data)
+    if fmt is None:
+        raise InputError("not_an_image", f"unrecognised leading bytes {data[:8]!r}")
+    keep_stray, note = policy.keep_stray_jpeg_bytes, ""
+    with _decoding_errors(fmt, policy.max_pixels):
+        image = _open(data, fmt, policy.max_pixels)
+        width, height = image.size
+        target = policy.target_size(width, height)
+        _check_storable(fmt, (width, height), target, policy)
+        keep = fmt == "JPEG" and image.mode == "RGB" and target == (width, height)
+        if keep:
+            checked = check_jpeg_data(data, image.mode, image.size, keep_stray=keep_stray)
+            data, note = checked.data, checked.note
+        elif fmt == "JPEG" and image.mode in ("RGB", "L"):
+            image, note = _decode_jpeg_strictly(data, image, target, keep_stray)
+        else:
+            if fmt == "JPEG":
+                checked = check_jpeg_data(data, image.mode, image.size, keep_stray=keep_stray)
+                note = checked.note
+                if checked.data is not data:  # Pillow decodes the bytes that passed
+                    image = Image.open(io.BytesIO(checked.data), formats=[fmt])
+                image.draft(image.mode, target)
+            image.load()
+    if keep:
+        return NormalisedImage(data, width, height, fmt, width, height, False, note)
+    rgb = to_rgb(image)
+    if rgb.size != target:
+        rgb = rgb.resize(target, Image.Resampling.BICUBIC, reducing_gap=3.0)
+    out = io.BytesIO()
+    try:
+        rgb.save(out, format="JPEG", quality=policy.jpeg_quality)
+    except (OSError, ValueError) as error:  # the image's fault, never the output's
+        raise InputError("corrupt_image", f"{fmt}: cannot be encoded as JPEG: {error}") from None
+    return NormalisedImage(out.getvalue(), *target, fmt, width, height, True, note)
+
+
+def _decode_jpeg_strictly(
+    data: bytes, image: Image.Image, target: tuple[int, int], keep_stray: bool
+) -> tuple[Image.Image, str]:
+    """An RGB or grey JPEG (opened by Pillow) decoded once, by libjpeg-turbo in strict mode, at
+    the DCT scale Pillow's `draft(mode, target)` picks: its data check and its pixels in one
+    decode (Pillow's own decode after the check read the data twice: 27% more CPU for a
+    `shorter_side` build, benchmarks/RESULTS.md). The same libjpeg-turbo settings as Pillow's
+    (accurate integer IDCT, fancy upsampling) give the same pixels; where libjpeg-turbo picks
+    another scale or cannot give the colour space, Pillow decodes the bytes that passed the
+    check. Returns the image and the check's note."""
+    width, height = image.size
+    fits = min(width // target[0], height // target[1])
+    scale = next((s for s in (8, 4, 2) if fits >= s), 1)
+    size = scaled(image.size, scale)
+    # libjpeg-turbo scales by any M/8: where another M rounds up to the same size (a 3x3 or
+    # 5x5 image decoded to 2x2), it may take that one, so Pillow decodes those.
+    ambiguous = any(
+        (-(-width * m // 8), -(-height * m // 8)) == size for m in range(1, 9) if m * scale != 8
+    )
+    grey = image.mode == "L"
+    checked = None
+    if not ambiguous:
+        with contextlib.suppress(UnsupportedConversion):
+            space, scaling = "GRAY" if grey else "RGB", at_scale(image.size, scale)
+            checked = strict_decode(data, space, keep_stray=keep_stray, **scaling)
+    if checked is None or checked.pixels.shape[1::-1] != size:
+        if checked is None:
+            checked = check_jpeg_data(data, image.mode, image.size, keep_stray=keep_stray)
+        if checked.data is not data:  # Pillow decodes the bytes that passed
+            image = Image.open(io.BytesIO(checked.data), formats=["JPEG"])
+        image.draft(image.mode, target)
+        image.load()
+        return image, checked.note
+    pixels = checked.pixels
+    decoded = Image.fromarray(pixels[:, :, 0] if grey else pixels, image.mode)
+    decoded.info = dict(image.info)  # Pillow keeps a JPEG's comment when it saves the image
+    return decoded, checked.note
+
+
+def _check_storable(
+    fmt: str, size: tuple[int, int], target: tuple[int, int], policy: ImagePolicy
+) -> None:
+    """Refuses an image whose stored size JPEG cannot hold (a side over 65,500 px: a 70000x2
+    banner, or a 300x1 strip that `shorter_side 256` scales to 76800x256), or whose resize
+    would make more than `max_pixels` (a memory bomb of the build's own making)."""
+    width, height = target
+    resized = f" (--image_policy {policy.mode} makes it {width}x{height})" if target != size else ""
+    if max(width, height) > JPEG_MAX_SIDE:
+        raise InputError(
+            "image_too_large",
+            f"{fmt} of {size[0]}x{size[1]}{resized}: JPEG holds at most {JPEG_MAX_SIDE} px a side",
+        )
+    if width * height > policy.max_pixels:
+        raise InputError(
+            "image_too_large",
+            f"{fmt} of {size[0]}x{size[1]}{resized}: {width * height} pixels stored "
+            f"(limit {policy.max_pixels}, --max_pixels)",
+        )
+
+
+def header_size(path: str) -> tuple[int, int] | None:
+    """(width, height) from an image file's header (a few KiB read, nothing decoded), or None
+    when it is no image Pillow knows, or cannot be read: the writer rejects such a file."""
+    try:
+        with (
+            FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream,
+            warnings.catch_warnings(),
+        ):
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(stream) as image:
+                width, height = image.size
+    except Exception:  # noqa: BLE001 - any failure here is the image's, reported when written
+        return None
+    return (width, height) if width > 0 and height > 0 else None
+
+
+def _open(data: bytes, fmt: str, max_pixels: int) -> Image.Image:
+    """Reads the header only; refuses sizes that are empty or over `max_pixels`."""
+    image = Image.open(io.BytesIO(data), formats=[fmt])
+    width, height = image.size
+    if width <= 0 or height <= 0:
+        raise InputError("corrupt_image", f"{fmt} declares a size of {width}x{height}")
+    if width * height > max_pixels:
+        raise InputError(
+            "decompression_bomb",
+            f"{fmt} declares {width}x{height} = {width * height} pixels "
+            f"(limit {max_pixels}, --max_pixels)",
+        )
+    return image
+
+
+_BOMB_SIZE = re.compile(r"Image size \((\d+) pixels\)")
+
+
+@contextlib.contextmanager
+def _decoding_errors(fmt: str, max_pixels: int):
+    """Turns Pillow's errors while opening or decoding into InputErrors with a reason."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            yield
+    except InputError:
+        raise
+    except Image.DecompressionBombError as error:
+        # Pillow's own text cites its hard limit (twice its default), not --max_pixels.
+        found = _BOMB_SIZE.search(str(error))
+        pixels = f"{int(found.group(1))} pixels" if found else "too many pixels"
+        detail = f"{fmt} declares {pixels} (limit {max_pixels}, --max_pixels)"
+        raise InputError("decompression_bomb", detail) from None
+    except Image.UnidentifiedImageError:
+        raise InputError("corrupt_image", f"{fmt} signature but Pillow cannot read it") from None
+    except (OSError, SyntaxError, ValueError, EOFError) as error:
+        message = str(error) or type(error).__name__
+        lowered = message.lower()
+        if "truncated" in lowered:
+            reason = "truncated_image"
+        elif "decompressed data too large" in lowered:
+            reason = "decompression_bomb"
+        else:
+            reason = "corrupt_image"
+        raise InputError(reason, f"{fmt}: {message}") from None
+
+
+def to_rgb(image: Image.Image) -> Image.Image:
+    """Converts any Pillow mode to 8-bit RGB; transparency (an alpha channel, or a tRNS colour
+    key of any mode) is composited onto white.
+
+    Raises:
+      InputError: `unsupported_image` for floating-point pixels, whose range is unknown.
+    """
+    mode = image.mode
+    key = image.info.get("transparency")
+    if isinstance(key, tuple) and max(key) > 255:
+        # A 16-bit RGB PNG's key: Pillow reads its pixels as 8 bits, where several colours
+        # share the key's top bits, so the key cannot be applied; its colours are kept.
+        key = None
+    if mode == "RGB" and key is None:
+        return image
+    if mode in ("I;16", "I;16B", "I;16L", "I"):
+        # 16-bit grey: keep the top 8 bits (Pillow's convert would clip, not scale).
+        raw = np.asarray(image).astype(np.int64)
+        grey = np.clip(raw >> 8, 0, 255).astype(np.uint8)
+        if isinstance(key, int):
+            grey[raw == key] = 255
+        return Image.fromarray(grey, "L").convert("RGB")
+    if mode == "F":
+        raise InputError(
+            "unsupported_image",
+            "32-bit floating-point pixels have no fixed range: store it as 8 or 16 bits",
+        )
+    if mode in ("RGBA", "LA", "PA", "RGBa", "La") or key is not None:
+        rgba = image.convert("RGBA")
+        background = Image.new("RGB", rgba.size, (255, 255, 255))
+        background.paste(rgba, mask=rgba.getchannel("A"))
+        return background
+    return image.convert("RGB")

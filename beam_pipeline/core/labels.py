@@ -1,0 +1,202 @@
+"""Class vocabulary and the image-label rule.
+
+The rule: the image's label is the class of its main object, the object whose bounding box has
+the largest area (clamped to the image: its XML's `<size>`, or the size in the image file's
+header when the XML has none); ties go to the object that comes first
+in the XML. An image with no objects takes the class of its synset folder when the layout has
+one (ILSVRC CLS-LOC train), otherwise the background class, which is the last index; an image
+without XML is background only in a layout with negatives (DET, VOC), and rejected in CLS-LOC.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from collections.abc import Iterable
+
+from beam_pipeline.core.annotations import Annotation, Box
+from beam_pipeline.core.rejections import InputError
+from schemas.classes import (
+    BACKGROUND,
+    FROM_BACKGROUND,
+    FROM_FOLDER,
+    FROM_NOTHING,
+    FROM_XML,
+    UNLABELLED,
+    ClassList,
+)
+
+# How a split is labelled.
+ANNOTATED = "annotated"  # by XML; an image without one is background (DET negatives)
+OBJECTS = "objects"  # by XML, in a layout without negatives (CLS-LOC val kept flat)
+CLASS_FOLDERS = "class_folders"  # its images sit in class folders (CLS-LOC train, often val)
+UNLABELLED_SPLIT = "unlabelled"  # no XML and no class folder anywhere in it (a test split)
+
+
+@dataclasses.dataclass(frozen=True)
+class Vocabulary(ClassList):
+    """The build's class list (background after the classes) with a name → label lookup."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        if BACKGROUND in self.classes:
+            raise ValueError(
+                f"a class is named {BACKGROUND!r}, the name of the background class "
+                f"(label {len(self.classes)}, images without objects); rename or drop it"
+            )
+        object.__setattr__(self, "_index", {name: i for i, name in enumerate(self.classes)})
+
+    @classmethod
+    def from_names(cls, names: Iterable[str]) -> Vocabulary:
+        """The sorted set of names (the default when no labels file is given)."""
+        return cls(tuple(sorted(set(names))))
+
+    def index(self, name: str) -> int:
+        """The label of a class name; raises InputError(unknown_class) outside the vocabulary."""
+        try:
+            return self._index[name]
+        except KeyError:
+            raise InputError(
+                "unknown_class", f"class {name!r} is not in the vocabulary of {len(self.classes)}"
+            ) from None
+
+
+def unknown_class_name(detail: str) -> str | None:
+    """The class an `unknown_class` rejection's detail names (as `Vocabulary.index` writes it)."""
+    head, found, _ = detail.partition(" is not in the vocabulary")
+    if not found or not head.startswith("class "):
+        return None
+    try:
+        name = ast.literal_eval(head[len("class ") :])
+    except (ValueError, SyntaxError):
+        return None
+    return name if isinstance(name, str) else None
+
+
+def parse_labels_file(text: str) -> tuple[str, ...]:
+    """Reads a synset/label list: one class per line, the first token is the class name.
+
+    Accepts plain lists (`n01440764`) and the LOC_synset_mapping format
+    (`n01440764 tench, Tinca tinca`). Blank lines and `#` comments are skipped.
+    """
+    names, lines = [], {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if line and not line.startswith("#"):
+            name = line.split()[0]
+            if "," in name:
+                raise ValueError(
+                    f"line {number} ({line[:60]!r}) is not a class: a class is a line's first "
+                    "word, up to a space (a CSV file, with a header or commas, is not read; "
+                    "LOC_synset_mapping.txt, a list of synsets, or a build's labels.txt is)"
+                )
+            names.append(name)
+            lines.setdefault(name, []).append(line)
+    if not names:
+        raise ValueError("the labels file lists no classes")
+    duplicates = sorted(name for name, found in lines.items() if len(found) > 1)
+    if duplicates:
+        cut = [lines[n][1] for n in duplicates if len(set(lines[n])) > 1]
+        hint = (
+            f" (a class is a line's first word, so {cut[0]!r} names {cut[0].split()[0]!r}: "
+            "a class whose name holds a space cannot be listed; rename it)"
+            if cut
+            else ""
+        )
+        raise ValueError(f"the labels file lists these classes twice: {duplicates[:10]}{hint}")
+    return tuple(names)
+
+
+def parse_display_names(text: str) -> dict[str, str]:
+    """{class: the rest of its line} of a labels file whose lines name a class after its id
+    (LOC_synset_mapping's `n01440764 tench, Tinca tinca`); classes alone on their line have none.
+    """
+    names = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            name, *rest = line.split(None, 1)  # as parse_labels_file: a tab separates too
+            if rest:
+                names[name] = rest[0].strip()
+    return names
+
+
+def clamped_area(box: Box, width: int | None, height: int | None) -> float:
+    """Area of `box`, clamped to the image when its size is known."""
+    xmin, ymin, xmax, ymax = box.xmin, box.ymin, box.xmax, box.ymax
+    if width is not None and height is not None:
+        xmin, xmax = min(max(xmin, 0.0), width), min(max(xmax, 0.0), width)
+        ymin, ymax = min(max(ymin, 0.0), height), min(max(ymax, 0.0), height)
+    return max(xmax - xmin, 0.0) * max(ymax - ymin, 0.0)
+
+
+def main_object_index(annotation: Annotation) -> int | None:
+    """Index of the object with the largest box; the first one wins a tie. None if no objects."""
+    best, best_area = None, -1.0
+    for i, obj in enumerate(annotation.objects):
+        area = clamped_area(obj.box, annotation.width, annotation.height)
+        if area > best_area:
+            best, best_area = i, area
+    return best
+
+
+def split_kind(has_annotations: bool, has_class_folders: bool, negatives: bool = True) -> str:
+    """How a split is labelled, from whether any of its images has an XML or a class folder,
+    and whether the layout has negatives (images of no class: ILSVRC DET and VOC do, CLS-LOC
+    does not)."""
+    if has_class_folders:
+        return CLASS_FOLDERS
+    if has_annotations:
+        return ANNOTATED if negatives else OBJECTS
+    return UNLABELLED_SPLIT
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageLabel:
+    """An image's label, the label of each of its objects, and where the label came from."""
+
+    label: int
+    object_labels: tuple[int, ...]
+    source: str
+    folder_disagrees: bool = False
+
+
+def image_label(
+    annotation: Annotation | None,
+    folder_class: str | None,
+    vocabulary: Vocabulary,
+    kind: str = ANNOTATED,
+) -> ImageLabel:
+    """Applies the label rule (see the module docstring) to one image of a split of `kind`.
+
+    Raises:
+      InputError: `unknown_class` when an object or the folder names a class outside the
+        vocabulary; `no_class` for an image without XML or a class folder in a split without
+        negatives (CLASS_FOLDERS, OBJECTS).
+    """
+    objects = annotation.objects if annotation is not None else ()
+    object_labels = tuple(vocabulary.index(obj.name) for obj in objects)
+    if object_labels:
+        main = main_object_index(annotation)
+        disagrees = folder_class is not None and folder_class != objects[main].name
+        return ImageLabel(object_labels[main], object_labels, FROM_XML, disagrees)
+    if folder_class is not None:
+        return ImageLabel(vocabulary.index(folder_class), (), FROM_FOLDER)
+    # An XML without objects is an explicit negative, wherever it lies; a missing XML is one
+    # only where the layout has negatives (DET's images without XML).
+    if annotation is not None or kind == ANNOTATED:
+        return ImageLabel(vocabulary.background_index, (), FROM_BACKGROUND)
+    if kind == UNLABELLED_SPLIT:
+        return ImageLabel(UNLABELLED, (), FROM_NOTHING)
+    if kind == CLASS_FOLDERS:
+        raise InputError(
+            "no_class",
+            "the image lies outside any class folder in a split whose images sit in class "
+            "folders, and has no XML; move it into its class's folder or remove it",
+        )
+    raise InputError(
+        "no_class",
+        "the image has no XML and no class folder, in a split whose other images have XML, and "
+        "ILSVRC CLS-LOC has no background images; restore its XML from the devkit, move it "
+        "into its class's folder, or remove it",
+    )

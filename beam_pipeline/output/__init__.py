@@ -1,0 +1,1 @@
+"""The output directory: preparing and locking it, committing a build, reading one back."""

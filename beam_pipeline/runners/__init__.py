@@ -1,0 +1,1 @@
+"""Where a build runs: the local runner, Dataflow checks, the Dask runner, Beam versions."""

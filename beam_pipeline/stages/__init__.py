@@ -1,0 +1,1 @@
+"""The Beam stages of a build: discovery, labelling, writing, finalize, and what crosses them."""

@@ -1,0 +1,317 @@
+"""The last stage: account for every input, check every shard, and commit the build.
+
+`assemble_info` is the pure part: it turns shard results, rejections and discovery counts into a
+`DatasetInfo`, or raises `BuildFailed` when the build cannot be trusted (a split is empty, a shard
+is missing, an image is unaccounted for, or the error budget is exceeded). `Finalize` writes the
+dead-letter file first (so a failed build still explains itself), checks that every shard is in
+place, and commits (`commit.commit`: `labels.txt`, the label map, TFDS's metadata, then
+`build_info.json`, the marker the loader looks for).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import shlex
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import apache_beam as beam
+
+from beam_pipeline.console import watch
+from beam_pipeline.core.entries import ShardResult
+from beam_pipeline.core.jpegdata import KEEP_FLAG, STRAY_JPEG_BYTES
+from beam_pipeline.core.labels import Vocabulary, unknown_class_name
+from beam_pipeline.core.rejections import DISCOVER, Rejection
+from beam_pipeline.core.sharding import SplitPlan
+from beam_pipeline.failures import BuildFailed
+from beam_pipeline.output import commit
+from schemas import DEAD_LETTER_FILE, SCHEMA_VERSION, DatasetInfo, SplitInfo
+from schemas.paths import join
+
+
+@dataclasses.dataclass(frozen=True)
+class FinalizeSpec:
+    """What Finalize needs besides the pipeline's results."""
+
+    output_dir: str
+    splits: tuple[str, ...]
+    max_bad_fraction: float
+    options: dict[str, Any]
+    source: dict[str, Any]
+    versions: dict[str, str]
+    vocabulary_source: str = "the classes seen in the train split"  # for messages
+    display_names: dict[str, str] = dataclasses.field(default_factory=dict)  # --labels_file's
+    replaces_build: bool = False  # the output holds a complete build: shards are staged (`output`)
+
+
+def assemble_info(
+    spec: FinalizeSpec,
+    vocabulary: Vocabulary,
+    plans: Mapping[str, SplitPlan],
+    index_counts: Mapping[str, int],
+    results: Iterable[ShardResult],
+    rejections: Iterable[Rejection],
+) -> DatasetInfo:
+    """Builds the metadata of a finished build; raises BuildFailed when it cannot be committed."""
+    rejections = list(rejections)
+    by_split = collections.defaultdict(list)
+    for result in set(results):
+        by_split[result.split].append(result)
+    rejected_images = collections.Counter(r.split for r in rejections if r.is_image)
+    found_rejected = collections.Counter(
+        r.split for r in rejections if r.is_image and r.stage == DISCOVER
+    )
+    splits = {}
+    for split in spec.splits:
+        discovered = index_counts.get(split, 0) + found_rejected[split]
+        if discovered == 0:
+            raise BuildFailed(f"split {split!r} has no images")
+        if split not in plans:
+            raise BuildFailed(f"split {split!r}: all {discovered} images were rejected")
+        splits[split] = _split_info(
+            split, plans[split], by_split[split], vocabulary, discovered, rejected_images[split]
+        )
+    _check_error_budget(spec, splits, rejections)
+    return DatasetInfo(
+        schema_version=SCHEMA_VERSION,
+        classes=vocabulary.classes,
+        splits=splits,
+        failures=dict(collections.Counter(r.reason for r in rejections)),
+        options=spec.options,
+        source=spec.source,
+        versions=spec.versions,
+        display_names={
+            c: spec.display_names[c] for c in vocabulary.classes if c in spec.display_names
+        },
+    )
+
+
+def _check_error_budget(
+    spec: FinalizeSpec, splits: Mapping[str, SplitInfo], rejections: list[Rejection]
+) -> None:
+    """Raises BuildFailed when more than --max_bad_fraction of all discovered images failed."""
+    total = sum(s.num_discovered for s in splits.values())
+    bad = sum(s.num_rejected for s in splits.values())
+    if bad > spec.max_bad_fraction * total:
+        images = [r for r in rejections if r.is_image]
+        raise BuildFailed(f"{_over_budget(spec, bad, total, images, '')}; {_see(spec)}")
+
+
+def check_index_budget(
+    spec: FinalizeSpec, index_counts: Mapping[str, int], rejections: Iterable[Rejection]
+) -> None:
+    """Raises BuildFailed when the index alone already breaks --max_bad_fraction.
+
+    `rejections` are those known before any image is read (discovery, annotations, labels).
+    The message names the classes outside the vocabulary, most frequent first, and where the
+    vocabulary came from, since that is the usual cause and fix.
+    """
+    rejections = list(rejections)
+    _refuse_unread_inputs(rejections)
+    images = [r for r in rejections if r.is_image]
+    total = sum(index_counts.values()) + sum(1 for r in images if r.stage == DISCOVER)
+    bad = len(images)
+    if not total or bad <= spec.max_bad_fraction * total:
+        return
+    message = _over_budget(spec, bad, total, images, " before any image was read")
+    see = _see(spec)
+    unknown = collections.Counter(
+        unknown_class_name(r.detail) for r in images if r.reason == "unknown_class"
+    )
+    unknown.pop(None, None)
+    if unknown:
+        message += (
+            f"; classes outside the vocabulary ({spec.vocabulary_source}), most frequent "
+            f"first: {_most_frequent(unknown, 10)}"
+        )
+        spaced = sorted(name for name in unknown if len(name.split()) > 1)
+        if spaced and spec.vocabulary_source.startswith("--labels_file"):
+            message += (
+                f" ({spaced[0]!r} holds a space, and a labels file's class is a line's first "
+                "word: such a class cannot be listed there; rename it)"
+            )
+    raise BuildFailed(f"{message}; {see}")
+
+
+# What the listing could not read, when what it hides may decide labels: a directory (its
+# images, or their XML), or an XML file. An unread image is counted in the error budget instead.
+_UNREAD = ("unreadable_directory", "unreadable_file", "broken_symlink", "not_a_regular_file")
+
+
+def _refuse_unread_inputs(rejections: Iterable[Rejection]) -> None:
+    """Raises BuildFailed, naming them, for directories or XML files the listing could not read:
+    their images would be missing, or labelled background for want of their XML."""
+    unread = sorted(
+        {
+            (r.path, r.reason, r.detail)
+            for r in rejections
+            if r.stage == DISCOVER
+            and (
+                r.reason == "unreadable_directory"
+                or (r.reason in _UNREAD and r.path.lower().endswith(".xml"))
+            )
+        }
+    )
+    if not unread:
+        return
+    shown = "; ".join(f"{path} ({reason}: {detail})" for path, reason, detail in unread[:5])
+    more = f" (and {len(unread) - 5} more)" if len(unread) > 5 else ""
+    raise BuildFailed(
+        f"the tree holds what the build cannot read: {shown}{more}; the images inside, or "
+        "those whose XML it is, would be missing or labelled background. Make them readable "
+        f"(e.g. chmod -R a+rX {shlex.quote(unread[0][0])}) or move them out of the tree"
+    )
+
+
+def _over_budget(spec: FinalizeSpec, bad: int, total: int, images: list[Rejection], when: str):
+    reasons = collections.Counter(r.reason for r in images)
+    message = (
+        f"{bad} of {total} images rejected{when} ({bad / total:.2%}), more than "
+        f"--max_bad_fraction={spec.max_bad_fraction}; reasons {_most_frequent(reasons)}"
+    )
+    if reasons[STRAY_JPEG_BYTES]:
+        message += (
+            f" ({reasons[STRAY_JPEG_BYTES]} {STRAY_JPEG_BYTES}: JPEGs whose scan ended before "
+            f"their data, usually damaged and garbled; {KEEP_FLAG} keeps them, reported)"
+        )
+    return message
+
+
+def _most_frequent(counts: collections.Counter, limit: int | None = None) -> dict:
+    """Most frequent first, ties by name: the same message whatever order workers ran in."""
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit])
+
+
+def _dead_letter(spec: FinalizeSpec) -> str:
+    """The build's `rejected.jsonl`, relative to the output: in the work folder while the
+    complete build a rebuild replaces is there, with its own (`commit.commit` moves it)."""
+    return commit.REBUILD_DEAD_LETTER if spec.replaces_build else DEAD_LETTER_FILE
+
+
+def _see(spec: FinalizeSpec) -> str:
+    """Where a failed build's `rejected.jsonl` is."""
+    return f"see {join(spec.output_dir, _dead_letter(spec))}"
+
+
+class _CheckIndexFn(beam.DoFn):
+    def __init__(self, spec: FinalizeSpec):
+        self._spec = spec
+
+    def process(self, _, index_counts, rejections):
+        spec = self._spec
+        try:
+            check_index_budget(spec, index_counts, rejections)
+        except BuildFailed:
+            commit.write_dead_letter(spec.output_dir, sorted(set(rejections)), _dead_letter(spec))
+            raise
+        read_later = sum(1 for r in rejections if r.is_image and r.stage != DISCOVER)
+        watch.report(self._spec.output_dir, watch.TO_WRITE, sum(index_counts.values()) - read_later)
+        yield True
+
+
+class CheckIndexBudget(beam.PTransform):
+    """Runs once the index is labelled; outputs True, or fails the build before any shard.
+
+    Hand its output to WriteShards as `gate`, so no shard is written before it passed.
+    """
+
+    def __init__(self, spec: FinalizeSpec, *, index_counts, rejected):
+        super().__init__()
+        self._spec = spec
+        self._inputs = (index_counts, rejected)
+
+    def expand(self, pbegin):
+        index_counts, rejected = self._inputs
+        return (
+            pbegin
+            | "Once" >> beam.Create([None])
+            | "Check"
+            >> beam.ParDo(
+                _CheckIndexFn(self._spec),
+                index_counts=beam.pvalue.AsDict(index_counts),
+                rejections=beam.pvalue.AsList(rejected),
+            )
+        )
+
+
+def _split_info(split, plan, results, vocabulary, discovered, rejected) -> SplitInfo:
+    results = sorted(results, key=lambda r: r.index)
+    indices = [r.index for r in results]
+    if indices != list(range(plan.num_shards)):
+        missing = sorted(set(range(plan.num_shards)) - set(indices))
+        raise BuildFailed(f"split {split!r}: shards {missing} missing or duplicated ({indices})")
+    written = sum(r.shard.num_examples for r in results)
+    if written + rejected != discovered:
+        raise BuildFailed(
+            f"split {split!r}: {discovered} images discovered but {written} written and "
+            f"{rejected} rejected; {discovered - written - rejected} unaccounted for"
+        )
+    class_counts = [0] * vocabulary.one_hot_length
+    sources = collections.Counter()
+    objects, widths, heights = collections.Counter(), collections.Counter(), collections.Counter()
+    for result in results:
+        for label, count in result.class_counts:
+            class_counts[label] += count
+        sources.update(dict(result.label_sources))
+        objects.update(dict(result.objects))
+        widths.update(dict(result.widths))
+        heights.update(dict(result.heights))
+    shards = tuple(r.shard for r in results)
+    return SplitInfo(
+        written,
+        discovered,
+        rejected,
+        tuple(class_counts),
+        shards,
+        label_sources=dict(sorted(sources.items())),
+        folder_disagreements=sum(r.folder_disagreements for r in results),
+        objects_per_image=dict(sorted(objects.items())),
+        image_widths=dict(sorted(widths.items())),
+        image_heights=dict(sorted(heights.items())),
+    )
+
+
+class _FinalizeFn(beam.DoFn):
+    def __init__(self, spec: FinalizeSpec):
+        self._spec = spec
+
+    def process(self, _, vocabulary, plans, index_counts, results, rejections):
+        spec = self._spec
+        rejections = sorted(set(rejections))
+        commit.write_dead_letter(spec.output_dir, rejections, _dead_letter(spec))
+        info = assemble_info(spec, vocabulary, plans, index_counts, results, rejections)
+        staged = spec.replaces_build
+        if staged and commit.committed_already(spec.output_dir, info):
+            # A runner retried a commit that had moved everything in: its metadata again (it
+            # may have stopped before TFDS's dataset_info.json), then the work folders.
+            commit.commit(spec.output_dir, info)
+        else:
+            listed = commit.check_shard_files(spec.output_dir, info, staged=staged)
+            commit.commit(spec.output_dir, info, listed, staged=staged)
+        yield info
+
+
+class Finalize(beam.PTransform):
+    """Runs once, after every shard is written; outputs the committed DatasetInfo."""
+
+    def __init__(self, spec: FinalizeSpec, *, vocabulary, plans, index_counts, results, rejected):
+        super().__init__()
+        self._spec = spec
+        self._inputs = (vocabulary, plans, index_counts, results, rejected)
+
+    def expand(self, pbegin):
+        vocabulary, plans, index_counts, results, rejected = self._inputs
+        return (
+            pbegin
+            | "Once" >> beam.Create([None])
+            | "Commit"
+            >> beam.ParDo(
+                _FinalizeFn(self._spec),
+                vocabulary=beam.pvalue.AsSingleton(vocabulary),
+                plans=beam.pvalue.AsDict(plans),
+                index_counts=beam.pvalue.AsDict(index_counts),
+                results=beam.pvalue.AsList(results),
+                rejections=beam.pvalue.AsList(rejected),
+            )
+        )

@@ -1,0 +1,109 @@
+"""Progress records: what `--resume` needs to trust a shard left by an interrupted build.
+
+After a shard is renamed into place its writer records, in `OUT/.progress/<shard>.json`, a
+fingerprint of everything that decides the shard's bytes (schema version, split and shard
+numbers, vocabulary, image policy, and every member's index record and rank), the shard's
+result, and the inputs the writer rejected. On `--resume` a shard is kept only if its record
+exists, its fingerprint matches the new plan and the file still has the recorded size and
+SHA-256; otherwise it is written again. Image bytes themselves are not fingerprinted: resuming
+assumes the input files did not change since the interrupted run (their sizes are checked).
+A record that cannot be read as one (another version's, a damaged one) counts as absent.
+Finalize deletes the records once the build is committed; `output` owns their directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import posixpath
+from collections.abc import Sequence
+from typing import Any
+
+from apache_beam.io.filesystems import FileSystems
+
+from beam_pipeline.core.entries import LabelledEntry, ShardResult
+from beam_pipeline.core.images import ImagePolicy
+from beam_pipeline.core.labels import Vocabulary
+from beam_pipeline.core.rejections import Rejection
+from beam_pipeline.output.directory import PROGRESS_DIR, write_atomic
+from beam_pipeline.stages.coders import LabelledEntryCoder
+from beam_pipeline.tree.fileio import sha256_of
+from schemas import SCHEMA_VERSION, ShardInfo
+from schemas.paths import join
+
+
+def fingerprint(
+    split: str,
+    index: int,
+    num_shards: int,
+    members: Sequence[tuple[int, LabelledEntry]],
+    vocabulary: Vocabulary,
+    policy: ImagePolicy,
+) -> str:
+    """A hash of everything that decides a shard's bytes except the image bytes themselves."""
+    digest = hashlib.sha256()
+    header = [SCHEMA_VERSION, split, index, num_shards, list(vocabulary.classes)]
+    header.append(dataclasses.asdict(policy))
+    digest.update(json.dumps(header, sort_keys=True).encode("utf-8"))
+    coder = LabelledEntryCoder()
+    for rank, labelled in members:
+        encoded = coder.encode(labelled)
+        digest.update(rank.to_bytes(8, "big") + len(encoded).to_bytes(4, "big") + encoded)
+    return digest.hexdigest()
+
+
+def _record_name(shard_file: str) -> str:
+    return f"{PROGRESS_DIR}/{shard_file}.json"
+
+
+def save(
+    output_dir: str, shard_fingerprint: str, result: ShardResult, rejections: Sequence[Rejection]
+) -> None:
+    """Records a shard that is in place, with the rejections its writer made."""
+    record = {
+        "fingerprint": shard_fingerprint,
+        "result": dataclasses.asdict(result),
+        "rejections": [dataclasses.asdict(r) for r in rejections],
+    }
+    data = json.dumps(record).encode("utf-8")
+    write_atomic(output_dir, _record_name(result.shard.file), data)
+
+
+def _result_from(fields: dict[str, Any]) -> ShardResult:
+    return ShardResult(
+        split=fields["split"],
+        index=fields["index"],
+        num_shards=fields["num_shards"],
+        shard=ShardInfo(**fields["shard"]),
+        class_counts=tuple(tuple(pair) for pair in fields["class_counts"]),
+        label_sources=tuple(tuple(pair) for pair in fields["label_sources"]),
+        folder_disagreements=fields["folder_disagreements"],
+        objects=tuple(tuple(pair) for pair in fields["objects"]),
+        widths=tuple(tuple(pair) for pair in fields["widths"]),
+        heights=tuple(tuple(pair) for pair in fields["heights"]),
+    )
+
+
+def load_completed(
+    output_dir: str, shard_path: str, shard_fingerprint: str
+) -> tuple[ShardResult, list[Rejection]] | None:
+    """The recorded result and rejections of an intact shard with this fingerprint, or None.
+    `shard_path`: the shard's file relative to `output_dir` (in `.staged/` for a rebuild)."""
+    path = join(output_dir, _record_name(posixpath.basename(shard_path)))
+    shard = join(output_dir, shard_path)
+    if not FileSystems.exists(path) or not FileSystems.exists(shard):
+        return None
+    with FileSystems.open(path) as stream:
+        data = stream.read()
+    try:
+        record = json.loads(data.decode("utf-8"))
+        if record.get("fingerprint") != shard_fingerprint:
+            return None
+        result = _result_from(record["result"])
+        rejections = [Rejection(**r) for r in record["rejections"]]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    if sha256_of(shard) != (result.shard.sha256, result.shard.num_bytes):
+        return None
+    return result, rejections

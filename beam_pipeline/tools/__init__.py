@@ -1,0 +1,1 @@
+"""The command line: build, plan, show, inspect, stats, verify, upgrade, sample."""

@@ -1,0 +1,71 @@
+"""The command line: `python -m beam_pipeline COMMAND ...` (or `imagenet-tfrecords COMMAND ...`).
+
+A bare `python -m beam_pipeline --input_dir TREE --output_dir OUT` is a build, as before the
+commands existed; each command's module also runs alone (`python -m beam_pipeline.tools.verify`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+# name → (module of `beam_pipeline.tools` with `main(argv) -> int`, what it does).
+COMMANDS = {
+    "build": ("build", "build the TFRecords of a tree (the default command)"),
+    "plan": ("plan", "what a build would do: read the tree and XML only"),
+    "show": ("show", "a contact sheet PNG of records, or a class histogram"),
+    "inspect": ("inspect_record", "one record of a shard as readable text"),
+    "stats": ("stats", "a build's numbers: examples, classes, sizes, rejections"),
+    "verify": ("verify", "re-read a build and check every byte"),
+    "upgrade": ("upgrade", "write a build's metadata of this version (TFDS's too)"),
+    "sample": ("sample_tree", "write the bundled sample tree to try a build on (1,250 images)"),
+}
+
+USAGE = """usage: python -m beam_pipeline COMMAND [ARGS]   (or: imagenet-tfrecords COMMAND [ARGS])
+
+commands:
+{commands}
+
+A bare `python -m beam_pipeline --input_dir TREE --output_dir OUT ...` builds, as `build` does.
+`python -m beam_pipeline COMMAND --help` describes each command.
+"""
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"  {name:<{width}}  {about}" for name, (_, about) in COMMANDS.items()]
+    return USAGE.format(commands="\n".join(lines))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs one command; returns its exit code (2 for an unknown command)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv == ["-h"] or argv == ["--help"]:
+        print(usage())
+        return 0
+    if argv[0].startswith("-"):
+        command, rest = "build", argv
+    else:
+        command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        close = difflib.get_close_matches(command, list(COMMANDS), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        print(f"error: unknown command {command!r}{hint}\n\n{usage()}", file=sys.stderr)
+        return 2
+    if command != "build":
+        # Beam's import logs "apitools not found" through the root logger, which would set up
+        # a stderr handler on the way; the read-only commands print what they have to say.
+        logging.getLogger().addHandler(logging.NullHandler())
+    module = importlib.import_module(f"beam_pipeline.tools.{COMMANDS[command][0]}")
+    try:
+        code = module.main(rest)
+        sys.stdout.flush()  # here, where a closed pipe can still be caught
+        return code
+    except BrokenPipeError:
+        # The reader left (`stats OUT | head`): say nothing more, as other tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1

@@ -1,0 +1,354 @@
+"""Print one record of a shard as readable text (or JSON).
+
+    python -m beam_pipeline inspect SHARD [--index K | --filename NAME] [--json]
+
+Every feature key with its value, in the schema's order (keys outside the schema after them);
+the image bytes summarised, never printed: format sniffed from the leading bytes, byte length,
+decoded width x height and mode, SHA-256; the label with its class name (from the metadata of
+the build the shard lies in when there is one, else from `image/class/text`); every
+object's box relative and in pixels of the stored image, with its class, difficult and
+truncated flags. `--index` picks a record by position (default 0; negative counts from the
+end), `--filename` the record whose `image/filename` is NAME or ends with `/NAME`. Exit code 0
+when the record is printed, 2 for bad arguments (a missing shard, an index out of range), 1 when
+no record has the file name or the shard is corrupt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import io
+import json
+import os
+import struct
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from PIL import Image
+
+from beam_pipeline.output.readback import (
+    UNLABELLED_NAME,
+    feature_values,
+    file_exists,
+    first_value,
+    open_file,
+    read_build_info,
+    sniff_format,
+)
+from schemas import FEATURES, UNLABELLED, DatasetInfo, is_shard_filename
+from schemas import features as F
+from schemas.example_proto import Example
+from schemas.paths import is_local, join
+from schemas.tfrecord import CorruptRecordError, read_records
+
+_BOX_KEYS = (F.BBOX_XMIN, F.BBOX_YMIN, F.BBOX_XMAX, F.BBOX_YMAX)
+_SCALARS = {f.key for f in FEATURES if f.length == 1}
+
+
+class UsageError(Exception):
+    """Bad arguments: exit code 2."""
+
+
+class NotFoundError(Exception):
+    """No record has the file name asked for: exit code 1."""
+
+
+def _directory(path: str) -> str:
+    if is_local(path):
+        return os.path.dirname(os.path.abspath(path))
+    return path.rsplit("/", 1)[0]
+
+
+def build_info(shard: str) -> DatasetInfo | None:
+    """The metadata of the build a shard lies in, or None when there is none readable."""
+    try:
+        return read_build_info(_directory(shard))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _check_shard(shard: str) -> None:
+    if is_local(shard) and os.path.isdir(shard):
+        info = build_info(join(shard, "x"))
+        names = [s.file for split in (info.splits.values() if info else ()) for s in split.shards]
+        if not names:
+            names = sorted(n for n in os.listdir(shard) if is_shard_filename(n))
+        example = f", e.g. {join(shard, names[0])}" if names else ""
+        raise UsageError(f"{shard} is a directory; name one shard file{example}")
+    if not file_exists(shard):
+        raise UsageError(f"{shard} does not exist")
+
+
+def find_record(
+    shard: str, index: int | None = None, filename: str | None = None
+) -> tuple[int, bytes, int]:
+    """(position, serialised Example, records read) of one record of a shard.
+
+    By position (`index`, default 0; negative counts from the end) or by `image/filename`
+    (equal to `filename` or ending with `/filename`). Raises UsageError for a missing shard or an
+    index out of range, NotFoundError when no record has the name, CorruptRecordError.
+    """
+    _check_shard(shard)
+    count = 0
+    with open_file(shard) as stream:
+        records = read_records(stream)
+        if filename is not None:
+            suffix = "/" + filename
+            for count, record in enumerate(records, start=1):
+                name = first_value(_values(record, shard, count - 1), F.FILENAME, b"")
+                name = name.decode("utf-8", "replace")
+                if name == filename or name.endswith(suffix):
+                    return count - 1, record, count
+            raise NotFoundError(
+                f"no record of {shard} has image/filename {filename} or .../{filename} "
+                f"(searched {count} records)"
+            )
+        index = 0 if index is None else index
+        if index >= 0:
+            for count, record in enumerate(records, start=1):
+                if count - 1 == index:
+                    return index, record, count
+        else:
+            last: collections.deque = collections.deque(maxlen=-index)
+            for record in records:
+                last.append(record)
+                count += 1
+            if len(last) == -index:
+                return count + index, last[0], count
+    span = f" (0..{count - 1}, or -{count}..-1 from the end)" if count else ""
+    raise UsageError(f"--index {index} is out of range: {shard} has {count} records{span}")
+
+
+def _values(record: bytes, shard: str = "", index: int = 0) -> dict[str, list[Any]]:
+    try:
+        example = Example.FromString(record)  # parsed here, so a bad record gets its own error
+    except Exception as error:  # noqa: BLE001 - protobuf raises its own DecodeError
+        raise ValueError(
+            f"{shard} record {index} is not a tf.train.Example ({type(error).__name__})"
+        ) from None
+    return feature_values(example)
+
+
+def float32(value: float) -> float:
+    """The shortest decimal that reads back as the same float32 (0.3, not 0.30000001192...)."""
+    packed = struct.pack("<f", value)
+    for digits in range(1, 10):
+        candidate = float(f"{value:.{digits}g}")
+        if struct.pack("<f", candidate) == packed:
+            return candidate
+    return value
+
+
+def _pixels(value: float) -> float | int:
+    rounded = round(value, 2)
+    return int(rounded) if rounded == int(rounded) else rounded
+
+
+def image_summary(data: bytes) -> dict[str, Any]:
+    """Format (sniffed), byte length, decoded size and mode, SHA-256 of image bytes."""
+    summary: dict[str, Any] = {
+        "format": sniff_format(data) or "unknown",
+        "num_bytes": len(data),
+        "width": None,
+        "height": None,
+        "mode": None,
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.load()
+            summary.update(width=image.width, height=image.height, mode=image.mode)
+    except Exception as error:  # noqa: BLE001 - any decoder failure is reported, not raised
+        summary["error"] = f"{type(error).__name__}: {error}"
+    return summary
+
+
+def describe_record(record: bytes, info: DatasetInfo | None, shard: str = "", index: int = 0):
+    """The record as plain data: features (bytes as text, the image summarised), label, objects.
+
+    Class names come from `info` when given, else from the record's own text features.
+    """
+    values = _values(record, shard, index)
+    features: dict[str, Any] = {}
+    for key in [f.key for f in FEATURES] + sorted(set(values) - {f.key for f in FEATURES}):
+        if key not in values:
+            continue
+        if key == F.ENCODED:
+            features[key] = [image_summary(data) for data in values[key]]
+        elif values[key] and isinstance(values[key][0], bytes):
+            features[key] = [_text(v) for v in values[key]]
+        elif values[key] and isinstance(values[key][0], float):
+            features[key] = [float32(v) for v in values[key]]
+        else:
+            features[key] = values[key]
+    names = info.class_list.names if info else None
+    label = int(first_value(values, F.LABEL, UNLABELLED))
+    label_name = _name(names, label, first_value(features, F.LABEL_TEXT, ""))
+    width = int(first_value(values, F.WIDTH, 0))
+    height = int(first_value(values, F.HEIGHT, 0))
+    objects = []
+    columns = [features.get(key, []) for key in _BOX_KEYS]
+    for i, box in enumerate(zip(*columns, strict=False)):
+        object_label = _at(features, F.OBJECT_LABEL, i, UNLABELLED)
+        text = _at(features, F.OBJECT_TEXT, i, "")
+        objects.append(
+            {
+                "label": object_label,
+                "name": _name(names, object_label, text),
+                "text": text,
+                "box": list(box),
+                "box_pixels": [
+                    _pixels(box[0] * width),
+                    _pixels(box[1] * height),
+                    _pixels(box[2] * width),
+                    _pixels(box[3] * height),
+                ],
+                "difficult": _at(features, F.OBJECT_DIFFICULT, i, None),
+                "truncated": _at(features, F.OBJECT_TRUNCATED, i, None),
+            }
+        )
+    missing = [f.key for f in FEATURES if f.key not in values]
+    return {
+        "features": features,
+        "missing": missing,
+        "label": {"id": label, "name": label_name},
+        "size": [width, height],
+        "objects": objects,
+    }
+
+
+def _text(value: bytes) -> str:
+    return value.decode("utf-8", "backslashreplace")
+
+
+def _at(features: dict[str, list[Any]], key: str, i: int, default: Any) -> Any:
+    column = features.get(key, [])
+    return column[i] if i < len(column) else default
+
+
+def _name(names: Sequence[str] | None, label: int, text: str) -> str:
+    if label == UNLABELLED:
+        return UNLABELLED_NAME
+    if names is not None and 0 <= label < len(names):
+        return names[label]
+    return text or "?"
+
+
+def _where(shard: str, info: DatasetInfo | None) -> tuple[str | None, int | None]:
+    """(split, record count) of a shard according to the build's metadata."""
+    base = shard.rstrip("/").rsplit("/", 1)[-1]
+    for name, split in info.splits.items() if info else ():
+        for entry in split.shards:
+            if entry.file == base:
+                return name, entry.num_examples
+    return None, None
+
+
+def format_text(shard: str, index: int, info: DatasetInfo | None, described: dict) -> list[str]:
+    """The lines `inspect` prints for one described record."""
+    split, num_records = _where(shard, info)
+    of = f" of {num_records}" if num_records is not None else ""
+    in_split = f" in split {split}" if split else ""
+    names_from = "class names from the build" if info else "class names from the record"
+    lines = [f"{shard}: record {index}{of}{in_split} ({names_from})"]
+    features = described["features"]
+    for key, values in features.items():
+        if key == F.ENCODED:
+            text = "; ".join(_image_text(summary) for summary in values)
+        elif key == F.LABEL and values:
+            text = f"{values[0]} ({described['label']['name']})"
+        elif key in _SCALARS and len(values) == 1:
+            text = str(values[0]) if values[0] != "" else '""'
+        else:
+            text = json.dumps(values, ensure_ascii=False)
+        schema = "" if key in {f.key for f in FEATURES} else "  (not in the schema)"
+        lines.append(f"{key}: {text}{schema}")
+    lines += [f"{key}: (missing)" for key in described["missing"]]
+    width, height = described["size"]
+    objects = described["objects"]
+    lines.append(
+        f"objects: {len(objects)} (boxes [xmin, ymin, xmax, ymax], relative, then in pixels of "
+        f"the stored {width}x{height} image)"
+    )
+    for i, obj in enumerate(objects):
+        text = "" if obj["text"] == obj["name"] else f", text {obj['text']!r}"
+        box = ", ".join(map(str, obj["box"]))
+        pixels = ", ".join(map(str, obj["box_pixels"]))
+        lines.append(
+            f"  {i}: {obj['name']} (label {obj['label']}{text}) box [{box}] "
+            f"pixels [{pixels}] difficult {obj['difficult']} truncated {obj['truncated']}"
+        )
+    return lines
+
+
+def _image_text(summary: dict[str, Any]) -> str:
+    text = f"{summary['num_bytes']:,} bytes of {summary['format']}"
+    if "error" in summary:
+        text += f", does not decode ({summary['error']})"
+    else:
+        text += f", {summary['width']}x{summary['height']} {summary['mode']}"
+    return f"{text}, sha256 {summary['sha256']}"
+
+
+def to_json(value: Any, indent: str = "") -> str:
+    """JSON with one line per object key and lists of plain values kept on one line."""
+    if isinstance(value, dict) and value:
+        inner = indent + "  "
+        items = [f"{inner}{json.dumps(k)}: {to_json(v, inner)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + indent + "}"
+    if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+        inner = indent + "  "
+        return "[\n" + ",\n".join(inner + to_json(v, inner) for v in value) + "\n" + indent + "]"
+    return json.dumps(value, ensure_ascii=False)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m beam_pipeline inspect", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("shard", metavar="SHARD", help="A .tfrecord file (local or gs://).")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--index", type=int, help="The record's position (default 0; -1 is the last)."
+    )
+    which.add_argument(
+        "--filename", metavar="NAME", help="The record whose image/filename is NAME or ends /NAME."
+    )
+    parser.add_argument("--json", action="store_true", help="Print one JSON object.")
+    args = parser.parse_args(argv)
+    try:
+        index, record, _ = find_record(args.shard, args.index, args.filename)
+        info = build_info(args.shard)
+        described = describe_record(record, info, args.shard, index)
+    except UsageError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except NotFoundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except CorruptRecordError as error:
+        print(f"error: {args.shard} is corrupt: {error}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    if args.json:
+        split, num_records = _where(args.shard, info)
+        payload = {
+            "shard": args.shard,
+            "index": index,
+            "split": split,
+            "num_records": num_records,
+            "class_names_from": "build" if info else "record",
+            **described,
+        }
+        print(to_json(payload))
+    else:
+        print("\n".join(format_text(args.shard, index, info, described)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,184 @@
+"""`stats`: a committed build's numbers, from its metadata alone (instant at any size).
+
+    python -m beam_pipeline stats OUTPUT [--json]
+
+Per split: examples, shards, bytes; class counts (min, median, max over the real classes, the
+imbalance ratio max/min, background apart); stored image widths and heights (min, median, max);
+objects per image; rejections by reason (from `rejected.jsonl`). Builds before schema 1.2 did
+not record sizes and objects: those lines say so. Exit 0, or 2 when OUTPUT holds no build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from schemas import DatasetInfo, SplitInfo
+from schemas.classes import BACKGROUND
+
+
+def _median(histogram: Mapping[int, int]) -> float:
+    """The median of values given as {value: count}."""
+    total = sum(histogram.values())
+    ordered = sorted(histogram.items())
+
+    def nth(n):
+        seen = 0
+        for value, count in ordered:
+            seen += count
+            if seen > n:
+                return value
+        raise IndexError(n)
+
+    return (nth((total - 1) // 2) + nth(total // 2)) / 2
+
+
+def _spread(histogram: Mapping[int, int]) -> dict[str, float] | None:
+    if not histogram:
+        return None
+    return {"min": min(histogram), "median": _median(histogram), "max": max(histogram)}
+
+
+def split_stats(info: DatasetInfo, split: SplitInfo, rejected: Mapping[str, int]) -> dict:
+    """One split's numbers, as `stats --json` prints them."""
+    names = info.class_list.names
+    real = list(split.class_counts[: info.num_classes])
+    classes = None
+    if split.labelled and real:
+        low, high = min(real), max(real)
+        classes = {
+            "min": low,
+            "median": statistics.median(real),
+            "max": high,
+            "imbalance": (high / low) if low else None,
+            "empty": [names[i] for i, count in enumerate(real) if count == 0],
+            BACKGROUND: split.class_counts[info.background_index],
+            "rarest": _ranked(names, real, reverse=False),
+            "commonest": _ranked(names, real, reverse=True),
+        }
+    objects = dict(split.objects_per_image)
+    return {
+        "examples": split.num_examples,
+        "discovered": split.num_discovered,
+        "rejected": split.num_rejected,
+        "shards": split.num_shards,
+        "bytes": sum(shard.num_bytes for shard in split.shards),
+        "labelled": split.labelled,
+        "label_sources": dict(split.label_sources),
+        "classes": classes,
+        "image_width": _spread(split.image_widths),
+        "image_height": _spread(split.image_heights),
+        "objects_per_image": {str(k): v for k, v in sorted(objects.items())} or None,
+        "objects_mean": (
+            sum(k * v for k, v in objects.items()) / sum(objects.values()) if objects else None
+        ),
+        "rejections": dict(sorted(rejected.items(), key=lambda kv: (-kv[1], kv[0]))),
+    }
+
+
+def _ranked(names, counts, reverse: bool, n: int = 5) -> list[list]:
+    order = sorted(range(len(counts)), key=lambda i: ((-counts[i] if reverse else counts[i]), i))
+    return [[names[i], counts[i]] for i in order[:n]]
+
+
+def build_stats(output_dir: str) -> dict[str, Any]:
+    """Every split's numbers; raises FileNotFoundError when `output_dir` holds no build."""
+    from beam_pipeline.output.readback import read_build_info
+    from beam_pipeline.tools.build import rejections_by_split
+
+    info = read_build_info(output_dir)
+    rejected = rejections_by_split(output_dir) if info.failures else {}
+    return {
+        "output_dir": output_dir,
+        "schema_version": info.schema_version,
+        "num_classes": info.num_classes,
+        "splits": {
+            name: split_stats(info, split, rejected.get(name, {}))
+            for name, split in sorted(info.splits.items())
+        },
+    }
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
+
+
+def format_stats(stats: dict[str, Any]) -> str:
+    from beam_pipeline.console.build_console import human_bytes, plural
+
+    lines = [
+        f"{stats['output_dir']}: {plural(stats['num_classes'], 'class')} + background, schema "
+        f"{stats['schema_version']}"
+    ]
+    not_recorded = "not recorded (built before schema 1.2; rebuild to record it)"
+    for name, split in stats["splits"].items():
+        lines += [
+            "",
+            f"{name}: {plural(split['examples'], 'example')} in "
+            f"{plural(split['shards'], 'shard')}, {human_bytes(split['bytes'])} "
+            f"({split['discovered']:,} found, "
+            f"{split['rejected']:,} rejected)",
+        ]
+        classes = split["classes"]
+        if classes is None:
+            lines.append("  classes: none (unlabelled split: every label is -1)")
+        else:
+            imbalance = (
+                f"{classes['imbalance']:.2f}"
+                if classes["imbalance"] is not None
+                else f"infinite ({plural(len(classes['empty']), 'class')} without examples)"
+            )
+            lines.append(
+                f"  examples per class: min {classes['min']:,}, median "
+                f"{_number(classes['median'])}, max {classes['max']:,}; imbalance (max/min) "
+                f"{imbalance}; {BACKGROUND} {classes[BACKGROUND]:,}"
+            )
+            lines.append("  rarest: " + ", ".join(f"{n} {c:,}" for n, c in classes["rarest"]))
+            lines.append("  commonest: " + ", ".join(f"{n} {c:,}" for n, c in classes["commonest"]))
+        for key, label in (("image_width", "width"), ("image_height", "height")):
+            spread = split[key]
+            lines.append(
+                f"  image {label}: "
+                + (
+                    f"min {spread['min']:,}, median {_number(spread['median'])}, "
+                    f"max {spread['max']:,} px"
+                    if spread
+                    else not_recorded
+                )
+            )
+        objects = split["objects_per_image"]
+        if objects:
+            shown = ", ".join(f"{k}: {v:,}" for k, v in objects.items())
+            lines.append(f"  objects per image (mean {split['objects_mean']:.2f}): {shown}")
+        else:
+            lines.append(f"  objects per image: {not_recorded}")
+        rejections = split["rejections"]
+        if rejections:
+            lines.append("  rejections: " + ", ".join(f"{r} {c:,}" for r, c in rejections.items()))
+        else:
+            lines.append("  rejections: none")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m beam_pipeline stats", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("output_dir")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    try:
+        stats = build_stats(args.output_dir)
+    except (FileNotFoundError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(stats, indent=1, ensure_ascii=False) if args.json else format_stats(stats))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,450 @@
+"""Re-read a committed build and check every byte of it against its metadata.
+
+    python -m beam_pipeline verify OUT [--workers 2] [--no_decode]
+
+For every shard in `build_info.json`: the file exists; each record's framing and CRC32C are
+valid; each record is an Example with every schema key, of the right kind and length, whose
+one-hot agrees with its label, class text with the metadata and boxes lie in [0, 1]; each image
+decodes as RGB at its recorded size, in Pillow and in libjpeg-turbo strictly (what a build
+stores); the record count, byte count and SHA-256 match the metadata. Every bad record is named
+(shard, record index), with a count per shard. The metadata must agree with itself
+(`check_metadata`), the directory must hold no shard of a split that it does not list, and
+`rejected.jsonl` must account for the rejections it counts; TFDS's files must say what
+`build_info.json` says (a schema 1.x build has none: `upgrade` writes them). Exit 0 when all
+checks, 1 when something does not (a damaged `build_info.json` too), 2 without a committed build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import concurrent.futures
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from PIL import Image
+
+from beam_pipeline.console.build_console import human_bytes, plural
+from beam_pipeline.core.jpegdata import check_jpeg_data
+from beam_pipeline.core.rejections import InputError, read_dead_letter
+from beam_pipeline.output.directory import STAGING_DIR, list_shard_files
+from beam_pipeline.output.readback import read_build_info
+from schemas import (
+    BUILD_INFO_FILE,
+    DEAD_LETTER_FILE,
+    FEATURES,
+    LABELS_FILE,
+    LEGACY_INFO_FILE,
+    SCHEMA_VERSION,
+    SHARD_SUFFIX,
+    UNLABELLED,
+    DamagedBuildError,
+    DatasetInfo,
+    ShardInfo,
+    is_shard_filename,
+    shard_filename,
+)
+from schemas import features as F
+from schemas.classes import BACKGROUND
+from schemas.example_proto import Example
+from schemas.label_map import LABEL_MAP_FILE, label_map_text
+from schemas.paths import join
+from schemas.tfds_metadata import tfds_files
+from schemas.tfrecord import CorruptRecordError, read_records
+
+_OBJECT_KEYS = [f.key for f in FEATURES if f.length is None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a shard; `record` is None for whole-file problems."""
+
+    file: str
+    record: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = self.file if self.record is None else f"{self.file} record {self.record}"
+        return f"{where}: {self.message}"
+
+
+class _HashingReader:
+    """A read-only stream that hashes and counts what passes through it."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.digest = hashlib.sha256()
+        self.num_bytes = 0
+
+    def read(self, size: int) -> bytes:
+        data = self._stream.read(size)
+        self.digest.update(data)
+        self.num_bytes += len(data)
+        return data
+
+
+def check_example(
+    record: bytes,
+    num_classes: int,
+    decode: bool = True,
+    labelled: bool = True,
+    schema_version: str = SCHEMA_VERSION,
+    classes: Sequence[str] = (),
+) -> str | None:
+    """What is wrong with one serialised Example (of a labelled split or not), or None.
+
+    Keys newer than the build's `schema_version` are not required. With the build's `classes`,
+    the label's class text must be the class the metadata names (`background` for the
+    background index, empty when unlabelled).
+    """
+    try:
+        example = Example.FromString(record)
+    except Exception as error:  # noqa: BLE001 - protobuf raises its own DecodeError
+        return f"not a tf.train.Example ({type(error).__name__})"
+    features = example.features.feature
+    values = {}
+    for spec in FEATURES:
+        if not spec.in_schema(schema_version):
+            continue
+        if spec.key not in features:
+            return f"missing feature {spec.key}"
+        kind = features[spec.key].WhichOneof("kind")
+        if kind != spec.proto_kind:
+            return f"{spec.key} is {kind}, expected {spec.proto_kind}"
+        values[spec.key] = list(getattr(features[spec.key], kind).value)
+        length = spec.num_values(num_classes)
+        if length is not None and len(values[spec.key]) != length:
+            return f"{spec.key} has {len(values[spec.key])} values, expected {length}"
+    label = values[F.LABEL][0]
+    one_hot = values[F.ONE_HOT]
+    if not labelled:
+        if label != UNLABELLED or any(one_hot):
+            return f"label {label} in an unlabelled split (expected {UNLABELLED}, one-hot all 0)"
+    elif not 0 <= label <= num_classes:
+        return f"label {label} outside [0, {num_classes}]"
+    elif sum(one_hot) != 1 or one_hot[label] != 1:
+        return f"one-hot does not encode label {label}"
+    lengths = {len(values[key]) for key in _OBJECT_KEYS}
+    if len(lengths) != 1:
+        return "per-object lists have different lengths"
+    boxes = zip(
+        *(values[k] for k in (F.BBOX_XMIN, F.BBOX_YMIN, F.BBOX_XMAX, F.BBOX_YMAX)), strict=True
+    )
+    for i, (xmin, ymin, xmax, ymax) in enumerate(boxes):
+        if not (0.0 <= xmin <= xmax <= 1.0 and 0.0 <= ymin <= ymax <= 1.0):
+            return f"object {i} box {(xmin, ymin, xmax, ymax)} is not inside [0, 1]"
+    if any(not 0 <= c < num_classes for c in values[F.OBJECT_LABEL]):
+        return "an object label is outside the vocabulary"
+    if classes:
+        name = (
+            "" if label == UNLABELLED else (classes[label] if label < num_classes else BACKGROUND)
+        )
+        expected = name.encode("utf-8")
+        if values[F.LABEL_TEXT] != [expected]:
+            return (
+                f"{F.LABEL_TEXT} is {values[F.LABEL_TEXT][0]!r}, but label {label} is "
+                f"{expected!r} in the build's metadata"
+            )
+    if values[F.FORMAT] != [F.IMAGE_FORMAT.encode()] or values[F.CHANNELS] != [F.IMAGE_CHANNELS]:
+        return f"format {values[F.FORMAT]} / channels {values[F.CHANNELS]} is not 3-channel JPEG"
+    if decode:
+        problem = _check_image(values[F.ENCODED][0], values[F.WIDTH][0], values[F.HEIGHT][0])
+        if problem:
+            return problem
+    if F.KEY_SHA256 in values:
+        digest = hashlib.sha256(values[F.ENCODED][0]).hexdigest().encode("ascii")
+        if values[F.KEY_SHA256] != [digest]:
+            return f"{F.KEY_SHA256} is not the SHA-256 of the image bytes"
+    return None
+
+
+def _check_image(data: bytes, width: int, height: int) -> str | None:
+    try:
+        with Image.open(io.BytesIO(data), formats=["JPEG"]) as image:
+            image.load()
+            size, mode = image.size, image.mode
+    except Exception as error:  # noqa: BLE001 - any decoder failure means the image is bad
+        return f"image does not decode ({type(error).__name__}: {error})"
+    if mode != "RGB":
+        return f"image is {mode}, not RGB"
+    if size != (width, height):
+        return f"image is {size[0]}x{size[1]}, the record says {width}x{height}"
+    try:
+        check_jpeg_data(data, mode, size)  # strictly: TensorFlow fails on much of what it refuses
+    except InputError as error:
+        return f"image data is damaged ({error.detail}); rebuild, or drop the record"
+    return None
+
+
+def verify_shard(
+    data_dir: str,
+    shard: ShardInfo,
+    num_classes: int,
+    decode: bool = True,
+    labelled: bool = True,
+    schema_version: str = SCHEMA_VERSION,
+    classes: Sequence[str] = (),
+) -> list[Problem]:
+    """Checks one shard; returns every problem found in it, in record order."""
+    path = join(data_dir, shard.file)
+    if not FileSystems.exists(path):
+        return [Problem(shard.file, None, "missing")]
+    count, problems = 0, []
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+        reader = _HashingReader(stream)
+        try:
+            for count, record in enumerate(read_records(reader), start=1):
+                problem = check_example(
+                    record, num_classes, decode, labelled, schema_version, classes
+                )
+                if problem:
+                    problems.append(Problem(shard.file, count - 1, problem))
+        except CorruptRecordError as error:
+            message = f"{error.problem} (byte {error.offset}); the records after it cannot be read"
+            return [*problems, Problem(shard.file, error.index, message)]
+    if count != shard.num_examples:
+        whole = f"{count} records, the build's metadata says {shard.num_examples}"
+    elif reader.num_bytes != shard.num_bytes:
+        whole = f"{reader.num_bytes} bytes, expected {shard.num_bytes}"
+    elif reader.digest.hexdigest() != shard.sha256:
+        whole = "SHA-256 differs from the build's metadata"
+    else:
+        return problems
+    return [*problems, Problem(shard.file, None, whole)]
+
+
+def verify(data_dir: str, workers: int = 1, decode: bool = True) -> tuple[int, list[Problem]]:
+    """Checks every shard of every split; returns (shards checked, problems in shard order)."""
+    info = read_build_info(data_dir)
+    shards = [
+        (shard, split.labelled)
+        for _, split in sorted(info.splits.items())
+        for shard in split.shards
+    ]
+    args = [
+        (data_dir, shard, info.num_classes, decode, labelled, info.schema_version, info.classes)
+        for shard, labelled in shards
+    ]
+    if workers > 1:
+        with concurrent.futures.ProcessPoolExecutor(workers) as pool:
+            results = list(pool.map(verify_shard, *zip(*args, strict=True)))
+    else:
+        results = [verify_shard(*a) for a in args]
+    has_build_info = FileSystems.exists(join(data_dir, BUILD_INFO_FILE))
+    metadata = BUILD_INFO_FILE if has_build_info else LEGACY_INFO_FILE  # a schema 1.x build
+    problems = check_metadata(info, metadata)
+    problems += [problem for found in results for problem in found]
+    problems += check_stray_shards(data_dir, info, metadata)
+    problems += check_rejections(data_dir, info, metadata)
+    problems += check_class_files(data_dir, info)
+    if has_build_info:
+        problems += check_tfds_metadata(data_dir, info)
+    return len(shards), problems
+
+
+def check_class_files(data_dir: str, info: DatasetInfo) -> list[Problem]:
+    """Problems with `labels.txt` (line i: class i) and the Object Detection API's label map:
+    missing (`labels.txt`; the label map came later, `upgrade` adds it), or not the classes of
+    the build's metadata (two classes swapped, a name edited: a reader of the file would name
+    labels wrongly)."""
+    expected = {
+        LABELS_FILE: "".join(name + "\n" for name in info.classes),
+        LABEL_MAP_FILE: label_map_text(info.classes, info.display_names),
+    }
+    fixes = {
+        LABELS_FILE: "write it again from the metadata's class list, one class a line",
+        LABEL_MAP_FILE: f"delete it and run python -m beam_pipeline upgrade {data_dir}",
+    }
+    problems = []
+    for name, text in expected.items():
+        path = join(data_dir, name)
+        if not FileSystems.exists(path):
+            if name == LABELS_FILE:
+                problems.append(Problem(name, None, f"missing; {fixes[name]}"))
+            continue
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+            found = stream.read().decode("utf-8", errors="replace")
+        if found != text:
+            problems.append(
+                Problem(
+                    name,
+                    None,
+                    f"disagrees with the build's metadata on the classes (a reader of it would "
+                    f"name labels wrongly); {fixes[name]}",
+                )
+            )
+    return problems
+
+
+def check_metadata(info: DatasetInfo, name: str = BUILD_INFO_FILE) -> list[Problem]:
+    """The metadata's own sums: each split lists shards 0..n-1 of n, once each; its shards'
+    examples add up to its count; discovered = written + rejected; its class counts add up."""
+    problems = []
+    for split_name, split in sorted(info.splits.items()):
+        messages = []
+        n = len(split.shards)
+        expected = [shard_filename(split_name, i, n) for i in range(n)]
+        listed = [shard.file for shard in split.shards]
+        if listed != expected:
+            missing = sorted(set(expected) - set(listed))
+            messages.append(
+                f"lists {n} shards but not as {split_name}-00000-of-{n:05d} to "
+                f"-{n - 1:05d} (missing {missing[:3]}, listed {listed[:3]}...)"
+                if missing
+                else f"lists its {n} shards out of order or twice"
+            )
+        written = sum(shard.num_examples for shard in split.shards)
+        if written != split.num_examples:
+            messages.append(
+                f"its shards hold {written} examples, num_examples says {split.num_examples}"
+            )
+        if split.num_discovered != split.num_examples + split.num_rejected:
+            messages.append(
+                f"num_discovered {split.num_discovered} != num_examples {split.num_examples} + "
+                f"num_rejected {split.num_rejected}"
+            )
+        counted = sum(split.class_counts)
+        if split.labelled and split.class_counts and counted != split.num_examples:
+            messages.append(
+                f"class_counts add up to {counted}, num_examples is {split.num_examples}"
+            )
+        problems += [Problem(name, None, f"split {split_name!r}: {m}") for m in messages]
+    return problems
+
+
+def check_stray_shards(
+    data_dir: str, info: DatasetInfo, metadata: str = BUILD_INFO_FILE
+) -> list[Problem]:
+    """Shard-named files of a split that the metadata does not list: a glob such as
+    `train-*.tfrecord` (the readers of "Reading the records elsewhere") would read them."""
+    listed = {shard.file for split in info.splits.values() for shard in split.shards}
+    (found,) = FileSystems.match([join(data_dir, f"*{SHARD_SUFFIX}")])
+    names = sorted(m.path.rsplit("/", 1)[-1] for m in found.metadata_list)
+    return [
+        Problem(
+            name,
+            None,
+            f"not a shard of this build ({metadata} does not list it), but a glob "
+            f"such as {name.rsplit('-', 3)[0]}-*{SHARD_SUFFIX} reads it: delete it",
+        )
+        for name in names
+        if name not in listed and is_shard_filename(name) and name.rsplit("-", 3)[0] in info.splits
+    ]
+
+
+def check_rejections(
+    data_dir: str, info: DatasetInfo, metadata: str = BUILD_INFO_FILE
+) -> list[Problem]:
+    """`rejected.jsonl` against the metadata: per split, its image lines are `num_rejected`,
+    and its reasons are `failures`."""
+    path = join(data_dir, DEAD_LETTER_FILE)
+    if not FileSystems.exists(path):
+        return [Problem(DEAD_LETTER_FILE, None, "missing: the account of rejected files is lost")]
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+        text = stream.read().decode("utf-8", errors="replace")
+    try:
+        lines = read_dead_letter(text)
+    except ValueError as error:
+        return [Problem(DEAD_LETTER_FILE, None, f"not the lines a build writes ({error})")]
+    images = collections.Counter(line["split"] for line in lines if line["is_image"])
+    reasons = collections.Counter(line["reason"] for line in lines)
+    problems = []
+    for name, split in sorted(info.splits.items()):
+        if images.get(name, 0) != split.num_rejected:
+            problems.append(
+                Problem(
+                    DEAD_LETTER_FILE,
+                    None,
+                    f"names {plural(images.get(name, 0), 'rejected image')} of split "
+                    f"{name!r}, {metadata} counts {split.num_rejected}",
+                )
+            )
+    if dict(reasons) != dict(info.failures):
+        problems.append(
+            Problem(
+                DEAD_LETTER_FILE,
+                None,
+                f"its reasons {dict(sorted(reasons.items()))} are not {metadata}'s "
+                f"failures {dict(sorted(info.failures.items()))}",
+            )
+        )
+    return problems
+
+
+def check_tfds_metadata(data_dir: str, info: DatasetInfo) -> list[Problem]:
+    """Problems with TFDS's files beside the shards: missing, or not what `info` says."""
+    fix = f"python -m beam_pipeline upgrade {data_dir} rewrites it"
+    problems = []
+    for name, expected in tfds_files(info).items():
+        path = join(data_dir, name)
+        if not FileSystems.exists(path):
+            problems.append(Problem(name, None, f"missing, so TFDS cannot read the build; {fix}"))
+            continue
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+            found = stream.read().decode("utf-8", errors="replace")
+        if _tfds_content(name, found) != _tfds_content(name, expected):
+            problems.append(Problem(name, None, f"disagrees with {BUILD_INFO_FILE}; {fix}"))
+    return problems
+
+
+def _tfds_content(name: str, text: str) -> object:
+    if not name.endswith(".json"):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m beam_pipeline verify", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("data_dir")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--no_decode", action="store_true", help="Skip decoding the images.")
+    args = parser.parse_args(argv)
+    try:
+        num_shards, problems = verify(args.data_dir, args.workers, not args.no_decode)
+    except DamagedBuildError as error:
+        print(f"FAIL {error}")
+        return 1
+    except (FileNotFoundError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    for problem in problems:
+        print(f"FAIL {problem}")
+    if problems:
+        per_file = collections.Counter(problem.file for problem in problems)
+        if len(problems) > len(per_file):
+            for name, count in sorted(per_file.items()):
+                print(f"  {name}: {plural(count, 'problem')}")
+        print(
+            f"{plural(len(problems), 'problem')} in {plural(len(per_file), 'file')} "
+            f"({num_shards} shards checked)"
+        )
+        return 1
+    print(f"OK: {plural(num_shards, 'shard')} verified")
+    if not FileSystems.exists(join(args.data_dir, BUILD_INFO_FILE)):
+        print(
+            f"note: a build of schema 1.x, whose metadata TFDS cannot read; "
+            f"python -m beam_pipeline upgrade {args.data_dir} adds TFDS's files (shards untouched)"
+        )
+    if staged := list_shard_files(args.data_dir, staged=True):
+        print(
+            f"note: {join(args.data_dir, STAGING_DIR)} holds {plural(len(staged), 'shard')} "
+            f"({human_bytes(sum(staged.values()))}) of a rebuild that stopped; rerun its command "
+            "with --overwrite --resume to finish it, or delete the folder"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

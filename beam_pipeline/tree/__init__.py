@@ -1,0 +1,1 @@
+"""The tree walk: listing the input tree, detecting its layout, planning and pairing its files."""
