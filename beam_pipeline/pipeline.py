@@ -30,8 +30,9 @@ from apache_beam.options.pipeline_options import (
 
 from beam_pipeline.console import watch
 from beam_pipeline.core.labels import Vocabulary, parse_display_names, parse_labels_file
-from beam_pipeline.options import BuildConfig, beam_argv
+from beam_pipeline.options import BuildConfig
 from beam_pipeline.output.directory import prepare_output, unlock_output
+from beam_pipeline.runners.beam_flags import beam_argv
 from beam_pipeline.runners.beam_version import check_beam_version
 from beam_pipeline.runners.dataflow import (
     absolute_path,
@@ -55,7 +56,7 @@ from beam_pipeline.stages.labelling import (
     misplaced_annotations,
 )
 from beam_pipeline.stages.writing import AssignShards, WriteShards
-from beam_pipeline.tree import layouts
+from beam_pipeline.tree import layouts, planner
 from beam_pipeline.tree.fileio import (
     classes_without_images,
     has_files,
@@ -106,7 +107,7 @@ def prepare(config: BuildConfig) -> Prepared:
             "directory outside them"
         )
     logger.info("Layout %s in %s", layout, root)
-    plan = layouts.plan_discovery(
+    plan = planner.plan_discovery(
         root,
         layout,
         config.splits,
@@ -126,7 +127,7 @@ def prepare(config: BuildConfig) -> Prepared:
             Vocabulary(classes)
         except ValueError as error:
             raise ValueError(f"--labels_file {config.labels_file}: {error}") from None
-    elif layouts.vocabulary_split(plan.splits) is None:
+    elif planner.vocabulary_split(plan.splits) is None:
         either = "train (or trainval)" if plan.layout == layouts.VOC else "train"
         raise ValueError(
             f"without the {either} split the vocabulary is unknown: pass --labels_file"
@@ -215,7 +216,7 @@ def build_index(pipeline: beam.Pipeline, prepared: Prepared) -> Index:
         vocabulary = pipeline | "Vocabulary" >> beam.Create([Vocabulary(prepared.classes)])
     else:
         vocabulary = parsed | "BuildVocabulary" >> BuildVocabulary(
-            layouts.vocabulary_split(plan.splits)
+            planner.vocabulary_split(plan.splits)
         )
     split_kinds = entries | "ClassifySplits" >> ClassifySplits(layouts.has_negatives(plan.layout))
     misplaced = found_rejected | "MisplacedAnnotations" >> beam.FlatMap(
@@ -250,7 +251,7 @@ def finalize_spec(prepared: Prepared) -> FinalizeSpec:
         vocabulary_source=(
             f"--labels_file {config.labels_file}"
             if config.labels_file
-            else f"the classes seen in the {layouts.vocabulary_split(plan.splits)} split; "
+            else f"the classes seen in the {planner.vocabulary_split(plan.splits)} split; "
             "--labels_file names them"
         ),
     )

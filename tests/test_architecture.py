@@ -1,7 +1,8 @@
-"""The import graph the design relies on, read from the source with `ast`.
+"""The layering the design relies on, read from the source with `ast` (docs/architecture.md).
 
-The pipeline's stage modules are siblings: none imports another, and only the pipeline (and its
-entry points) imports them; everything they share lives below them. `schemas` is the contract
+Each sub-package of `beam_pipeline` is a layer and may import only the layers below it; the pure
+core touches neither Beam nor files; the stage modules are siblings; only `runners/` reaches
+into a runner's internals; the tools never import the build command; `schemas` is the contract
 and imports neither half; the loader never imports the builder (training hosts need no Beam).
 """
 
@@ -12,9 +13,33 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ("beam_pipeline", "schemas", "loaders")
-STAGES = {f"beam_pipeline.{name}" for name in ("discovery", "labelling", "writing", "finalize")}
-# `plan` runs the stages' own functions in one process, so it sits above them with the pipeline.
-ABOVE_STAGES = {"beam_pipeline.pipeline", "beam_pipeline.tools.build", "beam_pipeline.tools.plan"}
+
+# The units of the builder (its sub-packages and top-level modules) and what each may import,
+# besides itself and `schemas`. Lowest first.
+LAYERS = {
+    "core": set(),
+    "failures": set(),
+    "interrupts": {"failures"},
+    "tree": {"core"},
+    "output": {"core", "tree", "failures", "interrupts"},
+    "console": {"core", "tree"},
+    "stages": {"core", "tree", "output", "console", "failures", "interrupts"},
+    "options": {"core", "tree", "console"},
+    "runners": {"core", "tree", "options", "failures", "interrupts"},
+    "pipeline": {"core", "tree", "output", "console", "stages", "options", "runners", "failures"},
+    "tools": {
+        *("core", "tree", "output", "console", "stages", "options", "runners", "pipeline"),
+        *("failures", "interrupts"),
+    },
+    "__main__": {"tools"},
+    "__init__": set(),
+}
+STAGES = {
+    f"beam_pipeline.stages.{name}" for name in ("discovery", "labelling", "writing", "finalize")
+}
+BUILD_COMMAND = "beam_pipeline.tools.build"
+# Modules and calls that touch the file system: the pure core has none of them.
+FILE_SYSTEM_MODULES = {"os", "pathlib", "shutil", "tempfile", "glob", "fcntl", "apache_beam"}
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -22,8 +47,16 @@ def _module_name(path: pathlib.Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: pathlib.Path) -> set[str]:
-    """The project modules `path` imports (`from pkg import module` counts as the module)."""
+def _unit(module: str) -> str:
+    """The layer of a builder module: `beam_pipeline.tree.listing` → `tree`."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "__init__"
+    return parts[1]
+
+
+def _all_imports(path: pathlib.Path) -> set[str]:
+    """Every module `path` imports, at any depth (`from pkg import module` counts the module)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
@@ -34,18 +67,49 @@ def _imports(path: pathlib.Path) -> set[str]:
                 candidate = f"{node.module}.{alias.name}"
                 if (ROOT / (candidate.replace(".", "/") + ".py")).exists():
                     found.add(candidate)
-    return {name for name in found if name.split(".")[0] in PACKAGES}
+    return found
 
 
+SOURCES = sorted(path for package in PACKAGES for path in (ROOT / package).rglob("*.py"))
+PATHS = {_module_name(path): path for path in SOURCES}
+ALL_IMPORTS = {_module_name(path): _all_imports(path) for path in SOURCES}
 GRAPH = {
-    _module_name(path): _imports(path) - {_module_name(path)}
-    for package in PACKAGES
-    for path in sorted((ROOT / package).glob("*.py"))
+    module: {name for name in imports if name.split(".")[0] in PACKAGES} - {module}
+    for module, imports in ALL_IMPORTS.items()
 }
+BUILDER = sorted(module for module in GRAPH if module.startswith("beam_pipeline"))
+
+
+def test_every_builder_module_is_in_a_layer():
+    assert {_unit(module) for module in BUILDER} <= set(LAYERS)
 
 
 def test_the_stage_modules_exist():
     assert set(GRAPH) >= STAGES
+
+
+@pytest.mark.parametrize("module", BUILDER)
+def test_a_builder_module_imports_only_the_layers_below_it(module):
+    unit = _unit(module)
+    allowed = LAYERS[unit] | {unit}
+    wrong = sorted(
+        name
+        for name in GRAPH[module]
+        if name.startswith("beam_pipeline.") and _unit(name) not in allowed
+    )
+    assert wrong == [], f"{module} ({unit}) imports {wrong}"
+
+
+@pytest.mark.parametrize("module", [m for m in BUILDER if _unit(m) == "core"])
+def test_the_pure_core_imports_no_beam_and_touches_no_file_system(module):
+    assert not {name.split(".")[0] for name in ALL_IMPORTS[module]} & FILE_SYSTEM_MODULES
+    path = PATHS[module]
+    calls = [
+        node.lineno
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "open"
+    ]
+    assert calls == [], f"{module} calls open() at lines {calls}"
 
 
 @pytest.mark.parametrize("stage", sorted(STAGES))
@@ -53,9 +117,30 @@ def test_a_stage_module_imports_no_other_stage(stage):
     assert GRAPH[stage] & STAGES == set()
 
 
-def test_only_the_pipeline_and_its_entry_points_import_the_stages():
+def test_only_the_pipeline_and_the_plan_import_the_stages():
     importers = {module for module, imports in GRAPH.items() if imports & STAGES}
-    assert importers <= ABOVE_STAGES
+    assert importers <= {"beam_pipeline.pipeline", "beam_pipeline.tools.plan"}
+
+
+def test_no_module_imports_the_build_command():
+    # The dispatcher (`tools.commands`) runs it by name; nothing else may depend on it.
+    assert [module for module, imports in GRAPH.items() if BUILD_COMMAND in imports] == []
+
+
+@pytest.mark.parametrize("module", BUILDER + [m for m in GRAPH if m.startswith("loaders")])
+def test_only_the_runners_reach_into_a_runner(module):
+    if module.startswith("beam_pipeline.runners"):
+        return
+    path = PATHS[module]
+    private = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("apache_beam"):
+            private += [alias.name for alias in node.names if alias.name.startswith("_")]
+            if node.module.startswith("apache_beam.runners"):
+                private.append(node.module)
+        if isinstance(node, ast.Import):
+            private += [a.name for a in node.names if a.name.startswith("apache_beam.runners")]
+    assert private == [], f"{module} uses {private}"
 
 
 def test_the_contract_imports_neither_half_and_the_loader_not_the_builder():
@@ -95,3 +180,31 @@ def test_tests_and_benchmarks_import_no_private_names():
                     if alias.name.startswith("_")
                 ]
     assert private == []
+
+
+@pytest.mark.parametrize(
+    "folder",
+    [
+        "beam_pipeline",
+        *sorted(p.name for p in (ROOT / "beam_pipeline").iterdir() if (p / "__init__.py").exists()),
+    ]
+    + ["schemas", "loaders"],
+)
+def test_a_folder_holds_at_most_15_modules(folder):
+    path = ROOT / folder if folder in PACKAGES else ROOT / "beam_pipeline" / folder
+    assert len(list(path.glob("*.py"))) <= 15
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_modules_and_functions_stay_short(path):
+    """At most 460 lines a module and 60 a function (docstring included): a long one is split
+    where its concerns part."""
+    text = path.read_text(encoding="utf-8")
+    assert text.count("\n") <= 460
+    long = [
+        f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno + 1 > 60
+    ]
+    assert long == []

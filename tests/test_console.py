@@ -19,14 +19,14 @@ import pytest
 from helpers import failure_line, ilsvrc_image, jpeg_bytes, summary_rows, write
 
 from beam_pipeline import failures, pipeline
-from beam_pipeline.console import build_console as console
 from beam_pipeline.console import watch
-from beam_pipeline.console.build_console import (
-    BuildConsole,
+from beam_pipeline.console.build_console import BuildConsole
+from beam_pipeline.console.summary import (
     human_bytes,
     label_summary,
     plural,
     shared_note,
+    unannotated_note,
 )
 from beam_pipeline.core.annotations import voc_xml
 from beam_pipeline.runners import machine
@@ -491,9 +491,9 @@ def test_shards_left_empty_by_rejected_images_are_named(tmp_path, capsys):
 
 def test_an_unlabelled_split_is_told_the_fix_of_its_layout():
     # DET was told to move its images into synset folders, which label only CLS-LOC.
-    det = console.unannotated_note("validation", "/t/Annotations/DET/val", "ilsvrc_det")
+    det = unannotated_note("validation", "/t/Annotations/DET/val", "ilsvrc_det")
     assert det.endswith("its examples get label -1; put its XML there to label it")
-    cls = console.unannotated_note("validation", "/t/Annotations/CLS-LOC/val", "ilsvrc_cls_loc")
+    cls = unannotated_note("validation", "/t/Annotations/CLS-LOC/val", "ilsvrc_cls_loc")
     assert cls.endswith("put its XML there (or its images into synset folders) to label it")
 
 

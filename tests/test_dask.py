@@ -15,8 +15,8 @@ from dask.utils import key_split
 from helpers import build, dead_letters, ilsvrc_image, jpeg_bytes, write
 from test_console import run_cli
 
-from beam_pipeline import failures, options, pipeline
-from beam_pipeline.runners import dask_runner, machine
+from beam_pipeline import failures, pipeline
+from beam_pipeline.runners import beam_flags, dask_runner, machine
 from beam_pipeline.tools import build as build_tool
 from beam_pipeline.tools import sample_tree
 from schemas import BUILD_INFO_FILE
@@ -115,7 +115,7 @@ def test_side_inputs_and_tagged_outputs_reach_the_right_consumers(cluster):
         yield n if n % 2 == 0 else beam.pvalue.TaggedOutput("odd", n)
 
     argv = dask_flags(cluster)
-    argv[1] = options.resolve_runner(argv[1])
+    argv[1] = beam_flags.resolve_runner(argv[1])
     with beam.Pipeline(options=PipelineOptions(argv)) as p:
         numbers = p | beam.Create(range(20))
         parts = numbers | beam.ParDo(split).with_outputs("odd", main="even")
@@ -128,7 +128,7 @@ def test_side_inputs_and_tagged_outputs_reach_the_right_consumers(cluster):
 
 
 def test_a_step_it_cannot_translate_is_refused_by_name(cluster):
-    argv = ["--runner", options.DASK_RUNNER, "--dask_client_address", cluster.scheduler_address]
+    argv = ["--runner", beam_flags.DASK_RUNNER, "--dask_client_address", cluster.scheduler_address]
     refused = pytest.raises(NotImplementedError, match=r"cannot run step 'Tick' \(Impulse\)")
     with refused, beam.Pipeline(options=PipelineOptions(argv)) as p:
         p | "Tick" >> beam.Impulse()

@@ -5,7 +5,7 @@ from helpers import CORPUS, ilsvrc_image, jpeg_bytes, write
 
 from beam_pipeline.core.entries import FileRef
 from beam_pipeline.core.rejections import Rejection
-from beam_pipeline.tree import layouts, pairing
+from beam_pipeline.tree import layouts, pairing, planner
 from beam_pipeline.tree.fileio import has_files, has_top_level_files, match, subdirectories
 
 VOC1 = CORPUS / "datumaro/voc_dataset/voc_dataset1"
@@ -17,7 +17,7 @@ def read_text(path):
 
 
 def plan(root, layout, splits=("train", "val")):
-    return layouts.plan_discovery(str(root), layout, splits, has_files, match, read_text)
+    return planner.plan_discovery(str(root), layout, splits, has_files, match, read_text)
 
 
 def test_detects_each_layout(tmp_path):
@@ -128,7 +128,7 @@ def test_splits_in_the_tree_but_not_asked_for_are_named(tmp_path):
     write(tmp_path / "Data/CLS-LOC/mac/.DS_Store", b"x")
 
     def ilsvrc(splits):
-        return layouts.plan_discovery(
+        return planner.plan_discovery(
             str(tmp_path), layouts.ILSVRC_CLS_LOC, splits, has_files, match, read_text,
             subdirectories,
         ).unbuilt  # fmt: skip
@@ -161,7 +161,7 @@ def test_cls_loc_splits_whose_xml_lie_flat_pair_by_file_name(tmp_path):
     write(tmp_path / "Annotations/CLS-LOC/val/v1.xml", "<annotation/>")  # where it was
     assert has_top_level_files(str(tmp_path / "Annotations/CLS-LOC/val"), ".xml")
     assert not has_top_level_files(str(tmp_path / "Annotations/CLS-LOC/train"), ".xml")
-    plan = layouts.plan_discovery(
+    plan = planner.plan_discovery(
         str(tmp_path), layouts.ILSVRC_CLS_LOC, ("train", "val"), has_files, match, read_text,
         subdirectories, has_top_level_files,
     )  # fmt: skip
@@ -178,7 +178,7 @@ def test_cls_loc_splits_whose_xml_lie_flat_pair_by_file_name(tmp_path):
 
 def test_splits_other_than_test_without_annotations_are_named(tmp_path):
     def unannotated(root, layout):
-        return layouts.plan_discovery(
+        return planner.plan_discovery(
             str(root), layout, ("train", "val", "test"), has_files, match, read_text,
             subdirectories,
         ).unannotated  # fmt: skip

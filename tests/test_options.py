@@ -13,16 +13,10 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 
-from beam_pipeline import failures, options, pipeline
-from beam_pipeline.options import (
-    DASK_RUNNER,
-    BuildConfig,
-    BuildOptions,
-    beam_argv,
-    parse_image_size,
-    parse_num_shards,
-)
-from beam_pipeline.runners import dataflow, local, machine
+from beam_pipeline import failures, pipeline
+from beam_pipeline.options import BuildConfig, BuildOptions, parse_image_size, parse_num_shards
+from beam_pipeline.runners import beam_flags, dataflow, local, machine
+from beam_pipeline.runners.beam_flags import DASK_RUNNER, beam_argv
 from beam_pipeline.runners.local import pipeline_options
 from beam_pipeline.tools import build as build_tool
 from beam_pipeline.tools import sample_tree
@@ -402,7 +396,7 @@ def test_a_bad_value_or_a_repeated_flag_is_one_error_line(tmp_path, capsys, flag
 
 def test_the_same_flag_and_value_twice_is_harmless():
     argv = ["--input_dir", "in", "--output_dir", "out", "--seed", "3", "--seed=3"]
-    assert options.beam_argv([*argv, "--overwrite", "--overwrite", "--input_dir", "in"]) == []
+    assert beam_flags.beam_argv([*argv, "--overwrite", "--overwrite", "--input_dir", "in"]) == []
     # Flags given once per value, as Beam means them, repeat.
     repeated = [
         "--experiments",
@@ -412,7 +406,7 @@ def test_the_same_flag_and_value_twice_is_harmless():
         "x",
         "--extra_package=y",
     ]
-    assert options.beam_argv([*argv, *repeated]) == repeated
+    assert beam_flags.beam_argv([*argv, *repeated]) == repeated
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ from beam_pipeline.stages.labelling import (
     ParseAnnotations,
 )
 from beam_pipeline.stages.writing import AssignShards, WriteShards, rank_members
-from beam_pipeline.tree import layouts
+from beam_pipeline.tree import layouts, planner
 from beam_pipeline.tree.fileio import has_files, match, read_ahead
 
 TARGET = sharding.DEFAULT_TARGET_SHARD_BYTES
@@ -62,7 +62,7 @@ def test_listing_sends_each_pairing_group_as_batches_not_files(tmp_path):
         ilsvrc_image(tmp_path, "train", f"img{i}", b"A", voc_xml() if i % 2 else None)
     for i in range(20):
         ilsvrc_image(tmp_path, "train", f"sub/img{i}", b"B", voc_xml() if i % 2 else None)
-    plan = layouts.plan_discovery(
+    plan = planner.plan_discovery(
         str(tmp_path), layouts.ILSVRC_DET, ("train",), has_files, match, None
     )
     batches = list_parts(plan.tasks)
@@ -123,7 +123,7 @@ def linked_tree(tmp_path, layout):
 @pytest.mark.parametrize("layout", ["two", "loop", "sibling", "deep", "outside", "chain"])
 def test_listing_in_parts_finds_what_a_single_walk_finds(tmp_path, layout):
     root = linked_tree(tmp_path, layout)
-    plan = layouts.plan_discovery(str(root), layouts.ILSVRC_DET, ("train",), has_files, match, None)
+    plan = planner.plan_discovery(str(root), layouts.ILSVRC_DET, ("train",), has_files, match, None)
     single = [item for task in plan.tasks for item in discovery.list_task(task)]
     expected_keys = sorted(kind_ref[1].key for kind_ref in single if isinstance(kind_ref, tuple))
     expected_rejected = sorted((r.path, r.reason) for r in single if isinstance(r, Rejection))
@@ -143,7 +143,7 @@ def test_discover_images_pairs_files_and_reports_strays(tmp_path):
     ilsvrc_image(tmp_path, "train", "s/b", b"B")
     write(tmp_path / "Annotations/DET/train/s/orphan.xml", voc_xml())
     write(tmp_path / "Data/DET/train/s/readme.txt", "hello")
-    plan = layouts.plan_discovery(
+    plan = planner.plan_discovery(
         str(tmp_path), layouts.ILSVRC_DET, ("train",), has_files, match, None
     )
     root = str(tmp_path)

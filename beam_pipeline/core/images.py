@@ -22,10 +22,9 @@ import re
 import warnings
 
 import numpy as np
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 from PIL import Image
 
+from beam_pipeline.core.formats import sniff_format
 from beam_pipeline.core.jpegdata import (
     UnsupportedConversion,
     at_scale,
@@ -34,7 +33,6 @@ from beam_pipeline.core.jpegdata import (
     strict_decode,
 )
 from beam_pipeline.core.rejections import InputError
-from beam_pipeline.output.readback import sniff_format
 
 ORIGINAL = "original"
 SHORTER_SIDE = "shorter_side"
@@ -222,22 +220,6 @@ def _check_storable(
             f"{fmt} of {size[0]}x{size[1]}{resized}: {width * height} pixels stored "
             f"(limit {policy.max_pixels}, --max_pixels)",
         )
-
-
-def header_size(path: str) -> tuple[int, int] | None:
-    """(width, height) from an image file's header (a few KiB read, nothing decoded), or None
-    when it is no image Pillow knows, or cannot be read: the writer rejects such a file."""
-    try:
-        with (
-            FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream,
-            warnings.catch_warnings(),
-        ):
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(stream) as image:
-                width, height = image.size
-    except Exception:  # noqa: BLE001 - any failure here is the image's, reported when written
-        return None
-    return (width, height) if width > 0 and height > 0 else None
 
 
 def _open(data: bytes, fmt: str, max_pixels: int) -> Image.Image:

@@ -10,8 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from apache_beam.metrics import Metrics
-
 # The one namespace of the build's Beam metrics, and the tag of every stage's rejected output.
 METRICS_NAMESPACE = "imagenet_tfrecords"
 REJECTED = "rejected"
@@ -72,12 +70,6 @@ class Rejection:
         cls, error: InputError, *, split: str, path: str, stage: str, image: str = ""
     ) -> Rejection:
         return cls(split, path, stage, error.reason, error.detail, image=image)
-
-
-def count_rejection(rejection: Rejection) -> Rejection:
-    """Counts a rejection in the Beam metric `rejected_<reason>`; returns it."""
-    Metrics.counter(METRICS_NAMESPACE, f"rejected_{rejection.reason}").inc()
-    return rejection
 
 
 def read_dead_letter(text: str) -> list[dict]:

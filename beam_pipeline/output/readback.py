@@ -6,6 +6,7 @@ which a command that reads one shard has no use for.
 
 from __future__ import annotations
 
+import collections
 import os
 from typing import Any, BinaryIO
 
@@ -17,31 +18,6 @@ from schemas.metadata import tree_instead_of_build
 from schemas.paths import is_local, join, not_a_directory
 
 UNLABELLED_NAME = "unlabelled"  # what `show` and `inspect` call label -1
-
-# Leading bytes of the image formats a tree may hold, with Pillow's names.
-MAGIC = (
-    (b"\xff\xd8\xff", "JPEG"),
-    (b"\x89PNG\r\n\x1a\n", "PNG"),
-    (b"GIF87a", "GIF"),
-    (b"GIF89a", "GIF"),
-    (b"BM", "BMP"),
-    (b"II*\x00", "TIFF"),
-    (b"MM\x00*", "TIFF"),
-)
-_BMP_HEADERS = frozenset({12, 16, 40, 52, 56, 64, 108, 124})  # the DIB header sizes there are
-
-
-def sniff_format(data: bytes) -> str | None:
-    """The image format named by the file's leading bytes (Pillow's name), or None."""
-    for magic, name in MAGIC:
-        if data.startswith(magic):
-            # "BM" alone starts many text files: a BMP's info header follows with its size.
-            if name == "BMP" and int.from_bytes(data[14:18], "little") not in _BMP_HEADERS:
-                return None
-            return name
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "WEBP"
-    return None
 
 
 def open_file(path: str) -> BinaryIO:
@@ -112,3 +88,27 @@ def read_build_info(output_dir: str) -> DatasetInfo:
 def _is_dir(path: str) -> bool:
     """Local directories only: an object store has none to tell a tree by cheaply."""
     return is_local(path) and os.path.isdir(path)
+
+
+def rejections_by_split(output_dir: str) -> dict[str, dict[str, int]]:
+    """Split → reason → count, from a committed build's `rejected.jsonl`.
+
+    Raises:
+      ValueError: the file is missing or not a build's (named, with `verify` to run).
+    """
+    from beam_pipeline.core.rejections import InputError, read_dead_letter
+    from beam_pipeline.tree.fileio import read_file
+    from schemas import DEAD_LETTER_FILE
+    from schemas.paths import join
+
+    path = join(output_dir, DEAD_LETTER_FILE)
+    counts = collections.defaultdict(collections.Counter)
+    try:
+        for rejection in read_dead_letter(read_file(path).decode("utf-8")):
+            counts[rejection["split"]][rejection["reason"]] += 1
+    except (InputError, ValueError) as error:
+        raise ValueError(
+            f"{path} cannot be read ({error}), and the build counts rejections: "
+            f"python -m beam_pipeline verify {output_dir} checks what else is damaged"
+        ) from None
+    return {split: dict(reasons) for split, reasons in counts.items()}

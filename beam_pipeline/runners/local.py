@@ -15,8 +15,8 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 
-from beam_pipeline.options import DASK_RUNNER
 from beam_pipeline.runners import machine
+from beam_pipeline.runners.beam_flags import DASK_RUNNER
 from beam_pipeline.tree import layouts
 
 logger = logging.getLogger(__name__)

@@ -23,9 +23,10 @@ from apache_beam.metrics import Metrics
 from apache_beam.typehints import Tuple
 
 from beam_pipeline.core.entries import FileRef, IndexEntry
-from beam_pipeline.core.rejections import METRICS_NAMESPACE, REJECTED, Rejection, count_rejection
+from beam_pipeline.core.rejections import METRICS_NAMESPACE, REJECTED, Rejection
 from beam_pipeline.stages import packing
 from beam_pipeline.stages.coders import FileRefCoder, RejectionCoder
+from beam_pipeline.stages.metrics import count_rejection
 from beam_pipeline.tree import layouts, pairing
 from beam_pipeline.tree.listing import (
     Entered,

@@ -21,20 +21,13 @@ from apache_beam.typehints import Tuple
 from beam_pipeline.console import watch
 from beam_pipeline.core.annotations import Annotation, parse_annotation
 from beam_pipeline.core.entries import IndexEntry, LabelledEntry, ParsedEntry
-from beam_pipeline.core.images import header_size
 from beam_pipeline.core.labels import Vocabulary, clamped_area, image_label, split_kind
-from beam_pipeline.core.rejections import (
-    ANNOTATION,
-    LABEL,
-    REJECTED,
-    InputError,
-    Rejection,
-    count_rejection,
-)
+from beam_pipeline.core.rejections import ANNOTATION, LABEL, REJECTED, InputError, Rejection
 from beam_pipeline.failures import BuildFailed
 from beam_pipeline.stages import packing
 from beam_pipeline.stages.coders import ParsedEntryCoder
-from beam_pipeline.tree.fileio import read_file
+from beam_pipeline.stages.metrics import count_rejection
+from beam_pipeline.tree.fileio import header_size, read_file
 from beam_pipeline.tree.layouts import ANNOTATIONS, ListingTask
 from beam_pipeline.tree.pairing import ANNOTATION_WITHOUT_IMAGE
 from schemas.paths import join

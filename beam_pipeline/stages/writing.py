@@ -29,18 +29,12 @@ from beam_pipeline.core.examples import build_example
 from beam_pipeline.core.images import ImagePolicy, normalise_image
 from beam_pipeline.core.jpegdata import KEPT_STRAY_JPEG_BYTES
 from beam_pipeline.core.labels import Vocabulary
-from beam_pipeline.core.rejections import (
-    IMAGE,
-    METRICS_NAMESPACE,
-    REJECTED,
-    InputError,
-    Rejection,
-    count_rejection,
-)
+from beam_pipeline.core.rejections import IMAGE, METRICS_NAMESPACE, REJECTED, InputError, Rejection
 from beam_pipeline.failures import BuildFailed
 from beam_pipeline.output.directory import incomplete_file, shard_path
 from beam_pipeline.stages import packing, resume
 from beam_pipeline.stages.coders import LabelledEntryCoder
+from beam_pipeline.stages.metrics import count_rejection
 from beam_pipeline.tree.fileio import READ_AHEAD_FILES, read_ahead
 from schemas import UNLABELLED, ShardInfo, shard_filename
 from schemas.paths import join

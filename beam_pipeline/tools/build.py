@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
 import ctypes
 import logging
@@ -15,8 +14,10 @@ from collections.abc import Sequence
 
 from beam_pipeline import failures
 from beam_pipeline.console import build_console as console
+from beam_pipeline.console import summary
 from beam_pipeline.failures import WorkerLost
 from beam_pipeline.interrupts import interrupts_remembered, stopping_signal, worker_lost
+from beam_pipeline.output.readback import rejections_by_split
 
 # glibc mallopt parameters, and the environment variables that set them in child processes.
 _MALLOC_SETTINGS = (
@@ -49,30 +50,6 @@ def tune_malloc() -> None:
 
 
 logger = logging.getLogger(__name__)
-
-
-def rejections_by_split(output_dir: str) -> dict[str, dict[str, int]]:
-    """Split → reason → count, from a committed build's `rejected.jsonl`.
-
-    Raises:
-      ValueError: the file is missing or not a build's (named, with `verify` to run).
-    """
-    from beam_pipeline.core.rejections import InputError, read_dead_letter
-    from beam_pipeline.tree.fileio import read_file
-    from schemas import DEAD_LETTER_FILE
-    from schemas.paths import join
-
-    path = join(output_dir, DEAD_LETTER_FILE)
-    counts = collections.defaultdict(collections.Counter)
-    try:
-        for rejection in read_dead_letter(read_file(path).decode("utf-8")):
-            counts[rejection["split"]][rejection["reason"]] += 1
-    except (InputError, ValueError) as error:
-        raise ValueError(
-            f"{path} cannot be read ({error}), and the build counts rejections: "
-            f"python -m beam_pipeline verify {output_dir} checks what else is damaged"
-        ) from None
-    return {split: dict(reasons) for split, reasons in counts.items()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -138,7 +115,7 @@ def _build(argv: list[str], out: console.BuildConsole) -> int:
         f"Building {config.output_dir} from {config.input_dir} ({config.layout}); "
         f"full log: {out.log_path}"
     )
-    for note in console.tree_notes(prepared.plan, config.splits):
+    for note in summary.tree_notes(prepared.plan, config.splits):
         out.say(note)
     try:
         with out.progress(config.output_dir) as live:
@@ -155,7 +132,7 @@ def _build(argv: list[str], out: console.BuildConsole) -> int:
             logger.error("Build failed", exc_info=error)
             error = WorkerLost(lost)
         return _failed(out, error, "Build failed", left)
-    console.print_summary(
+    summary.print_summary(
         sys.stdout,
         info,
         input_dir=config.input_dir,
@@ -190,7 +167,7 @@ def _what_is_left(output_dir: str, before: bytes | None, interrupted: bool) -> s
             return f"the complete build in {output_dir} is kept as it was"
         shards = written(staged=True)
         rerun = (
-            f"rerun with --overwrite --resume to keep the {console.plural(shards, 'shard')} "
+            f"rerun with --overwrite --resume to keep the {summary.plural(shards, 'shard')} "
             "already written"
             if shards
             else "rerun with --overwrite (no shard was written yet)"
@@ -215,7 +192,7 @@ def _what_is_left(output_dir: str, before: bytes | None, interrupted: bool) -> s
             return "nothing was committed, and no shard was written yet; rerun the same command"
         return (
             f"nothing was committed; rerun with --resume to keep the "
-            f"{console.plural(shards, 'shard')} already written"
+            f"{summary.plural(shards, 'shard')} already written"
         )
     return None
 

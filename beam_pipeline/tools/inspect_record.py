@@ -28,6 +28,7 @@ from typing import Any
 
 from PIL import Image
 
+from beam_pipeline.core.formats import sniff_format
 from beam_pipeline.output.readback import (
     UNLABELLED_NAME,
     feature_values,
@@ -35,7 +36,6 @@ from beam_pipeline.output.readback import (
     first_value,
     open_file,
     read_build_info,
-    sniff_format,
 )
 from schemas import FEATURES, UNLABELLED, DatasetInfo, is_shard_filename
 from schemas import features as F

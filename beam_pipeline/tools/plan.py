@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from beam_pipeline.console.build_console import human_bytes, plural, tree_notes
+from beam_pipeline.console.summary import human_bytes, plural, tree_notes
 from beam_pipeline.core.entries import IndexEntry, LabelledEntry, ParsedEntry
 from beam_pipeline.core.examples import build_example
 from beam_pipeline.core.images import ORIGINAL, NormalisedImage
@@ -50,7 +50,7 @@ from beam_pipeline.stages.labelling import (
     vocabulary_from_names,
 )
 from beam_pipeline.stages.writing import split_size
-from beam_pipeline.tree import layouts
+from beam_pipeline.tree import layouts, planner
 from beam_pipeline.tree.pairing import ANNOTATION_WITHOUT_IMAGE, pair_files
 from schemas import BACKGROUND, UNLABELLED
 from schemas.paths import is_local, join
@@ -162,7 +162,7 @@ def plan_build(prepared) -> BuildPlan:
         if prepared.classes is not None:
             vocabulary = Vocabulary(prepared.classes)
         else:
-            split = layouts.vocabulary_split(plan.splits)
+            split = planner.vocabulary_split(plan.splits)
             names = {name for p in parsed if p.entry.split == split for name in class_names(p)}
             vocabulary = vocabulary_from_names(sorted(names), split)
     except BuildFailed as error:
@@ -462,8 +462,9 @@ def _counts(counts: dict[str, int]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from beam_pipeline.options import BuildConfig, beam_argv, known_flags
+    from beam_pipeline.options import BuildConfig
     from beam_pipeline.pipeline import prepare
+    from beam_pipeline.runners.beam_flags import beam_argv, known_flags
     from beam_pipeline.runners.dataflow import check_dataflow
     from beam_pipeline.runners.local import check_runner
     from beam_pipeline.tree.layouts import LayoutError

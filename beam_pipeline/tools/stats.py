@@ -87,8 +87,7 @@ def _ranked(names, counts, reverse: bool, n: int = 5) -> list[list]:
 
 def build_stats(output_dir: str) -> dict[str, Any]:
     """Every split's numbers; raises FileNotFoundError when `output_dir` holds no build."""
-    from beam_pipeline.output.readback import read_build_info
-    from beam_pipeline.tools.build import rejections_by_split
+    from beam_pipeline.output.readback import read_build_info, rejections_by_split
 
     info = read_build_info(output_dir)
     rejected = rejections_by_split(output_dir) if info.failures else {}
@@ -108,7 +107,7 @@ def _number(value: float) -> str:
 
 
 def format_stats(stats: dict[str, Any]) -> str:
-    from beam_pipeline.console.build_console import human_bytes, plural
+    from beam_pipeline.console.summary import human_bytes, plural
 
     lines = [
         f"{stats['output_dir']}: {plural(stats['num_classes'], 'class')} + background, schema "

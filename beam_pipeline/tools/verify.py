@@ -31,7 +31,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from PIL import Image
 
-from beam_pipeline.console.build_console import human_bytes, plural
+from beam_pipeline.console.summary import human_bytes, plural
 from beam_pipeline.core.jpegdata import check_jpeg_data
 from beam_pipeline.core.rejections import InputError, read_dead_letter
 from beam_pipeline.output.directory import STAGING_DIR, list_shard_files

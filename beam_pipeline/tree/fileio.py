@@ -13,10 +13,12 @@ import hashlib
 import os
 import posixpath
 import re
+import warnings
 from collections.abc import Iterable, Iterator
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from PIL import Image
 
 from beam_pipeline.core.rejections import InputError
 from beam_pipeline.tree.listing import Listed, is_below, is_skipped_folder, list_tree, same_folder
@@ -348,3 +350,19 @@ def read_ahead(
     finally:
         for future, _ in pending:
             future.cancel()
+
+
+def header_size(path: str) -> tuple[int, int] | None:
+    """(width, height) from an image file's header (a few KiB read, nothing decoded), or None
+    when it is no image Pillow knows, or cannot be read: the writer rejects such a file."""
+    try:
+        with (
+            FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream,
+            warnings.catch_warnings(),
+        ):
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(stream) as image:
+                width, height = image.size
+    except Exception:  # noqa: BLE001 - any failure here is the image's, reported when written
+        return None
+    return (width, height) if width > 0 and height > 0 else None

@@ -1,0 +1,182 @@
+"""The command line split between this project and Beam: which flags are Beam's, the runner a
+--runner name means (Dask's names: this project's DaskRunner), and the refusals of flags no
+one would read or that are given twice."""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import difflib
+import importlib.util
+import io
+import logging
+from collections.abc import Sequence
+
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.runners.runner import create_runner
+
+from beam_pipeline.options import BuildOptions
+
+
+def known_flags(parser: argparse.ArgumentParser) -> list[str]:
+    return [flag for action in parser._actions for flag in action.option_strings]
+
+
+# `--runner DaskRunner` (any case, or Beam's own class path) runs on this project's DaskRunner:
+# Beam's, with a translation that computes each stage once (`beam_pipeline.runners.dask_runner`).
+DASK_RUNNER = "beam_pipeline.runners.dask_runner.DaskRunner"
+
+
+_DASK_NAMES = {"dask", "daskrunner", "apache_beam.runners.dask.dask_runner.daskrunner"}
+
+
+def resolve_runner(name: str) -> str:
+    """The runner `--runner NAME` means: DASK_RUNNER for Dask's names, else NAME as given.
+
+    Raises:
+      ValueError: Dask's runner is named but `dask.distributed` is not installed.
+    """
+    if name.lower() not in _DASK_NAMES and name != DASK_RUNNER:
+        return name
+    if importlib.util.find_spec("distributed") is None:
+        raise ValueError(
+            f"--runner {name} needs Dask's distributed scheduler, which is not installed: "
+            "pip install 'imagenet-tfrecords[dask]'"
+        )
+    return DASK_RUNNER
+
+
+def _resolve_runner_flag(argv: Sequence[str]) -> list[str]:
+    """`argv` with the value of --runner (either spelling) replaced by `resolve_runner`'s."""
+    argv = list(argv)
+    for position, token in enumerate(argv):
+        if token.startswith("--runner="):
+            argv[position] = "--runner=" + resolve_runner(token.split("=", 1)[1])
+        elif token == "--runner" and position + 1 < len(argv):
+            argv[position + 1] = resolve_runner(argv[position + 1])
+    return argv
+
+
+def _beam_parser(beam_argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser Beam itself builds from every registered PipelineOptions class."""
+    options = PipelineOptions(beam_argv)
+    # A bad value makes Beam's parse print usage and exit: the caller's parse names it instead.
+    quiet = contextlib.redirect_stderr(io.StringIO())
+    try:
+        with quiet:
+            runner = options.view_as(StandardOptions).runner
+    except SystemExit:
+        runner = None
+    if runner:
+        # A runner's own options (e.g. Dask's) register when its module is imported.
+        with contextlib.suppress(Exception):
+            create_runner(runner)
+    captured: list[argparse.ArgumentParser] = []
+    beam_logger = logging.getLogger("apache_beam.options.pipeline_options")
+    level = beam_logger.level
+    beam_logger.setLevel(logging.ERROR)  # its "Discarding unparseable args": ours says more
+    try:
+        with quiet:
+            options.get_all_options(add_extra_args_fn=captured.append)
+    except SystemExit:
+        pass
+    finally:
+        beam_logger.setLevel(level)
+    return captured[0]
+
+
+def beam_argv(argv: Sequence[str], *, command_flags: Sequence[str] = ()) -> list[str]:
+    """The part of a command line that is Beam's: every flag but the project's, in order.
+
+    `--runner DaskRunner` (and Beam's class path for it) becomes `DASK_RUNNER`.
+    `command_flags` are a subcommand's own flags (already parsed), offered as suggestions too.
+
+    Raises:
+      ValueError: for a flag or value that neither the project nor Beam knows, naming the
+        closest known flag; for a value of the wrong type or a flag without its value (argparse
+        would exit, and the build's console sends its message to the log alone); for a project
+        flag given twice with different values (the last would win silently); for a Dask
+        option without the Dask runner.
+    """
+    project = argparse.ArgumentParser(allow_abbrev=False, add_help=False, exit_on_error=False)
+    BuildOptions._add_argparse_args(project)
+    _refuse_repeated(argv, project)
+    rest = _parse_known(project, list(argv))
+    rest = _resolve_runner_flag(rest)
+    dask_flags = sorted({t.split("=", 1)[0] for t in rest if t.startswith("--dask_")})
+    if dask_flags and PipelineOptions(rest).view_as(StandardOptions).runner != DASK_RUNNER:
+        raise ValueError(
+            f"{', '.join(dask_flags)} is an option of the Dask runner: add --runner DaskRunner"
+        )
+    beam = _beam_parser(rest)
+    beam.exit_on_error = False
+    _refuse_repeated(rest, beam)
+    unknown = _parse_known(beam, rest)
+    if unknown:
+        known = [*command_flags, *known_flags(project), *known_flags(beam)]
+        raise ValueError(_unknown_message(unknown, known))
+    return rest
+
+
+def _parse_known(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """The tokens `parser` does not know; ValueError (argparse's own words) for a bad value."""
+    try:
+        _, rest = parser.parse_known_args(argv)
+    except argparse.ArgumentError as error:
+        raise ValueError(str(error)) from None
+    return rest
+
+
+def _repeats(action: argparse.Action) -> bool:
+    """Whether an option is given once per value, and so meant to repeat: an append action
+    (`--extra_package`), or Beam's comma-separated lists that add up (`--experiments`)."""
+    return isinstance(action, argparse._AppendAction) or type(action).__name__ == (
+        "_CommaSeparatedListAction"
+    )
+
+
+def _refuse_repeated(argv: Sequence[str], parser: argparse.ArgumentParser) -> None:
+    """ValueError for a flag of `parser` given twice with different values (the last one
+    would win unseen, as when a wrapper script appends its own); the same twice is harmless."""
+    takes_value = {
+        flag: action.nargs != 0
+        for action in parser._actions
+        if not _repeats(action)
+        for flag in action.option_strings
+    }
+    values: dict[str, set[str | None]] = collections.defaultdict(set)
+    for position, token in enumerate(argv):
+        flag, equals, value = token.partition("=")
+        if flag not in takes_value:
+            continue
+        if takes_value[flag] and not equals:
+            value = argv[position + 1] if position + 1 < len(argv) else None
+        values[flag].add(value)
+    repeated = sorted(flag for flag, seen in values.items() if len(seen) > 1)
+    if repeated:
+        given = "; ".join(
+            f"{flag} {' and '.join(sorted(map(str, values[flag])))}" for flag in repeated
+        )
+        raise ValueError(
+            f"{', '.join(repeated)} given twice with different values ({given}): give each "
+            "once (the last one would win unseen)"
+        )
+
+
+def _unknown_message(unknown: Sequence[str], known: Sequence[str]) -> str:
+    flags = [token for token in unknown if token.startswith("-")]
+    if not flags:
+        return (
+            f"unexpected argument {unknown[0]!r}: every value follows its flag "
+            "(e.g. --input_dir TREE --output_dir OUT)"
+        )
+    problems = []
+    for flag in flags:
+        name = flag.split("=", 1)[0]
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+        problems.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    return (
+        f"unknown flag {', '.join(problems)}; `python -m beam_pipeline build --help` lists the "
+        "project's flags, and every Apache Beam pipeline option is accepted"
+    )
