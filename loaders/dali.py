@@ -29,7 +29,6 @@ the same draws; the whole image when no attempt fits). Nothing here is imported 
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
 import os
 import random
@@ -39,10 +38,11 @@ import keras
 import numpy as np
 
 from loaders.config import ReadConfig
+from loaders.crops import central_windows, crop_windows
+from loaders.dali_index import _file_stamp, shard_indexes
 from loaders.info import BuildInfo, CorruptDatasetError, data_path, dataset_info
 from schemas import features as F
 from schemas import one_hot_length
-from schemas.tfrecord import CorruptRecordError, read_frames
 
 try:
     import nvidia.dali.tfrecord as tfrec
@@ -423,31 +423,6 @@ def _converter(backend: str, device_id: int | None):
     return lambda batch: np.array(dense(batch.as_cpu()), copy=True)
 
 
-def main_boxes(ymins, xmins, ymaxs, xmaxs):
-    """Per image of a batch: its largest box as [[ymin, xmin, ymax, xmax]] (the first of
-    equals, as `loaders.preprocessing.main_object_box`), or the whole image without boxes."""
-    boxes = []
-    for ymin, xmin, ymax, xmax in zip(ymins, xmins, ymaxs, xmaxs, strict=True):
-        if ymin.size == 0:
-            boxes.append(np.array([[0.0, 0.0, 1.0, 1.0]], np.float32))
-            continue
-        i = int(np.argmax((ymax - ymin) * (xmax - xmin)))
-        boxes.append(np.array([[ymin[i], xmin[i], ymax[i], xmax[i]]], np.float32))
-    return boxes
-
-
-def central_windows(shapes, fraction: float):
-    """Per image of a batch of [H, W, C] shapes: the (anchor, size) of `load_dataset`'s
-    central crop window ([top, left], [height, width]; `preprocessing._central_window`)."""
-    anchors, sizes = [], []
-    for shape in shapes:
-        side = np.asarray(shape[:2], np.float64)
-        start = np.floor((side - side * fraction) / 2)
-        anchors.append(start.astype(np.float32))
-        sizes.append((side - 2 * start).astype(np.float32))
-    return anchors, sizes
-
-
 def dali_pipeline(
     *,
     files,
@@ -624,202 +599,3 @@ def decoder_arguments(
         "output_type": types.RGB,
         "adjust_orientation": False,
     }
-
-
-def crop_windows(shapes, ymins, xmins, ymaxs, xmaxs, *, rng: random.Random, config: ReadConfig):
-    """Per image of a batch: `load_dataset`'s training crop window, [top, left] and [height,
-    width] in pixels, and the main box it was drawn for ([[ymin, xmin, ymax, xmax]], relative).
-
-    The algorithm of `tf.image.sample_distorted_bounding_box` (TensorFlow's
-    `sample_distorted_bounding_box_op.cc`), which `load_dataset` uses, with `rng` for its
-    random numbers: up to 10 attempts, each an aspect ratio from
-    `config.crop_aspect_ratio_range` and a height that gives an area in
-    `config.crop_area_range`, kept when the window holds at least `config.min_object_covered`
-    of the main box (the whole image for an image without boxes); the whole image when no
-    attempt does. The same distribution as `load_dataset`'s, not the same draws."""
-    anchors, sizes = [], []
-    boxes = main_boxes(ymins, xmins, ymaxs, xmaxs)
-    for shape, box in zip(shapes, boxes, strict=True):
-        height, width = int(shape[0]), int(shape[1])
-        top, left, crop_height, crop_width = _crop_window(height, width, box[0], rng, config)
-        anchors.append(np.array([top, left], np.float32))
-        sizes.append(np.array([crop_height, crop_width], np.float32))
-    return anchors, sizes, boxes
-
-
-_F32 = np.float32
-
-
-def _crop_window(height: int, width: int, box, rng: random.Random, config: ReadConfig):
-    """(top, left, height, width) of one image's crop, as TensorFlow's kernel draws it: its
-    float32 arithmetic and rounding (lrintf: half to even), its order of draws."""
-    ymin, xmin, ymax, xmax = (_F32(value) for value in box)
-    # The box in whole pixels, truncated from float32 products, as the kernel takes it.
-    box_left, box_right = int(xmin * _F32(width)), int(xmax * _F32(width))
-    box_top, box_bottom = int(ymin * _F32(height)), int(ymax * _F32(height))
-    box_area = _F32((box_right - box_left) * (box_bottom - box_top))
-    low_aspect, high_aspect = (_F32(value) for value in config.crop_aspect_ratio_range)
-    low_area, high_area = (_F32(value) for value in config.crop_area_range)
-    covered_enough = _F32(config.min_object_covered)
-    for _ in range(10):
-        aspect = _F32(rng.random()) * (high_aspect - low_aspect) + low_aspect
-        window = _random_crop(height, width, low_area, high_area, aspect, rng)
-        if window is None or box_area < 1:  # the kernel skips a box of no pixel
-            continue
-        top, left, crop_height, crop_width = window
-        across = min(left + crop_width, box_right) - max(left, box_left)
-        down = min(top + crop_height, box_bottom) - max(top, box_top)
-        covered = across * down if across >= 0 and down >= 0 else 0
-        if _F32(covered) / box_area >= covered_enough:
-            return window
-    return 0, 0, height, width
-
-
-def _random_crop(height, width, low_area, high_area, aspect, rng):
-    """TensorFlow's `GenerateRandomCrop`: a window of this aspect ratio and an area in
-    [low_area, high_area] of the image, at a random place; None when none fits."""
-    if high_area <= 0 or aspect <= 0 or low_area > high_area:
-        return None
-    min_area = low_area * _F32(width) * _F32(height)
-    max_area = high_area * _F32(width) * _F32(height)
-    crop_height = int(np.rint(np.sqrt(min_area / aspect)))
-    max_height = int(np.rint(np.sqrt(max_area / aspect)))
-    if np.rint(_F32(max_height) * aspect) > width:
-        max_height = int((width + 0.5 - float(_F32(1e-7))) / float(aspect))
-        if np.rint(_F32(max_height) * aspect) > width:
-            max_height -= 1
-    max_height = min(max_height, height)
-    crop_height = min(crop_height, max_height)
-    if crop_height < max_height:
-        crop_height += rng.randrange(max_height - crop_height + 1)
-    crop_width = int(np.rint(_F32(crop_height) * aspect))
-    if _F32(crop_width * crop_height) < min_area:  # rounding: one pixel taller first
-        crop_height += 1
-        crop_width = int(np.rint(_F32(crop_height) * aspect))
-    if _F32(crop_width * crop_height) > max_area:  # then one shorter
-        crop_height -= 1
-        crop_width = int(np.rint(_F32(crop_height) * aspect))
-    area = _F32(crop_width * crop_height)
-    if area < min_area or area > max_area or crop_width > width or crop_height > height:
-        return None
-    if crop_width <= 0 or crop_height <= 0:
-        return None
-    top = rng.randrange(height - crop_height) if crop_height < height else 0
-    left = rng.randrange(width - crop_width) if crop_width < width else 0
-    return top, left, crop_height, crop_width
-
-
-def shard_indexes(info: BuildInfo, split: str, index_dir: str | None = None) -> list[str]:
-    """The index file DALI's reader needs for each shard of a split (written, with every
-    record's CRCs checked, when missing or stale). An index line is "offset size" of one
-    record, as DALI's `tfrecord2idx` writes it; that script imports TensorFlow for every shard
-    (and checks no CRCs), so the loader writes the same lines itself.
-
-    Raises:
-      CorruptDatasetError: a shard does not hold the records build_info.json counts.
-    """
-    given = index_dir is not None
-    index_dir = os.path.expanduser(index_dir) if given else default_index_dir(info)
-    try:
-        os.makedirs(index_dir, exist_ok=True)
-    except OSError as error:
-        what = "index_dir" if given else "the index cache ($XDG_CACHE_HOME or ~/.cache)"
-        raise OSError(
-            error.errno,
-            f"{what} {index_dir}: {error.strerror}; DALI's reader needs an index file per "
-            "shard there: pass an index_dir= this process can write",
-        ) from None
-    indexes = []
-    for path, shard in zip(info.shard_paths(split), info.split(split).shards, strict=True):
-        index = os.path.join(index_dir, os.path.basename(path) + ".idx")
-        if not _index_is_current(index, shard, path):
-            stamp = _file_stamp(path)  # before the records are checked: a later change shows
-            write_index(path, index, shard.num_examples)
-            _write_atomically(index + _OF_SHARD, f"{shard.sha256} {stamp}")
-        indexes.append(index)
-    return indexes
-
-
-def default_index_dir(info: BuildInfo) -> str:
-    """A cache directory for one build: keyed by its path and its metadata file's text
-    (`build_info.json`, or a schema 1.x build's `dataset_info.json`)."""
-    cache = os.environ.get("XDG_CACHE_HOME", "")
-    if not os.path.isabs(cache):  # unset, or relative: ignored, as the XDG spec says
-        cache = os.path.join(os.path.expanduser("~"), ".cache")
-    text = info.metadata_text.encode("utf-8", "surrogateescape")
-    key = hashlib.sha256(os.path.abspath(info.data_dir).encode() + b"\0" + text)
-    return os.path.join(cache, "imagenet-tfrecords", "dali-index", key.hexdigest()[:16])
-
-
-# Beside each index: the SHA-256 (from build_info.json) of the shard it was written for, and
-# the shard file's size and modification time when its records were checked. A rebuild with
-# another seed can keep a shard's record count and size but not its offsets; a shard changed
-# in place (restored from a backup, a bad copy over it) has the same entry in build_info.json
-# but other bytes, which DALI's reader would decode without checking a CRC.
-_OF_SHARD = ".sha256"
-
-
-def _file_stamp(path: str) -> str:
-    status = os.stat(path)
-    return f"{status.st_size} {status.st_mtime_ns}"
-
-
-def _index_is_current(index: str, shard, path: str) -> bool:
-    try:
-        with open(index + _OF_SHARD) as file:
-            if file.read() != f"{shard.sha256} {_file_stamp(path)}":
-                return False
-        with open(index) as file:
-            lines = file.read().split("\n")[:-1]
-    except OSError:
-        return False
-    if len(lines) != shard.num_examples:
-        return False
-    if not lines:
-        return shard.num_bytes == 0
-    offset, size = map(int, lines[-1].split())
-    return offset + size == shard.num_bytes
-
-
-def _write_atomically(path: str, text: str) -> None:
-    temporary = f"{path}.tmp-{os.getpid()}"
-    with open(temporary, "w") as file:
-        file.write(text)
-    os.replace(temporary, path)
-
-
-def write_index(shard: str, index: str, expected: int) -> None:
-    """Writes `index` ("offset size" per record) for `shard`, atomically, once every record's
-    framing and both masked CRC32Cs (of its length and of its data) check out.
-
-    DALI's reader does not check the CRCs, and it reads a shard through this index for as long
-    as the index is current (see `_index_is_current`), so this is where a damaged record is
-    caught: once per shard, when the index is written.
-
-    Raises:
-      CorruptDatasetError: naming the shard, when a record's checksum is wrong (with the
-        record's number and byte offset), a record is cut short or the count differs.
-    """
-    lines = []
-    with open(shard, "rb") as file:
-        end = os.fstat(file.fileno()).st_size
-        try:
-            for offset, size, _ in read_frames(file):
-                lines.append(f"{offset} {size}\n")
-        except CorruptRecordError as error:
-            if not error.problem.startswith("truncated"):  # cut short: counted below
-                raise _bad_record(shard, error.index, error.offset, error.problem) from None
-    whole = sum(int(line.split()[1]) for line in lines)
-    if whole != end or len(lines) != expected:
-        raise CorruptDatasetError(
-            f"shard {shard}: {len(lines)} whole records in {end} bytes, build_info.json says "
-            f"{expected} (python -m beam_pipeline verify locates the damage)"
-        )
-    _write_atomically(index, "".join(lines))
-
-
-def _bad_record(shard: str, number: int, offset: int, problem: str) -> CorruptDatasetError:
-    return CorruptDatasetError(
-        f"shard {shard}: record {number} at byte {offset}: {problem} (the shard is damaged; "
-        "python -m beam_pipeline verify checks the whole build)"
-    )

@@ -28,16 +28,14 @@ pytest.importorskip("nvidia.dali")
 from beam_pipeline.core.annotations import voc_xml  # noqa: E402
 from beam_pipeline.tools import sample_tree  # noqa: E402
 from loaders import ReadConfig, normalization_layer  # noqa: E402
+from loaders.crops import crop_windows, main_boxes  # noqa: E402
 from loaders.dali import (  # noqa: E402
-    crop_windows,
     dali_pipeline,
     decoder_arguments,
     load_dali_dataset,
-    main_boxes,
     prefetch_depth,
-    shard_indexes,
-    write_index,
 )
+from loaders.dali_index import shard_indexes, write_index  # noqa: E402
 from loaders.info import CorruptDatasetError, dataset_info  # noqa: E402
 from loaders.preprocessing import main_object_box, preprocess_for_eval  # noqa: E402
 from schemas import features as F  # noqa: E402
