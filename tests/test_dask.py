@@ -16,7 +16,13 @@ from helpers import build, dead_letters, ilsvrc_image, jpeg_bytes, write
 from test_console import run_cli
 
 from beam_pipeline import failures, pipeline
-from beam_pipeline.runners import beam_flags, dask_runner, machine
+from beam_pipeline.runners import (
+    beam_flags,
+    dask_preflight,
+    dask_runner,
+    dask_translation,
+    machine,
+)
 from beam_pipeline.tools import build as build_tool
 from beam_pipeline.tools import sample_tree
 from schemas import BUILD_INFO_FILE
@@ -77,7 +83,7 @@ def test_a_build_on_dask_is_byte_identical_and_runs_each_step_once_on_every_work
     ran = collections.Counter(str(task["key"]) for task in stream.data)
     assert [key for key, times in ran.items() if times > 1] == []  # no task computed twice
     steps = collections.Counter(key_split(task["key"]) for task in stream.data)
-    partitions = WORKERS * dask_runner.PARTITIONS_PER_THREAD
+    partitions = WORKERS * dask_translation.PARTITIONS_PER_THREAD
     for step in ("DiscoverImages-ListSubtrees-ParDo", "WriteShards-WriteShard-ParDo"):
         assert steps[step] == partitions, steps  # each partition once: no recomputation
     writers = {task["worker"] for task in stream.data if "WriteShard-ParDo" in str(task["key"])}
@@ -232,7 +238,7 @@ def test_relative_paths_name_the_launchers_tree_on_the_workers(
 
 
 def test_a_cluster_without_workers_is_refused(tree, tmp_path, monkeypatch):
-    monkeypatch.setattr(dask_runner, "NO_WORKERS_SECONDS", 2)
+    monkeypatch.setattr(dask_preflight, "NO_WORKERS_SECONDS", 2)
     empty = LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address=None)
     flags = ["--runner", "DaskRunner", "--dask_client_address", empty.scheduler_address]
     with empty, pytest.raises(ConnectionError) as raised:
@@ -243,7 +249,7 @@ def test_a_cluster_without_workers_is_refused(tree, tmp_path, monkeypatch):
 
 
 def test_a_build_whose_workers_all_died_fails_loudly(monkeypatch):
-    monkeypatch.setattr(dask_runner, "NO_WORKERS_SECONDS", 2)
+    monkeypatch.setattr(dask_preflight, "NO_WORKERS_SECONDS", 2)
     local = LocalCluster(
         n_workers=1, threads_per_worker=1, host="127.0.0.1", dashboard_address=None
     )

@@ -143,7 +143,7 @@ def check_runner(options: PipelineOptions, argv: Sequence[str]) -> None:
                 "it workers (`dask worker SCHEDULER --nworkers N --nthreads 1` on each "
                 "machine); without --dask_client_address the build starts one per core here"
             )
-        from beam_pipeline.runners.dask_runner import check_scheduler
+        from beam_pipeline.runners.dask_preflight import check_scheduler
 
         check_scheduler(options)
         return
