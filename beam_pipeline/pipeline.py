@@ -58,15 +58,12 @@ from beam_pipeline.stages.labelling import (
 from beam_pipeline.stages.writing import AssignShards, WriteShards
 from beam_pipeline.tree import layouts, planner
 from beam_pipeline.tree.fileio import (
+    TREE_ACCESS,
     classes_without_images,
     has_files,
-    has_top_level_files,
-    is_directory,
-    match,
     read_file,
     read_text,
     subdirectories,
-    without_images,
 )
 from schemas import BUILD_INFO_FILE, DatasetInfo
 from schemas.paths import first_few, is_local, join
@@ -111,13 +108,7 @@ def prepare(config: BuildConfig) -> Prepared:
         root,
         layout,
         config.splits,
-        has_files,
-        match,
-        read_text,
-        subdirectories,
-        has_top_level_files,
-        is_directory,
-        without_images,
+        TREE_ACCESS,
     )
     classes, display_names = None, {}
     if config.labels_file:

@@ -7,6 +7,7 @@ from beam_pipeline.core.entries import FileRef
 from beam_pipeline.core.rejections import Rejection
 from beam_pipeline.tree import layouts, pairing, planner
 from beam_pipeline.tree.fileio import has_files, has_top_level_files, match, subdirectories
+from beam_pipeline.tree.layouts import TreeAccess
 
 VOC1 = CORPUS / "datumaro/voc_dataset/voc_dataset1"
 
@@ -17,7 +18,9 @@ def read_text(path):
 
 
 def plan(root, layout, splits=("train", "val")):
-    return planner.plan_discovery(str(root), layout, splits, has_files, match, read_text)
+    return planner.plan_discovery(
+        str(root), layout, splits, TreeAccess(has_files, match, read_text)
+    )
 
 
 def test_detects_each_layout(tmp_path):
@@ -129,9 +132,11 @@ def test_splits_in_the_tree_but_not_asked_for_are_named(tmp_path):
 
     def ilsvrc(splits):
         return planner.plan_discovery(
-            str(tmp_path), layouts.ILSVRC_CLS_LOC, splits, has_files, match, read_text,
-            subdirectories,
-        ).unbuilt  # fmt: skip
+            str(tmp_path),
+            layouts.ILSVRC_CLS_LOC,
+            splits,
+            TreeAccess(has_files, match, read_text, subdirectories),
+        ).unbuilt
 
     assert ilsvrc(("train", "val")) == ("test",)
     assert ilsvrc(("train",)) == ("test", "val")
@@ -162,9 +167,11 @@ def test_cls_loc_splits_whose_xml_lie_flat_pair_by_file_name(tmp_path):
     assert has_top_level_files(str(tmp_path / "Annotations/CLS-LOC/val"), ".xml")
     assert not has_top_level_files(str(tmp_path / "Annotations/CLS-LOC/train"), ".xml")
     plan = planner.plan_discovery(
-        str(tmp_path), layouts.ILSVRC_CLS_LOC, ("train", "val"), has_files, match, read_text,
-        subdirectories, has_top_level_files,
-    )  # fmt: skip
+        str(tmp_path),
+        layouts.ILSVRC_CLS_LOC,
+        ("train", "val"),
+        TreeAccess(has_files, match, read_text, subdirectories, has_top_level_files),
+    )
     assert [(t.split, t.kind, t.key_by_name) for t in plan.tasks] == [
         ("train", "images", False),
         ("train", "annotations", False),
@@ -179,9 +186,11 @@ def test_cls_loc_splits_whose_xml_lie_flat_pair_by_file_name(tmp_path):
 def test_splits_other_than_test_without_annotations_are_named(tmp_path):
     def unannotated(root, layout):
         return planner.plan_discovery(
-            str(root), layout, ("train", "val", "test"), has_files, match, read_text,
-            subdirectories,
-        ).unannotated  # fmt: skip
+            str(root),
+            layout,
+            ("train", "val", "test"),
+            TreeAccess(has_files, match, read_text, subdirectories),
+        ).unannotated
 
     det = tmp_path / "det"
     for split in ("train", "val", "test"):

@@ -29,6 +29,7 @@ from beam_pipeline.stages.labelling import (
 from beam_pipeline.stages.writing import AssignShards, WriteShards, rank_members
 from beam_pipeline.tree import layouts, planner
 from beam_pipeline.tree.fileio import has_files, match, read_ahead
+from beam_pipeline.tree.layouts import TreeAccess
 
 TARGET = sharding.DEFAULT_TARGET_SHARD_BYTES
 
@@ -63,7 +64,7 @@ def test_listing_sends_each_pairing_group_as_batches_not_files(tmp_path):
     for i in range(20):
         ilsvrc_image(tmp_path, "train", f"sub/img{i}", b"B", voc_xml() if i % 2 else None)
     plan = planner.plan_discovery(
-        str(tmp_path), layouts.ILSVRC_DET, ("train",), has_files, match, None
+        str(tmp_path), layouts.ILSVRC_DET, ("train",), TreeAccess(has_files, match, None)
     )
     batches = list_parts(plan.tasks)
     refs = collections.Counter()
@@ -123,7 +124,9 @@ def linked_tree(tmp_path, layout):
 @pytest.mark.parametrize("layout", ["two", "loop", "sibling", "deep", "outside", "chain"])
 def test_listing_in_parts_finds_what_a_single_walk_finds(tmp_path, layout):
     root = linked_tree(tmp_path, layout)
-    plan = planner.plan_discovery(str(root), layouts.ILSVRC_DET, ("train",), has_files, match, None)
+    plan = planner.plan_discovery(
+        str(root), layouts.ILSVRC_DET, ("train",), TreeAccess(has_files, match, None)
+    )
     single = [item for task in plan.tasks for item in discovery.list_task(task)]
     expected_keys = sorted(kind_ref[1].key for kind_ref in single if isinstance(kind_ref, tuple))
     expected_rejected = sorted((r.path, r.reason) for r in single if isinstance(r, Rejection))
@@ -144,7 +147,7 @@ def test_discover_images_pairs_files_and_reports_strays(tmp_path):
     write(tmp_path / "Annotations/DET/train/s/orphan.xml", voc_xml())
     write(tmp_path / "Data/DET/train/s/readme.txt", "hello")
     plan = planner.plan_discovery(
-        str(tmp_path), layouts.ILSVRC_DET, ("train",), has_files, match, None
+        str(tmp_path), layouts.ILSVRC_DET, ("train",), TreeAccess(has_files, match, None)
     )
     root = str(tmp_path)
     with TestPipeline() as p:

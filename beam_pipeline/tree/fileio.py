@@ -21,6 +21,7 @@ from apache_beam.io.filesystems import FileSystems
 from PIL import Image
 
 from beam_pipeline.core.rejections import InputError
+from beam_pipeline.tree.layouts import TreeAccess
 from beam_pipeline.tree.listing import Listed, is_below, is_skipped_folder, list_tree, same_folder
 from beam_pipeline.tree.pairing import IMAGE_EXTENSIONS, printable_path
 from schemas.paths import first_few, is_local, join
@@ -366,3 +367,15 @@ def header_size(path: str) -> tuple[int, int] | None:
     except Exception:  # noqa: BLE001 - any failure here is the image's, reported when written
         return None
     return (width, height) if width > 0 and height > 0 else None
+
+
+# The tree's file system as a plan asks it (`layouts.TreeAccess`).
+TREE_ACCESS = TreeAccess(
+    has_files,
+    match,
+    read_text,
+    subdirectories,
+    has_top_level_files,
+    is_directory,
+    without_images,
+)

@@ -121,6 +121,31 @@ class DiscoveryPlan:
 
 
 HasFiles = Callable[[str], bool]
+
+
+def _none(_: str) -> list[str]:
+    return []
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeAccess:
+    """The file-system questions a plan asks of a tree (`fileio.TREE_ACCESS` answers them; a
+    test may answer a few). `subdirectories` (names of a directory's subdirectories that hold
+    files) serves messages: a missing split's names the splits that are there, and the splits
+    not asked for are named. `has_top_level_files(directory, extension)` tells a CLS-LOC split
+    whose XML lie flat. `is_directory` finds the image folders of an annotated split whose
+    annotation folder is missing. `without_images(directory)` says what a split folder holds
+    instead of images (None when it holds one)."""
+
+    has_files: HasFiles
+    match: Callable[[str], list[str]]
+    read_text: Callable[[str], str] | None = None
+    subdirectories: Callable[[str], list[str]] = _none
+    has_top_level_files: Callable[[str, str], bool] = lambda directory, extension: False
+    is_directory: Callable[[str], bool] = lambda _: True
+    without_images: Callable[[str], str | None] = lambda _: None
+
+
 _MAX_LOOKED_AT = 50  # subdirectories looked into for a hint where the tree is
 # Folders whose files make a directory a tree of a layout, if a broken one.
 _MARKERS = {

@@ -21,6 +21,7 @@ from beam_pipeline.tree.layouts import (
     HasFiles,
     LayoutError,
     ListingTask,
+    TreeAccess,
     output_split,
     parse_split_list,
     split_lists,
@@ -53,86 +54,71 @@ def _voc_years(root: str, match: Callable[[str], list[str]]) -> list[tuple[str, 
 
 
 def plan_discovery(
-    root: str,
-    layout: str,
-    splits: Sequence[str],
-    has_files: HasFiles,
-    match: Callable[[str], list[str]],
-    read_text: Callable[[str], str],
-    subdirectories: Callable[[str], list[str]] = lambda _: [],
-    has_top_level_files: Callable[[str, str], bool] = lambda directory, extension: False,
-    is_directory: Callable[[str], bool] = lambda _: True,
-    without_images: Callable[[str], str | None] = lambda _: None,
+    root: str, layout: str, splits: Sequence[str], tree: TreeAccess
 ) -> DiscoveryPlan:
-    """Lists what to walk for the requested input splits (e.g. `train`, `val`).
-
-    `subdirectories` (names of a directory's subdirectories that hold files) serves messages:
-    a missing split's names the splits that are there, and the splits not asked for are named.
-    `has_top_level_files(directory, extension)` tells a CLS-LOC split whose XML lie flat.
-    `is_directory` finds the image folders of an annotated split whose annotation folder is
-    missing (`refuse_missing_annotation_folders`). `without_images(directory)` says what a
-    split folder holds instead of images (None when it holds one).
-    """
+    """Lists what to walk for the requested input splits (e.g. `train`, `val`), asking `tree`
+    what is there; refuses (LayoutError) a tree that would come out mislabelled."""
     root = root.rstrip("/")
     if layout == VOC:
-        plan = _plan_voc(root, splits, match, read_text)
-        folders = [task.directory for task in plan.tasks if task.kind == IMAGES]
-        if not any(has_files(folder) for folder in folders):
-            if cuts := [cut for folder in folders if (cut := dangling_link(folder, root))]:
-                raise LayoutError(f"no images: {'; '.join(cuts)} (a disk not mounted?)")
-            raise LayoutError(
-                f"the split lists name {len(plan.memberships)} images, but "
-                f"{', '.join(folders)} {'is' if len(folders) == 1 else 'are'} empty or missing: "
-                "put each year's images in its JPEGImages folder (an annotations-only "
-                "download has none)"
-            )
-        refuse_missing_annotation_folders(_voc_folders(plan, has_files, is_directory))
-        refuse_nested_voc_annotations(plan, match)
-        refuse_unannotated_voc_years(plan, match, read_text)
-        folders = [task.directory for task in plan.tasks if task.kind == ANNOTATIONS]
-        if not any(has_files(folder) for folder in folders):  # no XML: unlabelled splits
-            unannotated = tuple(
-                (split, ", ".join(folders)) for split in plan.splits if split != "test"
-            )
-            plan = dataclasses.replace(plan, unannotated=unannotated)
-        refuse_dangling_annotation_folders(plan)
-        return _apart(plan)
+        plan = _plan_voc_tree(root, splits, tree)
+    else:
+        plan = _plan_ilsvrc(root, layout, splits, tree)
+    refuse_dangling_annotation_folders(plan)
+    return _apart(plan)
+
+
+def _plan_voc_tree(root: str, splits: Sequence[str], tree: TreeAccess) -> DiscoveryPlan:
+    plan = _plan_voc(root, splits, tree.match, tree.read_text)
+    folders = [task.directory for task in plan.tasks if task.kind == IMAGES]
+    if not any(tree.has_files(folder) for folder in folders):
+        if cuts := [cut for folder in folders if (cut := dangling_link(folder, root))]:
+            raise LayoutError(f"no images: {'; '.join(cuts)} (a disk not mounted?)")
+        raise LayoutError(
+            f"the split lists name {len(plan.memberships)} images, but "
+            f"{', '.join(folders)} {'is' if len(folders) == 1 else 'are'} empty or missing: "
+            "put each year's images in its JPEGImages folder (an annotations-only "
+            "download has none)"
+        )
+    refuse_missing_annotation_folders(_voc_folders(plan, tree.has_files, tree.is_directory))
+    refuse_nested_voc_annotations(plan, tree.match)
+    refuse_unannotated_voc_years(plan, tree.match, tree.read_text)
+    folders = [task.directory for task in plan.tasks if task.kind == ANNOTATIONS]
+    if not any(tree.has_files(folder) for folder in folders):  # no XML: unlabelled splits
+        unannotated = tuple((split, ", ".join(folders)) for split in plan.splits if split != "test")
+        plan = dataclasses.replace(plan, unannotated=unannotated)
+    return plan
+
+
+def _plan_ilsvrc(root: str, layout: str, splits: Sequence[str], tree: TreeAccess) -> DiscoveryPlan:
     subdir = "DET" if layout == ILSVRC_DET else "CLS-LOC"
     tasks, unannotated, missing = [], [], []
-    present = subdirectories(join(root, "Data", subdir))
+    present = tree.subdirectories(join(root, "Data", subdir))
     for split in splits:
         image_dir = join(root, "Data", subdir, split)
-        if not has_files(image_dir):
-            if cut := dangling_link(image_dir, root):
-                raise LayoutError(f"split {split!r} has no images: {cut} (a disk not mounted?)")
-            raise LayoutError(
-                f"split {split!r} has no images: {image_dir} is empty or missing; "
-                + _choose_splits(present)
-            )
-        instead = without_images(image_dir)
-        if instead is not None:
-            raise LayoutError(f"split {split!r} has no images: {image_dir} holds {instead}")
+        _refuse_split_without_images(split, image_dir, root, present, tree)
         name = output_split(split)
         folder_classes = layout == ILSVRC_CLS_LOC
         annotation_dir = join(root, "Annotations", subdir, split)
-        by_name = folder_classes and has_top_level_files(annotation_dir, ".xml")
-        if split != "test" and not has_files(annotation_dir):
+        by_name = folder_classes and tree.has_top_level_files(annotation_dir, ".xml")
+        if split != "test" and not tree.has_files(annotation_dir):
             # Class folders label CLS-LOC images without XML (`subdirectories` lists a local
             # directory's; in an object store, one file below a folder tells).
             in_folders = folder_classes and bool(
-                subdirectories(image_dir) or has_files(join(image_dir, "*"))
+                tree.subdirectories(image_dir) or tree.has_files(join(image_dir, "*"))
             )
             if not in_folders:
                 unannotated.append((name, annotation_dir))
         elif layout == ILSVRC_DET and split != "test":
-            missing += _det_folders(image_dir, annotation_dir, subdirectories, is_directory)
+            missing += _det_folders(
+                image_dir, annotation_dir, tree.subdirectories, tree.is_directory
+            )
         tasks.append(ListingTask(IMAGES, image_dir, name, split, root, folder_classes, by_name))
         tasks.append(
             ListingTask(ANNOTATIONS, annotation_dir, name, split, root, key_by_name=by_name)
         )
     refuse_missing_annotation_folders(missing)
     unbuilt = tuple(name for name in present if name not in splits and not name.startswith("."))
-    plan = DiscoveryPlan(
+    return DiscoveryPlan(
         layout,
         root,
         tuple(output_split(s) for s in splits),
@@ -140,8 +126,21 @@ def plan_discovery(
         unbuilt=unbuilt,
         unannotated=tuple(unannotated),
     )
-    refuse_dangling_annotation_folders(plan)
-    return _apart(plan)
+
+
+def _refuse_split_without_images(
+    split: str, image_dir: str, root: str, present: Sequence[str], tree: TreeAccess
+) -> None:
+    if not tree.has_files(image_dir):
+        if cut := dangling_link(image_dir, root):
+            raise LayoutError(f"split {split!r} has no images: {cut} (a disk not mounted?)")
+        raise LayoutError(
+            f"split {split!r} has no images: {image_dir} is empty or missing; "
+            + _choose_splits(present)
+        )
+    instead = tree.without_images(image_dir)
+    if instead is not None:
+        raise LayoutError(f"split {split!r} has no images: {image_dir} holds {instead}")
 
 
 def _apart(plan: DiscoveryPlan) -> DiscoveryPlan:
