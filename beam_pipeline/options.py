@@ -9,6 +9,7 @@ closest known flag, before any work.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import os
@@ -27,99 +28,108 @@ class BuildOptions(PipelineOptions):
 
     @classmethod
     def _add_argparse_args(cls, parser):
-        parser.add_argument(
-            "--input_dir",
-            help="Root of the ILSVRC or VOC tree (local or gs://); locally also the download "
-            "folder one level above it (X/VOCdevkit/..., Kaggle's X/ILSVRC/...).",
-        )
-        parser.add_argument("--output_dir", help="Where shards and metadata are written.")
-        parser.add_argument(
-            "--layout",
-            default=AUTO,
-            choices=(AUTO, *LAYOUTS),
-            help="Tree layout (default: detect).",
-        )
-        parser.add_argument(
-            "--splits",
-            default=",".join(DEFAULT_SPLITS),
-            help="Comma-separated input splits, as named in the tree (default: train,val).",
-        )
-        parser.add_argument(
-            "--labels_file",
-            default=None,
-            help="Class list, one per line (first token); default: sorted names seen in train "
-            "(or VOC's trainval).",
-        )
-        parser.add_argument(
-            "--num_shards",
-            default=None,
-            help=(
-                "Shards per split: N for every split, or train=N,val=M (default: at most "
-                "--target_shard_mb each, a power of two up to 16 or a multiple of 16)."
-            ),
-        )
-        parser.add_argument(
-            "--target_shard_mb",
-            type=float,
-            default=DEFAULT_TARGET_SHARD_BYTES / 2**20,
-            help="The largest shard the default shard count allows, in MiB of input images "
-            f"(default {DEFAULT_TARGET_SHARD_BYTES // 2**20}).",
-        )
-        parser.add_argument(
-            "--seed", type=int, default=0, help="Seed of the global shuffle (default 0)."
-        )
-        parser.add_argument(
-            "--image_policy",
-            default=ORIGINAL,
-            choices=RESIZE_MODES,
-            help="original: keep size (valid RGB JPEGs keep their bytes); shorter_side: scale "
-            "the shorter side to --image_size; exact: scale to --image_size HxW.",
-        )
-        parser.add_argument(
-            "--image_size",
-            default=None,
-            help="Required with a resize policy: N (e.g. 256) for shorter_side, HxW (e.g. "
-            "224x224) for exact.",
-        )
-        parser.add_argument(
-            "--jpeg_quality",
-            type=int,
-            default=95,
-            help="Quality of re-encoded JPEGs (1-100, default 95).",
-        )
-        parser.add_argument(
-            "--max_pixels", type=int, default=None, help="Refuse larger images (default ~89 Mpx)."
-        )
-        parser.add_argument(
-            "--keep_stray_jpeg_bytes",
-            action="store_true",
-            default=False,
-            help="Keep JPEGs whose data goes on after their scan ended ('N extraneous bytes "
-            "before marker'; usually damage, the picture garbled), without those bytes, each "
-            "listed in rejected.jsonl as reported (default: rejected, stray_jpeg_bytes).",
-        )
-        parser.add_argument(
-            "--max_bad_fraction",
-            type=float,
-            default=0.01,
-            help="Fail the build when more than this fraction of images is rejected "
-            "(default 0.01).",
-        )
-        parser.add_argument(
-            "--overwrite",
-            action="store_true",
-            default=False,
-            help="Replace an existing complete build in --output_dir; it stays whole and "
-            "readable until the new build commits.",
-        )
-        parser.add_argument(
-            "--resume",
-            action="store_true",
-            default=False,
-            help="After a crash, keep the shards that are complete and intact; write the rest "
-            "(with --overwrite: those an interrupted rebuild wrote).",
-        )
-        add_console_flags(parser)
+        _add_tree_flags(parser)
+        _add_image_flags(parser)
+
+
+def _add_tree_flags(parser: argparse.ArgumentParser) -> None:
+    """What to read, how to split and shard it."""
+    parser.add_argument(
+        "--input_dir",
+        help="Root of the ILSVRC or VOC tree (local or gs://); locally also the download "
+        "folder one level above it (X/VOCdevkit/..., Kaggle's X/ILSVRC/...).",
+    )
+    parser.add_argument("--output_dir", help="Where shards and metadata are written.")
+    parser.add_argument(
+        "--layout",
+        default=AUTO,
+        choices=(AUTO, *LAYOUTS),
+        help="Tree layout (default: detect).",
+    )
+    parser.add_argument(
+        "--splits",
+        default=",".join(DEFAULT_SPLITS),
+        help="Comma-separated input splits, as named in the tree (default: train,val).",
+    )
+    parser.add_argument(
+        "--labels_file",
+        default=None,
+        help="Class list, one per line (first token); default: sorted names seen in train "
+        "(or VOC's trainval).",
+    )
+    parser.add_argument(
+        "--num_shards",
+        default=None,
+        help=(
+            "Shards per split: N for every split, or train=N,val=M (default: at most "
+            "--target_shard_mb each, a power of two up to 16 or a multiple of 16)."
+        ),
+    )
+    parser.add_argument(
+        "--target_shard_mb",
+        type=float,
+        default=DEFAULT_TARGET_SHARD_BYTES / 2**20,
+        help="The largest shard the default shard count allows, in MiB of input images "
+        f"(default {DEFAULT_TARGET_SHARD_BYTES // 2**20}).",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="Seed of the global shuffle (default 0)."
+    )
+
+
+def _add_image_flags(parser: argparse.ArgumentParser) -> None:
+    """What a build does with each image, and with the output directory."""
+    parser.add_argument(
+        "--image_policy",
+        default=ORIGINAL,
+        choices=RESIZE_MODES,
+        help="original: keep size (valid RGB JPEGs keep their bytes); shorter_side: scale "
+        "the shorter side to --image_size; exact: scale to --image_size HxW.",
+    )
+    parser.add_argument(
+        "--image_size",
+        default=None,
+        help="Required with a resize policy: N (e.g. 256) for shorter_side, HxW (e.g. "
+        "224x224) for exact.",
+    )
+    parser.add_argument(
+        "--jpeg_quality",
+        type=int,
+        default=95,
+        help="Quality of re-encoded JPEGs (1-100, default 95).",
+    )
+    parser.add_argument(
+        "--max_pixels", type=int, default=None, help="Refuse larger images (default ~89 Mpx)."
+    )
+    parser.add_argument(
+        "--keep_stray_jpeg_bytes",
+        action="store_true",
+        default=False,
+        help="Keep JPEGs whose data goes on after their scan ended ('N extraneous bytes "
+        "before marker'; usually damage, the picture garbled), without those bytes, each "
+        "listed in rejected.jsonl as reported (default: rejected, stray_jpeg_bytes).",
+    )
+    parser.add_argument(
+        "--max_bad_fraction",
+        type=float,
+        default=0.01,
+        help="Fail the build when more than this fraction of images is rejected (default 0.01).",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        default=False,
+        help="Replace an existing complete build in --output_dir; it stays whole and "
+        "readable until the new build commits.",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        default=False,
+        help="After a crash, keep the shards that are complete and intact; write the rest "
+        "(with --overwrite: those an interrupted rebuild wrote).",
+    )
+    add_console_flags(parser)
 
 
 def _home(path: str | None) -> str | None:

@@ -132,9 +132,35 @@ def print_summary(
     (from `rejected.jsonl`). A split given fewer shards than `--num_shards` asked (it has
     fewer examples; the build's recorded options say what was asked) says so.
     """
-    requested = info.options.get("num_shards")
     splits = sorted(info.splits.items())
     examples = sum(split.num_examples for _, split in splits)
+    wide = not getattr(stream, "isatty", lambda: False)()
+    console = Console(file=stream, width=160 if wide else None, highlight=False, soft_wrap=False)
+    rate = examples / seconds if seconds > 0 else 0.0
+    console.print(
+        f"Built {output_dir} from {input_dir} ({info.source.get('layout', '?')}): "
+        f"{plural(examples, 'example')} in {seconds:,.1f} s, {rate:,.0f} images/s, {workers}",
+        markup=False,
+        soft_wrap=True,
+    )
+    console.print(_split_table(splits))
+    lines = [f"{plural(info.num_classes, 'class')} + background (index {info.background_index})"]
+    lines += _shard_notes(info)
+    for split, reasons in sorted((rejected or {}).items()):
+        where = f"in {split}" if split else "outside any split"
+        listed = ", ".join(f"{reason} {count:,}" for reason, count in sorted(reasons.items()))
+        lines.append(f"files rejected or reported {where}: {listed}")
+    if info.failures:
+        lines.append(f"every rejected file, with its reason: {join(output_dir, DEAD_LETTER_FILE)}")
+    line = load_line(output_dir, info)
+    if line:
+        lines.append(f"load it: {line}")
+    lines.append(f"full log: {log_path}")
+    for text in lines:
+        console.print(text, markup=False, soft_wrap=True)
+
+
+def _split_table(splits: Sequence[tuple[str, SplitInfo]]) -> Table:
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for column in ("split", "examples", "shards", "size", "rejected"):
         table.add_column(column, justify="left" if column == "split" else "right")
@@ -148,18 +174,14 @@ def print_summary(
             f"{split.num_rejected:,}",
             label_summary(split),
         )
-    wide = not getattr(stream, "isatty", lambda: False)()
-    console = Console(file=stream, width=160 if wide else None, highlight=False, soft_wrap=False)
-    rate = examples / seconds if seconds > 0 else 0.0
-    console.print(
-        f"Built {output_dir} from {input_dir} ({info.source.get('layout', '?')}): "
-        f"{plural(examples, 'example')} in {seconds:,.1f} s, {rate:,.0f} images/s, {workers}",
-        markup=False,
-        soft_wrap=True,
-    )
-    console.print(table)
-    lines = [f"{plural(info.num_classes, 'class')} + background (index {info.background_index})"]
-    for name, split in splits:
+    return table
+
+
+def _shard_notes(info: DatasetInfo) -> list[str]:
+    """A split given fewer shards than asked, and shards left empty by rejections."""
+    requested = info.options.get("num_shards")
+    lines = []
+    for name, split in sorted(info.splits.items()):
         asked = requested.get(name) if isinstance(requested, dict) else requested
         if asked is not None and asked > split.num_shards:
             lines.append(
@@ -172,15 +194,4 @@ def print_summary(
                 f"{name}: {empty:,} of {plural(split.num_shards, 'shard')} hold no example: "
                 "images rejected while writing left them empty (valid, read as no records)"
             )
-    for split, reasons in sorted((rejected or {}).items()):
-        where = f"in {split}" if split else "outside any split"
-        listed = ", ".join(f"{reason} {count:,}" for reason, count in sorted(reasons.items()))
-        lines.append(f"files rejected or reported {where}: {listed}")
-    if info.failures:
-        lines.append(f"every rejected file, with its reason: {join(output_dir, DEAD_LETTER_FILE)}")
-    line = load_line(output_dir, info)
-    if line:
-        lines.append(f"load it: {line}")
-    lines.append(f"full log: {log_path}")
-    for text in lines:
-        console.print(text, markup=False, soft_wrap=True)
+    return lines

@@ -25,7 +25,7 @@ from schemas.paths import first_few, is_local, join
 # that has XML, beside a year or a split whose images all have theirs, are images without
 # their annotations (VOC2012's test download holds XML only for its Action and Layout images;
 # a copy cut short loses a block of files), not a few negatives.
-_VOC_YEAR_ANNOTATED = 0.9
+VOC_YEAR_ANNOTATED = 0.9
 
 
 def refuse_nested_voc_annotations(plan: DiscoveryPlan, match: Callable[[str], list[str]]) -> None:
@@ -78,16 +78,7 @@ def refuse_unannotated_voc_years(
         }
         for prefix, directory in folders.items()
     }
-    counts: dict[tuple[str, str], list[int]] = {}  # (split, year) -> [images, with XML]
-    missing: dict[tuple[str, str], list[str]] = {}  # (split, year) -> the first ids without
-    for key, member in plan.memberships:
-        prefix, _, image_id = key.partition("/")
-        if prefix in folders:
-            count = counts.setdefault((member, prefix), [0, 0])
-            count[0] += 1
-            count[1] += image_id in annotated[prefix]
-            if image_id not in annotated[prefix]:
-                missing.setdefault((member, prefix), []).append(image_id)
+    counts, missing = _annotated_counts(plan, folders, annotated)
     for prefix, directory in folders.items():  # the lists not requested, as anchors only
         for name, path in split_lists(posixpath.dirname(directory), match).items():
             if (output_split(name), prefix) in counts:
@@ -104,40 +95,61 @@ def refuse_unannotated_voc_years(
         lacking = [  # an empty annotation folder says its images are negatives
             prefix
             for prefix, (images, xml) in years.items()
-            if xml < _VOC_YEAR_ANNOTATED * images and annotated[prefix]
+            if xml < VOC_YEAR_ANNOTATED * images and annotated[prefix]
         ]
-        if not lacking:
-            continue
-        year = lacking[0]
-        images, xml = years[year]
-        ids = sorted(missing.get((split, year), []))
-        named = ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else "")
-        background = f"background ({named}; VOC's images all hold objects)"
-        same_split = [prefix for prefix in years if (split, prefix) in complete]
-        if same_split:
-            raise LayoutError(
-                f"split {split!r}: {xml} of {year}'s {images} images have their XML in "
-                f"{folders[year]}, while every one of {', '.join(same_split)}'s has: a build "
-                f"would label the other {images - xml} {background}. Build the years apart "
-                "(--input_dir "
-                f"{shlex.quote(posixpath.dirname(folders[same_split[0]]))} for "
-                f"{same_split[0]}'s), or restore {year}'s annotations"
-            )
-        others = sorted({other for other, prefix in complete if prefix == year})
-        if others:
-            fix = (
-                "Leave test out of --splits (VOC2012's test annotations were published for "
-                f"its Action and Layout images only), or restore {year}'s annotations"
-                if split == "test"
-                else f"Restore {year}'s annotations (a copy cut short?)"
-            )
-            raise LayoutError(
-                f"split {split!r}: {xml} of {year}'s {images} images have their XML in "
-                f"{folders[year]}, while every image of its {' and '.join(others)} "
-                f"split{'s' if len(others) > 1 else ''} has: a build would label the other "
-                f"{images - xml} {background}. {fix}; if those images really hold no object, "
-                "give each an XML without <object>"
-            )
+        if lacking:
+            ids = sorted(missing.get((split, lacking[0]), []))
+            _refuse_year(split, lacking[0], years, folders, complete, ids)
+
+
+def _annotated_counts(
+    plan: DiscoveryPlan, folders: dict[str, str], annotated: dict[str, set[str]]
+) -> tuple[dict[tuple[str, str], list[int]], dict[tuple[str, str], list[str]]]:
+    """(split, year) -> [images, with XML], and (split, year) -> the ids without XML, of the
+    images the plan's split lists name."""
+    counts: dict[tuple[str, str], list[int]] = {}
+    missing: dict[tuple[str, str], list[str]] = {}
+    for key, member in plan.memberships:
+        prefix, _, image_id = key.partition("/")
+        if prefix in folders:
+            count = counts.setdefault((member, prefix), [0, 0])
+            count[0] += 1
+            count[1] += image_id in annotated[prefix]
+            if image_id not in annotated[prefix]:
+                missing.setdefault((member, prefix), []).append(image_id)
+    return counts, missing
+
+
+def _refuse_year(split, year, years, folders, complete, ids) -> None:
+    """LayoutError for a split whose `year` mostly lacks XML that other years or splits have."""
+    images, xml = years[year]
+    named = ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else "")
+    background = f"background ({named}; VOC's images all hold objects)"
+    same_split = [prefix for prefix in years if (split, prefix) in complete]
+    if same_split:
+        raise LayoutError(
+            f"split {split!r}: {xml} of {year}'s {images} images have their XML in "
+            f"{folders[year]}, while every one of {', '.join(same_split)}'s has: a build "
+            f"would label the other {images - xml} {background}. Build the years apart "
+            "(--input_dir "
+            f"{shlex.quote(posixpath.dirname(folders[same_split[0]]))} for "
+            f"{same_split[0]}'s), or restore {year}'s annotations"
+        )
+    others = sorted({other for other, prefix in complete if prefix == year})
+    if others:
+        fix = (
+            "Leave test out of --splits (VOC2012's test annotations were published for "
+            f"its Action and Layout images only), or restore {year}'s annotations"
+            if split == "test"
+            else f"Restore {year}'s annotations (a copy cut short?)"
+        )
+        raise LayoutError(
+            f"split {split!r}: {xml} of {year}'s {images} images have their XML in "
+            f"{folders[year]}, while every image of its {' and '.join(others)} "
+            f"split{'s' if len(others) > 1 else ''} has: a build would label the other "
+            f"{images - xml} {background}. {fix}; if those images really hold no object, "
+            "give each an XML without <object>"
+        )
 
 
 def dangling_link(path: str, root: str) -> str | None:
