@@ -4,7 +4,6 @@ README's snippets for other readers, run against a real build."""
 import hashlib
 import json
 import os
-import pathlib
 import re
 import subprocess
 import sys
@@ -123,11 +122,14 @@ def read_serialized(output_dir, split):
     return records
 
 
-def readme_blocks(section: str = "## Reading the records elsewhere") -> list[tuple[str, str]]:
-    """(language, code) of each fenced block of a README section."""
-    text = (pathlib.Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
-    body = text.split(section + "\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```(\w+)\n(.*?)```", body, re.S)
+def readme_blocks(
+    section: str | None = None, page: str = "docs/other-readers.md"
+) -> list[tuple[str, str]]:
+    """(language, code) of each fenced block of a documentation page, or of one section of it
+    (these snippets were the README's; they moved to the docs site). Fails on none."""
+    from test_docs import fenced_blocks
+
+    return fenced_blocks(page, section)
 
 
 @pytest.fixture(scope="module")
@@ -141,10 +143,10 @@ def sample_dir(tmp_path_factory):
 
 
 def test_the_readme_tensorflow_snippet_reads_the_first_record(sample_dir, monkeypatch):
-    (_, code), *_ = [b for b in readme_blocks() if b[0] == "python"]
+    ((_, code),) = [b for b in readme_blocks("## Plain TensorFlow") if b[0] == "python"]
     monkeypatch.chdir(sample_dir)
     scope = {}
-    exec(compile(code, "README.md", "exec"), scope)
+    exec(compile(code, "docs/other-readers.md", "exec"), scope)
     first = read_split(sample_dir / "sample_data" / "out", "train")[0]
     assert scope["label"].numpy() == first[F.LABEL][0]
     image, stored = scope["image"].numpy().astype(int), decode(first).astype(int)
@@ -153,7 +155,7 @@ def test_the_readme_tensorflow_snippet_reads_the_first_record(sample_dir, monkey
 
 
 def test_the_readme_pytorch_snippet_reads_without_tensorflow(sample_dir):
-    _, (_, code) = [b for b in readme_blocks() if b[0] == "python"][:2]
+    ((_, code),) = [b for b in readme_blocks("## PyTorch") if b[0] == "python"]
     probe = (
         code
         + "\nimport json, sys\n"
@@ -186,7 +188,7 @@ def test_the_readme_od_api_config_names_the_label_map_and_every_train_shard(samp
 
 
 def test_the_readme_dali_snippet_reads_the_shards_on_the_cpu(sample_dir):
-    _, _, (_, code) = [b for b in readme_blocks() if b[0] == "python"][:3]
+    ((_, code),) = [b for b in readme_blocks("## NVIDIA DALI") if b[0] == "python"]
     probe = (
         code
         + "\nimport json\n"
@@ -211,10 +213,10 @@ def test_the_readme_dali_snippet_reads_the_shards_on_the_cpu(sample_dir):
 
 
 def test_the_readme_tfds_snippet_reads_a_build_as_a_tfds_dataset(sample_dir, monkeypatch):
-    _, _, _, (_, code) = [b for b in readme_blocks() if b[0] == "python"][:4]
+    ((_, code),) = [b for b in readme_blocks("## TensorFlow Datasets") if b[0] == "python"]
     monkeypatch.chdir(sample_dir)
     scope = {}
-    exec(compile(code, "README.md", "exec"), scope)
+    exec(compile(code, "docs/other-readers.md", "exec"), scope)
     out = sample_dir / "sample_data" / "out"
     first = read_split(out, "train")[0]
     assert scope["label"].numpy() == first[F.LABEL][0]

@@ -1,6 +1,7 @@
-"""The README's console excerpts of `plan`, `inspect` and `stats`, run on the bundled sample
-exactly as `./run_local.sh` builds it: every line the README shows must be what the command
-prints (they had drifted: a record key added in schema 1.2, the sizes it grew)."""
+"""The console excerpts of `plan`, `inspect` and `stats` in docs/tools.md (the README's, before
+the docs site), run on the bundled sample exactly as `./run_local.sh` builds it: every line the
+page shows must be what the command prints (they had drifted: a record key added in schema 1.2,
+the sizes it grew)."""
 
 import re
 import shlex
@@ -27,21 +28,20 @@ def sample_dir(tmp_path_factory):
 
 
 def excerpts(command: str) -> list[tuple[list[str], list[str]]]:
-    """(argv, shown lines) of each README text block that runs `python -m beam_pipeline
-    <command>`; a line `...` stands for lines the README leaves out."""
+    """(argv, shown lines) of each text block of docs/tools.md that runs `python -m
+    beam_pipeline <command>`; a line `...` stands for lines the page leaves out."""
     found = []
-    for section in ("## Seeing the data: plan, show, inspect, stats, verify",):
-        for language, block in readme_blocks(section):
-            first, *shown = block.rstrip("\n").split("\n")
-            prefix = f"$ python -m beam_pipeline {command} "
-            if language == "text" and first.startswith(prefix):
-                found.append((shlex.split(first)[5:], shown))
-    assert found, f"no README excerpt of {command}"
+    for language, block in readme_blocks(page="docs/tools.md"):
+        first, *shown = block.rstrip("\n").split("\n")
+        prefix = f"$ python -m beam_pipeline {command} "
+        if language == "text" and first.startswith(prefix):
+            found.append((shlex.split(first)[5:], shown))
+    assert found, f"no excerpt of {command} in docs/tools.md"
     return found
 
 
 def assert_shows(printed: str, shown: list[str]) -> None:
-    """Each run of README lines between `...` lines is printed, in order, line for line."""
+    """Each run of shown lines between `...` lines is printed, in order, line for line."""
     lines = [_SECONDS.sub("(N s)", line) for line in printed.rstrip("\n").split("\n")]
     position = 0
     parts, part = [], []
@@ -63,7 +63,7 @@ def assert_shows(printed: str, shown: list[str]) -> None:
                 position = start + len(part)
                 break
         else:
-            pytest.fail(f"README lines not printed in order: {part}\nprinted:\n{printed}")
+            pytest.fail(f"docs/tools.md lines not printed in order: {part}\nprinted:\n{printed}")
 
 
 @pytest.mark.parametrize("command", ["plan", "inspect", "stats"])
