@@ -443,7 +443,7 @@ def test_a_reader_that_leaves_early_gets_no_traceback(sample):
     # `stats OUT | head -1`: the pipe closes before the command has written everything.
     _, out, _ = sample
     script = (
-        "import os, sys; from beam_pipeline import commands; r, w = os.pipe(); os.close(r); "
+        "import os, sys; from beam_pipeline.tools import commands; r, w = os.pipe(); os.close(r); "
         "os.dup2(w, 1); sys.exit(commands.main(['stats', sys.argv[1]]))"
     )
     done = subprocess.run(

@@ -19,7 +19,8 @@ from helpers import build, decode, ilsvrc_image, jpeg_bytes, read_split
 from PIL import Image
 
 from beam_pipeline.core.annotations import voc_xml
-from beam_pipeline.tools import sample_tree, show
+from beam_pipeline.tools import histogram, sample_tree, show
+from beam_pipeline.tools import sheet as sheet_tool
 from schemas import BUILD_INFO_FILE, DatasetInfo, SplitInfo
 from schemas import features as F
 
@@ -70,7 +71,7 @@ def expected_rect(box, image_box):
     return x0, y0, x1, y1
 
 
-def outline_pixels(rect, width=show.LINE):
+def outline_pixels(rect, width=sheet_tool.LINE):
     """Every pixel of a `width`-wide outline drawn inside `rect` (inclusive)."""
     x0, y0, x1, y1 = rect
     pixels = set()
@@ -90,18 +91,33 @@ def test_the_sheet_is_a_grid_of_every_example_when_the_split_has_fewer(built, va
     sheet, tiles = validation_sheet
     records = read_split(built, "validation")
     assert len(records) == 12 and len(tiles) == 12
-    assert show.grid(12) == (4, 3) and show.grid(16) == (4, 4) and show.grid(17) == (5, 4)
+    assert (
+        sheet_tool.grid(12) == (4, 3)
+        and sheet_tool.grid(16) == (4, 4)
+        and sheet_tool.grid(17) == (5, 4)
+    )
     assert sheet.size == (
-        show.PAD + 4 * (show.TILE + show.PAD),
-        show.HEADER + show.PAD + 3 * (show.TILE + show.CAPTION + show.PAD),
+        sheet_tool.PAD + 4 * (sheet_tool.TILE + sheet_tool.PAD),
+        sheet_tool.HEADER
+        + sheet_tool.PAD
+        + 3 * (sheet_tool.TILE + sheet_tool.CAPTION + sheet_tool.PAD),
     )
     assert [tile.index for tile in tiles] == list(range(12))
     assert [tile.filename for tile in tiles] == [r[F.FILENAME][0].decode() for r in records]
     for position, tile in enumerate(tiles):
         row, column = divmod(position, 4)
-        left = show.PAD + column * (show.TILE + show.PAD)
-        top = show.HEADER + show.PAD + row * (show.TILE + show.CAPTION + show.PAD)
-        assert tile.cell == (left, top, left + show.TILE, top + show.TILE + show.CAPTION)
+        left = sheet_tool.PAD + column * (sheet_tool.TILE + sheet_tool.PAD)
+        top = (
+            sheet_tool.HEADER
+            + sheet_tool.PAD
+            + row * (sheet_tool.TILE + sheet_tool.CAPTION + sheet_tool.PAD)
+        )
+        assert tile.cell == (
+            left,
+            top,
+            left + sheet_tool.TILE,
+            top + sheet_tool.TILE + sheet_tool.CAPTION,
+        )
 
 
 def test_each_tile_is_its_stored_image_scaled_to_fit_on_grey(built, validation_sheet):
@@ -112,20 +128,20 @@ def test_each_tile_is_its_stored_image_scaled_to_fit_on_grey(built, validation_s
         stored = decode(records[tile.filename])
         height, width = stored.shape[:2]
         assert tile.size == (width, height)
-        scale = min(show.TILE / width, show.TILE / height)
+        scale = min(sheet_tool.TILE / width, sheet_tool.TILE / height)
         assert tile.scale == pytest.approx(scale)
         scaled = (round(width * scale), round(height * scale))
         left, top, right, bottom = tile.image_box
-        assert (right - left, bottom - top) == scaled and show.TILE in scaled
+        assert (right - left, bottom - top) == scaled and sheet_tool.TILE in scaled
         cell_left, cell_top = tile.cell[:2]
-        assert left - cell_left == (show.TILE - scaled[0]) // 2
-        assert top - cell_top == (show.TILE - scaled[1]) // 2
+        assert left - cell_left == (sheet_tool.TILE - scaled[0]) // 2
+        assert top - cell_top == (sheet_tool.TILE - scaled[1]) // 2
         # The image region equals the stored image resized, away from what is drawn over it.
         expected = np.asarray(Image.fromarray(stored).resize(scaled, Image.Resampling.LANCZOS))
         mask = np.ones(scaled[::-1], bool)
         for box in tile.boxes:
             x0, y0, x1, y1 = box.rect
-            for x, y in outline_pixels((x0 - 1, y0 - 1, x1 + 1, y1 + 1), show.LINE + 1):
+            for x, y in outline_pixels((x0 - 1, y0 - 1, x1 + 1, y1 + 1), sheet_tool.LINE + 1):
                 if left <= x < right and top <= y < bottom:
                     mask[y - top, x - left] = False
             tx0, ty0, tx1, ty1 = box.text_rect
@@ -134,22 +150,24 @@ def test_each_tile_is_its_stored_image_scaled_to_fit_on_grey(built, validation_s
         difference = np.abs(region - expected.astype(int))[mask]
         assert difference.mean() < 1.0, tile.filename
         # The rest of the tile is the neutral ground.
-        ground = pixels[cell_top : cell_top + show.TILE, cell_left : cell_left + show.TILE]
-        outside = np.ones((show.TILE, show.TILE), bool)
+        ground = pixels[
+            cell_top : cell_top + sheet_tool.TILE, cell_left : cell_left + sheet_tool.TILE
+        ]
+        outside = np.ones((sheet_tool.TILE, sheet_tool.TILE), bool)
         outside[top - cell_top : bottom - cell_top, left - cell_left : right - cell_left] = False
-        assert (ground[outside] == show.TILE_BACKGROUND).all()
+        assert (ground[outside] == sheet_tool.TILE_BACKGROUND).all()
 
 
 def test_the_wide_image_shows_its_two_boxes_in_their_class_colours(info, validation_sheet):
     sheet, tiles = validation_sheet
     (tile,) = [t for t in tiles if t.filename.endswith("/wide.JPEG")]
-    assert tile.size == WIDE and tile.image_box[2] - tile.image_box[0] == show.TILE
-    assert tile.image_box[3] - tile.image_box[1] == show.TILE // 2  # 192x96, centred
+    assert tile.size == WIDE and tile.image_box[2] - tile.image_box[0] == sheet_tool.TILE
+    assert tile.image_box[3] - tile.image_box[1] == sheet_tool.TILE // 2  # 192x96, centred
     assert [(box.name, box.label) for box in tile.boxes] == [("circle", 0), ("square", 2)]
     colours = {box.name: box.colour for box in tile.boxes}
     assert colours == {
-        "circle": show.class_colour(0, info.background_index),
-        "square": show.class_colour(2, info.background_index),
+        "circle": sheet_tool.class_colour(0, info.background_index),
+        "square": sheet_tool.class_colour(2, info.background_index),
     }
     assert colours["circle"] != colours["square"]
     left, top = tile.image_box[:2]
@@ -163,7 +181,7 @@ def test_the_wide_image_shows_its_two_boxes_in_their_class_colours(info, validat
         assert {sheet.getpixel(point) for point in points} == {box.colour}
     # The circle's outline has a dark halo just outside it, and its name a label in its colour.
     x0, y0, x1, y1 = tile.boxes[0].rect
-    assert {sheet.getpixel((x, y1 + 1)) for x in range(x0 + 20, x1 - 20)} == {show.HALO}
+    assert {sheet.getpixel((x, y1 + 1)) for x in range(x0 + 20, x1 - 20)} == {sheet_tool.HALO}
     tx0, ty0, tx1, ty1 = tile.boxes[0].text_rect
     assert ty1 == y0 - 2 and tx0 == x0  # above the box, which has room above it
     label = np.asarray(sheet.crop((tx0, ty0, tx1 + 1, ty1 + 1))).reshape(-1, 3)
@@ -203,8 +221,8 @@ def test_captions_name_the_class_and_show_its_colour(info, validation_sheet, bui
     for tile in tiles:
         assert tile.label == records[tile.filename][F.LABEL][0]
         assert tile.caption == names[tile.label]
-        swatch = (tile.cell[0] + 5, tile.cell[1] + show.TILE + 10)
-        assert sheet.getpixel(swatch) == show.class_colour(tile.label, info.background_index)
+        swatch = (tile.cell[0] + 5, tile.cell[1] + sheet_tool.TILE + 10)
+        assert sheet.getpixel(swatch) == sheet_tool.class_colour(tile.label, info.background_index)
     (empty,) = [t for t in tiles if t.filename.endswith("/empty.JPEG")]
     assert empty.caption == "background" and empty.boxes == ()
     assert empty.label == info.background_index
@@ -215,8 +233,8 @@ def test_an_unlabelled_split_is_captioned_unlabelled(built):
     assert len(tiles) == 5
     for tile in tiles:
         assert (tile.label, tile.caption, tile.boxes) == (-1, "unlabelled", ())
-        swatch = (tile.cell[0] + 5, tile.cell[1] + show.TILE + 10)
-        assert sheet.getpixel(swatch) == show.UNLABELLED_COLOUR
+        swatch = (tile.cell[0] + 5, tile.cell[1] + sheet_tool.TILE + 10)
+        assert sheet.getpixel(swatch) == sheet_tool.UNLABELLED_COLOUR
 
 
 def test_a_seed_draws_the_same_sample_and_another_seed_another(built):
@@ -422,7 +440,7 @@ def test_the_histogram_draws_each_splits_class_counts(built, info, tmp_path, cap
     target = tmp_path / "hist.png"
     code, out, err = run(capsys, built, "--histogram", "-o", target)
     assert (code, err) == (0, "")
-    figure = show.class_histogram(info)
+    figure = histogram.class_histogram(info)
     width, height = figure.canvas.get_width_height()
     assert out == (
         f"wrote {target}: class counts of test, train, validation "
@@ -455,11 +473,11 @@ def test_many_classes_show_the_most_and_least_frequent():
     counts = (*(1000 + (i * 37) % 101 for i in range(100)), 5)
     split = SplitInfo(sum(counts), sum(counts), 0, counts, (), {"xml": sum(counts)})
     info = DatasetInfo("1.1.0", classes, {"train": split}, {}, {}, {}, {})
-    names, shown = show.histogram_bars(info, "train")
+    names, shown = histogram.histogram_bars(info, "train")
     order = sorted(range(101), key=lambda i: (-counts[i], (*classes, "background")[i]))
     assert shown == [counts[i] for i in order[:30] + order[-30:]]
     assert names[-1] == "background" and shown[0] == max(counts)
-    figure = show.class_histogram(info)
+    figure = histogram.class_histogram(info)
     (ax,) = figure.axes
     assert [bar.get_height() for bar in ax.patches] == shown
     assert [label.get_text() for label in ax.get_xticklabels()] == names
@@ -512,27 +530,27 @@ def test_the_module_runs_alone_without_tensorflow_or_beam(built, tmp_path):
 
 
 def test_a_record_whose_image_does_not_decode_gets_a_tile_that_says_so(info):
-    record = show.Record(
+    record = sheet_tool.Record(
         4, "x.tfrecord", {F.ENCODED: [b"junk"], F.LABEL: [1], F.FILENAME: [b"a/b"]}
     )
-    sheet, (tile,) = show.render_sheet([record], info)
+    sheet, (tile,) = sheet_tool.render_sheet([record], info)
     assert (tile.image_box, tile.boxes, tile.caption, tile.filename) == (None, (), "cross", "a/b")
     left, top, right, _ = tile.cell
-    ground = np.asarray(sheet.crop((left, top, right, top + show.TILE))).reshape(-1, 3)
-    assert (ground == show.ERROR_TEXT).all(axis=1).any()  # the message, on the grey ground
-    assert (ground == show.TILE_BACKGROUND).all(axis=1).mean() > 0.9
+    ground = np.asarray(sheet.crop((left, top, right, top + sheet_tool.TILE))).reshape(-1, 3)
+    assert (ground == sheet_tool.ERROR_TEXT).all(axis=1).any()  # the message, on the grey ground
+    assert (ground == sheet_tool.TILE_BACKGROUND).all(axis=1).mean() > 0.9
 
 
 def test_names_beyond_ascii_are_drawn_as_letters_where_a_unicode_font_is_installed():
     # Pillow's default font drew a box for `é` in class and file names.
     from PIL import ImageFont
 
-    from beam_pipeline.tools import show
+    from beam_pipeline.tools import sheet as sheet_tool
 
     try:
-        ImageFont.truetype(show.UNICODE_FONTS[0], 12)
+        ImageFont.truetype(sheet_tool.UNICODE_FONTS[0], 12)
     except OSError:
-        pytest.skip(f"{show.UNICODE_FONTS[0]} is not installed here")
-    font = show._font(12)
+        pytest.skip(f"{sheet_tool.UNICODE_FONTS[0]} is not installed here")
+    font = sheet_tool._font(12)
     drawn = lambda text: (font.getmask(text).size, bytes(font.getmask(text)))  # noqa: E731
     assert drawn("é") != drawn("\ue000")  # a private-use code point: the missing-glyph box

@@ -9,27 +9,27 @@ label sources, classes (most and least frequent, unknown ones), the shard plan, 
 be rejected for reasons known without decoding. Exit code 0 when the build would go ahead, 1
 when it would be refused (the reason last, as the build words it), 2 for bad flags or a tree
 that cannot be read.
+
+The command and the computing of its plan (`plan_build`); what the plan holds and how it is
+printed are `plan_report`'s.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import dataclasses
 import json
 import os
 import shutil
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from beam_pipeline.console.summary import human_bytes, plural, tree_notes
 from beam_pipeline.core.entries import IndexEntry, LabelledEntry, ParsedEntry
 from beam_pipeline.core.examples import build_example
 from beam_pipeline.core.images import ORIGINAL, NormalisedImage
 from beam_pipeline.core.labels import (
-    ANNOTATED,
     UNLABELLED_SPLIT,
     Vocabulary,
     split_kind,
@@ -50,9 +50,10 @@ from beam_pipeline.stages.labelling import (
     vocabulary_from_names,
 )
 from beam_pipeline.stages.writing import split_size
+from beam_pipeline.tools.plan_report import BuildPlan, SplitPlanReport, format_plan
 from beam_pipeline.tree import layouts, planner
 from beam_pipeline.tree.pairing import ANNOTATION_WITHOUT_IMAGE, pair_files
-from schemas import BACKGROUND, UNLABELLED
+from schemas import UNLABELLED
 from schemas.paths import is_local, join
 from schemas.tfrecord import encode_record
 
@@ -61,94 +62,13 @@ ORPHAN_REASONS = (ANNOTATION_WITHOUT_IMAGE, "image_missing")
 _OVERHEAD_SAMPLE = 64
 
 
-@dataclasses.dataclass
-class SplitPlanReport:
-    """What the build would do with one output split."""
-
-    name: str
-    kind: str
-    images: int = 0
-    annotated: int = 0
-    without_annotation: int = 0
-    folder_class_only: int = 0  # in a class folder, without XML: labelled by the folder
-    orphans: dict[str, int] = dataclasses.field(default_factory=dict)
-    label_sources: dict[str, int] = dataclasses.field(default_factory=dict)
-    class_counts: dict[str, int] = dataclasses.field(default_factory=dict)
-    unknown_classes: dict[str, int] = dataclasses.field(default_factory=dict)
-    rejected: dict[str, int] = dataclasses.field(default_factory=dict)  # images, by reason
-    reported: dict[str, int] = dataclasses.field(default_factory=dict)  # other files, notes
-    examples: int = 0
-    shards: int = 0
-    shards_asked: int | None = None  # --num_shards for the split; more than examples: capped
-    examples_per_shard: tuple[int, int] = (0, 0)
-    image_bytes: int = 0
-    estimated_bytes: int | None = None
-
-
-@dataclasses.dataclass
-class BuildPlan:
-    """The plan of a whole build; `refusal` is the build's own message when it would stop."""
-
-    input_dir: str
-    layout: str
-    classes: tuple[str, ...]
-    vocabulary_source: str
-    splits: dict[str, SplitPlanReport]
-    rejections: list[Rejection]
-    refusal: str | None
-    seconds: float
-    files_listed: int
-    unbuilt: tuple[str, ...] = ()
-    shared: dict[tuple[str, ...], int] = dataclasses.field(default_factory=dict)
-    notes: tuple[str, ...] = ()  # what the build says of the tree before it starts
-
-    def to_json(self, rejections: int | None = None) -> dict[str, Any]:
-        listed = self.rejections if rejections is None else self.rejections[:rejections]
-        return {
-            "input_dir": self.input_dir,
-            "layout": self.layout,
-            "num_classes": len(self.classes),
-            "vocabulary": self.vocabulary_source,
-            "would_build": self.refusal is None,
-            "refusal": self.refusal,
-            "files_listed": self.files_listed,
-            "unbuilt_splits": list(self.unbuilt),
-            "shared_images": {"+".join(splits): n for splits, n in self.shared.items()},
-            "seconds": round(self.seconds, 3),
-            "splits": {name: dataclasses.asdict(split) for name, split in self.splits.items()},
-            "rejections": [r.as_dict() for r in listed],
-            "num_rejections": len(self.rejections),
-        }
-
-
 def plan_build(prepared) -> BuildPlan:
     """The build's index, run here on `pipeline.prepare`'s result; nothing is written."""
     from beam_pipeline.pipeline import finalize_spec
 
     started = time.monotonic()
     config, plan = prepared.config, prepared.plan
-    rejections: list[Rejection] = []
-    images, annotations = collections.defaultdict(list), collections.defaultdict(list)
-    listed = 0
-    for task in plan.tasks:
-        for item in list_task(task):
-            listed += 1
-            if isinstance(item, Rejection):
-                rejections.append(item)
-                continue
-            kind, ref = item
-            (images if kind == layouts.IMAGES else annotations)[ref.key].append(ref)
-    memberships = collections.defaultdict(list)
-    for key, split in plan.memberships:
-        memberships[key].append(split)
-    entries: list[IndexEntry] = []
-    for key in sorted(set(images) | set(annotations) | set(memberships)):
-        paired, refused = pair_files(
-            key, images.get(key, ()), annotations.get(key, ()), memberships.get(key, ()), plan.root
-        )
-        entries += paired
-        rejections += refused
-
+    entries, rejections, listed = _index_entries(plan)
     # One thread: parsing is CPU-bound under the GIL, and a pool of threads measured slower
     # (2.0 s against 1.6 s for 10,500 entries); so was a pool of processes (pickling).
     parsed_or_not = [parse_entry(plan.root, entry) for entry in entries]
@@ -157,55 +77,13 @@ def plan_build(prepared) -> BuildPlan:
 
     spec = finalize_spec(prepared)
     reports = {name: SplitPlanReport(name, "") for name in plan.splits}
-    refusal = None
-    try:
-        if prepared.classes is not None:
-            vocabulary = Vocabulary(prepared.classes)
-        else:
-            split = planner.vocabulary_split(plan.splits)
-            names = {name for p in parsed if p.entry.split == split for name in class_names(p)}
-            vocabulary = vocabulary_from_names(sorted(names), split)
-    except BuildFailed as error:
-        vocabulary, refusal = None, _reason(error)
-
-    marks = collections.defaultdict(list)
-    for entry in entries:
-        split, mark = split_marks(entry)
-        marks[split].append(mark)
-    negatives = layouts.has_negatives(plan.layout)
-    kinds = {split: split_kind(*any_marks(m), negatives) for split, m in marks.items()}
-    labelled: list[LabelledEntry] = []
-    misplaced = misplaced_index(rejections, plan.tasks)
-    if vocabulary is not None:
-        for p in parsed:
-            result = label_entry(plan.root, p, vocabulary, kinds, misplaced)
-            (rejections if isinstance(result, Rejection) else labelled).append(result)
-            if isinstance(result, LabelledEntry) and result.folder_disagrees:
-                rejections.append(disagreement(plan.root, result, vocabulary))
+    vocabulary, refusal = _vocabulary(prepared, parsed)
+    kinds = _split_kinds(entries, layouts.has_negatives(plan.layout))
+    labelled = _label(plan, parsed, vocabulary, kinds, rejections)
 
     counts = collections.Counter(entry.split for entry in entries)
-    for name, report in reports.items():
-        report.kind = kinds.get(name, "")
-        report.images = counts[name]
-    for entry in entries:
-        report = reports[entry.split]
-        if entry.annotation_filename is not None:
-            report.annotated += 1
-        elif entry.folder_class is None:
-            report.without_annotation += 1
-        else:
-            report.folder_class_only += 1
-    for rejection in rejections:
-        if rejection.split not in reports:
-            continue
-        report = reports[rejection.split]
-        if rejection.is_image and rejection.stage == DISCOVER:
-            report.images += 1
-        _add(report.rejected if rejection.is_image else report.reported, rejection.reason)
-        if rejection.reason in ORPHAN_REASONS:
-            _add(report.orphans, rejection.reason)
-        if rejection.reason == "unknown_class":
-            _add(report.unknown_classes, unknown_class_name(rejection.detail) or "?")
+    _count_images(reports, kinds, counts, entries)
+    _count_rejections(reports, rejections)
     if vocabulary is not None:
         _describe_labels(reports, labelled, vocabulary)
     _plan_shards(reports, labelled, config, vocabulary)
@@ -227,6 +105,100 @@ def plan_build(prepared) -> BuildPlan:
         shared=plan.shared_images(),
         notes=(*tree_notes(plan, config.splits), *_rebuild_notes(config, reports)),
     )
+
+
+def _index_entries(plan) -> tuple[list[IndexEntry], list[Rejection], int]:
+    """(the entries, the rejections, the files listed) of listing the tree and pairing each
+    key's image with its annotation, as the build's discovery does."""
+    rejections: list[Rejection] = []
+    images, annotations = collections.defaultdict(list), collections.defaultdict(list)
+    listed = 0
+    for task in plan.tasks:
+        for item in list_task(task):
+            listed += 1
+            if isinstance(item, Rejection):
+                rejections.append(item)
+                continue
+            kind, ref = item
+            (images if kind == layouts.IMAGES else annotations)[ref.key].append(ref)
+    memberships = collections.defaultdict(list)
+    for key, split in plan.memberships:
+        memberships[key].append(split)
+    entries: list[IndexEntry] = []
+    for key in sorted(set(images) | set(annotations) | set(memberships)):
+        paired, refused = pair_files(
+            key, images.get(key, ()), annotations.get(key, ()), memberships.get(key, ()), plan.root
+        )
+        entries += paired
+        rejections += refused
+    return entries, rejections, listed
+
+
+def _vocabulary(prepared, parsed: list[ParsedEntry]) -> tuple[Vocabulary | None, str | None]:
+    """(the build's vocabulary, None) or, when the build could not make one, (None, why)."""
+    try:
+        if prepared.classes is not None:
+            return Vocabulary(prepared.classes), None
+        split = planner.vocabulary_split(prepared.plan.splits)
+        names = {name for p in parsed if p.entry.split == split for name in class_names(p)}
+        return vocabulary_from_names(sorted(names), split), None
+    except BuildFailed as error:
+        return None, _reason(error)
+
+
+def _split_kinds(entries: list[IndexEntry], negatives: bool) -> dict[str, str]:
+    """Each split's kind (annotated, classified, unlabelled...), from its entries' marks."""
+    marks = collections.defaultdict(list)
+    for entry in entries:
+        split, mark = split_marks(entry)
+        marks[split].append(mark)
+    return {split: split_kind(*any_marks(m), negatives) for split, m in marks.items()}
+
+
+def _label(plan, parsed, vocabulary, kinds, rejections: list[Rejection]) -> list[LabelledEntry]:
+    """The labelled entries (none without a vocabulary); the entries refused, and the folder
+    disagreements, are added to `rejections`."""
+    labelled: list[LabelledEntry] = []
+    misplaced = misplaced_index(rejections, plan.tasks)
+    if vocabulary is None:
+        return labelled
+    for p in parsed:
+        result = label_entry(plan.root, p, vocabulary, kinds, misplaced)
+        (rejections if isinstance(result, Rejection) else labelled).append(result)
+        if isinstance(result, LabelledEntry) and result.folder_disagrees:
+            rejections.append(disagreement(plan.root, result, vocabulary))
+    return labelled
+
+
+def _count_images(reports, kinds, counts, entries: list[IndexEntry]) -> None:
+    """Each split's kind and images, and how many have XML, a class folder, or neither."""
+    for name, report in reports.items():
+        report.kind = kinds.get(name, "")
+        report.images = counts[name]
+    for entry in entries:
+        report = reports[entry.split]
+        if entry.annotation_filename is not None:
+            report.annotated += 1
+        elif entry.folder_class is None:
+            report.without_annotation += 1
+        else:
+            report.folder_class_only += 1
+
+
+def _count_rejections(reports, rejections: list[Rejection]) -> None:
+    """Each split's rejections and reports by reason, its orphans and its unknown classes;
+    images rejected as they were listed count among its images."""
+    for rejection in rejections:
+        if rejection.split not in reports:
+            continue
+        report = reports[rejection.split]
+        if rejection.is_image and rejection.stage == DISCOVER:
+            report.images += 1
+        _add(report.rejected if rejection.is_image else report.reported, rejection.reason)
+        if rejection.reason in ORPHAN_REASONS:
+            _add(report.orphans, rejection.reason)
+        if rejection.reason == "unknown_class":
+            _add(report.unknown_classes, unknown_class_name(rejection.detail) or "?")
 
 
 def _rebuild_notes(config, reports: dict[str, SplitPlanReport]) -> list[str]:
@@ -359,106 +331,6 @@ def _refusal(prepared, spec, counts, rejections, reports) -> str | None:
 
 def _reason(error: BuildFailed) -> str:
     return str(error).removeprefix(BUILD_FAILED_MARKER).strip()
-
-
-def _top(counts: dict[str, int], n: int, reverse: bool) -> str:
-    ordered = sorted(counts.items(), key=lambda kv: ((-kv[1] if reverse else kv[1]), kv[0]))
-    return ", ".join(f"{name} {count}" for name, count in ordered[:n])
-
-
-def _image_parts(report: SplitPlanReport) -> str:
-    """How a split's images divide (they add up to its count): with XML, without (in a class
-    folder or not), and rejected as they were listed (named under `would reject`)."""
-    background = " (background)" if report.kind == ANNOTATED else ""
-    parts = [f"with XML {report.annotated:,}"]
-    if report.folder_class_only:
-        parts.append(f"without XML in a class folder {report.folder_class_only:,}")
-        parts.append(f"without XML or class folder {report.without_annotation:,}{background}")
-    else:
-        parts.append(f"without XML {report.without_annotation:,}{background}")
-    listed = report.annotated + report.without_annotation + report.folder_class_only
-    if report.images > listed:
-        parts.append(f"rejected as listed {report.images - listed:,} (below)")
-    return ", ".join(parts)
-
-
-def format_plan(plan: BuildPlan, rejections: int = 20) -> str:
-    """The plan as the text `plan` prints."""
-    lines = [
-        f"Plan for {plan.input_dir} ({plan.layout}): {plan.files_listed:,} files listed, "
-        f"no pixels read, nothing written ({plan.seconds:.1f} s)",
-        f"classes: {len(plan.classes):,} (from {plan.vocabulary_source}), plus background",
-    ]
-    for report in plan.splits.values():
-        lines.append("")
-        lines.append(f"{report.name} ({report.kind or 'no images'}):")
-        lines.append(f"  images {report.images:,}: {_image_parts(report)}")
-        if report.orphans:
-            lines.append(f"  orphans: {_counts(report.orphans)}")
-        if report.label_sources:
-            lines.append(f"  label sources: {_counts(report.label_sources)}")
-        if report.class_counts:
-            present = sum(1 for count in report.class_counts.values() if count)
-            lines.append(
-                f"  classes present: {present:,} of {len(report.class_counts):,} "
-                "(background included)"
-            )
-            # Background without images is no news (CLS-LOC has none): left out of these.
-            counts = {
-                name: count
-                for name, count in report.class_counts.items()
-                if count or name != BACKGROUND
-            }
-            # (a class without images is no one's most frequent: least frequent names it)
-            seen = {name: count for name, count in counts.items() if count}
-            lines.append(f"  most frequent: {_top(seen, 10, True) or 'none'}")
-            lines.append(f"  least frequent: {_top(counts, 10, False)}")
-        if report.unknown_classes:
-            lines.append(f"  unknown classes: {_top(report.unknown_classes, 10, True)}")
-        if report.rejected:
-            total = sum(report.rejected.values())
-            lines.append(f"  would reject {total:,}: {_counts(report.rejected)}")
-        if report.reported:
-            lines.append(f"  would report (not rejected): {_counts(report.reported)}")
-        if report.shards:
-            low, high = report.examples_per_shard
-            per_shard = f"{low:,}" if low == high else f"{low:,}-{high:,}"
-            estimate = (
-                f"about {human_bytes(report.estimated_bytes)} if every image is a JPEG kept as "
-                "it is"
-                if report.estimated_bytes is not None
-                else "unknown until resized"
-            )
-            of = f"{per_shard} {'example' if high == 1 else 'examples'}"
-            lines.append(
-                f"  shards: {report.shards:,} of {of} ({plural(report.examples, 'example')}); "
-                f"images {human_bytes(report.image_bytes)}, records {estimate}"
-            )
-            if report.shards_asked is not None and report.shards_asked > report.shards:
-                lines.append(
-                    f"  (not the {report.shards_asked:,} shards asked for: a shard holds at "
-                    "least one example)"
-                )
-    if plan.rejections and rejections:
-        lines.append("")
-        lines.append(
-            f"files rejected or reported ({len(plan.rejections):,}; --json lists them all):"
-        )
-        for rejection in plan.rejections[:rejections]:
-            lines.append(f"  {rejection.path}: {rejection.reason}: {rejection.detail}")
-        if len(plan.rejections) > rejections:
-            lines.append(f"  ... and {len(plan.rejections) - rejections:,} more")
-    lines.append("")
-    lines += plan.notes
-    if plan.refusal is None:
-        lines.append("The build would go ahead.")
-    else:
-        lines.append(f"The build would be refused: {plan.refusal}")
-    return "\n".join(lines)
-
-
-def _counts(counts: dict[str, int]) -> str:
-    return ", ".join(f"{key} {value:,}" for key, value in sorted(counts.items()))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

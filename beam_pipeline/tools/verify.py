@@ -12,6 +12,9 @@ stores); the record count, byte count and SHA-256 match the metadata. Every bad 
 `rejected.jsonl` must account for the rejections it counts; TFDS's files must say what
 `build_info.json` says (a schema 1.x build has none: `upgrade` writes them). Exit 0 when all
 checks, 1 when something does not (a damaged `build_info.json` too), 2 without a committed build.
+
+The command, the reading of each shard and the checks of the files beside the shards; what is
+checked in each record is `record_checks`'s (`check_example`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ import collections
 import concurrent.futures
 import dataclasses
 import hashlib
-import io
 import json
 import os
 import sys
@@ -29,37 +31,29 @@ from collections.abc import Sequence
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from PIL import Image
 
 from beam_pipeline.console.summary import human_bytes, plural
-from beam_pipeline.core.jpegdata import check_jpeg_data
-from beam_pipeline.core.rejections import InputError, read_dead_letter
+from beam_pipeline.core.rejections import read_dead_letter
 from beam_pipeline.output.directory import STAGING_DIR, list_shard_files
 from beam_pipeline.output.readback import read_build_info
+from beam_pipeline.tools.record_checks import check_example
 from schemas import (
     BUILD_INFO_FILE,
     DEAD_LETTER_FILE,
-    FEATURES,
     LABELS_FILE,
     LEGACY_INFO_FILE,
     SCHEMA_VERSION,
     SHARD_SUFFIX,
-    UNLABELLED,
     DamagedBuildError,
     DatasetInfo,
     ShardInfo,
     is_shard_filename,
     shard_filename,
 )
-from schemas import features as F
-from schemas.classes import BACKGROUND
-from schemas.example_proto import Example
 from schemas.label_map import LABEL_MAP_FILE, label_map_text
 from schemas.paths import join
 from schemas.tfds_metadata import tfds_files
 from schemas.tfrecord import CorruptRecordError, read_records
-
-_OBJECT_KEYS = [f.key for f in FEATURES if f.length is None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,99 +82,6 @@ class _HashingReader:
         self.digest.update(data)
         self.num_bytes += len(data)
         return data
-
-
-def check_example(
-    record: bytes,
-    num_classes: int,
-    decode: bool = True,
-    labelled: bool = True,
-    schema_version: str = SCHEMA_VERSION,
-    classes: Sequence[str] = (),
-) -> str | None:
-    """What is wrong with one serialised Example (of a labelled split or not), or None.
-
-    Keys newer than the build's `schema_version` are not required. With the build's `classes`,
-    the label's class text must be the class the metadata names (`background` for the
-    background index, empty when unlabelled).
-    """
-    try:
-        example = Example.FromString(record)
-    except Exception as error:  # noqa: BLE001 - protobuf raises its own DecodeError
-        return f"not a tf.train.Example ({type(error).__name__})"
-    features = example.features.feature
-    values = {}
-    for spec in FEATURES:
-        if not spec.in_schema(schema_version):
-            continue
-        if spec.key not in features:
-            return f"missing feature {spec.key}"
-        kind = features[spec.key].WhichOneof("kind")
-        if kind != spec.proto_kind:
-            return f"{spec.key} is {kind}, expected {spec.proto_kind}"
-        values[spec.key] = list(getattr(features[spec.key], kind).value)
-        length = spec.num_values(num_classes)
-        if length is not None and len(values[spec.key]) != length:
-            return f"{spec.key} has {len(values[spec.key])} values, expected {length}"
-    label = values[F.LABEL][0]
-    one_hot = values[F.ONE_HOT]
-    if not labelled:
-        if label != UNLABELLED or any(one_hot):
-            return f"label {label} in an unlabelled split (expected {UNLABELLED}, one-hot all 0)"
-    elif not 0 <= label <= num_classes:
-        return f"label {label} outside [0, {num_classes}]"
-    elif sum(one_hot) != 1 or one_hot[label] != 1:
-        return f"one-hot does not encode label {label}"
-    lengths = {len(values[key]) for key in _OBJECT_KEYS}
-    if len(lengths) != 1:
-        return "per-object lists have different lengths"
-    boxes = zip(
-        *(values[k] for k in (F.BBOX_XMIN, F.BBOX_YMIN, F.BBOX_XMAX, F.BBOX_YMAX)), strict=True
-    )
-    for i, (xmin, ymin, xmax, ymax) in enumerate(boxes):
-        if not (0.0 <= xmin <= xmax <= 1.0 and 0.0 <= ymin <= ymax <= 1.0):
-            return f"object {i} box {(xmin, ymin, xmax, ymax)} is not inside [0, 1]"
-    if any(not 0 <= c < num_classes for c in values[F.OBJECT_LABEL]):
-        return "an object label is outside the vocabulary"
-    if classes:
-        name = (
-            "" if label == UNLABELLED else (classes[label] if label < num_classes else BACKGROUND)
-        )
-        expected = name.encode("utf-8")
-        if values[F.LABEL_TEXT] != [expected]:
-            return (
-                f"{F.LABEL_TEXT} is {values[F.LABEL_TEXT][0]!r}, but label {label} is "
-                f"{expected!r} in the build's metadata"
-            )
-    if values[F.FORMAT] != [F.IMAGE_FORMAT.encode()] or values[F.CHANNELS] != [F.IMAGE_CHANNELS]:
-        return f"format {values[F.FORMAT]} / channels {values[F.CHANNELS]} is not 3-channel JPEG"
-    if decode:
-        problem = _check_image(values[F.ENCODED][0], values[F.WIDTH][0], values[F.HEIGHT][0])
-        if problem:
-            return problem
-    if F.KEY_SHA256 in values:
-        digest = hashlib.sha256(values[F.ENCODED][0]).hexdigest().encode("ascii")
-        if values[F.KEY_SHA256] != [digest]:
-            return f"{F.KEY_SHA256} is not the SHA-256 of the image bytes"
-    return None
-
-
-def _check_image(data: bytes, width: int, height: int) -> str | None:
-    try:
-        with Image.open(io.BytesIO(data), formats=["JPEG"]) as image:
-            image.load()
-            size, mode = image.size, image.mode
-    except Exception as error:  # noqa: BLE001 - any decoder failure means the image is bad
-        return f"image does not decode ({type(error).__name__}: {error})"
-    if mode != "RGB":
-        return f"image is {mode}, not RGB"
-    if size != (width, height):
-        return f"image is {size[0]}x{size[1]}, the record says {width}x{height}"
-    try:
-        check_jpeg_data(data, mode, size)  # strictly: TensorFlow fails on much of what it refuses
-    except InputError as error:
-        return f"image data is damaged ({error.detail}); rebuild, or drop the record"
-    return None
 
 
 def verify_shard(

@@ -1,0 +1,182 @@
+"""What `plan` reports: the plan of a build (`BuildPlan`, a `SplitPlanReport` per split), as the
+JSON of `--json` and as the text `plan` prints. Computing it is `plan`'s (`plan_build`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from beam_pipeline.console.summary import human_bytes, plural
+from beam_pipeline.core.labels import ANNOTATED
+from beam_pipeline.core.rejections import Rejection
+from schemas import BACKGROUND
+
+
+@dataclasses.dataclass
+class SplitPlanReport:
+    """What the build would do with one output split."""
+
+    name: str
+    kind: str
+    images: int = 0
+    annotated: int = 0
+    without_annotation: int = 0
+    folder_class_only: int = 0  # in a class folder, without XML: labelled by the folder
+    orphans: dict[str, int] = dataclasses.field(default_factory=dict)
+    label_sources: dict[str, int] = dataclasses.field(default_factory=dict)
+    class_counts: dict[str, int] = dataclasses.field(default_factory=dict)
+    unknown_classes: dict[str, int] = dataclasses.field(default_factory=dict)
+    rejected: dict[str, int] = dataclasses.field(default_factory=dict)  # images, by reason
+    reported: dict[str, int] = dataclasses.field(default_factory=dict)  # other files, notes
+    examples: int = 0
+    shards: int = 0
+    shards_asked: int | None = None  # --num_shards for the split; more than examples: capped
+    examples_per_shard: tuple[int, int] = (0, 0)
+    image_bytes: int = 0
+    estimated_bytes: int | None = None
+
+
+@dataclasses.dataclass
+class BuildPlan:
+    """The plan of a whole build; `refusal` is the build's own message when it would stop."""
+
+    input_dir: str
+    layout: str
+    classes: tuple[str, ...]
+    vocabulary_source: str
+    splits: dict[str, SplitPlanReport]
+    rejections: list[Rejection]
+    refusal: str | None
+    seconds: float
+    files_listed: int
+    unbuilt: tuple[str, ...] = ()
+    shared: dict[tuple[str, ...], int] = dataclasses.field(default_factory=dict)
+    notes: tuple[str, ...] = ()  # what the build says of the tree before it starts
+
+    def to_json(self, rejections: int | None = None) -> dict[str, Any]:
+        listed = self.rejections if rejections is None else self.rejections[:rejections]
+        return {
+            "input_dir": self.input_dir,
+            "layout": self.layout,
+            "num_classes": len(self.classes),
+            "vocabulary": self.vocabulary_source,
+            "would_build": self.refusal is None,
+            "refusal": self.refusal,
+            "files_listed": self.files_listed,
+            "unbuilt_splits": list(self.unbuilt),
+            "shared_images": {"+".join(splits): n for splits, n in self.shared.items()},
+            "seconds": round(self.seconds, 3),
+            "splits": {name: dataclasses.asdict(split) for name, split in self.splits.items()},
+            "rejections": [r.as_dict() for r in listed],
+            "num_rejections": len(self.rejections),
+        }
+
+
+def _top(counts: dict[str, int], n: int, reverse: bool) -> str:
+    ordered = sorted(counts.items(), key=lambda kv: ((-kv[1] if reverse else kv[1]), kv[0]))
+    return ", ".join(f"{name} {count}" for name, count in ordered[:n])
+
+
+def _image_parts(report: SplitPlanReport) -> str:
+    """How a split's images divide (they add up to its count): with XML, without (in a class
+    folder or not), and rejected as they were listed (named under `would reject`)."""
+    background = " (background)" if report.kind == ANNOTATED else ""
+    parts = [f"with XML {report.annotated:,}"]
+    if report.folder_class_only:
+        parts.append(f"without XML in a class folder {report.folder_class_only:,}")
+        parts.append(f"without XML or class folder {report.without_annotation:,}{background}")
+    else:
+        parts.append(f"without XML {report.without_annotation:,}{background}")
+    listed = report.annotated + report.without_annotation + report.folder_class_only
+    if report.images > listed:
+        parts.append(f"rejected as listed {report.images - listed:,} (below)")
+    return ", ".join(parts)
+
+
+def format_plan(plan: BuildPlan, rejections: int = 20) -> str:
+    """The plan as the text `plan` prints."""
+    lines = [
+        f"Plan for {plan.input_dir} ({plan.layout}): {plan.files_listed:,} files listed, "
+        f"no pixels read, nothing written ({plan.seconds:.1f} s)",
+        f"classes: {len(plan.classes):,} (from {plan.vocabulary_source}), plus background",
+    ]
+    for report in plan.splits.values():
+        lines += _split_lines(report)
+    if plan.rejections and rejections:
+        lines.append("")
+        lines.append(
+            f"files rejected or reported ({len(plan.rejections):,}; --json lists them all):"
+        )
+        for rejection in plan.rejections[:rejections]:
+            lines.append(f"  {rejection.path}: {rejection.reason}: {rejection.detail}")
+        if len(plan.rejections) > rejections:
+            lines.append(f"  ... and {len(plan.rejections) - rejections:,} more")
+    lines.append("")
+    lines += plan.notes
+    if plan.refusal is None:
+        lines.append("The build would go ahead.")
+    else:
+        lines.append(f"The build would be refused: {plan.refusal}")
+    return "\n".join(lines)
+
+
+def _split_lines(report: SplitPlanReport) -> list[str]:
+    """One split's paragraph: its images, labels, classes, rejections and shards."""
+    lines = ["", f"{report.name} ({report.kind or 'no images'}):"]
+    lines.append(f"  images {report.images:,}: {_image_parts(report)}")
+    if report.orphans:
+        lines.append(f"  orphans: {_counts(report.orphans)}")
+    if report.label_sources:
+        lines.append(f"  label sources: {_counts(report.label_sources)}")
+    if report.class_counts:
+        lines += _class_lines(report.class_counts)
+    if report.unknown_classes:
+        lines.append(f"  unknown classes: {_top(report.unknown_classes, 10, True)}")
+    if report.rejected:
+        total = sum(report.rejected.values())
+        lines.append(f"  would reject {total:,}: {_counts(report.rejected)}")
+    if report.reported:
+        lines.append(f"  would report (not rejected): {_counts(report.reported)}")
+    if report.shards:
+        lines += _shard_lines(report)
+    return lines
+
+
+def _class_lines(class_counts: dict[str, int]) -> list[str]:
+    """How many classes a split has images of, and its most and least frequent."""
+    present = sum(1 for count in class_counts.values() if count)
+    lines = [f"  classes present: {present:,} of {len(class_counts):,} (background included)"]
+    # Background without images is no news (CLS-LOC has none): left out of these.
+    counts = {name: count for name, count in class_counts.items() if count or name != BACKGROUND}
+    # (a class without images is no one's most frequent: least frequent names it)
+    seen = {name: count for name, count in counts.items() if count}
+    lines.append(f"  most frequent: {_top(seen, 10, True) or 'none'}")
+    lines.append(f"  least frequent: {_top(counts, 10, False)}")
+    return lines
+
+
+def _shard_lines(report: SplitPlanReport) -> list[str]:
+    """A split's shard plan: shards, examples in each, and the bytes of images and records."""
+    low, high = report.examples_per_shard
+    per_shard = f"{low:,}" if low == high else f"{low:,}-{high:,}"
+    estimate = (
+        f"about {human_bytes(report.estimated_bytes)} if every image is a JPEG kept as it is"
+        if report.estimated_bytes is not None
+        else "unknown until resized"
+    )
+    of = f"{per_shard} {'example' if high == 1 else 'examples'}"
+    lines = [
+        f"  shards: {report.shards:,} of {of} ({plural(report.examples, 'example')}); "
+        f"images {human_bytes(report.image_bytes)}, records {estimate}"
+    ]
+    if report.shards_asked is not None and report.shards_asked > report.shards:
+        lines.append(
+            f"  (not the {report.shards_asked:,} shards asked for: a shard holds at "
+            "least one example)"
+        )
+    return lines
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{key} {value:,}" for key, value in sorted(counts.items()))

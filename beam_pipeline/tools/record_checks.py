@@ -1,0 +1,153 @@
+"""What `verify` checks in each record of a shard (`check_example`).
+
+The record is an Example with every schema key of the build's schema version, of the right kind
+and length; its label agrees with its one-hot (label -1 and no one-hot in an unlabelled split),
+its class text with the build's metadata; its object lists are as long as each other, their
+boxes inside [0, 1], their labels in the vocabulary; its image is a 3-channel JPEG that decodes
+as RGB at the recorded size, in Pillow and in libjpeg-turbo strictly, whose SHA-256 is the
+record's key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from collections.abc import Sequence
+from typing import Any
+
+from PIL import Image
+
+from beam_pipeline.core.jpegdata import check_jpeg_data
+from beam_pipeline.core.rejections import InputError
+from schemas import FEATURES, SCHEMA_VERSION, UNLABELLED
+from schemas import features as F
+from schemas.classes import BACKGROUND
+from schemas.example_proto import Example
+
+_OBJECT_KEYS = [f.key for f in FEATURES if f.length is None]
+
+
+def check_example(
+    record: bytes,
+    num_classes: int,
+    decode: bool = True,
+    labelled: bool = True,
+    schema_version: str = SCHEMA_VERSION,
+    classes: Sequence[str] = (),
+) -> str | None:
+    """What is wrong with one serialised Example (of a labelled split or not), or None.
+
+    Keys newer than the build's `schema_version` are not required. With the build's `classes`,
+    the label's class text must be the class the metadata names (`background` for the
+    background index, empty when unlabelled).
+    """
+    try:
+        example = Example.FromString(record)
+    except Exception as error:  # noqa: BLE001 - protobuf raises its own DecodeError
+        return f"not a tf.train.Example ({type(error).__name__})"
+    values, problem = _feature_values(example, num_classes, schema_version)
+    return (
+        problem
+        or _check_label(values, num_classes, labelled)
+        or _check_objects(values, num_classes)
+        or _check_class_text(values, num_classes, classes)
+        or _check_image_features(values, decode)
+    )
+
+
+def _feature_values(
+    example: Example, num_classes: int, schema_version: str
+) -> tuple[dict[str, list[Any]], str | None]:
+    """(the values of the schema's features by key, None), or what is wrong with the first
+    feature that is missing, of another kind or of another length."""
+    features = example.features.feature
+    values: dict[str, list[Any]] = {}
+    for spec in FEATURES:
+        if not spec.in_schema(schema_version):
+            continue
+        if spec.key not in features:
+            return values, f"missing feature {spec.key}"
+        kind = features[spec.key].WhichOneof("kind")
+        if kind != spec.proto_kind:
+            return values, f"{spec.key} is {kind}, expected {spec.proto_kind}"
+        values[spec.key] = list(getattr(features[spec.key], kind).value)
+        length = spec.num_values(num_classes)
+        if length is not None and len(values[spec.key]) != length:
+            return values, f"{spec.key} has {len(values[spec.key])} values, expected {length}"
+    return values, None
+
+
+def _check_label(values: dict[str, list[Any]], num_classes: int, labelled: bool) -> str | None:
+    label = values[F.LABEL][0]
+    one_hot = values[F.ONE_HOT]
+    if not labelled:
+        if label != UNLABELLED or any(one_hot):
+            return f"label {label} in an unlabelled split (expected {UNLABELLED}, one-hot all 0)"
+    elif not 0 <= label <= num_classes:
+        return f"label {label} outside [0, {num_classes}]"
+    elif sum(one_hot) != 1 or one_hot[label] != 1:
+        return f"one-hot does not encode label {label}"
+    return None
+
+
+def _check_objects(values: dict[str, list[Any]], num_classes: int) -> str | None:
+    lengths = {len(values[key]) for key in _OBJECT_KEYS}
+    if len(lengths) != 1:
+        return "per-object lists have different lengths"
+    boxes = zip(
+        *(values[k] for k in (F.BBOX_XMIN, F.BBOX_YMIN, F.BBOX_XMAX, F.BBOX_YMAX)), strict=True
+    )
+    for i, (xmin, ymin, xmax, ymax) in enumerate(boxes):
+        if not (0.0 <= xmin <= xmax <= 1.0 and 0.0 <= ymin <= ymax <= 1.0):
+            return f"object {i} box {(xmin, ymin, xmax, ymax)} is not inside [0, 1]"
+    if any(not 0 <= c < num_classes for c in values[F.OBJECT_LABEL]):
+        return "an object label is outside the vocabulary"
+    return None
+
+
+def _check_class_text(
+    values: dict[str, list[Any]], num_classes: int, classes: Sequence[str]
+) -> str | None:
+    if not classes:
+        return None
+    label = values[F.LABEL][0]
+    name = "" if label == UNLABELLED else (classes[label] if label < num_classes else BACKGROUND)
+    expected = name.encode("utf-8")
+    if values[F.LABEL_TEXT] != [expected]:
+        return (
+            f"{F.LABEL_TEXT} is {values[F.LABEL_TEXT][0]!r}, but label {label} is "
+            f"{expected!r} in the build's metadata"
+        )
+    return None
+
+
+def _check_image_features(values: dict[str, list[Any]], decode: bool) -> str | None:
+    if values[F.FORMAT] != [F.IMAGE_FORMAT.encode()] or values[F.CHANNELS] != [F.IMAGE_CHANNELS]:
+        return f"format {values[F.FORMAT]} / channels {values[F.CHANNELS]} is not 3-channel JPEG"
+    if decode:
+        problem = _check_image(values[F.ENCODED][0], values[F.WIDTH][0], values[F.HEIGHT][0])
+        if problem:
+            return problem
+    if F.KEY_SHA256 in values:
+        digest = hashlib.sha256(values[F.ENCODED][0]).hexdigest().encode("ascii")
+        if values[F.KEY_SHA256] != [digest]:
+            return f"{F.KEY_SHA256} is not the SHA-256 of the image bytes"
+    return None
+
+
+def _check_image(data: bytes, width: int, height: int) -> str | None:
+    try:
+        with Image.open(io.BytesIO(data), formats=["JPEG"]) as image:
+            image.load()
+            size, mode = image.size, image.mode
+    except Exception as error:  # noqa: BLE001 - any decoder failure means the image is bad
+        return f"image does not decode ({type(error).__name__}: {error})"
+    if mode != "RGB":
+        return f"image is {mode}, not RGB"
+    if size != (width, height):
+        return f"image is {size[0]}x{size[1]}, the record says {width}x{height}"
+    try:
+        check_jpeg_data(data, mode, size)  # strictly: TensorFlow fails on much of what it refuses
+    except InputError as error:
+        return f"image data is damaged ({error.detail}); rebuild, or drop the record"
+    return None
