@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command: sets up .venv if needed, then lint + the whole test suite.
+# The test command: sets up .venv if needed, then lint, the type checker and the whole test
+# suite.
 #   ./run_tests.sh            all tests (what CI runs)
 #   ./run_tests.sh -m "not slow"   the fast ones; any pytest arguments pass through
 set -euo pipefail
@@ -7,4 +8,5 @@ cd "$(dirname "$0")"
 TEST_REQUIREMENTS=1 source scripts/ensure_venv.sh
 "$VENV_PYTHON" -m ruff check .
 "$VENV_PYTHON" -m ruff format --check .
+"$VENV_PYTHON" -m mypy
 exec "$VENV_PYTHON" -m pytest "$@"

@@ -26,7 +26,7 @@ _EXCEPTION_LINE = re.compile(r"^((?:\w+\.)*\w*(?:Error|Exception|Exit|Interrupt)
 _STEP = re.compile(r" ?\[while running '([^']*)'\].*$")
 
 
-def was_interrupted(error: BaseException) -> bool:
+def was_interrupted(error: BaseException | None) -> bool:
     """Whether a failed run was a Ctrl-C: a KeyboardInterrupt in its cause chain, or in the
     text the runner re-raised it as (`RuntimeError: KeyboardInterrupt [while running ...]`)."""
     seen = set()

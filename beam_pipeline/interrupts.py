@@ -128,8 +128,7 @@ def _log_thread_failure(args: threading.ExceptHookArgs, *, otherwise) -> None:
         otherwise(args)
         return
     name = args.thread.name if args.thread else "a thread"
-    error = (args.exc_type, args.exc_value, args.exc_traceback)
-    logger.info("After the interruption, %s failed", name, exc_info=error)
+    logger.info("After the interruption, %s failed", name, exc_info=args.exc_value)
 
 
 def _worker_lost(code: int) -> None:
@@ -148,13 +147,12 @@ def _worker_lost(code: int) -> None:
     _lost_event.set()
     logger.error("%s; stopping the build", _lost[0])
     _end_workers_later(_WORKERS_GRACE_S)
-    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
 
 
 def _log_late_failure(args: threading.ExceptHookArgs) -> None:
     name = args.thread.name if args.thread else "a thread"
-    error = (args.exc_type, args.exc_value, args.exc_traceback)
-    logger.info("After the build stopped, %s failed", name, exc_info=error)
+    logger.info("After the build stopped, %s failed", name, exc_info=args.exc_value)
 
 
 def worker_lost(wait: float = 0.0) -> str | None:

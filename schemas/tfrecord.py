@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import Protocol
 
 import google_crc32c
 
 _MASK_DELTA = 0xA282EAD8
 _LENGTH = struct.Struct("<Q")
 _CRC = struct.Struct("<I")
+
+
+class Readable(Protocol):
+    """What records are read from: a binary file, or a wrapper of one with its `read`."""
+
+    def read(self, size: int, /) -> bytes: ...
 
 
 class CorruptRecordError(Exception):
@@ -40,13 +46,13 @@ def encode_record(data: bytes) -> bytes:
     return b"".join((length, _CRC.pack(masked_crc(length)), data, _CRC.pack(masked_crc(data))))
 
 
-def read_records(stream: BinaryIO) -> Iterator[bytes]:
+def read_records(stream: Readable) -> Iterator[bytes]:
     """Yields each record's data; raises CorruptRecordError at the first bad frame."""
     for _, _, data in read_frames(stream):
         yield data
 
 
-def read_frames(stream: BinaryIO) -> Iterator[tuple[int, int, bytes]]:
+def read_frames(stream: Readable) -> Iterator[tuple[int, int, bytes]]:
     """Yields (offset, framed size, data) of each record, its length and data checked against
     their masked CRC32Cs; raises CorruptRecordError at the first bad frame (its `problem`
     starts with "truncated" where the file ends inside a record)."""

@@ -133,7 +133,7 @@ def test_the_readme_gives_the_two_commands_and_ci_runs_the_test_command():
     assert lines == [
         "./run_local.sh     # main job: generate the bundled sample, build it on DirectRunner, "
         "train a Keras CNN",
-        "./run_tests.sh     # the tests (ruff + pytest); this is what CI runs",
+        "./run_tests.sh     # the tests (ruff, mypy, pytest); this is what CI runs",
     ]
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert re.search(r"^exec \./run_tests\.sh$", ci, re.M)

@@ -30,6 +30,7 @@ from rich.progress import (
     Progress,
     ProgressColumn,
     SpinnerColumn,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -162,6 +163,7 @@ class BuildConsole:
     def _release_fd2(self) -> None:
         with contextlib.suppress(Exception):
             sys.stderr.flush()
+        assert self._saved_fd is not None and self._pump is not None  # set by _capture_fd2
         os.dup2(self._saved_fd, 2)  # the pipe stays open only in worker processes still alive
         # Wait for their last words, but not for a helper that outlives the build (a Dask
         # LocalCluster leaves multiprocessing's resource tracker holding the pipe until exit):
@@ -262,7 +264,7 @@ class LiveProgress:
             refresh_per_second=4,
         )
         self._indexing = self._progress.add_task("indexing", total=None)
-        self._writing = None
+        self._writing: TaskID | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, name="progress", daemon=True)
 

@@ -67,6 +67,7 @@ def check_main_object(labelled: LabelledEntry, width: int, height: int) -> None:
     if annotation is None or annotation.width is not None or len(annotation.objects) < 2:
         return
     main = main_object_index(dataclasses.replace(annotation, width=width, height=height))
+    assert main is not None  # two objects or more
     if labelled.object_labels[main] != labelled.label:
         raise InputError(
             "size_unknown",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 from collections.abc import Iterable
 
 from beam_pipeline.core.annotations import Annotation, Box
@@ -44,12 +45,15 @@ class Vocabulary(ClassList):
                 f"a class is named {BACKGROUND!r}, the name of the background class "
                 f"(label {len(self.classes)}, images without objects); rename or drop it"
             )
-        object.__setattr__(self, "_index", {name: i for i, name in enumerate(self.classes)})
 
     @classmethod
     def from_names(cls, names: Iterable[str]) -> Vocabulary:
         """The sorted set of names (the default when no labels file is given)."""
         return cls(tuple(sorted(set(names))))
+
+    @functools.cached_property
+    def _index(self) -> dict[str, int]:
+        return {name: i for i, name in enumerate(self.classes)}
 
     def index(self, name: str) -> int:
         """The label of a class name; raises InputError(unknown_class) outside the vocabulary."""
@@ -79,7 +83,8 @@ def parse_labels_file(text: str) -> tuple[str, ...]:
     Accepts plain lists (`n01440764`) and the LOC_synset_mapping format
     (`n01440764 tench, Tinca tinca`). Blank lines and `#` comments are skipped.
     """
-    names, lines = [], {}
+    names: list[str] = []
+    lines: dict[str, list[str]] = {}
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if line and not line.startswith("#"):
@@ -177,7 +182,9 @@ def image_label(
     objects = annotation.objects if annotation is not None else ()
     object_labels = tuple(vocabulary.index(obj.name) for obj in objects)
     if object_labels:
+        assert annotation is not None  # objects come from it
         main = main_object_index(annotation)
+        assert main is not None  # it has objects
         disagrees = folder_class is not None and folder_class != objects[main].name
         return ImageLabel(object_labels[main], object_labels, FROM_XML, disagrees)
     if folder_class is not None:

@@ -102,7 +102,9 @@ def rejections_by_split(output_dir: str) -> dict[str, dict[str, int]]:
     from schemas.paths import join
 
     path = join(output_dir, DEAD_LETTER_FILE)
-    counts = collections.defaultdict(collections.Counter)
+    counts: collections.defaultdict[str, collections.Counter[str]] = collections.defaultdict(
+        collections.Counter
+    )
     try:
         for rejection in read_dead_letter(read_file(path).decode("utf-8")):
             counts[rejection["split"]][rejection["reason"]] += 1

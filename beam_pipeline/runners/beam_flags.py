@@ -146,6 +146,7 @@ def _refuse_repeated(argv: Sequence[str], parser: argparse.ArgumentParser) -> No
         for flag in action.option_strings
     }
     values: dict[str, set[str | None]] = collections.defaultdict(set)
+    value: str | None
     for position, token in enumerate(argv):
         flag, equals, value = token.partition("=")
         if flag not in takes_value:

@@ -22,8 +22,8 @@ logger = logging.getLogger(__name__)
 def _parsed(version: str) -> tuple[int, int]:
     """(major, minor) of a version string such as `2.77.0` or `2.78.0.dev0`."""
     major, minor = [*version.split("."), "0"][:2]
-    digits = re.match(r"\d*", minor).group()  # "71rc1": 71
-    return int(major), int(digits or 0)
+    digits = re.match(r"\d+", minor)  # "71rc1": 71
+    return int(major), int(digits.group()) if digits else 0
 
 
 def check_beam_version(version: str | None = None) -> None:

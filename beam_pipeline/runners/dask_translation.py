@@ -168,7 +168,7 @@ class Translator(PipelineVisitor):
         self._db = dask.bag
         self._threads = max(1, threads)
         self._bag_kwargs = bag_kwargs
-        self.bags: dict[beam.PCollection, Any] = {}
+        self.bags: dict[Any, Any] = {}
         self.consumed: set[beam.PCollection] = set()
         self._lifted: AppliedPTransform | None = None  # a CombinePerKey run as one operation
 
@@ -177,7 +177,7 @@ class Translator(PipelineVisitor):
         return self._threads * PARTITIONS_PER_THREAD
 
     def enter_composite_transform(self, node: AppliedPTransform) -> None:
-        transform = node.transform
+        transform: Any = node.transform  # Beam types it as Optional[PTransform]
         if (
             self._lifted is None
             and isinstance(transform, beam.CombinePerKey)
@@ -213,7 +213,7 @@ class Translator(PipelineVisitor):
     def visit_transform(self, node: AppliedPTransform) -> None:
         if self._lifted is not None:
             return  # inside a lifted CombinePerKey: done as a whole on entering it
-        transform = node.transform
+        transform: Any = node.transform  # Beam types it as Optional[PTransform]
         inputs = [self.bags[p] for p in node.inputs if isinstance(p, beam.PCollection)]
         self.consumed.update(p for p in node.inputs if isinstance(p, beam.PCollection))
         self.consumed.update(si.pvalue for si in node.side_inputs)
@@ -253,9 +253,9 @@ class Translator(PipelineVisitor):
     def _pardo(self, node: AppliedPTransform, inputs: list) -> None:
         import dask
 
-        transform = node.transform
+        transform: Any = node.transform  # Beam types it as Optional[PTransform]
         (main,) = inputs
-        main_input = next(iter(node.main_inputs.values()))
+        main_input: Any = next(iter(node.main_inputs.values()))
         args, kwargs = transform.raw_side_inputs
         views = [(type(si), si._view_options()) for si in node.side_inputs]
         side_values = [

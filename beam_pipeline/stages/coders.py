@@ -41,6 +41,13 @@ def _path_to(path: str | None, key: str):
     return path
 
 
+def _required_path_from(value, key: str) -> str:
+    path = _path_from(value, key)
+    if path is None:
+        raise ValueError(f"an index record of {key!r} lacks its path")
+    return path
+
+
 def _path_from(value, key: str) -> str | None:
     if value is None or isinstance(value, str):
         return value
@@ -110,7 +117,7 @@ def _file_ref_to(ref: FileRef):
 
 def _file_ref_from(value) -> FileRef:
     path, key, split, num_bytes, folder_class = value
-    return FileRef(_path_from(path, key), key, split, num_bytes, folder_class)
+    return FileRef(_required_path_from(path, key), key, split, num_bytes, folder_class)
 
 
 def _entry_to(entry: IndexEntry):
@@ -130,7 +137,7 @@ def _entry_from(value) -> IndexEntry:
     return IndexEntry(
         split,
         key,
-        _path_from(filename, key),
+        _required_path_from(filename, key),
         _path_from(annotation_filename, key),
         folder_class,
         num_bytes,

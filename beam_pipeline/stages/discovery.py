@@ -160,7 +160,7 @@ def _batches(pending: dict, tag: int):
 
 def grouped_memberships(memberships) -> list[tuple[tuple[str, int], tuple[int, bytes]]]:
     """The VOC split lists' (key, split) pairs as one batch per pairing group."""
-    groups = {}
+    groups: dict[tuple[str, int], list[tuple[str, str]]] = {}
     for key, split in memberships:
         groups.setdefault(pairing_group(key), []).append((key, split))
     return [

@@ -125,7 +125,7 @@ def check_index_budget(
             f"; classes outside the vocabulary ({spec.vocabulary_source}), most frequent "
             f"first: {_most_frequent(unknown, 10)}"
         )
-        spaced = sorted(name for name in unknown if len(name.split()) > 1)
+        spaced = sorted(name for name in unknown if name is not None and len(name.split()) > 1)
         if spaced and spec.vocabulary_source.startswith("--labels_file"):
             message += (
                 f" ({spaced[0]!r} holds a space, and a labels file's class is a line's first "
@@ -248,8 +248,10 @@ def _split_info(split, plan, results, vocabulary, discovered, rejected) -> Split
             f"{rejected} rejected; {discovered - written - rejected} unaccounted for"
         )
     class_counts = [0] * vocabulary.one_hot_length
-    sources = collections.Counter()
-    objects, widths, heights = collections.Counter(), collections.Counter(), collections.Counter()
+    sources: collections.Counter[str] = collections.Counter()
+    objects: collections.Counter[int] = collections.Counter()
+    widths: collections.Counter[int] = collections.Counter()
+    heights: collections.Counter[int] = collections.Counter()
     for result in results:
         for label, count in result.class_counts:
             class_counts[label] += count

@@ -123,7 +123,7 @@ def class_names(parsed: ParsedEntry):
         yield parsed.entry.folder_class
 
 
-def vocabulary_from_names(names, split: str = "train") -> Vocabulary:
+def vocabulary_from_names(names, split: str | None = "train") -> Vocabulary:
     if not names:
         raise BuildFailed(
             f"the {split} split names no class (no <object> and no synset folder): restore its "
@@ -139,7 +139,7 @@ def vocabulary_from_names(names, split: str = "train") -> Vocabulary:
         ) from None
 
 
-def _refuse_names_alike(names, split: str) -> None:
+def _refuse_names_alike(names, split: str | None) -> None:
     """Refuses class names of one split that differ only in case or Unicode form ('Dog' and
     'dog' from two labelling sessions, 'café' typed on two systems): each would be a class of
     its own, the same objects under two labels."""
@@ -162,7 +162,7 @@ class BuildVocabulary(beam.PTransform):
     """ParsedEntry of the train split (or the one named) → a single Vocabulary (sorted
     distinct class names)."""
 
-    def __init__(self, train_split: str):
+    def __init__(self, train_split: str | None):
         super().__init__()
         self._train_split = train_split
 

@@ -125,7 +125,9 @@ def _build(argv: list[str], out: console.BuildConsole) -> int:
     except (KeyboardInterrupt, Exception) as error:
         # Ctrl-C reaches an in-process build inside a DoFn, which the runner re-raises wrapped.
         if failures.was_interrupted(error):
-            return _interrupted(out, error, _what_is_left(config.output_dir, before, True))
+            left = _what_is_left(config.output_dir, before, interrupted=True)
+            assert left is not None  # an interrupted build always says what it left
+            return _interrupted(out, error, left)
         lost = worker_lost(wait=1.0)  # the runner may have failed first, on a closed channel
         left = _what_is_left(config.output_dir, before, lost is not None)  # as interrupted
         if lost is not None:

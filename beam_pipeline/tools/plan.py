@@ -24,6 +24,7 @@ import shutil
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from beam_pipeline.console.summary import human_bytes, plural, tree_notes
 from beam_pipeline.core.entries import IndexEntry, LabelledEntry, ParsedEntry
@@ -111,7 +112,8 @@ def _index_entries(plan) -> tuple[list[IndexEntry], list[Rejection], int]:
     """(the entries, the rejections, the files listed) of listing the tree and pairing each
     key's image with its annotation, as the build's discovery does."""
     rejections: list[Rejection] = []
-    images, annotations = collections.defaultdict(list), collections.defaultdict(list)
+    images: collections.defaultdict[str, list[Any]] = collections.defaultdict(list)
+    annotations: collections.defaultdict[str, list[Any]] = collections.defaultdict(list)
     listed = 0
     for task in plan.tasks:
         for item in list_task(task):
@@ -152,7 +154,11 @@ def _split_kinds(entries: list[IndexEntry], negatives: bool) -> dict[str, str]:
     for entry in entries:
         split, mark = split_marks(entry)
         marks[split].append(mark)
-    return {split: split_kind(*any_marks(m), negatives) for split, m in marks.items()}
+    kinds = {}
+    for split, found in marks.items():
+        has_annotations, has_class_folders = any_marks(found)
+        kinds[split] = split_kind(has_annotations, has_class_folders, negatives)
+    return kinds
 
 
 def _label(plan, parsed, vocabulary, kinds, rejections: list[Rejection]) -> list[LabelledEntry]:
@@ -164,8 +170,11 @@ def _label(plan, parsed, vocabulary, kinds, rejections: list[Rejection]) -> list
         return labelled
     for p in parsed:
         result = label_entry(plan.root, p, vocabulary, kinds, misplaced)
-        (rejections if isinstance(result, Rejection) else labelled).append(result)
-        if isinstance(result, LabelledEntry) and result.folder_disagrees:
+        if isinstance(result, Rejection):
+            rejections.append(result)
+            continue
+        labelled.append(result)
+        if result.folder_disagrees:
             rejections.append(disagreement(plan.root, result, vocabulary))
     return labelled
 
@@ -249,9 +258,11 @@ def _describe_labels(reports, labelled: list[LabelledEntry], vocabulary: Vocabul
 
 def _plan_shards(reports, labelled, config, vocabulary) -> None:
     """The shard plan from the same bucket counts the build's AssignShards makes."""
-    buckets = collections.defaultdict(collections.Counter)
-    sizes = collections.Counter()
-    samples = collections.defaultdict(list)
+    buckets: collections.defaultdict[str, collections.Counter[int]] = collections.defaultdict(
+        collections.Counter
+    )
+    sizes: collections.Counter[str] = collections.Counter()
+    samples: collections.defaultdict[str, list[Any]] = collections.defaultdict(list)
     for item in labelled:
         split, (bucket, num_bytes) = split_size(item, config.seed)
         buckets[split][bucket] += 1

@@ -141,7 +141,7 @@ def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
         return ImageFont.load_default()
 
 
-def _text_size(draw: ImageDraw.ImageDraw, text: str, font) -> tuple[int, int]:
+def _text_size(draw: ImageDraw.ImageDraw, text: str, font) -> tuple[float, float]:
     _, _, right, bottom = draw.textbbox((0, 0), text, font=font)
     return right, bottom
 
@@ -186,7 +186,7 @@ def _draw_tile(
     filename = first_value(values, F.FILENAME, b"").decode("utf-8", "replace")
     image_box, size, scale, boxes = None, (0, 0), 0.0, []
     try:
-        image = Image.open(io.BytesIO(first_value(values, F.ENCODED, b"")))
+        image: Image.Image = Image.open(io.BytesIO(first_value(values, F.ENCODED, b"")))
         size = image.size
         scale = min(TILE / size[0], TILE / size[1])
         scaled = (max(1, round(size[0] * scale)), max(1, round(size[1] * scale)))
@@ -317,7 +317,7 @@ def reduce_colours(sheet: Image.Image, colours: int = 256) -> Image.Image:
     """A palette ("P") copy of a sheet: the drawing's own colours kept exact, the images'
     pixels mapped to the `colours - len(DRAWING_COLOURS)` median-cut colours of the sheet."""
     adaptive = sheet.quantize(colours - len(DRAWING_COLOURS), method=Image.Quantize.MEDIANCUT)
-    entries = adaptive.getpalette()[: 3 * (colours - len(DRAWING_COLOURS))]
+    entries = (adaptive.getpalette() or [])[: 3 * (colours - len(DRAWING_COLOURS))]
     entries += [value for colour in DRAWING_COLOURS for value in colour]
     palette = Image.new("P", (1, 1))
     palette.putpalette(entries + [0] * (768 - len(entries)))

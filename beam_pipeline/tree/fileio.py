@@ -163,7 +163,7 @@ def classes_without_images(directory: str, foreign: Iterable[str] = ()) -> list[
             named.append(f"{name} ({why})")
         elif _is_dir(entry):
             identity = _identity(entry.path)
-            earlier = first.get(identity)
+            earlier = first.get(identity) if identity is not None else None
             if earlier is not None and same_folder(entry.path, earlier.path):
                 named.append(f"{name} (the same folder as {printable_path(earlier.name)})")
             elif name != entry.name:

@@ -199,7 +199,7 @@ def revisited(
         if is_below(item.path, skipped_below):
             continue
         aliased = _aliased(
-            item.path, item.real, (top, top_real) if top_real else None
+            item.path, item.real, (top, top_real) if top is not None and top_real else None
         ) or _of_another_split(item.path, item.real, foreign)
         if aliased is not None or item.real in seen:
             refused.append(aliased or _visited_twice(item.path, item.real))

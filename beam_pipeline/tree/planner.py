@@ -68,7 +68,10 @@ def plan_discovery(
 
 
 def _plan_voc_tree(root: str, splits: Sequence[str], tree: TreeAccess) -> DiscoveryPlan:
-    plan = _plan_voc(root, splits, tree.match, tree.read_text)
+    read_text = tree.read_text
+    if read_text is None:
+        raise ValueError("a VOC plan reads the split lists: TreeAccess.read_text is needed")
+    plan = _plan_voc(root, splits, tree.match, read_text)
     folders = [task.directory for task in plan.tasks if task.kind == IMAGES]
     if not any(tree.has_files(folder) for folder in folders):
         if cuts := [cut for folder in folders if (cut := dangling_link(folder, root))]:
@@ -81,7 +84,7 @@ def _plan_voc_tree(root: str, splits: Sequence[str], tree: TreeAccess) -> Discov
         )
     refuse_missing_annotation_folders(_voc_folders(plan, tree.has_files, tree.is_directory))
     refuse_nested_voc_annotations(plan, tree.match)
-    refuse_unannotated_voc_years(plan, tree.match, tree.read_text)
+    refuse_unannotated_voc_years(plan, tree.match, read_text)
     folders = [task.directory for task in plan.tasks if task.kind == ANNOTATIONS]
     if not any(tree.has_files(folder) for folder in folders):  # no XML: unlabelled splits
         unannotated = tuple((split, ", ".join(folders)) for split in plan.splits if split != "test")
