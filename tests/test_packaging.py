@@ -90,10 +90,11 @@ def test_installed_sdist_builds_a_tree_in_a_fresh_interpreter(sdist, tmp_path):
     )
     tree, out = tmp_path / "tree", tmp_path / "out"
     script = (
-        "import sys; from beam_pipeline import sample_tree, cli, pipeline; "
+        "import sys; from beam_pipeline import pipeline; "
+        "from beam_pipeline.tools import build, sample_tree; "
         "assert pipeline.__file__.startswith(sys.argv[3]), pipeline.__file__; "
         "sample_tree.write_tree(sys.argv[1], 12, 4); "
-        "sys.exit(cli.main(['--input_dir', sys.argv[1], '--output_dir', sys.argv[2]]))"
+        "sys.exit(build.main(['--input_dir', sys.argv[1], '--output_dir', sys.argv[2]]))"
     )
     env = {**os.environ, "PYTHONPATH": str(target)}
     result = subprocess.run(
