@@ -7,6 +7,7 @@ and imports neither half; the loader never imports the builder (training hosts n
 """
 
 import ast
+import importlib.util
 import pathlib
 
 import pytest
@@ -203,3 +204,15 @@ def test_modules_and_functions_stay_short(path):
         and node.end_lineno - node.lineno + 1 > 60
     ]
     assert long == []
+
+
+def test_the_architecture_page_is_drawn_from_the_source():
+    """docs/architecture.md's folder tree and import graph are the source's, as drawn by
+    scripts/draw_architecture.py (run it after moving a module)."""
+    spec = importlib.util.spec_from_file_location("draw", ROOT / "scripts" / "draw_architecture.py")
+    draw = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(draw)
+    page = draw.PAGE.read_text(encoding="utf-8")
+    assert draw.page_with(page, draw.generated()) == page, "run python scripts/draw_architecture.py"
+    graph = draw.edges()
+    assert graph["core"] == {"schemas"} and graph["loaders"] <= {"schemas"}

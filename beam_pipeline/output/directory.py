@@ -1,4 +1,5 @@
-"""The output directory: preparing it, writing into it safely, and committing a build.
+"""The output directory: its layout, preparing and locking it, writing into it safely (the commit
+itself: `commit.py`).
 
     OUT/<split>-<i>-of-<n>.tfrecord   shards          written by the shard writers
     OUT/.tmp/                         temp files      every file is written here, then renamed
