@@ -16,10 +16,11 @@ data is checked as well. The mended copy is what is stored:
 - stray bytes after a scan's data, before the next marker ("N extraneous bytes before marker
   0xd9"): the decoder lost step in damaged data and finished its scan early, or (rarely) an
   encoder padded its data. On damaged real photos this is garbled far more often than not
-  (`benchmarks/jpeg_damage.py`, figures in benchmarks/RESULTS.md), so it is refused
-  (`stray_jpeg_bytes`) unless the build is told `--keep_stray_jpeg_bytes`: then the stray bytes
-  are taken out (the copy must show the very pixels Pillow shows of the file: which scan they
-  follow is found by that), the rest is checked, and the image is kept with a note (reported).
+  (`benchmarks/jpeg_damage.py`; benchmarks/RESULTS.md, "Damaged JPEGs", `63acc71`), so it is
+  refused (`stray_jpeg_bytes`) unless the build is told `--keep_stray_jpeg_bytes`: then the stray
+  bytes are taken out (the copy must show the very pixels Pillow shows of the file: which scan
+  they follow is found by that), the rest is checked, and the image is kept with a note
+  (reported).
 
 Everything else libjpeg warns about (data that ends early, bad Huffman codes, stray bytes before
 a restart marker, whose interval libjpeg skipped) is refused: the picture is grey or garbled.

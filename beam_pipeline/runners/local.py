@@ -35,7 +35,7 @@ _CLOUD_WORKER_FLAGS = {"--num_workers", "--max_num_workers"}
 
 # A local build of fewer images than this runs in the launching process: worker processes take
 # ~2.3 s longer to start than an in-process build, which 2 of them first win back at ~2,000
-# images of ImageNet's size (benchmarks/RESULTS.md, session 6).
+# images of ImageNet's size (benchmarks/RESULTS.md, "Small builds run in process", `cd86d5e`).
 SMALL_BUILD_IMAGES = 1000
 
 
