@@ -140,7 +140,7 @@ class PluginBatches:
         from nvidia.dali.plugin.base_iterator import LastBatchPolicy
         from nvidia.dali.plugin.jax import DALIGenericIterator
 
-        from loaders.dali import READER
+        from loaders.dali_graph import READER
 
         self.iterator = DALIGenericIterator(
             [batches._pipeline],

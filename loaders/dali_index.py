@@ -1,10 +1,12 @@
 """The index files DALI's TFRecord reader needs, one per shard: written after every record's CRCs
-are checked, kept per build under the user's cache, rewritten when a shard changes."""
+are checked, kept per build under the user's cache, rewritten when a shard changes; and
+`epoch_check`, which refuses to go on reading through them once the build has changed."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 
 from loaders.info import BuildInfo, CorruptDatasetError
 from schemas.tfrecord import CorruptRecordError, read_frames
@@ -20,19 +22,19 @@ def shard_indexes(info: BuildInfo, split: str, index_dir: str | None = None) -> 
       CorruptDatasetError: a shard does not hold the records build_info.json counts.
     """
     given = index_dir is not None
-    index_dir = os.path.expanduser(index_dir) if given else default_index_dir(info)
+    directory = default_index_dir(info) if index_dir is None else os.path.expanduser(index_dir)
     try:
-        os.makedirs(index_dir, exist_ok=True)
+        os.makedirs(directory, exist_ok=True)
     except OSError as error:
         what = "index_dir" if given else "the index cache ($XDG_CACHE_HOME or ~/.cache)"
         raise OSError(
             error.errno,
-            f"{what} {index_dir}: {error.strerror}; DALI's reader needs an index file per "
+            f"{what} {directory}: {error.strerror}; DALI's reader needs an index file per "
             "shard there: pass an index_dir= this process can write",
         ) from None
     indexes = []
     for path, shard in zip(info.shard_paths(split), info.split(split).shards, strict=True):
-        index = os.path.join(index_dir, os.path.basename(path) + ".idx")
+        index = os.path.join(directory, os.path.basename(path) + ".idx")
         if not _index_is_current(index, shard, path):
             stamp = _file_stamp(path)  # before the records are checked: a later change shows
             write_index(path, index, shard.num_examples)
@@ -117,6 +119,57 @@ def write_index(shard: str, index: str, expected: int) -> None:
             f"{expected} (python -m beam_pipeline verify locates the damage)"
         )
     _write_atomically(index, "".join(lines))
+
+
+def epoch_check(info: BuildInfo, split: str) -> Callable[..., None]:
+    """What each epoch runs first: CorruptDatasetError when the build's metadata file is gone
+    or changed since `load_dali_dataset` read it (a rebuild writes shards of the same names,
+    which DALI would read through the old indexes), or when a shard file changed since its
+    records were checked (DALI's reader checks no CRC). `check(quick=True)`, after every
+    batch, looks at the metadata file's size and time alone, and checks the rest when they
+    changed: a rebuild that commits in the middle of an epoch (DALI opens each shard when it
+    reaches it, and would read a new one through its old index)."""
+    fix = "call load_dali_dataset again once the build is complete"
+    path = os.path.join(info.data_dir, info.metadata_file) if info.metadata_file else None
+    stamps = {shard: _file_stamp(shard) for shard in info.shard_paths(split)}
+    metadata_stamp = _file_stamp(path) if path is not None else None
+
+    def check(quick: bool = False) -> None:
+        if quick:
+            try:
+                if path is None or _file_stamp(path) == metadata_stamp:
+                    return
+            except FileNotFoundError:
+                pass  # the full check says so
+        if path is not None:
+            try:
+                with open(path, "rb") as file:
+                    text = file.read().decode("utf-8", errors="replace")
+            except FileNotFoundError:
+                raise CorruptDatasetError(
+                    f"{path} is gone since load_dali_dataset read it (a rebuild under way?): {fix}"
+                ) from None
+            if text != info.metadata_text:
+                raise CorruptDatasetError(
+                    f"{path} changed since load_dali_dataset read it (rebuilt, or upgraded): "
+                    f"the shards may not be those its indexes describe; {fix}"
+                )
+        for shard, stamp in stamps.items():
+            try:
+                changed = _file_stamp(shard) != stamp
+            except FileNotFoundError:
+                raise CorruptDatasetError(
+                    f"shard {shard} is gone since load_dali_dataset read it: {fix}"
+                ) from None
+            if changed:
+                raise CorruptDatasetError(
+                    f"shard {shard} changed (size or modification time) since load_dali_dataset "
+                    "checked its records; DALI reads no checksum, so call load_dali_dataset "
+                    "again, which checks them again (python -m beam_pipeline verify checks "
+                    "the whole build)"
+                )
+
+    return check
 
 
 def _bad_record(shard: str, number: int, offset: int, problem: str) -> CorruptDatasetError:

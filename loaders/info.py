@@ -138,28 +138,28 @@ def dataset_info(data_dir: str | os.PathLike) -> BuildInfo:
         failed its error budget, or never built).
     """
 
+    directory = data_path(data_dir)
     read: dict[str, str] = {}
 
     def read_text(name: str) -> str | None:
-        path = join(data_dir, name)
+        path = join(directory, name)
         if not tf.io.gfile.exists(path):
             return None
         with tf.io.gfile.GFile(path, "rb") as f:
             read[name] = f.read().decode("utf-8")
         return read[name]
 
-    data_dir = data_path(data_dir)
-    if what := not_a_directory(data_dir):
+    if what := not_a_directory(directory):
         raise IncompleteDatasetError(
-            f"{data_dir} {what}: data_dir is the --output_dir of a build, a directory"
+            f"{directory} {what}: data_dir is the --output_dir of a build, a directory"
         )
     try:
-        info = read_build_info(read_text, data_dir)
+        info = read_build_info(read_text, directory)
         name = next((name for name in (BUILD_INFO_FILE, LEGACY_INFO_FILE) if name in read), "")
-        return BuildInfo(data_dir.rstrip("/"), info, name, read.get(name, ""))
+        return BuildInfo(directory.rstrip("/"), info, name, read.get(name, ""))
     except NoBuildError as error:
-        tree = tree_instead_of_build(data_dir, tf.io.gfile.isdir)
-        raise IncompleteDatasetError(str(tree or _builds_below(data_dir) or error)) from None
+        tree = tree_instead_of_build(directory, tf.io.gfile.isdir)
+        raise IncompleteDatasetError(str(tree or _builds_below(directory) or error)) from None
 
 
 def _builds_below(data_dir: str) -> str | None:

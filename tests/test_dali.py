@@ -6,7 +6,9 @@ index files and the hand-off to Keras (DLPack into JAX, tf.data for TensorFlow).
 """
 
 import collections
+import dataclasses
 import hashlib
+import inspect
 import io
 import json
 import os
@@ -29,15 +31,17 @@ from beam_pipeline.core.annotations import voc_xml  # noqa: E402
 from beam_pipeline.tools import sample_tree  # noqa: E402
 from loaders import ReadConfig, normalization_layer  # noqa: E402
 from loaders.crops import crop_windows, main_boxes  # noqa: E402
-from loaders.dali import (  # noqa: E402
+from loaders.dali import load_dali_dataset  # noqa: E402
+from loaders.dali_graph import (  # noqa: E402
+    DaliSettings,
     dali_pipeline,
     decoder_arguments,
-    load_dali_dataset,
     prefetch_depth,
 )
 from loaders.dali_index import shard_indexes, write_index  # noqa: E402
 from loaders.info import CorruptDatasetError, dataset_info  # noqa: E402
 from loaders.preprocessing import main_object_box, preprocess_for_eval  # noqa: E402
+from loaders.spec import LoadSpec  # noqa: E402
 from schemas import features as F  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -77,19 +81,21 @@ def training_crops(data_dir, batch_size: int, seed: int, config: ReadConfig):
     """A built DALI training pipeline (CPU, uint8, int labels) of the build's train split that
     also returns each crop's window: (images, labels, anchors, shapes, source shapes, boxes)."""
     info = dataset_info(data_dir)
-    pipe = dali_pipeline(
-        files=info.shard_paths("train"),
-        indexes=shard_indexes(info, "train"),
+    spec = LoadSpec(
         batch_size=batch_size,
-        num_threads=2,
-        device_id=None,
-        seed=seed,
         image_size=SIZE,
         training=True,
+        seed=seed,
         label_mode="int",
-        num_classes=info.num_classes,
         dtype="uint8",
         config=config,
+    )
+    pipe = dali_pipeline(
+        spec,
+        DaliSettings(device_id=None, num_threads=2),
+        info.shard_paths("train"),
+        shard_indexes(info, "train"),
+        info.num_classes,
         with_windows=True,
     )
     pipe.build()
@@ -599,6 +605,16 @@ def test_a_dataset_made_after_a_rebuild_in_the_same_process_reads_the_new_shards
         assert [label for _, label in digests(dataset)] == stored  # evaluation: stored order
 
 
+def test_load_dali_datasets_shared_defaults_are_the_specs():
+    parameters = inspect.signature(load_dali_dataset).parameters
+    shared = [field for field in dataclasses.fields(LoadSpec) if field.name in parameters]
+    names = {"batch_size", "image_size", "training", "seed", "label_mode", "dtype", "config"}
+    assert {field.name for field in shared} == names
+    for field in shared:
+        if field.default is not dataclasses.MISSING:
+            assert parameters[field.name].default == field.default, field.name
+
+
 def test_bad_arguments_are_refused_by_name(built):
     cases = [
         ({"device": "gpu"}, 'device="gpu", but DALI sees no CUDA device'),
@@ -675,7 +691,8 @@ def test_decoder_options_reach_dalis_decoder(built):
 
 
 def test_on_the_gpu_the_decoder_gets_no_hardware_share_and_16_batches_are_prepared_ahead():
-    # Measured on an H200 (benchmarks/RESULTS.md, session 20): DALI's defaults (2 ahead, 65% of
+    # Measured on an H200 (benchmarks/RESULTS.md, "GPU: does ResNet-50 wait on input",
+    # `4f74434`): DALI's defaults (2 ahead, 65% of
     # the images to the hardware decoder) left ResNet-50 waiting. Without a GPU here, the
     # arguments the pipeline is made with are what can be checked.
     gpu, cpu = decoder_arguments(0, None), decoder_arguments(None, None)

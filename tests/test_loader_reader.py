@@ -10,6 +10,7 @@ tf = pytest.importorskip("tensorflow")
 from loaders import dataset_info  # noqa: E402
 from loaders.dataset import batch_examples  # noqa: E402
 from loaders.reader import checked_record, read_records, read_shard  # noqa: E402
+from loaders.spec import LoadSpec  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +67,12 @@ def test_a_short_shard_is_padded_with_stand_ins_that_checked_record_refuses(buil
 def test_batch_examples_counts_batches_from_the_reader(built):
     info = dataset_info(built)
     records = read_records(info, "validation")
-    batches = batch_examples(records, info.num_classes, batch_size=4, image_size=(16, 16))
+    spec = LoadSpec(batch_size=4, image_size=(16, 16))
+    batches = batch_examples(records, info.num_classes, spec)
     assert batches.cardinality().numpy() == 3  # 10 → 4 + 4 + 2
     assert [x.shape[0] for x, _ in batches] == [4, 4, 2]
+    # The step's arguments come checked, as one spec: a bad one is refused when it is made.
     with pytest.raises(ValueError, match="label_mode"):
-        batch_examples(records, info.num_classes, batch_size=4, label_mode="sparse")
+        LoadSpec.checked(batch_size=4, label_mode="sparse")
     with pytest.raises(ValueError, match="batch_size"):
-        batch_examples(records, info.num_classes, batch_size=0)
+        LoadSpec.checked(batch_size=0)

@@ -1,5 +1,7 @@
 import collections
+import dataclasses
 import hashlib
+import inspect
 import io
 import json
 import os
@@ -28,6 +30,7 @@ from loaders import (  # noqa: E402
     preprocess_for_train,
 )
 from loaders.reader import read_records  # noqa: E402
+from loaders.spec import LoadSpec  # noqa: E402
 from schemas import BACKGROUND, BUILD_INFO_FILE  # noqa: E402
 from schemas import features as F  # noqa: E402
 
@@ -106,6 +109,21 @@ def test_a_bad_argument_is_named_before_any_graph_is_built(built, kwargs, error,
     with pytest.raises(error) as raised:
         load_dataset(built, "validation", **arguments)
     assert str(raised.value).startswith(message)
+
+
+def test_load_datasets_defaults_are_the_specs_and_it_builds_one_checked_spec():
+    # The arguments `load_dataset` passes on are one `LoadSpec`: same names, same defaults.
+    parameters = inspect.signature(load_dataset).parameters
+    for field in dataclasses.fields(LoadSpec):
+        assert field.name in parameters
+        if field.default is not dataclasses.MISSING:
+            assert parameters[field.name].default == field.default, field.name
+    arguments = {"image_size": 16, "label_mode": "categorical", "dtype": tf.uint8}
+    spec = LoadSpec.checked(batch_size=np.int64(8), **arguments)
+    assert spec == LoadSpec(batch_size=8, image_size=(16, 16), label_mode="one_hot", dtype="uint8")
+    assert type(spec.batch_size) is int
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.batch_size = 4
 
 
 def test_a_training_split_smaller_than_a_batch_is_refused(built):

@@ -1,0 +1,140 @@
+"""`LoadSpec`: what a loader is asked for, checked once, as one frozen object.
+
+`load_dataset` and `load_dali_dataset` build a `LoadSpec` from their keyword arguments before
+anything else, and hand it whole to every step after (the parser and the batching of
+`loaders.dataset`, DALI's pipeline in `loaders.dali_graph`): the arguments they share are
+spelled, checked and documented here alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from loaders.config import ReadConfig
+from loaders.info import BuildInfo
+from loaders.preprocessing import checked_image_size, is_int, output_dtype
+
+# Keras's names ("categorical" is one-hot, None yields images only) and the loader's own.
+LABEL_MODES = ("one_hot", "categorical", "int", "detection", None)
+# KerasHub's names of the corner formats; "rel_" ones are fractions of the output image.
+BOX_FORMATS = ("rel_yxyx", "yxyx", "rel_xyxy", "xyxy")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadSpec:
+    """The batches asked for. `LoadSpec.checked(**arguments)` builds one from the loader's
+    keyword arguments, checked (TypeError or ValueError naming the argument, before TensorFlow
+    or DALI builds anything) and normalised; integer arguments may be Python or NumPy integers
+    (not bools). The plain constructor checks nothing: it takes values already normalised.
+
+    Attributes:
+      batch_size: per input pipeline (per replica when `input_context` is given, use
+        `input_context.get_per_replica_batch_size(global_batch_size)`).
+      image_size: (height, width) of the output images (`checked` also takes one int, for
+        square ones).
+      training: shuffle files and records, random crop and flip, drop the last partial batch.
+      seed: makes shuffling and augmentation deterministic (with TensorFlow's global seed,
+        which tf.data draws from too: the same pair gives the same epochs).
+      label_mode: "one_hot" (or Keras's name, "categorical": kept as "one_hot"): float32
+        vectors of `num_classes + 1` entries, one per name in `dataset_info(...).class_names`
+        (the background class last); "int": int32 class indices; "detection": `(images,
+        {"boxes": float32 [B, N, 4], "classes": int32 [B, N]})`, every object of each image,
+        padded with -1 to the batch's largest object count (or to `max_boxes`), the boxes
+        following the training crop (clipped; those that fall out are dropped) and flip; or
+        None: images alone (the one mode for an unlabelled split such as `test`).
+      bounding_box_format: detection's boxes, in KerasHub's names: "rel_yxyx" (fractions of
+        the output image, [ymin, xmin, ymax, xmax]), "yxyx" (its pixels), "rel_xyxy", "xyxy".
+      max_boxes: detection pads (and cuts: the first `max_boxes` objects in annotation order
+        are kept) every image's objects to this fixed count; None pads to the batch's largest.
+      dtype: "float32" (images in `config.value_range`) or "uint8" (pixels: a quarter of the
+        bytes to the accelerator and no float conversion on the host; put
+        `loaders.normalization_layer(config)` first in the model); a TensorFlow dtype is kept
+        as its name.
+      with_filenames: each element also carries the images' file names in the source tree
+        (`tf.string [B]`, last): `(images, labels, filenames)`, or `(images, filenames)` with
+        `label_mode=None`; detection puts them in its dict as "filename". For evaluation and
+        error analysis: `fit` would read a third element as sample weights.
+      config: the loader's knobs (`loaders.ReadConfig`).
+    """
+
+    batch_size: int
+    image_size: tuple[int, int] = (224, 224)
+    training: bool = False
+    seed: int | None = None
+    label_mode: str | None = "one_hot"
+    bounding_box_format: str = "rel_yxyx"
+    max_boxes: int | None = None
+    dtype: str = "float32"
+    with_filenames: bool = False
+    config: ReadConfig = ReadConfig()
+
+    @classmethod
+    def checked(cls, **arguments: Any) -> LoadSpec:
+        """The spec of these arguments (named as the fields; one left out takes the field's
+        default), checked in a fixed order: `training`, `with_filenames`, `seed`, `config`,
+        `batch_size`, `image_size`, `label_mode`, `bounding_box_format`, `max_boxes`, `dtype`.
+        """
+        given = cls(**arguments)
+        given._check_types()
+        given._check_values()
+        return dataclasses.replace(
+            given,
+            batch_size=int(given.batch_size),
+            image_size=checked_image_size(given.image_size),
+            label_mode="one_hot" if given.label_mode == "categorical" else given.label_mode,
+            dtype=output_dtype(given.dtype),
+        )
+
+    def _check_types(self) -> None:
+        for name in ("training", "with_filenames"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, not {getattr(self, name)!r}")
+        if self.seed is not None and not is_int(self.seed):
+            raise TypeError(f"seed must be an int or None, not {self.seed!r}")
+        if not isinstance(self.config, ReadConfig):
+            raise TypeError(
+                "config must be a loaders.ReadConfig (ReadConfig(shuffle_buffer=...)), "
+                f"not {self.config!r}"
+            )
+        if not is_int(self.batch_size):
+            raise TypeError(f"batch_size must be an int, not {self.batch_size!r}")
+
+    def _check_values(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, not {self.batch_size}")
+        checked_image_size(self.image_size)
+        if self.label_mode not in LABEL_MODES:
+            raise ValueError(f"label_mode must be one of {LABEL_MODES}, not {self.label_mode!r}")
+        box_format, max_boxes = self.bounding_box_format, self.max_boxes
+        if box_format not in BOX_FORMATS:
+            raise ValueError(
+                f"bounding_box_format must be one of {BOX_FORMATS}, not {box_format!r}"
+            )
+        if max_boxes is not None and not is_int(max_boxes):
+            raise TypeError(f"max_boxes must be an int or None, not {max_boxes!r}")
+        if max_boxes is not None and max_boxes < 1:
+            raise ValueError(f"max_boxes must be at least 1, not {max_boxes}")
+        if self.label_mode != "detection" and (box_format != "rel_yxyx" or max_boxes is not None):
+            raise ValueError(
+                "bounding_box_format and max_boxes shape detection's boxes: they need "
+                f'label_mode="detection", not {self.label_mode!r}'
+            )
+
+    def refuse_unlabelled(self, info: BuildInfo, split: str) -> None:
+        """ValueError when a labelled `label_mode` asks for an unlabelled split (label -1)."""
+        if self.label_mode is not None and not info.split(split).labelled:
+            raise ValueError(
+                f"split {split!r} of {info.data_dir} is unlabelled (its tree has no annotations "
+                f"and no class folders; every record has label -1): label_mode={self.label_mode!r} "
+                "needs labels; label_mode=None loads its images"
+            )
+
+    def refuse_empty_epoch(self, split: str, num_examples: int) -> None:
+        """ValueError when training would have no batch: fewer examples than one batch."""
+        if self.training and num_examples < self.batch_size:
+            raise ValueError(
+                f"batch_size={self.batch_size} is larger than split {split!r} "
+                f"({num_examples} examples per input pipeline): training drops the last "
+                "partial batch, so an epoch would have no batch at all; lower batch_size"
+            )
