@@ -29,7 +29,7 @@ setuptools.setup(
     packages=setuptools.find_packages(include=["beam_pipeline*", "schemas*", "loaders*"]),
     install_requires=[
         "apache-beam>=2.71,<3",
-        "pillow>=10.0",
+        "pillow>=10.3",
         "simplejpeg>=1.7",
         "lxml>=5.0",
         "numpy>=1.26",
