@@ -45,11 +45,11 @@ setuptools.setup(
         "show": ["matplotlib>=3.8"],
         # loaders.dali: decoding on the GPU with NVIDIA DALI; pick the wheel of your CUDA major.
         # The loader itself needs TensorFlow (`import loaders`), so it comes along.
-        "gpu": ["nvidia-dali-cuda120>=2.0", "tensorflow>=2.16"],
-        "gpu-cuda13": ["nvidia-dali-cuda130>=2.0", "tensorflow>=2.16"],
+        # (DALI 2.4 is the version the tests and the GPU host ran.)
+        "gpu": ["nvidia-dali-cuda120>=2.4", "tensorflow>=2.16"],
+        "gpu-cuda13": ["nvidia-dali-cuda130>=2.4", "tensorflow>=2.16"],
         # --runner DataflowRunner and gs:// paths: Beam's Google Cloud I/O and the runner.
         "dataflow": ["apache-beam[gcp]>=2.71,<3"],
-        "dev": ["pytest>=8", "ruff>=0.6", "psutil>=5.9", "tensorflow>=2.16"],
     },
     entry_points={
         "console_scripts": [
