@@ -6,10 +6,11 @@
         --runner DataflowRunner --project P --region R --temp_location gs://b/tmp \\
         --setup_file ./setup.py
 
-Stages, each in its own module: DiscoverImages (`discovery`) → ParseAnnotations,
+Stages, each in its own module of `stages/`: DiscoverImages (`discovery`) → ParseAnnotations,
 BuildVocabulary, LabelImages (`labelling`) → AssignShards, WriteShards (`writing`) → Finalize
-(`finalize`). Before the pipeline is built, `prepare` checks the tree and `output.prepare_output`
-the output directory, so bad flags and trees fail before anything is written.
+(`finalize`). Before the pipeline is built, `prepare` checks the tree and
+`output.directory.prepare_output` the output directory, so bad flags and trees fail before
+anything is written. The runner and its size: `runners/`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ itself: `commit.py`).
 
     OUT/<split>-<i>-of-<n>.tfrecord   shards          written by the shard writers
     OUT/.tmp/                         temp files      every file is written here, then renamed
-    OUT/.progress/<shard>.json        resume records  one per shard in place (see progress.py)
+    OUT/.progress/<shard>.json        resume records  one per shard in place (see stages/resume.py)
     OUT/.staged/<shard>               a rebuild's     shards of an --overwrite, moved in at commit
     OUT/rejected.jsonl                dead letters    written first by Finalize, even on failure
     OUT/labels.txt                    class names     written once the build checks out

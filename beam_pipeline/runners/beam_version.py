@@ -4,7 +4,7 @@
 numpy and runs every path (FnApiRunner by its short name needs 2.66; the Dask runner's options
 `current_only`, 2.71); the suite ran on 2.71.0 and runs on 2.77.0 (`requirements.txt`) in CI.
 Older is refused before anything is written; newer is built with a warning that names the
-tested range (the Dask runner uses Beam's private names, `dask_runner.py`).
+tested range (the Dask runner uses Beam's private names, `dask_translation.py`).
 """
 
 from __future__ import annotations
