@@ -129,6 +129,7 @@ def test_baseline_builds_write_every_image_into_16_shards(trees, tmp_path, kind,
     assert records == SMALL
 
 
+@pytest.mark.slow
 def test_the_n_process_writer_spreads_16_shards_over_n_processes(trees, tmp_path):
     # 3 processes: shards 0, 3, ..., 15 from the first, ...; every image once in 16 shards.
     run_benchmark("baselines", "nproc", trees["small"], tmp_path, "--processes", 3)

@@ -517,6 +517,7 @@ def test_a_shard_changed_in_place_after_its_index_is_checked_again(built, tmp_pa
     assert digests(load_dali_dataset(str(damaged), "validation", batch_size=5, **INT)) == good
 
 
+@pytest.mark.slow
 def test_an_index_is_rewritten_for_a_rebuilt_shard_of_the_same_size(tmp_path):
     # Reseeded, a one-shard build holds the same records in another order: the same count and
     # bytes, other offsets. The shared index directory must not serve the first build's index.
@@ -721,6 +722,7 @@ def test_numpy_integers_are_integer_arguments(built):
     ]
 
 
+@pytest.mark.slow
 def test_keras_trains_on_it_with_the_jax_backend(built):
     code = f"""
 import keras, numpy as np

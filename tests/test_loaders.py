@@ -362,9 +362,9 @@ print(json.dumps({
     "replicas, training, global_batch, split",
     [
         (2, True, 16, "train"),
-        (2, False, 46, "train"),
-        (3, True, 24, "train"),
-        (3, False, 24, "train"),
+        pytest.param(2, False, 46, "train", marks=pytest.mark.slow),
+        pytest.param(3, True, 24, "train", marks=pytest.mark.slow),
+        pytest.param(3, False, 24, "train", marks=pytest.mark.slow),
         (3, False, 12, "validation"),
     ],
 )

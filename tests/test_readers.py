@@ -187,6 +187,7 @@ def test_the_readme_od_api_config_names_the_label_map_and_every_train_shard(samp
     assert matched == ["train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord"]
 
 
+@pytest.mark.slow
 def test_the_readme_dali_snippet_reads_the_shards_on_the_cpu(sample_dir):
     ((_, code),) = [b for b in readme_blocks("## NVIDIA DALI") if b[0] == "python"]
     probe = (

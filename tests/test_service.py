@@ -39,8 +39,9 @@ def service():
     dispatcher = start_dispatcher()
     workers = [start_worker(dispatcher.target) for _ in range(2)]
     yield dispatcher.target
-    for server in [*workers, dispatcher]:
-        server._stop()
+    # Not stopped: a worker's stop waits for its tasks of datasets still referenced somewhere
+    # (18-48 s measured at the module's end); the servers end with the test process.
+    del workers
 
 
 def digests(dataset) -> collections.Counter:
@@ -101,7 +102,10 @@ def test_a_bad_or_silent_service_address_is_refused(built):
             checked_service(bad)
 
 
-@pytest.mark.parametrize("pipelines", [2, 3, 5])
+@pytest.mark.parametrize(
+    "pipelines",
+    [2, pytest.param(3, marks=pytest.mark.slow), pytest.param(5, marks=pytest.mark.slow)],
+)
 def test_input_pipelines_behind_the_service_read_each_record_once(built, service, pipelines):
     # Two pipelines share the 4 train shards: each reads its own 2 through the service. Three
     # read one each and a third of the fourth's records; five, a fifth of each shard's. (A
