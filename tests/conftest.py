@@ -37,3 +37,33 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+# Variants whose siblings stay in the fast loop (`./run_tests.sh -m "not slow"`, at most 3
+# minutes on 2 cores): they run with the whole suite only. Node ids as pytest prints them.
+_SLOW_VARIANTS = {
+    "tests/test_build.py::test_a_failed_rebuild_keeps_the_build_it_was_to_replace[images]",
+    "tests/test_build.py::test_a_rebuild_stopped_in_its_commit_says_what_is_left[moving_shards]",
+    "tests/test_build.py::test_a_rebuild_stopped_in_its_commit_says_what_is_left"
+    "[writing_tfds_marker]",
+    "tests/test_console.py::test_ctrl_c_during_a_build_is_an_interruption[multi_processing-2-130-]",
+    "tests/test_console.py::test_ctrl_c_during_a_build_is_an_interruption"
+    "[in_memory-15-143- by SIGTERM]",
+    "tests/test_console.py::test_progress_is_drawn_on_a_terminal_with_several_workers",
+    "tests/test_dali.py::test_a_rebuild_that_commits_in_the_middle_of_an_epoch_stops_it_by_name"
+    "[another seed]",
+    "tests/test_dask.py::test_a_cluster_without_workers_is_refused",
+    "tests/test_dask.py::test_a_build_whose_workers_all_died_fails_loudly",
+    "tests/test_faults.py::test_files_no_build_wrote_are_never_replaced_or_deleted[flags1]",
+    "tests/test_faults.py::test_files_no_build_wrote_are_never_replaced_or_deleted[flags2]",
+    "tests/test_faults.py::test_an_unfinished_build_of_a_version_without_the_mark_is_still_its_own"
+    "[rejected.jsonl]",
+    "tests/test_service.py::test_the_command_line_recipe_serves_a_trainer",
+}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.nodeid in _SLOW_VARIANTS:
+            item.add_marker(pytest.mark.slow)

@@ -34,14 +34,17 @@ def built(tmp_path_factory):
     return str(build_sample(tmp_path_factory, 90, 25, seed=4, num_shards="train=4,val=2"))
 
 
+_SERVERS: list = []
+
+
 @pytest.fixture(scope="module")
 def service():
     dispatcher = start_dispatcher()
-    workers = [start_worker(dispatcher.target) for _ in range(2)]
+    # Never stopped, nor collected (which stops them): a worker's stop waits for its tasks of
+    # datasets still referenced somewhere, 7-48 s measured at the module's end. The servers
+    # end with the test process.
+    _SERVERS.extend([dispatcher, *(start_worker(dispatcher.target) for _ in range(2))])
     yield dispatcher.target
-    # Not stopped: a worker's stop waits for its tasks of datasets still referenced somewhere
-    # (18-48 s measured at the module's end); the servers end with the test process.
-    del workers
 
 
 def digests(dataset) -> collections.Counter:
@@ -139,6 +142,7 @@ def test_an_address_where_no_dispatcher_answers_is_refused(built, service):
         web.shutdown()
 
 
+@pytest.mark.slow
 def test_a_dispatcher_on_a_port_in_use_is_refused(service):
     port = service.rsplit(":", 1)[1]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -227,6 +231,7 @@ def test_a_worker_registers_an_address_trainers_on_other_hosts_can_reach(monkeyp
     assert worker_address("10.0.0.7:5050") == "cpu-3:%port%"
 
 
+@pytest.mark.slow
 def test_a_worker_without_its_dispatcher_says_so_in_a_line():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
