@@ -1,4 +1,10 @@
-"""Apache Beam builder: ImageNet-style image/annotation trees → sharded TFRecords."""
+"""Apache Beam builder: ImageNet-style image/annotation trees → sharded TFRecords.
+
+Layers, lowest first (docs/architecture.md): `core/` the pure rules, `tree/` reading the input
+tree, `output/` the output directory, `console/` what a person sees, `stages/` the Beam
+transforms, `options` the flags, `runners/` where a build runs, `pipeline` the graph, `tools/`
+the command line (`python -m beam_pipeline COMMAND`).
+"""
 
 import logging
 
