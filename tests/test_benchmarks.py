@@ -424,6 +424,7 @@ def test_loader_stages_benchmark_prints_each_stage(built):
     assert ": 16 images, 224x224, medians of 1 rounds" in done.stdout
 
 
+@pytest.mark.slow
 def test_a_loader_benchmark_on_a_folder_that_is_no_build_says_so(tmp_path):
     # It ended in a traceback of IncompleteDatasetError.
     done = run_benchmark("loader_stages", tmp_path / "missing", check=False)

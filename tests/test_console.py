@@ -232,6 +232,7 @@ def test_a_failed_build_ends_with_one_line_and_the_log(small_tree, tmp_path):
     assert left == [".imagenet-tfrecords", "rejected.jsonl"]
 
 
+@pytest.mark.slow
 def test_verbose_shows_the_runner_and_the_traceback(small_tree, tmp_path):
     out = tmp_path / "out"
     labels = tmp_path / "labels.txt"

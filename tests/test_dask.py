@@ -103,6 +103,7 @@ def test_a_failed_check_on_dask_writes_no_shard_and_fails_loudly(cluster, tree, 
     ]
 
 
+@pytest.mark.slow
 def test_the_command_line_takes_the_short_name_and_says_where_it_ran(cluster, tree, tmp_path):
     out = tmp_path / "out"
     argv = ["--input_dir", tree, "--output_dir", out, "--max_bad_fraction", "0.05"]
@@ -216,6 +217,7 @@ def test_an_address_where_no_scheduler_answers_is_refused_before_anything_is_wri
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_its_own_local_cluster_has_one_single_threaded_worker_per_core(tree, tmp_path, monkeypatch):
     # Dask's default would put several threads in each process past 4 cores (4 x 4 on 16),
     # and the image work is Python, so threads of one process share a GIL.
@@ -225,6 +227,7 @@ def test_its_own_local_cluster_has_one_single_threaded_worker_per_core(tree, tmp
     assert info.splits["train"].num_examples > 0
 
 
+@pytest.mark.slow
 def test_relative_paths_name_the_launchers_tree_on_the_workers(
     cluster, tree, tmp_path, monkeypatch
 ):

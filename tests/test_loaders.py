@@ -365,7 +365,7 @@ print(json.dumps({
         pytest.param(2, False, 46, "train", marks=pytest.mark.slow),
         pytest.param(3, True, 24, "train", marks=pytest.mark.slow),
         pytest.param(3, False, 24, "train", marks=pytest.mark.slow),
-        (3, False, 12, "validation"),
+        pytest.param(3, False, 12, "validation", marks=pytest.mark.slow),
     ],
 )
 def test_the_readmes_mirrored_strategy_recipe_runs_the_steps_it_reports(
