@@ -39,17 +39,26 @@ def unit(module: str) -> str:
     return parts[1]
 
 
-def imports(path: pathlib.Path) -> set[str]:
-    """The project modules `path` imports, at any depth."""
+def all_imports(path: pathlib.Path) -> set[str]:
+    """Every module `path` imports, at any depth (`from pkg import module` counts the module
+    when it is one of this project's files)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+            for alias in node.names:
+                candidate = f"{node.module}.{alias.name}"
+                if (ROOT / (candidate.replace(".", "/") + ".py")).exists():
+                    found.add(candidate)
+    return found
+
+
+def imports(path: pathlib.Path) -> set[str]:
+    """The project modules `path` imports, at any depth."""
     known = {_module(p) for package in PACKAGES for p in (ROOT / package).rglob("*.py")}
-    return {name for name in found if name in known}
+    return {name for name in all_imports(path) if name in known}
 
 
 def edges() -> dict[str, set[str]]:

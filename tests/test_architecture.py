@@ -56,19 +56,15 @@ def _unit(module: str) -> str:
     return parts[1]
 
 
-def _all_imports(path: pathlib.Path) -> set[str]:
-    """Every module `path` imports, at any depth (`from pkg import module` counts the module)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            for alias in node.names:
-                candidate = f"{node.module}.{alias.name}"
-                if (ROOT / (candidate.replace(".", "/") + ".py")).exists():
-                    found.add(candidate)
-    return found
+def _load_drawing_script():
+    spec = importlib.util.spec_from_file_location("draw", ROOT / "scripts" / "draw_architecture.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+DRAW = _load_drawing_script()
+_all_imports = DRAW.all_imports
 
 
 SOURCES = sorted(path for package in PACKAGES for path in (ROOT / package).rglob("*.py"))
@@ -209,10 +205,7 @@ def test_modules_and_functions_stay_short(path):
 def test_the_architecture_page_is_drawn_from_the_source():
     """docs/architecture.md's folder tree and import graph are the source's, as drawn by
     scripts/draw_architecture.py (run it after moving a module)."""
-    spec = importlib.util.spec_from_file_location("draw", ROOT / "scripts" / "draw_architecture.py")
-    draw = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(draw)
-    page = draw.PAGE.read_text(encoding="utf-8")
-    assert draw.page_with(page, draw.generated()) == page, "run python scripts/draw_architecture.py"
-    graph = draw.edges()
+    page = DRAW.PAGE.read_text(encoding="utf-8")
+    assert DRAW.page_with(page, DRAW.generated()) == page, "run python scripts/draw_architecture.py"
+    graph = DRAW.edges()
     assert graph["core"] == {"schemas"} and graph["loaders"] <= {"schemas"}
