@@ -902,3 +902,20 @@ def test_resize_policy_and_labels_file(tmp_path):
     assert decode(by_key["train/b"]).shape == (40, 20, 3)
     assert by_key["train/a"][F.LABEL] == [1] and by_key["train/b"][F.LABEL] == [2]
     assert by_key["train/a"][F.BBOX_XMIN] == pytest.approx([0.1])
+
+
+def test_the_sample_command_writes_the_bundled_tree(tmp_path, capsys):
+    # `python -m beam_pipeline sample DIR` (what ./run_local.sh runs): the same tree as
+    # `sample_tree.write_tree`, byte for byte.
+    assert commands.main(["sample", str(tmp_path / "cmd"), "--train", "6", "--val", "3"]) == 0
+    assert capsys.readouterr().out == f"wrote 9 images to {tmp_path / 'cmd'}\n"
+    sample_tree.write_tree(str(tmp_path / "api"), 6, 3)
+    written = {
+        name: sorted(p.relative_to(tmp_path / name) for p in (tmp_path / name).rglob("*"))
+        for name in ("cmd", "api")
+    }
+    assert written["cmd"] == written["api"]
+    assert len([p for p in written["cmd"] if p.suffix == ".JPEG"]) == 9
+    for path in written["cmd"]:
+        if (tmp_path / "cmd" / path).is_file():
+            assert (tmp_path / "cmd" / path).read_bytes() == (tmp_path / "api" / path).read_bytes()
