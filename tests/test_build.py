@@ -304,7 +304,13 @@ def test_a_failed_rebuild_keeps_the_build_it_was_to_replace(tmp_path, capsys, re
         failure = "reasons {'truncated_image': 1}"
     assert build_tool.main([*argv, "--overwrite", *flags]) == 1
     err = capsys.readouterr().err
-    assert failure_line(err).endswith(f"{failure}; see {out}/.tmp/rejected.jsonl")
+    see = f"{failure}; see {out}/.tmp/rejected.jsonl"
+    if refused_by == "images":  # 1 of 4: the next command is named
+        see += (
+            "; to commit the build without them, rerun with --max_bad_fraction 0.25 --resume "
+            "(it keeps the shards written)"
+        )
+    assert failure_line(err).endswith(see)
     assert err.splitlines()[-2] == f"the complete build in {out} is kept as it was"
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
     assert verify.verify(str(out)) == (1, [])
@@ -442,6 +448,30 @@ def test_error_budget_fails_loudly_and_commits_nothing(
     assert len(dead_letters(out)) == rejected
     if rejected == 2:
         assert not list(out.rglob("*.tfrecord*"))
+
+
+def test_a_build_over_its_budget_names_the_command_that_builds_it(dirty_tree, tmp_path, capsys):
+    # Over the budget, the failure ends with the command to run next; following it commits
+    # the build, keeping the shards the failed attempt wrote.
+    root, _ = dirty_tree
+    out = tmp_path / "out"
+    argv = ["--input_dir", str(root), "--output_dir", str(out)]
+    assert build_tool.main(argv) == 1
+    message = failure_line(capsys.readouterr().err)  # an unknown class: that is what to fix
+    assert "{'unicorn': 1}" in message and "rerun with" not in message
+    assert build_tool.main([*argv, "--max_bad_fraction", "0.03"]) == 1
+    message = failure_line(capsys.readouterr().err)
+    assert message.startswith("BUILD FAILED: 5 of 88 images rejected (5.68%), more than")
+    assert message.endswith(
+        "; to commit the build without them, rerun with --max_bad_fraction 0.06 --resume (it "
+        "keeps the shards written)"
+    )
+    written = sorted(path.name for path in out.glob("*.tfrecord"))
+    assert written and not (out / BUILD_INFO_FILE).exists()
+    before = {name: (out / name).stat().st_mtime_ns for name in written}
+    assert build_tool.main([*argv, "--max_bad_fraction", "0.06", "--resume"]) == 0
+    assert {name: (out / name).stat().st_mtime_ns for name in written} == before  # kept
+    assert (out / BUILD_INFO_FILE).exists() and len(dead_letters(out)) == 5
 
 
 def test_missing_split_and_empty_tree_fail_before_writing(tmp_path):

@@ -129,7 +129,9 @@ def test_more_rejections_than_the_budget_fail_the_build_and_name_the_dead_letter
         )
     assert str(caught.value) == (
         "BUILD FAILED: 2 of 5 images rejected (40.00%), more than --max_bad_fraction=0.25; "
-        "reasons {'corrupt_image': 1, 'truncated_image': 1}; see /out/rejected.jsonl"
+        "reasons {'corrupt_image': 1, 'truncated_image': 1}; see /out/rejected.jsonl; to "
+        "commit the build without them, rerun with --max_bad_fraction 0.4 --resume (it keeps "
+        "the shards written)"
     )
 
 
@@ -195,6 +197,19 @@ def test_the_index_budget_names_the_missing_classes_most_frequent_first():
         "outside the vocabulary (--labels_file /l.txt), most frequent first: "
         "{\"o'clock\": 5, 'eel': 3}; see /out/rejected.jsonl"
     )
+
+
+def test_the_index_budget_names_the_budget_that_builds_without_them():
+    # Without a class outside the vocabulary to fix, the next command is the budget that
+    # holds: the smallest of two decimals whose share the check itself accepts.
+    rejections = [rejection(f"/t/{i}", "broken_symlink", DISCOVER) for i in range(29)]
+    with pytest.raises(BuildFailed) as caught:
+        check_index_budget(spec(max_bad_fraction=0.1), {"train": 71}, rejections)
+    assert str(caught.value) == (
+        "BUILD FAILED: 29 of 100 images rejected before any image was read (29.00%), more than "
+        "--max_bad_fraction=0.1; reasons {'broken_symlink': 29}; see /out/rejected.jsonl; to "
+        "build without them, rerun with --max_bad_fraction 0.3"
+    )  # 0.29 * 100 is 28.999999999999996 in floating point: 0.29 would fail again
 
 
 def test_an_unread_directory_or_xml_fails_the_build_whatever_the_budget():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -95,7 +96,11 @@ def _check_error_budget(
     bad = sum(s.num_rejected for s in splits.values())
     if bad > spec.max_bad_fraction * total:
         images = [r for r in rejections if r.is_image]
-        raise BuildFailed(f"{_over_budget(spec, bad, total, images, '')}; {_see(spec)}")
+        message = _over_budget(spec, bad, total, images, "")
+        raise BuildFailed(
+            f"{message}; {_see(spec)}; to commit the build without them, rerun with "
+            f"--max_bad_fraction {_needed(bad, total)} --resume (it keeps the shards written)"
+        )
 
 
 def check_index_budget(
@@ -131,7 +136,17 @@ def check_index_budget(
                 f" ({spaced[0]!r} holds a space, and a labels file's class is a line's first "
                 "word: such a class cannot be listed there; rename it)"
             )
+    if not unknown:  # (unknown classes: the fix is the vocabulary, named above)
+        see += f"; to build without them, rerun with --max_bad_fraction {_needed(bad, total)}"
     raise BuildFailed(f"{message}; {see}")
+
+
+def _needed(bad: int, total: int) -> str:
+    """The smallest --max_bad_fraction of two decimals that `bad` of `total` keeps within."""
+    hundredths = math.ceil(100 * bad / total)
+    while hundredths < 100 and bad > hundredths / 100 * total:  # the check's own float sum
+        hundredths += 1
+    return f"{min(hundredths, 100) / 100:g}"
 
 
 # What the listing could not read, when what it hides may decide labels: a directory (its
