@@ -32,7 +32,8 @@ from apache_beam.options.pipeline_options import (
 from beam_pipeline.console import watch
 from beam_pipeline.core.labels import Vocabulary, parse_display_names, parse_labels_file
 from beam_pipeline.options import BuildConfig
-from beam_pipeline.output.directory import prepare_output, unlock_output
+from beam_pipeline.output.directory import prepare_output
+from beam_pipeline.output.lock import unlock_output
 from beam_pipeline.runners.beam_flags import beam_argv
 from beam_pipeline.runners.beam_version import check_beam_version
 from beam_pipeline.runners.dataflow import (
@@ -295,7 +296,7 @@ def prepare_build(
       ValueError, layouts.LayoutError: bad or unknown flags, or a bad input tree (before
         anything is written).
       output.OutputExistsError: a complete build is in the way.
-      output.OutputNotWritableError: the output location cannot be written.
+      output.lock.OutputNotWritableError: the output location cannot be written.
     """
     check_beam_version()
     argv = list(argv)

@@ -12,7 +12,7 @@ from apache_beam.io.filesystems import FileSystems
 from beam_pipeline import interrupts
 from beam_pipeline.core.rejections import IMAGE, Rejection
 from beam_pipeline.failures import BuildFailed
-from beam_pipeline.output import commit, directory
+from beam_pipeline.output import commit, directory, lock
 from schemas import DatasetInfo, ShardInfo, SplitInfo
 
 
@@ -230,7 +230,7 @@ def test_resume_moves_the_shards_a_rebuild_staged_before_its_commit_stopped(tmp_
     (tmp_path / "build_info.json").unlink()
     (tmp_path / ".imagenet-tfrecords").write_text("mark")
     assert directory.prepare_output(str(tmp_path), overwrite=False, resume=True) is False
-    directory.unlock_output(str(tmp_path))
+    lock.unlock_output(str(tmp_path))
     assert {p.name: p.read_bytes() for p in tmp_path.glob("*.tfrecord")} == {
         "train-00000-of-00001.tfrecord": b"old",  # not the new plan's: gone at the commit
         **new,

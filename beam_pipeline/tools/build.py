@@ -95,7 +95,8 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
 
 def _build(argv: list[str], out: console.BuildConsole) -> int:
     from beam_pipeline import pipeline
-    from beam_pipeline.output.directory import OutputExistsError, OutputNotWritableError
+    from beam_pipeline.output.directory import OutputExistsError
+    from beam_pipeline.output.lock import OutputNotWritableError
     from beam_pipeline.runners import local
     from beam_pipeline.tree.layouts import LayoutError
 

@@ -309,11 +309,11 @@ def _refusal(prepared, spec, counts, rejections, reports) -> str | None:
     """The build's own message when its fail-fast checks would stop it; None otherwise."""
     from beam_pipeline.output.directory import (
         OutputExistsError,
-        busy_reason,
         refuse_complete_build,
         refuse_foreign_files,
         unwritable_reason,
     )
+    from beam_pipeline.output.lock import busy_reason
     from beam_pipeline.stages.finalize import check_index_budget
 
     config = prepared.config

@@ -26,7 +26,8 @@ from collections.abc import Sequence
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.output.commit import commit_stage
-from beam_pipeline.output.directory import busy_reason, remove_work_dirs, write_atomic
+from beam_pipeline.output.directory import remove_work_dirs, write_atomic
+from beam_pipeline.output.lock import busy_reason
 from beam_pipeline.output.readback import read_build_info
 from schemas import BUILD_INFO_FILE, DatasetInfo
 from schemas.label_map import LABEL_MAP_FILE, label_map_text
