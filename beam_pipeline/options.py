@@ -18,9 +18,11 @@ from typing import Any
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline.console.build_console import add_console_flags
+from beam_pipeline.core.holdout import TEST, VALIDATION, HoldOut
 from beam_pipeline.core.images import EXACT, ORIGINAL, RESIZE_MODES, SHORTER_SIDE, ImagePolicy
 from beam_pipeline.core.sharding import DEFAULT_TARGET_SHARD_BYTES
-from beam_pipeline.tree.layouts import AUTO, DEFAULT_SPLITS, LAYOUTS, output_split
+from beam_pipeline.tree.layouts import AUTO, LAYOUTS, output_split
+from beam_pipeline.tree.planner import vocabulary_split
 
 
 class BuildOptions(PipelineOptions):
@@ -29,6 +31,7 @@ class BuildOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
         _add_tree_flags(parser)
+        _add_held_out_flags(parser)
         _add_image_flags(parser)
 
 
@@ -48,8 +51,9 @@ def _add_tree_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--splits",
-        default=",".join(DEFAULT_SPLITS),
-        help="Comma-separated input splits, as named in the tree (default: train,val).",
+        default=None,
+        help="Comma-separated input splits, as named in the tree (default: train,val; a "
+        "class-folder tree's split folders, or its root as train).",
     )
     parser.add_argument(
         "--labels_file",
@@ -74,6 +78,30 @@ def _add_tree_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--seed", type=int, default=0, help="Seed of the global shuffle (default 0)."
+    )
+
+
+def _add_held_out_flags(parser: argparse.ArgumentParser) -> None:
+    """Splits the build makes of a tree's train split (`core.holdout`)."""
+    parser.add_argument(
+        "--validation_split",
+        type=float,
+        default=0.0,
+        help="Hold out this fraction of each class's train images as the validation split "
+        "(a tree with only training images; seeded by --split_seed).",
+    )
+    parser.add_argument(
+        "--test_split",
+        type=float,
+        default=0.0,
+        help="Hold out this fraction of each class's train images as the test split.",
+    )
+    parser.add_argument(
+        "--split_seed",
+        type=int,
+        default=0,
+        help="Seed of the held-out splits (default 0; apart from --seed, so a reshuffle "
+        "keeps them).",
     )
 
 
@@ -145,7 +173,7 @@ class BuildConfig:
     input_dir: str
     output_dir: str
     layout: str = AUTO
-    splits: tuple[str, ...] = DEFAULT_SPLITS
+    splits: tuple[str, ...] = ()  # () until `pipeline.prepare`: the layout's default
     labels_file: str | None = None
     num_shards: dict[str, int] | int | None = None
     target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES
@@ -154,14 +182,28 @@ class BuildConfig:
     max_bad_fraction: float = 0.01
     overwrite: bool = False
     resume: bool = False
+    validation_split: float = 0.0
+    test_split: float = 0.0
+    split_seed: int = 0
 
     def __post_init__(self):
         if not self.input_dir:
             raise ValueError("--input_dir is required")
         if self.layout not in (AUTO, *LAYOUTS):
             raise ValueError(f"--layout must be one of {(AUTO, *LAYOUTS)}")
-        if not self.splits or len(set(self.splits)) != len(self.splits):
+        if len(set(self.splits)) != len(self.splits):
             raise ValueError(f"--splits must name distinct splits, got {self.splits}")
+        for name, fraction in (("validation", self.validation_split), ("test", self.test_split)):
+            if not 0.0 <= fraction < 1.0:  # (NaN too)
+                raise ValueError(
+                    f"--{name}_split must be a fraction in [0, 1), e.g. 0.2, not {fraction}"
+                )
+        if self.validation_split + self.test_split >= 1.0:
+            raise ValueError(
+                f"--validation_split {self.validation_split} and --test_split "
+                f"{self.test_split} would hold out every training image: their sum must be "
+                "below 1"
+            )
         if not 0.0 <= self.max_bad_fraction <= 1.0:
             raise ValueError("--max_bad_fraction must be in [0, 1]")
         if self.target_shard_bytes <= 0:
@@ -178,7 +220,7 @@ class BuildConfig:
                     )
         elif shards is not None and shards < 1:
             raise ValueError(f"--num_shards must be at least 1, not {shards}")
-        if isinstance(shards, dict):
+        if isinstance(shards, dict) and self.splits:
             built = [output_split(s) for s in self.splits]
             unknown = sorted(set(shards) - set(built))
             if unknown:
@@ -208,7 +250,7 @@ class BuildConfig:
             input_dir=_home(flags.input_dir) or "",
             output_dir=_home(flags.output_dir) or "",
             layout=flags.layout,
-            splits=tuple(s.strip() for s in flags.splits.split(",") if s.strip()),
+            splits=_splits(flags.splits),
             labels_file=_home(flags.labels_file),
             num_shards=parse_num_shards(flags.num_shards),
             target_shard_bytes=_shard_bytes(flags.target_shard_mb),
@@ -217,7 +259,19 @@ class BuildConfig:
             max_bad_fraction=flags.max_bad_fraction,
             overwrite=flags.overwrite,
             resume=flags.resume,
+            validation_split=flags.validation_split,
+            test_split=flags.test_split,
+            split_seed=flags.split_seed,
         )
+
+    def held_out(self, source: str) -> HoldOut | None:
+        """The held-out splits taken from the output split `source`, or None."""
+        fractions = tuple(
+            (name, fraction)
+            for name, fraction in ((VALIDATION, self.validation_split), (TEST, self.test_split))
+            if fraction > 0
+        )
+        return HoldOut(source, fractions, self.split_seed) if fractions else None
 
     def num_shards_for(self, split: str) -> int | None:
         """Requested shard count of an output split, or None for the size-based default."""
@@ -246,7 +300,26 @@ class BuildConfig:
                 ),
             },
             "max_bad_fraction": self.max_bad_fraction,
-        }
+        } | self._held_out_metadata()
+
+    def _held_out_metadata(self) -> dict[str, Any]:
+        """`held_out` in the metadata when splits are held out (none otherwise: the metadata
+        of a build without them is as it was)."""
+        if not (self.validation_split or self.test_split):
+            return {}
+        held_out = self.held_out(output_split(vocabulary_split(self.splits) or "train"))
+        assert held_out is not None
+        return {"held_out": held_out.to_metadata()}
+
+
+def _splits(text: str | None) -> tuple[str, ...]:
+    """`--splits train,val` → ("train", "val"); not given → () (the layout's default)."""
+    if text is None:
+        return ()
+    splits = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not splits:
+        raise ValueError(f"--splits names no split: {text!r}; e.g. --splits train,val")
+    return splits
 
 
 def parse_num_shards(text: str | None) -> dict[str, int] | int | None:

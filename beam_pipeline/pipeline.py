@@ -30,6 +30,7 @@ from apache_beam.options.pipeline_options import (
 )
 
 from beam_pipeline.console import watch
+from beam_pipeline.core.holdout import HoldOut
 from beam_pipeline.core.labels import Vocabulary, parse_display_names, parse_labels_file
 from beam_pipeline.options import BuildConfig
 from beam_pipeline.output.directory import prepare_output
@@ -53,6 +54,7 @@ from beam_pipeline.stages.finalize import CheckIndexBudget, Finalize, FinalizeSp
 from beam_pipeline.stages.labelling import (
     BuildVocabulary,
     ClassifySplits,
+    HoldOutSplits,
     LabelImages,
     ParseAnnotations,
     misplaced_annotations,
@@ -99,19 +101,21 @@ def prepare(config: BuildConfig) -> Prepared:
     root, layout = layouts.locate_tree(config.input_dir, config.layout, has_files, subdirectories)
     if root != config.input_dir.rstrip("/"):
         logger.info("Found the %s tree in %s", layout, root)
-    if config.output_dir and in_listed_folders(config.output_dir, root):
+    if config.output_dir and in_listed_folders(config.output_dir, root, layout):
         raise ValueError(
             f"--output_dir {config.output_dir} lies inside the input tree {root}'s image or "
             "annotation folders: the next build would list its files as input; choose a "
             "directory outside them"
         )
     logger.info("Layout %s in %s", layout, root)
-    plan = planner.plan_discovery(
-        root,
-        layout,
-        config.splits,
-        TREE_ACCESS,
+    holding_out = bool(config.validation_split or config.test_split)
+    splits = config.splits or (
+        ("train",) if holding_out else planner.default_splits(root, layout, TREE_ACCESS)
     )
+    config = dataclasses.replace(config, input_dir=root, layout=layout, splits=splits)
+    plan = planner.plan_discovery(root, layout, splits, TREE_ACCESS)
+    if holding_out:
+        plan = dataclasses.replace(plan, splits=(*plan.splits, *_held_out(config).splits))
     classes, display_names = None, {}
     if config.labels_file:
         text = read_text(config.labels_file, "--labels_file")
@@ -125,11 +129,38 @@ def prepare(config: BuildConfig) -> Prepared:
         raise ValueError(
             f"without the {either} split the vocabulary is unknown: pass --labels_file"
         )
-    elif layout == layouts.ILSVRC_CLS_LOC:
+    elif not layouts.has_negatives(layout):  # CLS-LOC, class folders: classes from folders
         train = next(t for t in plan.tasks if t.kind == layouts.IMAGES and t.split == "train")
         _refuse_classes_without_images(train.directory, train.foreign)
-    config = dataclasses.replace(config, input_dir=root, layout=layout)
     return Prepared(config, plan, classes, display_names)
+
+
+def _held_out(config: BuildConfig) -> HoldOut:
+    """The held-out splits of a build that asks for them; ValueError when it builds no split
+    to take them from, or already builds one of them from the tree."""
+    flags = " and ".join(
+        f"--{name}_split"
+        for name, fraction in (("validation", config.validation_split), ("test", config.test_split))
+        if fraction
+    )
+    source = planner.vocabulary_split(config.splits)
+    if source is None:
+        raise ValueError(
+            f"{flags} hold{'s' if ' and ' not in flags else ''} images out of the train split "
+            f"(or VOC's trainval), which --splits {','.join(config.splits)} does not build: "
+            "add train to --splits"
+        )
+    held_out = config.held_out(layouts.output_split(source))
+    assert held_out is not None
+    for split in config.splits:
+        if layouts.output_split(split) in held_out.splits:
+            name = layouts.output_split(split)
+            raise ValueError(
+                f"--{name}_split makes the {name} split, but --splits "
+                f"{','.join(config.splits)} also builds the tree's {split} as {name}: leave "
+                f"{split} out of --splits, or drop --{name}_split"
+            )
+    return held_out
 
 
 def _refuse_classes_without_images(train_dir: str, foreign: tuple[str, ...]) -> None:
@@ -164,15 +195,18 @@ def _refuse_classes_without_images(train_dir: str, foreign: tuple[str, ...]) -> 
     )
 
 
-def in_listed_folders(path: str, root: str) -> bool:
+def in_listed_folders(path: str, root: str, layout: str = layouts.AUTO) -> bool:
     """Whether `path` lies in the folders a build of the tree at `root` lists (`Data/`,
-    `Annotations/`, VOC's `JPEGImages/` and `ImageSets/`, in a year folder or not); local
-    links resolved. Beside them (`ROOT/out`) nothing is listed."""
+    `Annotations/`, VOC's `JPEGImages/` and `ImageSets/`, in a year folder or not; anywhere
+    below a class-folder tree's root); local links resolved. Beside them (`ROOT/out`) nothing
+    is listed."""
     if is_local(path) and is_local(root):
         path, root = os.path.realpath(path), os.path.realpath(root)
     path, root = path.rstrip("/"), root.rstrip("/")
     if not path.startswith(root + "/"):
         return False
+    if layout == layouts.CLASS_FOLDERS:
+        return True
     return bool(set(path[len(root) + 1 :].split("/")[:2]) & layouts.TREE_FOLDERS)
 
 
@@ -202,6 +236,8 @@ def build_index(pipeline: beam.Pipeline, prepared: Prepared) -> Index:
     """Adds the index stages to `pipeline`: discover, parse, vocabulary, label."""
     config, plan = prepared.config, prepared.plan
     entries, found_rejected = pipeline | "DiscoverImages" >> DiscoverImages(plan)
+    if config.validation_split or config.test_split:
+        entries = entries | "HoldOut" >> HoldOutSplits(plan.root, _held_out(config))
     parsed, parse_rejected = entries | "ParseAnnotations" >> ParseAnnotations(
         plan.root, config.output_dir
     )

@@ -6,7 +6,6 @@ import json
 import pathlib
 import re
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -558,43 +557,6 @@ NOT_A_TREE = (
 )
 
 
-@pytest.mark.parametrize("nested", [False, True], ids=["class folders", "split folders"])
-def test_a_folder_of_class_folders_is_refused_with_the_links_that_build_it(tmp_path, nested):
-    # A laptop user's photos: cat/ and dog/ (or train/ and val/ of them). The refusal says how
-    # to link them as a CLS-LOC tree; doing just that builds them with their folders' classes.
-    photos = tmp_path / "photos"
-    for split in ("train", "val") if nested else ("",):
-        for colour, name in (((200, 30, 30), "cat"), ((30, 30, 200), "dog")):
-            for number in range(2):
-                write(photos / split / name / f"{number}.jpg", jpeg_bytes(colour=colour))
-    with pytest.raises(LayoutError) as error:
-        build(photos, tmp_path / "out")
-    link = f"mkdir -p TREE/Data/CLS-LOC && ln -s {photos}"
-    if nested:
-        expected = (
-            "if train/, val/ hold one folder per class, link them into an ILSVRC CLS-LOC tree, "
-            f"whose images take their folder's class: {link}/train TREE/Data/CLS-LOC/train && "
-            f"ln -s {photos}/val TREE/Data/CLS-LOC/val; then --input_dir TREE --splits train,val"
-        )
-    else:
-        expected = (
-            "if its folders (cat/, dog/) are one per class, link it as the train split of an "
-            "ILSVRC CLS-LOC tree, whose images take their folder's class: "
-            f"{link} TREE/Data/CLS-LOC/train; then --input_dir TREE --splits train"
-        )
-    assert str(error.value) == NOT_A_TREE.format(photos) + expected
-    commands, flags = expected.split(": ", 1)[1].split("; then ")
-    subprocess.run(commands, shell=True, cwd=tmp_path, check=True)
-    assert flags.startswith("--input_dir TREE ")
-    info = build(tmp_path / "TREE", tmp_path / "out", *flags.split()[2:])
-    assert info.classes == ("cat", "dog")
-    for split in ("train", "validation") if nested else ("train",):
-        records = read_split(tmp_path / "out", split)
-        assert sorted(
-            (e[F.SOURCE_ID][0].decode().split("/", 1)[1], e[F.LABEL][0]) for e in records
-        ) == [("cat/0", 0), ("cat/1", 0), ("dog/0", 1), ("dog/1", 1)]
-
-
 def test_an_image_folder_whose_annotation_folder_is_gone_is_refused(tmp_path):
     # A copy of DET that lost one folder of XML labelled all its images background, exit 0.
     tree = tmp_path / "in"
@@ -848,36 +810,6 @@ def test_another_datasets_layout_is_not_offered_as_class_folders(tmp_path, layou
         "it holds annotations in a layout this tool does not read: arrange it as Pascal VOC "
         "(JPEGImages/X.jpg, Annotations/X.xml, ImageSets/Main/<split>.txt listing X)"
     )
-
-
-def test_a_flat_folder_of_images_is_refused_with_the_links_that_build_it_unlabelled(tmp_path):
-    photos = tmp_path / "photos"
-    for number in range(3):
-        write(photos / f"{number}.jpg", jpeg_bytes())
-    with pytest.raises(LayoutError) as error:
-        build(photos, tmp_path / "out")
-    assert str(error.value) == NOT_A_TREE.format(photos) + (
-        "a folder of images without labels builds as an unlabelled test split, with your "
-        f"model's classes: mkdir -p TREE/Data/CLS-LOC && ln -s {photos} TREE/Data/CLS-LOC/test; "
-        "then --input_dir TREE --splits test --labels_file CLASSES.txt"
-    )
-    subprocess.run(
-        f"mkdir -p TREE/Data/CLS-LOC && ln -s {photos} TREE/Data/CLS-LOC/test",
-        shell=True,
-        cwd=tmp_path,
-        check=True,
-    )
-    write(tmp_path / "classes.txt", "cat\ndog\n")
-    info = build(
-        tmp_path / "TREE",
-        tmp_path / "out",
-        "--splits",
-        "test",
-        "--labels_file",
-        tmp_path / "classes.txt",
-    )
-    assert info.splits["test"].num_examples == 3 and not info.splits["test"].labelled
-    assert [e[F.LABEL] for e in read_split(tmp_path / "out", "test")] == [[-1]] * 3
 
 
 def test_voc_tree_from_the_corpus(tmp_path):

@@ -46,6 +46,17 @@ class FinalizeSpec:
     replaces_build: bool = False  # the output holds a complete build: shards are staged (`output`)
 
 
+def _none_held_out(spec: FinalizeSpec, split: str) -> str:
+    """Why a held-out split has no images: its classes are too small for its fraction."""
+    fractions = spec.options.get("held_out", {}).get("fractions", {})
+    if split not in fractions:
+        return ""
+    return (
+        f": --{split}_split {fractions[split]} took none (each class gives round(images x "
+        f"{fractions[split]}), and keeps one image in train); raise --{split}_split"
+    )
+
+
 def assemble_info(
     spec: FinalizeSpec,
     vocabulary: Vocabulary,
@@ -67,7 +78,7 @@ def assemble_info(
     for split in spec.splits:
         discovered = index_counts.get(split, 0) + found_rejected[split]
         if discovered == 0:
-            raise BuildFailed(f"split {split!r} has no images")
+            raise BuildFailed(f"split {split!r} has no images" + _none_held_out(spec, split))
         if split not in plans:
             raise BuildFailed(f"split {split!r}: all {discovered} images were rejected")
         splits[split] = _split_info(

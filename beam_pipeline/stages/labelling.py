@@ -21,7 +21,14 @@ from apache_beam.typehints import Tuple
 from beam_pipeline.console import watch
 from beam_pipeline.core.annotations import Annotation, parse_annotation
 from beam_pipeline.core.entries import IndexEntry, LabelledEntry, ParsedEntry
-from beam_pipeline.core.labels import Vocabulary, clamped_area, image_label, split_kind
+from beam_pipeline.core.holdout import HoldOut
+from beam_pipeline.core.labels import (
+    Vocabulary,
+    clamped_area,
+    image_label,
+    main_object_index,
+    split_kind,
+)
 from beam_pipeline.core.rejections import ANNOTATION, LABEL, REJECTED, InputError, Rejection
 from beam_pipeline.failures import BuildFailed
 from beam_pipeline.stages import packing
@@ -114,6 +121,42 @@ class ParseAnnotations(beam.PTransform):
             _ParseAnnotationFn(self._root, self._output_dir)
         ).with_output_types(ParsedEntry).with_outputs(REJECTED, main="parsed")
         return result.parsed, result[REJECTED]
+
+
+def stratum(root: str, entry: IndexEntry) -> str:
+    """The class an entry is held out by (`HoldOut`): its XML's main object's, else its
+    folder's; "" for an image of no class (a negative) or whose XML does not parse (rejected
+    when the build parses it)."""
+    parsed = parse_entry(root, entry)
+    if isinstance(parsed, ParsedEntry) and parsed.annotation is not None:
+        main = main_object_index(parsed.annotation)
+        if main is not None:
+            return parsed.annotation.objects[main].name
+    return entry.folder_class or ""
+
+
+class HoldOutSplits(beam.PTransform):
+    """IndexEntry → IndexEntry: those of `spec.source` divided per class into the held-out
+    splits (`core.holdout`), grouped by class on the runner; the others as they are."""
+
+    def __init__(self, root: str, spec: HoldOut):
+        super().__init__()
+        self._root = root
+        self._spec = spec
+
+    def expand(self, entries):
+        root, spec = self._root, self._spec
+        source, others = entries | "FromSource" >> beam.Partition(
+            lambda entry, _: 0 if entry.split == spec.source else 1, 2
+        )
+        divided = (
+            source
+            | "Stratum" >> beam.Map(lambda entry: (stratum(root, entry), entry))
+            | "GroupByClass" >> beam.GroupByKey()
+            | "Divide"
+            >> beam.FlatMapTuple(lambda _, group: spec.assign(group)).with_output_types(IndexEntry)
+        )
+        return (divided, others) | "WithHeldOut" >> beam.Flatten()
 
 
 def class_names(parsed: ParsedEntry):

@@ -4,6 +4,9 @@ ILSVRC DET       ROOT/Data/DET/<split>/...X.JPEG       ROOT/Annotations/DET/<spl
 ILSVRC CLS-LOC   ROOT/Data/CLS-LOC/<split>/...X.JPEG   ROOT/Annotations/CLS-LOC/<split>/...X.xml
                  (train, and often val: <split>/<synset>/X.JPEG; the folder names the class)
 Pascal VOC       ROOT[/VOC2007]/{JPEGImages,Annotations,ImageSets/Main/<split>.txt}
+Class folders    ROOT/<class>/...X.jpg, or ROOT/<split>/<class>/...X.jpg (Keras's
+                 `image_dataset_from_directory` layout; local trees are detected, others named
+                 with --layout class_folders)
 
 A tree may also lie one level below the directory given (`locate_tree`): download folders
 wrap `VOCdevkit/` or `ILSVRC/`.
@@ -21,7 +24,6 @@ import dataclasses
 import os
 import posixpath
 import re
-import shlex
 from collections.abc import Callable
 
 from schemas.paths import is_local, join
@@ -29,12 +31,17 @@ from schemas.paths import is_local, join
 ILSVRC_DET = "ilsvrc_det"
 ILSVRC_CLS_LOC = "ilsvrc_cls_loc"
 VOC = "voc"
-LAYOUTS = (ILSVRC_DET, ILSVRC_CLS_LOC, VOC)
+CLASS_FOLDERS = "class_folders"
+LAYOUTS = (ILSVRC_DET, ILSVRC_CLS_LOC, VOC, CLASS_FOLDERS)
 AUTO = "auto"
 
 # What a ListingTask's directory holds.
 IMAGES = "images"
 ANNOTATIONS = "annotations"
+# The names of image files (by their extension, in lower case).
+IMAGE_EXTENSIONS = frozenset(
+    {".jpeg", ".jpg", ".jpe", ".jfif", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"}
+)
 
 DEFAULT_SPLITS = ("train", "val")
 
@@ -48,9 +55,10 @@ class LayoutError(ValueError):
 
 
 def has_negatives(layout: str) -> bool:
-    """Whether the layout has images of no class (DET and VOC negatives; not CLS-LOC, where
-    every image is of one of its classes): only there is an image without objects background."""
-    return layout != ILSVRC_CLS_LOC
+    """Whether the layout has images of no class (DET and VOC negatives; not CLS-LOC or class
+    folders, where every image is of one of its classes): only there is an image without
+    objects background."""
+    return layout not in (ILSVRC_CLS_LOC, CLASS_FOLDERS)
 
 
 def output_split(name: str) -> str:
@@ -178,9 +186,25 @@ def _no_subdirectories(_: str) -> list[str]:
 def _not_a_tree(
     root: str, has_files: HasFiles, subdirectories: Callable[[str], list[str]] = _no_subdirectories
 ) -> LayoutError:
-    """The refusal of a directory that is no tree, with where the tree is when that is near:
-    above `root` (a folder inside a tree was given) or two levels below (a download folder
-    around a `VOCdevkit/`); for a local folder of images, how to link it as a tree."""
+    """The refusal of a directory that is no tree, with where the tree is when that is near
+    (`_tree_near`); for a local folder of images, why it is no tree of class folders either."""
+    hint = _tree_near(root, has_files, subdirectories)
+    if not has_files(root):
+        hint = "; it holds no files"
+    elif not hint:
+        hint = _voc_without_lists_hint(root, has_files, subdirectories)
+    if not hint and is_local(root) and subdirectories is not _no_subdirectories:
+        hint = _folders_hint(root, subdirectories)
+    return LayoutError(
+        f"{root} is not an ILSVRC (Data/DET, Data/CLS-LOC) or Pascal VOC "
+        "(JPEGImages, Annotations, ImageSets/Main) tree, nor holds one in a subdirectory" + hint
+    )
+
+
+def _tree_near(root: str, has_files: HasFiles, subdirectories: Callable[[str], list[str]]) -> str:
+    """Where the ILSVRC or VOC tree is, when `root` is none but one is near: above it (a folder
+    inside a tree was given) or two levels below (a download folder around a `VOCdevkit/`);
+    "" when none is."""
     hint = ""
     parent = root
     for _ in range(4):
@@ -201,16 +225,7 @@ def _not_a_tree(
         ]
         if deeper:
             hint = f"; a tree lies two levels below it: pass {' or '.join(deeper)} as --input_dir"
-    if not has_files(root):
-        hint = "; it holds no files"
-    elif not hint:
-        hint = _voc_without_lists_hint(root, has_files, subdirectories)
-    if not hint and is_local(root) and subdirectories is not _no_subdirectories:
-        hint = _folders_hint(root, subdirectories)
-    return LayoutError(
-        f"{root} is not an ILSVRC (Data/DET, Data/CLS-LOC) or Pascal VOC "
-        "(JPEGImages, Annotations, ImageSets/Main) tree, nor holds one in a subdirectory" + hint
-    )
+    return hint
 
 
 def _voc_without_lists_hint(
@@ -235,56 +250,67 @@ def _voc_without_lists_hint(
     return ""
 
 
-_SPLIT_FOLDERS = {"train": "train", "val": "val", "validation": "val", "test": "test"}
+# Split folders of a class-folder tree, by lower-case name, and the tree split each is.
+SPLIT_FOLDERS = {"train": "train", "val": "val", "validation": "val", "test": "test"}
 
 
 # Folder names of other datasets' layouts (Kaggle's, YOLO's, COCO's): never classes.
 _NOT_CLASSES = frozenset({"images", "annotations", "labels", "masks", "jpegimages"})
 
 
-def _folders_hint(root: str, subdirectories: Callable[[str], list[str]]) -> str:
-    """How to build a local folder of class folders (or of split folders of class folders) as
-    a CLS-LOC tree, whose images without XML take their folder's class: links, no copies.
-
-    Not for a folder with XML below it, or folders named like another layout's (`images/`,
-    `annotations/`): linked as class folders, its images would take those names as classes.
-    """
+def find_class_folders(
+    root: str, subdirectories: Callable[[str], list[str]], at_least: int = 1
+) -> str | None:
+    """The root of the class-folder tree at the local directory `root` (or in its one
+    subfolder, a download folder around the folder of classes), or None: `at_least` folders
+    that hold files (detection asks for 2: one folder of images is no classifier's data),
+    none named like another layout's (`images/`, `annotations/`), and no `.xml` file below
+    (annotations this layout would ignore)."""
+    if not is_local(root):
+        return None
     names = subdirectories(root)
-    root = posixpath.abspath(root)
+    if len(names) == 1 and names[0].lower() not in SPLIT_FOLDERS:
+        inner = join(root, names[0])
+        if subdirectories(inner) and not _images_at(inner):
+            root, names = inner, subdirectories(inner)  # photos/flowers/{daisy,rose}
+    if len(names) < at_least and not any(name.lower() in SPLIT_FOLDERS for name in names):
+        return None
+    folders = {*names, *(inner for name in names for inner in subdirectories(join(root, name)))}
+    if _holds_xml(root) or _NOT_CLASSES & {folder.lower() for folder in folders}:
+        return None
+    return root
+
+
+def _images_at(directory: str) -> bool:
+    """Whether image files lie directly in the local `directory`."""
+    with os.scandir(directory) as entries:
+        return any(
+            entry.is_file() and os.path.splitext(entry.name)[1].lower() in IMAGE_EXTENSIONS
+            for entry in entries
+        )
+
+
+def _folders_hint(root: str, subdirectories: Callable[[str], list[str]]) -> str:
+    """Why a local folder that is no tree is not built as class folders either: annotations
+    in a layout this tool does not read, or images with no folder to name their class."""
+    names = subdirectories(root)
     folders = {*names, *(inner for name in names for inner in subdirectories(join(root, name)))}
     if _holds_xml(root) or _NOT_CLASSES & {folder.lower() for folder in folders}:
         return (
             "; it holds annotations in a layout this tool does not read: arrange it as Pascal "
             "VOC (JPEGImages/X.jpg, Annotations/X.xml, ImageSets/Main/<split>.txt listing X)"
         )
-    splits: dict[str, str] = {}  # tree split -> folder (`val/` wins over `validation/`)
-    for name in names:
-        if name.lower() in _SPLIT_FOLDERS:
-            splits.setdefault(_SPLIT_FOLDERS[name.lower()], name)
-    mkdir = "mkdir -p TREE/Data/CLS-LOC"
-    if splits:
-        links = " && ".join(
-            f"ln -s {shlex.quote(join(root, name))} TREE/Data/CLS-LOC/{split}"
-            for split, name in sorted(splits.items())
-        )
-        labels = "" if "train" in splits else " --labels_file CLASSES.txt"
+    if len(names) == 1:
         return (
-            f"; if {', '.join(name + '/' for name in splits.values())} hold one folder per "
-            "class, link them into an ILSVRC CLS-LOC tree, whose images take their folder's "
-            f"class: {mkdir} && {links}; then --input_dir TREE --splits "
-            f"{','.join(sorted(splits))}{labels}"
-        )
-    if names:
-        shown = ", ".join(name + "/" for name in names[:3]) + (", ..." if len(names) > 3 else "")
-        return (
-            f"; if its folders ({shown}) are one per class, link it as the train split of an "
-            f"ILSVRC CLS-LOC tree, whose images take their folder's class: {mkdir} && ln -s "
-            f"{shlex.quote(root)} TREE/Data/CLS-LOC/train; then --input_dir TREE --splits train"
+            f"; its one folder ({names[0]}/) would be the only class, and a classifier needs "
+            "two: put each class's images in a folder of its own (if they are all one class, "
+            "--layout class_folders builds them so)"
         )
     return (
-        "; a folder of images without labels builds as an unlabelled test split, with your "
-        f"model's classes: {mkdir} && ln -s {shlex.quote(root)} TREE/Data/CLS-LOC/test; then "
-        "--input_dir TREE --splits test --labels_file CLASSES.txt"
+        "; its images lie in no class folder (a folder per class, as Keras's "
+        "image_dataset_from_directory reads, labels them). Without labels it builds as an "
+        "unlabelled test split, with your model's classes: --layout class_folders --splits "
+        "test --labels_file CLASSES.txt"
     )
 
 
@@ -313,12 +339,16 @@ def locate_tree(
 
     Downloads put the tree one level down (`X/VOCdevkit/VOC2007/...`, Kaggle's
     `X/ILSVRC/Data/CLS-LOC/...`); when `root` holds no tree of the wanted layout (`AUTO`: any)
-    but exactly one of its subdirectories does, that one is the tree. Several candidates, or
+    but exactly one of its subdirectories does, that one is the tree. A local folder that holds
+    no ILSVRC or VOC tree but folders of images is one of class folders
+    (`find_class_folders`). Several candidates, or
     none, raise LayoutError naming them. `subdirectories` lists a local directory's
     subdirectories that hold files (`fileio.subdirectories`; [] for object stores, where only
     `root` itself is looked at).
     """
     root = root.rstrip("/") or "/"
+    if layout == CLASS_FOLDERS:  # named: no other layout is looked for
+        return find_class_folders(root, subdirectories) or root, CLASS_FOLDERS
     wanted = LAYOUTS if layout == AUTO else (layout,)
     here = [found for found in _layouts_at(root, has_files) if found in wanted]
     if here:
@@ -337,6 +367,9 @@ def locate_tree(
     if below:
         trees = ", ".join(f"{path} ({found})" for path, found in below)
         raise LayoutError(f"{root} holds several trees: {trees}; pass one as --input_dir")
+    near = layout != AUTO or _tree_near(root, has_files, subdirectories)
+    if not near and (folders := find_class_folders(root, subdirectories, at_least=2)):
+        return folders, CLASS_FOLDERS
     if layout != AUTO:
         other = [(root, found) for found in _layouts_at(root, has_files)] or [
             (join(root, name), found)

@@ -14,12 +14,9 @@ from collections.abc import Iterable, Sequence
 
 from beam_pipeline.core.entries import FileRef, IndexEntry
 from beam_pipeline.core.rejections import DISCOVER, Rejection
-from beam_pipeline.tree.layouts import ANNOTATIONS, IMAGES, ListingTask
+from beam_pipeline.tree.layouts import ANNOTATIONS, IMAGE_EXTENSIONS, IMAGES, ListingTask
 from schemas.paths import join
 
-IMAGE_EXTENSIONS = frozenset(
-    {".jpeg", ".jpg", ".jpe", ".jfif", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"}
-)
 ANNOTATION_EXTENSION = ".xml"
 # The reason of an XML file that pairs with no image (reported, not counted).
 ANNOTATION_WITHOUT_IMAGE = "annotation_without_image"

@@ -10,8 +10,12 @@ import re
 import shlex
 from collections.abc import Callable, Sequence
 
+from beam_pipeline.tree.class_folders import default_splits as class_folder_splits
+from beam_pipeline.tree.class_folders import plan_class_folders
 from beam_pipeline.tree.layouts import (
     ANNOTATIONS,
+    CLASS_FOLDERS,
+    DEFAULT_SPLITS,
     ILSVRC_CLS_LOC,
     ILSVRC_DET,
     IMAGES,
@@ -61,10 +65,20 @@ def plan_discovery(
     root = root.rstrip("/")
     if layout == VOC:
         plan = _plan_voc_tree(root, splits, tree)
+    elif layout == CLASS_FOLDERS:
+        plan = plan_class_folders(root, splits, tree)
     else:
         plan = _plan_ilsvrc(root, layout, splits, tree)
     refuse_dangling_annotation_folders(plan)
     return _apart(plan)
+
+
+def default_splits(root: str, layout: str, tree: TreeAccess) -> tuple[str, ...]:
+    """The input splits a build makes when `--splits` is not given: train and val, or a
+    class-folder tree's split folders (its root as train when it has none)."""
+    if layout == CLASS_FOLDERS:
+        return class_folder_splits(root.rstrip("/"), tree)
+    return DEFAULT_SPLITS
 
 
 def _plan_voc_tree(root: str, splits: Sequence[str], tree: TreeAccess) -> DiscoveryPlan:
@@ -172,7 +186,9 @@ def _apart(plan: DiscoveryPlan) -> DiscoveryPlan:
                     f"build would write its images into {task_name(first)} and "
                     f"{task_name(second)} alike. Give each its own images ({shows})"
                 )
-    unbuilt = _unbuilt_split_folders(images, set(reals.values()))
+    # (a class-folder tree's root may be its one split: the folders beside it are no splits)
+    split_folders = [task for task in images if task.directory.rstrip("/") != plan.root]
+    unbuilt = _unbuilt_split_folders(split_folders, set(reals.values()))
     tasks = tuple(
         dataclasses.replace(
             task,

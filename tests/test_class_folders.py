@@ -1,0 +1,166 @@
+"""Class folders as they are (Keras's `image_dataset_from_directory` layout): a folder per
+class, or split folders of them, built without links or copies."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import build, dead_letters, jpeg_bytes, read_split, write
+
+from beam_pipeline.tree.layouts import LayoutError
+from schemas import BUILD_INFO_FILE
+from schemas import features as F
+
+COLOURS = {"cat": (200, 30, 30), "dog": (30, 30, 200), "Ant": (30, 200, 30)}
+
+
+def photos(root, splits=("",), classes=("cat", "dog"), per_class=2):
+    for split in splits:
+        for name in classes:
+            for number in range(per_class):
+                write(root / split / name / f"{number}.jpg", jpeg_bytes(colour=COLOURS[name]))
+    return root
+
+
+def labels(output_dir, split):
+    return sorted((e[F.FILENAME][0].decode(), e[F.LABEL][0]) for e in read_split(output_dir, split))
+
+
+def test_a_folder_of_class_folders_builds_as_it_is(tmp_path):
+    # A laptop user's photos: cat/ and dog/. Keras's image_dataset_from_directory takes them
+    # as they are; so does the build: one train split, each image its folder's class.
+    root = photos(tmp_path / "photos")
+    info = build(root, tmp_path / "out")
+    assert info.classes == ("cat", "dog") and tuple(info.splits) == ("train",)
+    assert labels(tmp_path / "out", "train") == [
+        ("cat/0.jpg", 0),
+        ("cat/1.jpg", 0),
+        ("dog/0.jpg", 1),
+        ("dog/1.jpg", 1),
+    ]
+    metadata = json.loads((tmp_path / "out" / BUILD_INFO_FILE).read_text())
+    assert metadata["source"]["layout"] == "class_folders"
+    assert metadata["options"]["splits"] == ["train"]
+    assert info.splits["train"].label_sources == {"folder": 4}
+
+
+def test_the_classes_are_keras_class_names(tmp_path):
+    keras = pytest.importorskip("keras")
+    root = photos(tmp_path / "photos", classes=("dog", "cat", "Ant"), per_class=1)
+    info = build(root, tmp_path / "out")
+    keras_names = keras.utils.image_dataset_from_directory(str(root), batch_size=2).class_names
+    assert list(info.classes) == keras_names == ["Ant", "cat", "dog"]
+
+
+def test_split_folders_of_class_folders_are_the_splits(tmp_path):
+    root = photos(tmp_path / "photos", splits=("train", "val", "test"))
+    info = build(root, tmp_path / "out")
+    assert sorted(info.splits) == ["test", "train", "validation"]
+    for split in ("train", "validation", "test"):
+        folder = "val" if split == "validation" else split
+        assert labels(tmp_path / "out", split) == [
+            (f"{folder}/cat/0.jpg", 0),
+            (f"{folder}/cat/1.jpg", 0),
+            (f"{folder}/dog/0.jpg", 1),
+            (f"{folder}/dog/1.jpg", 1),
+        ]
+    # --splits picks among them; the others are named as not built.
+    info = build(root, tmp_path / "out2", "--splits", "train")
+    assert list(info.splits) == ["train"]
+
+
+def test_a_download_folder_around_the_class_folders_is_looked_into(tmp_path):
+    # Kaggle's flowers: flowers/flowers/{daisy,rose}: the one folder is no class.
+    photos(tmp_path / "download" / "flowers")
+    info = build(tmp_path / "download", tmp_path / "out")
+    assert info.classes == ("cat", "dog")
+    assert labels(tmp_path / "out", "train")[0] == ("cat/0.jpg", 0)
+
+
+def test_split_folders_beside_other_folders_are_refused(tmp_path):
+    root = photos(tmp_path / "photos", splits=("train", "val"))
+    photos(root, classes=("Ant",), per_class=1)
+    with pytest.raises(LayoutError) as error:
+        build(root, tmp_path / "out")
+    assert str(error.value) == (
+        f"{root} holds split folders (train/, val/) beside other folders (Ant/): a build cannot "
+        "tell whether those are classes. Move each class folder into the split it belongs to, "
+        "or pass one split folder as --input_dir"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_split_the_tree_does_not_have_is_refused_with_the_flag(tmp_path):
+    root = photos(tmp_path / "photos")
+    with pytest.raises(LayoutError) as error:
+        build(root, tmp_path / "out", "--splits", "train,val")
+    assert str(error.value) == (
+        f"--splits val: {root} holds no split folders (train/, val/, test/): its class folders "
+        "are one split, train (the default; hold out a validation split with "
+        "--validation_split 0.2) or test (--splits test)"
+    )
+    nested = photos(tmp_path / "nested", splits=("train", "val"))
+    with pytest.raises(LayoutError) as error:
+        build(nested, tmp_path / "out", "--splits", "train,test")
+    assert str(error.value) == (
+        f"split 'test' has no folder in {nested}: the splits there are ['train', 'val']: choose "
+        "with --splits train,val"
+    )
+
+
+def test_the_output_inside_the_class_folders_is_refused(tmp_path):
+    root = photos(tmp_path / "photos")
+    with pytest.raises(ValueError, match="lies inside the input tree"):
+        build(root, root / "out")
+
+
+def test_an_image_beside_the_class_folders_is_rejected_by_name(tmp_path):
+    root = photos(tmp_path / "photos", per_class=3)
+    write(root / "stray.jpg", jpeg_bytes())
+    info = build(root, tmp_path / "out", "--max_bad_fraction", "0.2")
+    assert info.splits["train"].num_examples == 6
+    (rejected,) = dead_letters(tmp_path / "out")
+    assert (rejected["path"], rejected["reason"]) == (str(root / "stray.jpg"), "no_class")
+    assert "move it into its class's folder or remove it" in rejected["detail"]
+
+
+def test_a_flat_folder_of_images_builds_unlabelled_with_the_flags_the_refusal_names(tmp_path):
+    root = tmp_path / "photos"
+    for number in range(3):
+        write(root / f"{number}.jpg", jpeg_bytes())
+    with pytest.raises(LayoutError) as error:
+        build(root, tmp_path / "out")
+    flags = "--layout class_folders --splits test --labels_file CLASSES.txt"
+    assert str(error.value).endswith(
+        "; its images lie in no class folder (a folder per class, as Keras's "
+        "image_dataset_from_directory reads, labels them). Without labels it builds as an "
+        f"unlabelled test split, with your model's classes: {flags}"
+    )
+    write(tmp_path / "CLASSES.txt", "cat\ndog\n")
+    info = build(
+        root, tmp_path / "out", *flags.replace("CLASSES", str(tmp_path / "CLASSES")).split()
+    )
+    assert info.splits["test"].num_examples == 3 and not info.splits["test"].labelled
+    assert [e[F.LABEL] for e in read_split(tmp_path / "out", "test")] == [[-1]] * 3
+
+
+def test_layout_class_folders_is_taken_as_named(tmp_path):
+    # A folder named images/ is a class when the user says the tree is class folders.
+    root = photos(tmp_path / "photos", classes=("cat",))
+    write(root / "images" / "0.jpg", jpeg_bytes())
+    with pytest.raises(LayoutError, match="annotations in a layout this tool does not read"):
+        build(root, tmp_path / "out")
+    info = build(root, tmp_path / "out", "--layout", "class_folders")
+    assert info.classes == ("cat", "images")
+
+
+def test_num_shards_is_checked_against_the_splits_the_tree_gives(tmp_path):
+    # --splits left out: the splits are the tree's, and --num_shards may name only those.
+    root = photos(tmp_path / "photos")
+    with pytest.raises(ValueError) as error:
+        build(root, tmp_path / "out", "--num_shards", "train=1,val=1")
+    assert str(error.value) == (
+        "--num_shards names ['validation'], which this build does not write; its splits are "
+        "['train'] (--splits train; val is written as validation)"
+    )
