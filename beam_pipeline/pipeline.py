@@ -129,7 +129,7 @@ def prepare(config: BuildConfig) -> Prepared:
         raise ValueError(
             f"without the {either} split the vocabulary is unknown: pass --labels_file"
         )
-    elif not layouts.has_negatives(layout):  # CLS-LOC, class folders: classes from folders
+    elif layout in (layouts.ILSVRC_CLS_LOC, layouts.CLASS_FOLDERS):  # classes from folders
         train = next(t for t in plan.tasks if t.kind == layouts.IMAGES and t.split == "train")
         _refuse_classes_without_images(train.directory, train.foreign)
     return Prepared(config, plan, classes, display_names)
@@ -205,7 +205,7 @@ def in_listed_folders(path: str, root: str, layout: str = layouts.AUTO) -> bool:
     path, root = path.rstrip("/"), root.rstrip("/")
     if not path.startswith(root + "/"):
         return False
-    if layout == layouts.CLASS_FOLDERS:
+    if layout in layouts.FOLDER_LAYOUTS:
         return True
     return bool(set(path[len(root) + 1 :].split("/")[:2]) & layouts.TREE_FOLDERS)
 

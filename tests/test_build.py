@@ -795,20 +795,17 @@ def test_a_voc_year_without_annotations_beside_an_annotated_one_is_refused(tmp_p
     assert info.classes == ("dog",) and info.splits["train"].class_counts == (1, 1)
 
 
-@pytest.mark.parametrize("layout", ["kaggle", "yolo"])
-def test_another_datasets_layout_is_not_offered_as_class_folders(tmp_path, layout):
-    # Linked as class folders, `images/` and `annotations/` would have become two classes.
+def test_yolo_labels_are_not_offered_as_class_folders(tmp_path):
+    # Taken as class folders, `images/` and `labels/` would have become two classes.
     root = tmp_path / "download"
     write(root / "set1" / "images" / "a.jpg", jpeg_bytes())
-    if layout == "kaggle":
-        write(root / "set1" / "annotations" / "a.xml", voc_xml([("cat", 1, 1, 9, 9)]))
-    else:
-        write(root / "set1" / "labels" / "a.txt", "0 0.5 0.5 0.2 0.2\n")
+    write(root / "set1" / "labels" / "a.txt", "0 0.5 0.5 0.2 0.2\n")
     with pytest.raises(LayoutError) as error:
         build(root, tmp_path / "out")
     assert str(error.value) == NOT_A_TREE.format(root) + (
-        "it holds annotations in a layout this tool does not read: arrange it as Pascal VOC "
-        "(JPEGImages/X.jpg, Annotations/X.xml, ImageSets/Main/<split>.txt listing X)"
+        "it holds annotations in a layout this tool does not read (YOLO's labels/, masks/): "
+        "export them as Pascal VOC XML, beside each image or in an annotations/ folder beside "
+        "images/"
     )
 
 

@@ -96,8 +96,8 @@ def test_a_split_the_tree_does_not_have_is_refused_with_the_flag(tmp_path):
     with pytest.raises(LayoutError) as error:
         build(root, tmp_path / "out", "--splits", "train,val")
     assert str(error.value) == (
-        f"--splits val: {root} holds no split folders (train/, val/, test/): its class folders "
-        "are one split, train (the default; hold out a validation split with "
+        f"--splits val: {root} holds no split folders (train/, val/, test/): its images are "
+        "one split, train (the default; hold out a validation split with "
         "--validation_split 0.2) or test (--splits test)"
     )
     nested = photos(tmp_path / "nested", splits=("train", "val"))

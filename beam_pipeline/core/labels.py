@@ -204,6 +204,7 @@ def image_label(
     raise InputError(
         "no_class",
         "the image has no XML and no class folder, in a split whose other images have XML, and "
-        "ILSVRC CLS-LOC has no background images; restore its XML from the devkit, move it "
-        "into its class's folder, or remove it",
+        "ILSVRC CLS-LOC has no background images (nor does an export of VOC XML, where an image "
+        "of no object has an XML without <object>); restore its XML (from the devkit, or the "
+        "export), move it into its class's folder, or remove it",
     )

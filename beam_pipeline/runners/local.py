@@ -47,7 +47,7 @@ def count_images_up_to(plan: layouts.DiscoveryPlan, limit: int) -> int:
     """
     count = 0
     for task in plan.tasks:
-        if task.kind != layouts.IMAGES:
+        if task.kind == layouts.ANNOTATIONS:
             continue
         if "://" in task.directory:
             return limit

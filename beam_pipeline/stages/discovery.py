@@ -53,7 +53,10 @@ def list_task(task: layouts.ListingTask) -> Iterator[tuple[str, FileRef] | Rejec
     """(kind, FileRef) for each file below the task's directory, or its Rejection."""
     for listed in list_tree(task.directory, task.foreign):
         item = classify_listed(task, listed)
-        yield item if isinstance(item, Rejection) else (task.kind, item)
+        if isinstance(item, Rejection):
+            yield item
+        else:
+            yield pairing.file_kind(task, item.relative_path), item
 
 
 # Files are paired in groups: every key of one directory that hashes to the same one of
@@ -112,7 +115,8 @@ class _ListPartFn(beam.DoFn):
             items = walk_subtree(directory)
         else:
             items = list_directory(directory)
-        tag, pending, current, rejected = _TAGS[task.kind], {}, None, []
+        pending: dict = {}
+        current, rejected = None, []
         for item in items:
             if isinstance(item, Entered):
                 entered = os.fsencode(item.path), os.fsencode(item.real)
@@ -127,10 +131,11 @@ class _ListPartFn(beam.DoFn):
                 continue
             group = pairing_group(found.key)
             if group[0] != current:  # the walk left a directory: send what it found there
-                yield from _batches(pending, tag)
+                yield from _batches(pending)
                 current = group[0]
-            pending.setdefault(group, []).append(found)
-        yield from _batches(pending, tag)
+            tag = _TAGS[pairing.file_kind(task, found.relative_path)]
+            pending.setdefault((group, tag), []).append(found)
+        yield from _batches(pending)
         if rejected:
             group = pairing.printable_path(directory), -1  # no pairing group is negative
             yield group, (LISTING_REJECTED, packing.compress(_LISTING_REJECTIONS.encode(rejected)))
@@ -152,8 +157,9 @@ def _revisited_of_tree(element, tasks: Sequence[layouts.ListingTask]):
         yield os.fsencode(unlisted.path), rejection
 
 
-def _batches(pending: dict, tag: int):
-    for group, refs in pending.items():
+def _batches(pending: dict):
+    """((pairing group, tag) → FileRefs) as (group, (tag, FileRefs bytes)) each, emptied."""
+    for (group, tag), refs in pending.items():
         yield group, (tag, packing.compress(_FILE_REFS.encode(refs)))
     pending.clear()
 

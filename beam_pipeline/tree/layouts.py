@@ -7,6 +7,8 @@ Pascal VOC       ROOT[/VOC2007]/{JPEGImages,Annotations,ImageSets/Main/<split>.t
 Class folders    ROOT/<class>/...X.jpg, or ROOT/<split>/<class>/...X.jpg (Keras's
                  `image_dataset_from_directory` layout; local trees are detected, others named
                  with --layout class_folders)
+VOC XML          ROOT[/<split>]/...X.jpg beside ...X.xml (Roboflow's export), or
+                 ROOT[/<split>]/images/X.jpg with ROOT[/<split>]/annotations/X.xml (Kaggle's)
 
 A tree may also lie one level below the directory given (`locate_tree`): download folders
 wrap `VOCdevkit/` or `ILSVRC/`.
@@ -32,12 +34,16 @@ ILSVRC_DET = "ilsvrc_det"
 ILSVRC_CLS_LOC = "ilsvrc_cls_loc"
 VOC = "voc"
 CLASS_FOLDERS = "class_folders"
-LAYOUTS = (ILSVRC_DET, ILSVRC_CLS_LOC, VOC, CLASS_FOLDERS)
+VOC_XML = "voc_xml"
+LAYOUTS = (ILSVRC_DET, ILSVRC_CLS_LOC, VOC, CLASS_FOLDERS, VOC_XML)
+# Layouts whose every file below the root is listed (no Data/ or JPEGImages/ apart).
+FOLDER_LAYOUTS = (CLASS_FOLDERS, VOC_XML)
 AUTO = "auto"
 
 # What a ListingTask's directory holds.
 IMAGES = "images"
 ANNOTATIONS = "annotations"
+MIXED = "images and annotations"  # a folder whose XML lie beside their images
 # The names of image files (by their extension, in lower case).
 IMAGE_EXTENSIONS = frozenset(
     {".jpeg", ".jpg", ".jpe", ".jfif", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"}
@@ -55,10 +61,11 @@ class LayoutError(ValueError):
 
 
 def has_negatives(layout: str) -> bool:
-    """Whether the layout has images of no class (DET and VOC negatives; not CLS-LOC or class
-    folders, where every image is of one of its classes): only there is an image without
-    objects background."""
-    return layout not in (ILSVRC_CLS_LOC, CLASS_FOLDERS)
+    """Whether the layout has images of no class without XML (DET and VOC negatives; not
+    CLS-LOC or class folders, where every image is of one of its classes, nor VOC XML where it
+    lies, whose exports give an image of no object an XML without <object>): only there is an
+    image without XML background."""
+    return layout not in (ILSVRC_CLS_LOC, CLASS_FOLDERS, VOC_XML)
 
 
 def output_split(name: str) -> str:
@@ -250,8 +257,15 @@ def _voc_without_lists_hint(
     return ""
 
 
-# Split folders of a class-folder tree, by lower-case name, and the tree split each is.
-SPLIT_FOLDERS = {"train": "train", "val": "val", "validation": "val", "test": "test"}
+# Split folders of a class-folder or VOC XML tree, by lower-case name, and the tree split each
+# is (Roboflow's exports name theirs train/, valid/, test/).
+SPLIT_FOLDERS = {
+    "train": "train",
+    "val": "val",
+    "valid": "val",
+    "validation": "val",
+    "test": "test",
+}
 
 
 # Folder names of other datasets' layouts (Kaggle's, YOLO's, COCO's): never classes.
@@ -281,6 +295,28 @@ def find_class_folders(
     return root
 
 
+# The folder pairs of Kaggle's VOC exports, by lower-case name: images, and their XML.
+IMAGE_FOLDERS = ("images", "jpegimages", "imgs")
+ANNOTATION_FOLDERS = ("annotations", "xml", "xmls")
+
+
+def find_voc_xml(root: str, subdirectories: Callable[[str], list[str]]) -> str | None:
+    """The root of the tree of images with Pascal VOC XML where they lie at the local
+    directory `root` (or in its one subfolder, a download folder around it), or None: an
+    `.xml` file below it, and no `ImageSets/` (a VOC year without split lists is refused
+    apart, naming the lists)."""
+    if not is_local(root) or not _holds_xml(root):
+        return None
+    names = subdirectories(root)
+    known = {*SPLIT_FOLDERS, *IMAGE_FOLDERS, *ANNOTATION_FOLDERS}
+    if len(names) == 1 and names[0].lower() not in known and not _images_at(root):
+        return find_voc_xml(join(root, names[0]), subdirectories)  # download/set1/images
+    splits = [join(root, name) for name in names if name.lower() in SPLIT_FOLDERS]
+    if any("imagesets" in map(str.lower, subdirectories(d)) for d in [root, *splits]):
+        return None
+    return root
+
+
 def _images_at(directory: str) -> bool:
     """Whether image files lie directly in the local `directory`."""
     with os.scandir(directory) as entries:
@@ -295,10 +331,11 @@ def _folders_hint(root: str, subdirectories: Callable[[str], list[str]]) -> str:
     in a layout this tool does not read, or images with no folder to name their class."""
     names = subdirectories(root)
     folders = {*names, *(inner for name in names for inner in subdirectories(join(root, name)))}
-    if _holds_xml(root) or _NOT_CLASSES & {folder.lower() for folder in folders}:
+    if _NOT_CLASSES & {folder.lower() for folder in folders}:
         return (
-            "; it holds annotations in a layout this tool does not read: arrange it as Pascal "
-            "VOC (JPEGImages/X.jpg, Annotations/X.xml, ImageSets/Main/<split>.txt listing X)"
+            "; it holds annotations in a layout this tool does not read (YOLO's labels/, "
+            "masks/): export them as Pascal VOC XML, beside each image or in an annotations/ "
+            "folder beside images/"
         )
     if len(names) == 1:
         return (
@@ -349,6 +386,8 @@ def locate_tree(
     root = root.rstrip("/") or "/"
     if layout == CLASS_FOLDERS:  # named: no other layout is looked for
         return find_class_folders(root, subdirectories) or root, CLASS_FOLDERS
+    if layout == VOC_XML:
+        return find_voc_xml(root, subdirectories) or root, VOC_XML
     wanted = LAYOUTS if layout == AUTO else (layout,)
     here = [found for found in _layouts_at(root, has_files) if found in wanted]
     if here:
@@ -368,6 +407,8 @@ def locate_tree(
         trees = ", ".join(f"{path} ({found})" for path, found in below)
         raise LayoutError(f"{root} holds several trees: {trees}; pass one as --input_dir")
     near = layout != AUTO or _tree_near(root, has_files, subdirectories)
+    if not near and (found := find_voc_xml(root, subdirectories)):
+        return found, VOC_XML
     if not near and (folders := find_class_folders(root, subdirectories, at_least=2)):
         return folders, CLASS_FOLDERS
     if layout != AUTO:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 
 from beam_pipeline.core.entries import FileRef, IndexEntry
 from beam_pipeline.core.rejections import DISCOVER, Rejection
-from beam_pipeline.tree.layouts import ANNOTATIONS, IMAGE_EXTENSIONS, IMAGES, ListingTask
+from beam_pipeline.tree.layouts import ANNOTATIONS, IMAGE_EXTENSIONS, IMAGES, MIXED, ListingTask
 from schemas.paths import join
 
 ANNOTATION_EXTENSION = ".xml"
@@ -26,7 +26,15 @@ APPLE_DOUBLE_PREFIX = "._"
 
 
 def _is_image_name(task: ListingTask, path: str) -> bool:
-    return task.kind == IMAGES and posixpath.splitext(path)[1].lower() in IMAGE_EXTENSIONS
+    return task.kind != ANNOTATIONS and posixpath.splitext(path)[1].lower() in IMAGE_EXTENSIONS
+
+
+def file_kind(task: ListingTask, path: str) -> str:
+    """IMAGES or ANNOTATIONS: what a file the task found is paired as (in a MIXED folder, an
+    `.xml` file is an annotation, any other an image)."""
+    if task.kind != MIXED:
+        return task.kind
+    return ANNOTATIONS if posixpath.splitext(path)[1].lower() == ANNOTATION_EXTENSION else IMAGES
 
 
 def printable_path(path: str) -> str:
@@ -63,7 +71,7 @@ def classify(task: ListingTask, path: str, num_bytes: int) -> FileRef | Rejectio
             "a macOS metadata file (AppleDouble '._' file, made when a tree is copied from a Mac)",
         )
     wanted = _is_image_name(task, path) or (
-        task.kind == ANNOTATIONS and extension.lower() == ANNOTATION_EXTENSION
+        task.kind != IMAGES and extension.lower() == ANNOTATION_EXTENSION
     )
     if not wanted:
         return _stray(task, path, _not_wanted(task, path, extension))
@@ -92,14 +100,16 @@ def _not_wanted(task: ListingTask, path: str, extension: str) -> str:
     name = posixpath.basename(path)
     if name.lower() in _SYSTEM_FILES:
         return f"{_SYSTEM_FILES[name.lower()]}, not part of the dataset"
-    what = "an image" if task.kind == IMAGES else "an image's XML annotation"
+    what = {IMAGES: "an image", ANNOTATIONS: "an image's XML annotation"}.get(
+        task.kind, "an image or its XML annotation"
+    )
     named = f"extension {extension!r}" if extension else "no extension"
     return f"not {what} by its name ({named})"
 
 
 def _stray(task: ListingTask, path: str, detail: str) -> Rejection:
     """A file that is neither an image nor an XML where it lies: reported, not counted."""
-    reason = "not_an_image_file" if task.kind == IMAGES else "not_an_annotation_file"
+    reason = "not_an_annotation_file" if task.kind == ANNOTATIONS else "not_an_image_file"
     return Rejection(task.split, path, DISCOVER, reason, detail, is_image=False)
 
 

@@ -10,16 +10,19 @@ import re
 import shlex
 from collections.abc import Callable, Sequence
 
-from beam_pipeline.tree.class_folders import default_splits as class_folder_splits
-from beam_pipeline.tree.class_folders import plan_class_folders
+from beam_pipeline.tree.folder_trees import default_splits as folder_splits
+from beam_pipeline.tree.folder_trees import plan_class_folders, plan_voc_xml
 from beam_pipeline.tree.layouts import (
     ANNOTATIONS,
     CLASS_FOLDERS,
     DEFAULT_SPLITS,
+    FOLDER_LAYOUTS,
     ILSVRC_CLS_LOC,
     ILSVRC_DET,
     IMAGES,
+    MIXED,
     VOC,
+    VOC_XML,
     VOC_YEAR,
     DiscoveryPlan,
     HasFiles,
@@ -67,6 +70,8 @@ def plan_discovery(
         plan = _plan_voc_tree(root, splits, tree)
     elif layout == CLASS_FOLDERS:
         plan = plan_class_folders(root, splits, tree)
+    elif layout == VOC_XML:
+        plan = plan_voc_xml(root, splits, tree)
     else:
         plan = _plan_ilsvrc(root, layout, splits, tree)
     refuse_dangling_annotation_folders(plan)
@@ -75,9 +80,9 @@ def plan_discovery(
 
 def default_splits(root: str, layout: str, tree: TreeAccess) -> tuple[str, ...]:
     """The input splits a build makes when `--splits` is not given: train and val, or a
-    class-folder tree's split folders (its root as train when it has none)."""
-    if layout == CLASS_FOLDERS:
-        return class_folder_splits(root.rstrip("/"), tree)
+    folder tree's split folders (its root as train when it has none)."""
+    if layout in FOLDER_LAYOUTS:
+        return folder_splits(root.rstrip("/"), tree)
     return DEFAULT_SPLITS
 
 
@@ -170,7 +175,9 @@ def _apart(plan: DiscoveryPlan) -> DiscoveryPlan:
         for task in plan.tasks
         if is_local(task.directory)
     }
-    images = [task for task in plan.tasks if task.kind == IMAGES and task.directory in reals]
+    images = [
+        task for task in plan.tasks if task.kind in (IMAGES, MIXED) and task.directory in reals
+    ]
     for number, first in enumerate(images):
         for second in images[number + 1 :]:
             a, b = reals[first.directory], reals[second.directory]

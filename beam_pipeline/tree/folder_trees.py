@@ -1,0 +1,141 @@
+"""The plans of trees laid out in plain folders, split by split folders or not at all.
+
+Class folders (Keras's `image_dataset_from_directory` layout): every image takes the class of
+the folder it lies in. There is no XML: a split's images outside any class folder are rejected
+(`no_class`), but a split with no class folder at all is unlabelled (a test split of bare
+images).
+
+ROOT/<class>/...X.jpg            one split: train (the default), or test (`--splits test`)
+ROOT/<split>/<class>/...X.jpg    split folders: train/, val/ (or valid/, validation/), test/
+
+VOC XML where it lies (Roboflow's and Kaggle's exports): each image paired with the XML of
+the same name, beside it or in the annotations folder beside its images folder.
+
+ROOT[/<split>]/...X.jpg, ...X.xml
+ROOT[/<split>]/images/X.jpg, ROOT[/<split>]/annotations/X.xml
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from beam_pipeline.tree.layouts import (
+    ANNOTATION_FOLDERS,
+    ANNOTATIONS,
+    CLASS_FOLDERS,
+    IMAGE_FOLDERS,
+    IMAGES,
+    MIXED,
+    SPLIT_FOLDERS,
+    VOC_XML,
+    DiscoveryPlan,
+    LayoutError,
+    ListingTask,
+    TreeAccess,
+    output_split,
+)
+from beam_pipeline.tree.refusals import dangling_link
+from schemas.paths import join
+
+
+def split_folders(root: str, tree: TreeAccess) -> list[str]:
+    """The split folders of the tree at `root` (train/, val/, valid/, validation/, test/, in
+    any case), as named there, in the order train, val, test; in an object store (no folder
+    listing), those of the lower-case names that hold files."""
+    names = tree.subdirectories(root) or [
+        name for name in SPLIT_FOLDERS if tree.has_files(join(root, name))
+    ]
+    found = [name for name in names if name.lower() in SPLIT_FOLDERS]
+    order = list(SPLIT_FOLDERS)
+    return sorted(found, key=lambda name: (order.index(name.lower()), name))
+
+
+def default_splits(root: str, tree: TreeAccess) -> tuple[str, ...]:
+    """The splits a build of the tree makes when `--splits` is not given: every split
+    folder, or, without them, the root as the train split."""
+    return tuple(split_folders(root, tree)) or ("train",)
+
+
+def plan_class_folders(root: str, splits: Sequence[str], tree: TreeAccess) -> DiscoveryPlan:
+    """Lists each split's folder (the root itself when it has no split folders); refuses
+    (LayoutError) split folders beside other folders, a split with no folder, and one whose
+    folder is empty."""
+    tasks = [
+        ListingTask(IMAGES, directory, name, split, root, folder_classes=True)
+        for split, name, directory in _split_directories(root, splits, tree)
+    ]
+    return _plan(CLASS_FOLDERS, root, splits, tasks, tree)
+
+
+def plan_voc_xml(root: str, splits: Sequence[str], tree: TreeAccess) -> DiscoveryPlan:
+    """Lists each split's folder (the root itself when it has no split folders): its images
+    folder and annotations folder when it has the two (Kaggle's), or else the folder whole,
+    images and XML alike (Roboflow's); refuses as `plan_class_folders` does."""
+    tasks = []
+    for split, name, directory in _split_directories(root, splits, tree):
+        names = {folder.lower(): folder for folder in tree.subdirectories(directory)}
+        images = next((names[n] for n in IMAGE_FOLDERS if n in names), None)
+        annotations = next((names[n] for n in ANNOTATION_FOLDERS if n in names), None)
+        if images and annotations:
+            tasks.append(ListingTask(IMAGES, join(directory, images), name, split, root))
+            tasks.append(ListingTask(ANNOTATIONS, join(directory, annotations), name, split, root))
+        else:
+            tasks.append(ListingTask(MIXED, directory, name, split, root))
+    return _plan(VOC_XML, root, splits, tasks, tree)
+
+
+def _plan(
+    layout: str, root: str, splits: Sequence[str], tasks: list[ListingTask], tree: TreeAccess
+) -> DiscoveryPlan:
+    names = tuple(dict.fromkeys(task.split for task in tasks))
+    unbuilt = tuple(name for name in split_folders(root, tree) if name not in splits)
+    return DiscoveryPlan(layout, root, names, tuple(tasks), unbuilt=unbuilt)
+
+
+def _split_directories(
+    root: str, splits: Sequence[str], tree: TreeAccess
+) -> list[tuple[str, str, str]]:
+    """(input split, output split, folder) of each split asked for; LayoutError for split
+    folders beside other folders, a split with no folder, two folders of one output split, and
+    an empty folder."""
+    folders = split_folders(root, tree)
+    if folders:
+        others = [name for name in tree.subdirectories(root) if name not in folders]
+        if others:
+            raise LayoutError(
+                f"{root} holds split folders ({', '.join(n + '/' for n in folders)}) beside "
+                f"other folders ({', '.join(n + '/' for n in others[:5])}): a build cannot tell "
+                "whether those are classes. Move each class folder into the split it belongs "
+                "to, or pass one split folder as --input_dir"
+            )
+        directories = {name: join(root, name) for name in folders}
+    else:
+        directories = {split: root for split in splits[:1] if split in ("train", "test")}
+    found: list[tuple[str, str, str]] = []
+    for split in splits:
+        if split not in directories:
+            raise LayoutError(_no_split_folder(root, split, folders))
+        name = output_split(SPLIT_FOLDERS.get(split.lower(), split))
+        if name in [output for _, output, _ in found]:
+            raise LayoutError(
+                f"--splits {','.join(splits)} names two folders of the {name} split: choose one"
+            )
+        directory = directories[split]
+        if not tree.has_files(directory):
+            cut = dangling_link(directory, root)
+            raise LayoutError(f"split {split!r} has no images: {cut or directory + ' is empty'}")
+        found.append((split, name, directory))
+    return found
+
+
+def _no_split_folder(root: str, split: str, folders: Sequence[str]) -> str:
+    if folders:
+        return (
+            f"split {split!r} has no folder in {root}: the splits there are {list(folders)}: "
+            f"choose with --splits {','.join(folders)}"
+        )
+    return (
+        f"--splits {split}: {root} holds no split folders (train/, val/, test/): its images "
+        "are one split, train (the default; hold out a validation split with "
+        "--validation_split 0.2) or test (--splits test)"
+    )

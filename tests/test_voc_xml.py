@@ -1,0 +1,96 @@
+"""Pascal VOC XML where it lies: Roboflow's export (XML beside each image, in train/, valid/,
+test/) and Kaggle's (images/ with annotations/ beside it), built as they are."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import build, dead_letters, jpeg_bytes, png_bytes, read_split, write
+
+from beam_pipeline.core.annotations import voc_xml
+from schemas import features as F
+
+
+def roboflow(root):
+    """train/, valid/, test/ each with 2 images and their XML beside them (Roboflow's names)."""
+    for split in ("train", "valid", "test"):
+        for number, objects in enumerate(
+            [[("cat", 1, 1, 20, 20), ("dog", 1, 1, 40, 30)], [("cat", 2, 3, 50, 40)]]
+        ):
+            stem = f"img{number}_jpg.rf.{split}"
+            write(root / split / f"{stem}.jpg", jpeg_bytes())
+            write(root / split / f"{stem}.xml", voc_xml(objects, size=(64, 48)))
+    return root
+
+
+def test_roboflow_export_builds_with_its_splits_and_boxes(tmp_path):
+    root = roboflow(tmp_path / "export")
+    info = build(root, tmp_path / "out")
+    assert info.classes == ("cat", "dog")
+    assert sorted(info.splits) == ["test", "train", "validation"]
+    for split, folder in (("train", "train"), ("validation", "valid"), ("test", "test")):
+        records = sorted(read_split(tmp_path / "out", split), key=lambda e: e[F.FILENAME])
+        assert [(e[F.FILENAME][0].decode(), e[F.LABEL][0]) for e in records] == [
+            (f"{folder}/img0_jpg.rf.{folder}.jpg", 1),  # the dog's box is the larger
+            (f"{folder}/img1_jpg.rf.{folder}.jpg", 0),
+        ]
+        assert records[0][F.OBJECT_TEXT] == [b"cat", b"dog"]
+        assert records[0][F.BBOX_XMAX] == pytest.approx([20 / 64, 40 / 64])
+        assert records[1][F.BBOX_YMIN] == pytest.approx([3 / 48])
+    assert not dead_letters(tmp_path / "out")
+
+
+def test_kaggle_images_and_annotations_build_in_a_download_folder(tmp_path):
+    # Kaggle's face-mask set: archive/images/*.png, archive/annotations/*.xml.
+    root = tmp_path / "download" / "archive"
+    for number in range(6):
+        name = "with_mask" if number % 2 else "without_mask"
+        write(root / "images" / f"maksssksksss{number}.png", png_bytes(40, 30))
+        write(
+            root / "annotations" / f"maksssksksss{number}.xml",
+            voc_xml([(name, 1, 1, 20, 20)], size=(40, 30)),
+        )
+    info = build(tmp_path / "download", tmp_path / "out", "--validation_split", "0.34")
+    assert info.classes == ("with_mask", "without_mask")
+    assert {name: split.class_counts for name, split in info.splits.items()} == {
+        "train": (2, 2, 0),
+        "validation": (1, 1, 0),
+    }
+    record = read_split(tmp_path / "out", "train")[0]
+    assert record[F.FILENAME][0].decode().startswith("images/maksssksksss")
+
+
+def test_an_image_without_its_xml_is_rejected_not_background(tmp_path):
+    root = roboflow(tmp_path / "export")
+    write(root / "train" / "lost.jpg", jpeg_bytes())
+    info = build(root, tmp_path / "out", "--max_bad_fraction", "0.5")
+    assert info.splits["train"].num_examples == 2
+    (rejected,) = dead_letters(tmp_path / "out")
+    assert (rejected["path"], rejected["reason"]) == (str(root / "train/lost.jpg"), "no_class")
+    assert (
+        "nor does an export of VOC XML, where an image of no object has an XML without"
+        in (rejected["detail"])
+    )
+
+
+def test_an_xml_without_objects_is_background(tmp_path):
+    root = roboflow(tmp_path / "export")
+    write(root / "train" / "empty.jpg", jpeg_bytes())
+    write(root / "train" / "empty.xml", voc_xml([], size=(64, 48)))
+    info = build(root, tmp_path / "out")
+    assert info.splits["train"].class_counts == (1, 1, 1)
+    labels = {
+        e[F.FILENAME][0].decode(): e[F.LABEL][0] for e in read_split(tmp_path / "out", "train")
+    }
+    assert labels["train/empty.jpg"] == 2  # the background index
+
+
+def test_layout_voc_xml_is_taken_as_named_and_stray_files_are_reported(tmp_path):
+    root = roboflow(tmp_path / "export")
+    write(root / "train" / "README.roboflow.txt", "exported")
+    info = build(root, tmp_path / "out", "--layout", "voc_xml", "--splits", "train")
+    assert list(info.splits) == ["train"] and info.splits["train"].num_examples == 2
+    (stray,) = dead_letters(tmp_path / "out")
+    assert (stray["reason"], stray["detail"]) == (
+        "not_an_image_file",
+        "not an image or its XML annotation by its name (extension '.txt')",
+    )
