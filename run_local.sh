@@ -30,4 +30,29 @@ if [ ! -d "$TREE" ]; then
 fi
 "$VENV_PYTHON" -m beam_pipeline --input_dir "$TREE" --output_dir "$OUT" \
   --num_shards train=4,val=2 --overwrite
-"$VENV_PYTHON" -m loaders.train_example "$OUT" --min_accuracy 0.9
+
+# TensorFlow's start-up lines in the training step, none of them an error: INFO lines after its
+# logging starts are hidden by TF_CPP_MIN_LOG_LEVEL=1 (2 would hide warnings too, 3 errors);
+# those printed before it reads that variable (oneDNN's notice, "Could not find cuda drivers")
+# and, where no NVIDIA kernel driver is loaded (no GPU to use), cuInit's failure (an ERROR
+# line) are filtered out of its stderr by pattern. Every other line of stderr passes.
+quiet_tensorflow() {
+  local noise=(
+    '^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$'
+    '^I[0-9]{4} [0-9:.]+ +[0-9]+ port\.cc:[0-9]+\] oneDNN custom operations are on\. '
+    '^I[0-9]{4} [0-9:.]+ +[0-9]+ cudart_stub\.cc:[0-9]+\] Could not find cuda drivers on your machine'
+  )
+  if [ ! -e /proc/driver/nvidia/version ]; then
+    noise+=('^E[0-9]{4} [0-9:.]+ +[0-9]+ cuda_platform\.cc:[0-9]+\] failed call to cuInit: ')
+  fi
+  local args=()
+  for pattern in "${noise[@]}"; do args+=(-e "$pattern"); done
+  grep --line-buffered -v -E "${args[@]}" || [ $? -eq 1 ] # 1: it passed no line
+}
+
+# stdout as it is (fd 3), stderr through the filter; the exit status is the trainer's (pipefail).
+{
+  TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-1}" \
+    "$VENV_PYTHON" -m loaders.train_example "$OUT" --min_accuracy 0.9 2>&1 1>&3 3>&- |
+    quiet_tensorflow >&2 3>&-
+} 3>&1

@@ -262,7 +262,7 @@ def main() -> int:
                 # One model per input dtype: the rows that feed it uint8 share its compiled step.
                 if dtype not in models:
                     models[dtype] = build_model(
-                        args.model, info.class_list.one_hot_length, uint8=dtype == "uint8"
+                        args.model, len(info.class_names), uint8=dtype == "uint8"
                     )
                 loader, _ = images_per_second(fed, args.steps, b, warmup=5)
                 if isinstance(fed, Endless):

@@ -171,7 +171,7 @@ def main() -> int:
     info = built_dataset(parser, args.data_dir)
     b = args.batch_size
     n = args.batches or info.split("train").num_examples // b
-    num_outputs = info.class_list.one_hot_length
+    num_outputs = len(info.class_names)
     split = functools.partial(load_dataset, args.data_dir, "train", batch_size=b, image_size=SIZE)
     train = split(training=True, seed=0)
     train8 = split(training=True, seed=0, dtype="uint8")

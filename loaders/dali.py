@@ -16,13 +16,14 @@ backend, as NumPy arrays, which Keras moves to its device); with the
 TensorFlow backend they come as a `tf.data.Dataset` of host arrays (DALI's TensorFlow plugin is
 compiled against one TensorFlow build at install time, so this loader does not depend on it).
 
-The policy is `load_dataset`'s: labels, `class_names`, `dtype` and `value_range`, every record
-once per epoch (training drops the last partial batch, evaluation keeps it; the length is
-known), and the training crop keeps at least `config.min_object_covered` of the main object
-(the largest box; the whole image when there is none), with an area of `config.crop_area_range`
-of the image and an aspect ratio in `config.crop_aspect_ratio_range`, drawn as
-`tf.image.sample_distorted_bounding_box` draws it (`crop_windows`: the same distribution, not
-the same draws; the whole image when no attempt fits).
+The policy is `load_dataset`'s: labels (and their `background` column), `class_names`, `dtype`
+and `value_range`, every record once per epoch (training drops the last partial batch,
+evaluation keeps it; the length is known), and the training crop keeps at least
+`config.min_object_covered` of the main object (the largest box; the whole image when there is
+none), with an area of `config.crop_area_range` of the image and an aspect ratio in
+`config.crop_aspect_ratio_range`, drawn as `tf.image.sample_distorted_bounding_box` draws it
+(`crop_windows`: the same distribution, not the same draws; the whole image when no attempt
+fits).
 
 Here: the entry point, which checks its arguments into a `LoadSpec` and a `DaliSettings`, and
 the pipeline's batches as Keras takes them (`DaliDataset`, or a `tf.data.Dataset`). The
@@ -45,7 +46,6 @@ from loaders.dali_index import epoch_check, shard_indexes
 from loaders.info import BuildInfo, data_path, dataset_info
 from loaders.reader import check_shards
 from loaders.spec import LoadSpec
-from schemas import one_hot_length
 
 LABEL_MODES = ("one_hot", "categorical", "int", None)
 
@@ -59,6 +59,7 @@ def load_dali_dataset(
     training: bool = False,
     seed: int | None = None,
     label_mode: str | None = "one_hot",
+    background: bool | None = None,
     dtype: str = "float32",
     device: str = "auto",
     num_threads: int | None = None,
@@ -69,9 +70,9 @@ def load_dali_dataset(
 ):
     """`(images [B, H, W, 3], labels)` batches of one split, decoded by DALI, for `model.fit`.
 
-    The arguments mean what they mean for `loaders.load_dataset` (`loaders.spec.LoadSpec`);
-    `label_mode` may not be "detection". `device`, `num_threads`, `decoder_options` and
-    `prefetch_batches` are DALI's (`loaders.dali_graph.DaliSettings.checked`).
+    The arguments mean what they mean for `loaders.load_dataset` (`loaders.spec.LoadSpec`; its
+    `class_names` too); `label_mode` may not be "detection". `device`, `num_threads`,
+    `decoder_options`, `prefetch_batches` are DALI's (`loaders.dali_graph.DaliSettings`).
 
     Args:
       data_dir: a committed build on a local file system (DALI reads local files).
@@ -103,6 +104,7 @@ def load_dali_dataset(
         training=training,
         seed=seed,
         label_mode=label_mode,
+        background=background,
         dtype=dtype,
         config=config,
     )
@@ -128,22 +130,25 @@ def dali_batches(
     against `spec`, its shards' indexes written if need be, DALI's pipeline built, and its
     batches handed over as the Keras backend takes them."""
     spec.refuse_unlabelled(info, split)
+    class_names = spec.label_names(info, split)
     check_shards(info, split)
     num_examples = info.split(split).num_examples
     spec.refuse_empty_epoch(split, num_examples)
     unchanged = epoch_check(info, split)  # the shards' stamps, taken before their indexes
     files = info.shard_paths(split)
     indexes = shard_indexes(info, split, index_dir)
-    pipeline = dali_pipeline(spec, settings, files, indexes, info.num_classes)
+    pipeline = dali_pipeline(spec, settings, files, indexes, len(class_names))
     tensorflow = keras.backend.backend() == "tensorflow"  # host arrays, in a tf.data.Dataset
     backend = "numpy" if tensorflow else None
     batches = DaliDataset(
         pipeline, num_examples, spec.batch_size, spec.training, backend, unchanged=unchanged
     )
-    return _tf_dataset(batches, spec, info.num_classes) if tensorflow else batches
+    dataset = _tf_dataset(batches, spec, len(class_names)) if tensorflow else batches
+    dataset.class_names = class_names  # as load_dataset's, and Keras's
+    return dataset
 
 
-def _tf_dataset(batches: DaliDataset, spec: LoadSpec, num_classes: int):
+def _tf_dataset(batches: DaliDataset, spec: LoadSpec, num_labels: int):
     """`batches` (host arrays) as a `tf.data.Dataset` with its cardinality, as the TensorFlow
     backend gets `load_dataset`'s."""
     import tensorflow as tf
@@ -152,7 +157,7 @@ def _tf_dataset(batches: DaliDataset, spec: LoadSpec, num_classes: int):
     labels = (
         ()
         if spec.label_mode is None
-        else (tf.TensorSpec((None, one_hot_length(num_classes)), tf.float32),)
+        else (tf.TensorSpec((None, num_labels), tf.float32),)
         if spec.label_mode == "one_hot"
         else (tf.TensorSpec((None,), tf.int32),)
     )

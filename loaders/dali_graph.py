@@ -25,7 +25,6 @@ from loaders.crops import central_windows, crop_windows
 from loaders.preprocessing import is_int
 from loaders.spec import LoadSpec
 from schemas import features as F
-from schemas import one_hot_length
 
 try:
     import nvidia.dali.tfrecord as tfrec
@@ -192,11 +191,12 @@ def dali_pipeline(
     settings: DaliSettings,
     files: list[str],
     indexes: list[str],
-    num_classes: int,
+    num_labels: int,
     *,
     with_windows: bool = False,
 ):
-    """The DALI pipeline of `spec`'s batches of `files` (read through `indexes`);
+    """The DALI pipeline of `spec`'s batches of `files` (read through `indexes`), one-hot
+    labels `num_labels` wide (`len(spec.label_names(info, split))`);
     `with_windows` also returns each crop's anchor, shape, the source image's shape and its
     main box (for tests).
 
@@ -223,7 +223,7 @@ def dali_pipeline(
         records = _read(files, indexes, spec, shuffle)
         anchor, size, windows = _window(records, spec, crop_seed)
         images = _decoded(records[F.ENCODED], anchor, size, settings)
-        outputs = (_finished(images, spec), *_labels(records, spec, settings, num_classes))
+        outputs = (_finished(images, spec), *_labels(records, spec, settings, num_labels))
         return (*outputs, *windows) if with_windows else outputs
 
     try:
@@ -367,13 +367,14 @@ def _finished(images, spec: LoadSpec):
     return images
 
 
-def _labels(records, spec: LoadSpec, settings: DaliSettings, num_classes: int) -> tuple:
-    """() without labels, or (one-hot float32 or int32 labels,), on the GPU when there is one."""
+def _labels(records, spec: LoadSpec, settings: DaliSettings, num_labels: int) -> tuple:
+    """() without labels, or (one-hot float32 labels `num_labels` wide, or int32 ones,), on the
+    GPU when there is one."""
     if spec.label_mode is None:
         return ()
     label = fn.squeeze(records[F.LABEL], axes=[0])
     if spec.label_mode == "one_hot":
-        label = fn.one_hot(label, num_classes=one_hot_length(num_classes))
+        label = fn.one_hot(label, num_classes=num_labels)
     else:
         label = fn.cast(label, dtype=types.DALIDataType.INT32)
     if settings.device_id is not None:

@@ -22,7 +22,7 @@ from loaders.preprocessing import eval_view, train_view, view_boxes
 from loaders.reader import SplitRecords, checked_record, read_records
 from loaders.spec import LoadSpec
 from schemas import features as F
-from schemas import one_hot_length, tf_feature_spec
+from schemas import tf_feature_spec
 from schemas.paths import is_local
 
 
@@ -35,6 +35,7 @@ def load_dataset(
     training: bool = False,
     seed: int | None = None,
     label_mode: str | None = "one_hot",
+    background: bool | None = None,
     bounding_box_format: str = "rel_yxyx",
     max_boxes: int | None = None,
     dtype: str = "float32",
@@ -46,8 +47,8 @@ def load_dataset(
     """Returns `(images [B, H, W, 3], labels)` batches of one split: float32 images in
     `config.value_range` (or uint8 pixels), one-hot labels (or int, detection targets, none).
     Training batches drop the remainder; evaluation keeps it. The dataset knows its length
-    (`assert_cardinality`: Keras shows `n/N` steps). With a seed, the order and augmentation
-    are deterministic. The arguments not listed below are `loaders.spec.LoadSpec`'s fields.
+    (`assert_cardinality`: Keras shows `n/N` steps) and, as Keras's, its `class_names`. With a
+    seed, the order and augmentation are deterministic. Other arguments: `LoadSpec`'s fields.
 
     Args:
       data_dir: a committed build (local or gs://); a local path is made absolute here, so
@@ -65,8 +66,8 @@ def load_dataset(
       IncompleteDatasetError: `data_dir` holds no committed build.
       CorruptDatasetError: a shard is missing or has another size than recorded.
       KeyError: unknown split.
-      ValueError, TypeError: a bad argument (named), before any graph is built; a training
-        split smaller than one batch; a labelled mode on an unlabelled split (label -1).
+      ValueError, TypeError: a bad argument (named), before any graph is built; a training split
+        smaller than one batch; labels of an unlabelled split; background=False on negatives.
       ConnectionError: no tf.data service dispatcher answers at `service`.
       tf.errors.InvalidArgumentError (while iterating): a shard with corrupt records (named).
     """
@@ -76,6 +77,7 @@ def load_dataset(
         training=training,
         seed=seed,
         label_mode=label_mode,
+        background=background,
         bounding_box_format=bounding_box_format,
         max_boxes=max_boxes,
         dtype=dtype,
@@ -95,7 +97,7 @@ def read_and_batch(
     input_context: tf.distribute.InputContext | None = None,
 ) -> tf.data.Dataset:
     """`load_dataset`'s work once its arguments are checked: the build's metadata, the
-    reader's records of one input pipeline, and their batches."""
+    reader's records of one input pipeline, and their batches, with their `class_names`."""
     data_dir = data_path(data_dir)
     if is_local(data_dir):
         # The shards are opened later, maybe elsewhere: tf.data service workers run in their own
@@ -103,6 +105,7 @@ def read_and_batch(
         data_dir = os.path.abspath(data_dir)
     info = dataset_info(data_dir)
     spec.refuse_unlabelled(info, split)
+    class_names = spec.label_names(info, split)
     records = read_records(
         info,
         split,
@@ -112,7 +115,11 @@ def read_and_batch(
         config=spec.config,
     )
     spec.refuse_empty_epoch(split, records.fewest_examples)
-    return batch_examples(records, info.num_classes, spec, service=service)
+    dataset = batch_examples(
+        records, info.num_classes, spec, num_labels=len(class_names), service=service
+    )
+    dataset.class_names = class_names  # as Keras's image_dataset_from_directory sets them
+    return dataset
 
 
 def checked_input_context(input_context) -> None:
@@ -154,10 +161,16 @@ def checked_input_context(input_context) -> None:
 
 
 def batch_examples(
-    records: SplitRecords, num_classes: int, spec: LoadSpec, *, service: str | None = None
+    records: SplitRecords,
+    num_classes: int,
+    spec: LoadSpec,
+    *,
+    num_labels: int,
+    service: str | None = None,
 ) -> tf.data.Dataset:
     """The examples step: `(images, labels)` batches of the reader's records, as `load_dataset`
-    (`service`: its tf.data service dispatcher, whose workers parse and decode).
+    (`num_labels`: the one-hot width, `len(spec.label_names(info, split))`; `service`: its
+    tf.data service dispatcher, whose workers parse and decode).
 
     Training shuffles the records in a buffer and zips a random seed onto each for its crop and
     flip. The batch count comes from `records.num_examples`, so the dataset knows its length.
@@ -168,7 +181,7 @@ def batch_examples(
         dataset = dataset.shuffle(buffer, seed=spec.seed, reshuffle_each_iteration=True)
         random = tf.data.Dataset.random(seed=spec.seed, rerandomize_each_iteration=True)
         dataset = tf.data.Dataset.zip(dataset, random.batch(2))
-    parse = _Parser(num_classes, spec)
+    parse = _Parser(num_classes, num_labels, spec)
     dataset = dataset.map(
         parse,
         num_parallel_calls=tf_data_value(spec.config.num_parallel_calls),
@@ -212,8 +225,8 @@ def _counted(dataset: tf.data.Dataset, records: SplitRecords, spec: LoadSpec) ->
 class _Parser:
     """One serialized record (with a seed when training) → one dataset element."""
 
-    def __init__(self, num_classes: int, spec: LoadSpec):
-        self.num_classes = num_classes
+    def __init__(self, num_classes: int, num_labels: int, spec: LoadSpec):
+        self.num_labels = num_labels  # the one-hot width: with the background column or not
         self.spec = spec
         detection = spec.label_mode == "detection"
         keys = (
@@ -248,7 +261,7 @@ class _Parser:
             return image, target
         label = tf.cast(parsed[F.LABEL], tf.int32)
         if spec.label_mode == "one_hot":
-            label = tf.one_hot(label, one_hot_length(self.num_classes), dtype=tf.float32)
+            label = tf.one_hot(label, self.num_labels, dtype=tf.float32)
         return (image, label, *filenames)
 
     def _objects(self, boxes, classes):

@@ -55,14 +55,35 @@ class BuildInfo:
 
     @property
     def class_names(self) -> list[str]:
-        """Every label's name in label order, as Keras's `class_names`: label `i` is
-        `class_names[i]`; the last is the background class ("background"), so one-hot labels
-        have `len(class_names)` = `num_classes + 1` entries."""
-        return list(self.class_list.names)
+        """The names of `load_dataset`'s one-hot columns by default, as Keras's `class_names`:
+        label `i` is `class_names[i]`. The classes, then the background class ("background",
+        label `num_classes`) only when `has_background`: for a build of class folders (no image
+        without a class) it is Keras's `image_dataset_from_directory(folder).class_names`.
+        `class_list.names` names every label, background included."""
+        return self.label_names()
+
+    @property
+    def has_background(self) -> bool:
+        """Whether any split holds an image labelled background (an image without objects:
+        the last entry of its `class_counts`). The loader's labels have a background column
+        by default only then."""
+        return any(self.background_count(split) for split in self.info.splits)
+
+    def background_count(self, split: str) -> int:
+        """Images of `split` labelled background (KeyError naming the splits there are)."""
+        return sum(self.split(split).class_counts[self.background_index :])
+
+    def label_names(self, background: bool | None = None) -> list[str]:
+        """The names of the one-hot columns of a load with `background`, in label order: the
+        classes, then "background" when `background` is True, or None (the default) and the
+        build `has_background`; False: the classes alone."""
+        with_background = self.has_background if background is None else background
+        return list(self.class_list.names if with_background else self.classes)
 
     @property
     def num_classes(self) -> int:
-        """Number of real classes; one-hot labels have `class_list.one_hot_length` entries."""
+        """Number of real classes; one-hot labels have `len(class_names)` entries: these, and
+        the background class when the build has background images (`label_names`)."""
         return self.class_list.num_classes
 
     @property
@@ -94,11 +115,15 @@ class BuildInfo:
     def shard_paths(self, split: str) -> list[str]:
         return [join(self.data_dir, shard.file) for shard in self.split(split).shards]
 
-    def class_weight(self, split: str = "train") -> dict[int, float]:
+    def class_weight(
+        self, split: str = "train", background: bool | None = None
+    ) -> dict[int, float]:
         """Keras `class_weight`: weight n / (k * count_i) for each of the k classes present.
 
         Balances data where a few labels (often images without objects) dominate; classes
-        absent from the split get weight 1.0.
+        absent from the split get weight 1.0. One key per one-hot column of a load with the
+        same `background` (`label_names(background)`): the background class's key only when
+        the labels have its column.
 
         Raises:
           KeyError: no such split (naming the splits there are).
@@ -114,7 +139,7 @@ class BuildInfo:
                 f"class_weight: split {split!r} of {self.data_dir} is unlabelled (label -1 on "
                 "every record), so it has no class counts; pass a labelled split"
             )
-        counts = self.split(split).class_counts
+        counts = self.split(split).class_counts[: len(self.label_names(background))]
         present = [c for c in counts if c > 0]
         total = sum(present)
         return {

@@ -37,12 +37,19 @@ class LoadSpec:
       seed: makes shuffling and augmentation deterministic (with TensorFlow's global seed,
         which tf.data draws from too: the same pair gives the same epochs).
       label_mode: "one_hot" (or Keras's name, "categorical": kept as "one_hot"): float32
-        vectors of `num_classes + 1` entries, one per name in `dataset_info(...).class_names`
-        (the background class last); "int": int32 class indices; "detection": `(images,
-        {"boxes": float32 [B, N, 4], "classes": int32 [B, N]})`, every object of each image,
-        padded with -1 to the batch's largest object count (or to `max_boxes`), the boxes
-        following the training crop (clipped; those that fall out are dropped) and flip; or
-        None: images alone (the one mode for an unlabelled split such as `test`).
+        vectors of one entry per name of `label_names` (the classes, and the background class
+        last when `background` gives it a column); "int": int32 class indices; "detection":
+        `(images, {"boxes": float32 [B, N, 4], "classes": int32 [B, N]})`, every object of
+        each image, padded with -1 to the batch's largest object count (or to `max_boxes`),
+        the boxes following the training crop (clipped; those that fall out are dropped) and
+        flip; or None: images alone (the one mode for an unlabelled split such as `test`).
+      background: whether one-hot labels have the background class's column (label
+        `num_classes`, images without objects): None (auto) when any split of the build has
+        an image labelled background (`BuildInfo.has_background`), so a build of class
+        folders has `num_classes` columns, as Keras's `image_dataset_from_directory`; True
+        always (`num_classes + 1` columns, for a model with an output for background); False
+        never, refused for a split that has background images (`label_names`). "int" labels
+        keep their values (background is `num_classes`); detection and None ignore it.
       bounding_box_format: detection's boxes, in KerasHub's names: "rel_yxyx" (fractions of
         the output image, [ymin, xmin, ymax, xmax]), "yxyx" (its pixels), "rel_xyxy", "xyxy".
       max_boxes: detection pads (and cuts: the first `max_boxes` objects in annotation order
@@ -63,6 +70,7 @@ class LoadSpec:
     training: bool = False
     seed: int | None = None
     label_mode: str | None = "one_hot"
+    background: bool | None = None
     bounding_box_format: str = "rel_yxyx"
     max_boxes: int | None = None
     dtype: str = "float32"
@@ -73,7 +81,8 @@ class LoadSpec:
     def checked(cls, **arguments: Any) -> LoadSpec:
         """The spec of these arguments (named as the fields; one left out takes the field's
         default), checked in a fixed order: `training`, `with_filenames`, `seed`, `config`,
-        `batch_size`, `image_size`, `label_mode`, `bounding_box_format`, `max_boxes`, `dtype`.
+        `background`, `batch_size`, `image_size`, `label_mode`, `bounding_box_format`,
+        `max_boxes`, `dtype`.
         """
         given = cls(**arguments)
         given._check_types()
@@ -97,6 +106,8 @@ class LoadSpec:
                 "config must be a loaders.ReadConfig (ReadConfig(shuffle_buffer=...)), "
                 f"not {self.config!r}"
             )
+        if self.background is not None and not isinstance(self.background, bool):
+            raise TypeError(f"background must be None, True or False, not {self.background!r}")
         if not is_int(self.batch_size):
             raise TypeError(f"batch_size must be an int, not {self.batch_size!r}")
 
@@ -129,6 +140,30 @@ class LoadSpec:
                 f"and no class folders; every record has label -1): label_mode={self.label_mode!r} "
                 "needs labels; label_mode=None loads its images"
             )
+
+    def label_names(self, info: BuildInfo, split: str) -> list[str]:
+        """The names of the labels loaded from `split` of `info`, one per one-hot column
+        (`BuildInfo.label_names(background)`), as the dataset's `class_names`.
+
+        Raises:
+          ValueError: `background=False` with one-hot or int labels, on a split that has
+            images labelled background: they have no column (tf.one_hot would make them
+            all-zero rows, silently; an int label `num_classes` is past a model's outputs).
+        """
+        count, index = info.background_count(split), info.background_index
+        if self.background is False and self.label_mode in ("one_hot", "int") and count:
+            lost = (
+                "their one-hot labels would be all zeros"
+                if self.label_mode == "one_hot"
+                else f"their label {index} would be past the last of {info.num_classes} classes"
+            )
+            raise ValueError(
+                f"background=False, but split {split!r} of {info.data_dir} has {count} images "
+                f"labelled background (label {index}, images without objects): {lost}. Load it "
+                f"with background=None (the default) or True: {info.num_classes + 1} columns, the "
+                'last "background", for a model with an output for it'
+            )
+        return info.label_names(self.background)
 
     def refuse_empty_epoch(self, split: str, num_examples: int) -> None:
         """ValueError when training would have no batch: fewer examples than one batch."""

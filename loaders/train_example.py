@@ -16,7 +16,7 @@ import keras
 
 from loaders.config import ReadConfig
 from loaders.dataset import load_dataset
-from loaders.info import CorruptDatasetError, IncompleteDatasetError, dataset_info
+from loaders.info import CorruptDatasetError, IncompleteDatasetError
 
 # The sample's objects fill 45-70% of the shorter side: crops keep most of the main object.
 SAMPLE_READ_CONFIG = ReadConfig(crop_area_range=(0.5, 1.0), min_object_covered=0.9)
@@ -48,7 +48,6 @@ def train(
 ) -> dict[str, list[float]]:
     """Trains on the train split, validates on the validation split; returns Keras' history."""
     keras.utils.set_random_seed(seed)
-    info = dataset_info(data_dir)
     train_ds = load_dataset(
         data_dir,
         "train",
@@ -59,7 +58,9 @@ def train(
         config=SAMPLE_READ_CONFIG,
     )
     val_ds = load_dataset(data_dir, "validation", batch_size=batch_size, image_size=image_size)
-    model = small_cnn(info.class_list.one_hot_length, image_size)
+    # One output per one-hot column the loader gives: the classes, and background only when
+    # the build has images labelled background (the sample's negatives).
+    model = small_cnn(len(train_ds.class_names), image_size)
     model.compile(
         optimizer=keras.optimizers.Adam(3e-3),
         loss="categorical_crossentropy",

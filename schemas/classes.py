@@ -2,7 +2,8 @@
 
 A build's classes are an ordered list of names; label `i` is class `i`. One more class follows
 them: the background class (images without objects), whose index is the number of classes and
-whose name is `BACKGROUND`. One-hot labels therefore have `num_classes + 1` entries. An image of
+whose name is `BACKGROUND`. A record's one-hot label therefore has `num_classes + 1` entries (the
+loader leaves the last column out where no image of a build is background). An image of
 a split that has no annotations at all is unlabelled: label `UNLABELLED` (-1, as TFDS writes for
 ImageNet's test split) and an all-zero one-hot. This is the only place these rules are spelled.
 

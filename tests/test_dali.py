@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import build, build_sample, ilsvrc_image, read_split, write
+from helpers import build, build_sample, ilsvrc_image, jpeg_bytes, read_split, write
 from PIL import Image, ImageDraw
 
 tf = pytest.importorskip("tensorflow")
@@ -95,7 +95,7 @@ def training_crops(data_dir, batch_size: int, seed: int, config: ReadConfig):
         DaliSettings(device_id=None, num_threads=2),
         info.shard_paths("train"),
         shard_indexes(info, "train"),
-        info.num_classes,
+        len(info.class_names),
         with_windows=True,
     )
     pipe.build()
@@ -132,6 +132,38 @@ def test_evaluation_is_every_record_once_with_the_loaders_labels_and_pixels(buil
             # default): within two levels on average; a wrong channel order, crop or flip
             # would be tens of levels off.
             assert np.abs(image.astype(int) - ours.astype(int)).mean() < 2.0
+
+
+def test_one_hot_labels_have_load_datasets_columns_and_class_names(built, tmp_path):
+    # A build of class folders (CLS-LOC style: no image is background): one column per class.
+    tree, out = tmp_path / "tree", tmp_path / "out"
+    synsets = ["n01440764", "n01443537", "n01484850"]
+    for split in ("train", "val"):
+        for index, synset in enumerate(synsets):
+            stem = f"{synset}/{synset}_{split}"
+            ilsvrc_image(
+                tree, split, stem, jpeg_bytes(40, 30, (80 * index, 90, 20)), task="CLS-LOC"
+            )
+    build(tree, out)
+    stored = [example[F.LABEL][0] for example in read_split(out, "validation")]
+    assert sorted(stored) == [0, 1, 2]
+    for background, width, names in [(None, 3, synsets), (True, 4, [*synsets, "background"])]:
+        dataset = load_dali_dataset(
+            str(out), "validation", batch_size=2, image_size=SIZE, background=background
+        )
+        assert dataset.element_spec[1] == tf.TensorSpec((None, width), tf.float32)
+        labels = np.concatenate([labels for _, labels in dataset])
+        np.testing.assert_array_equal(labels, np.eye(width, dtype=np.float32)[stored])
+        assert dataset.class_names == names == dataset_info(str(out)).label_names(background)
+    # The sample has negatives: background=False is refused on a split that holds them.
+    count = dataset_info(built).background_count("validation")
+    assert count > 0
+    with pytest.raises(ValueError) as refused:
+        load_dali_dataset(built, "validation", batch_size=5, background=False)
+    assert str(refused.value).startswith(
+        f"background=False, but split 'validation' of {built} has {count} images labelled "
+        "background (label 4, images without objects): their one-hot labels would be all zeros."
+    )
 
 
 @pytest.mark.parametrize("fraction", [0.875, 0.6])
@@ -609,7 +641,8 @@ def test_a_dataset_made_after_a_rebuild_in_the_same_process_reads_the_new_shards
 def test_load_dali_datasets_shared_defaults_are_the_specs():
     parameters = inspect.signature(load_dali_dataset).parameters
     shared = [field for field in dataclasses.fields(LoadSpec) if field.name in parameters]
-    names = {"batch_size", "image_size", "training", "seed", "label_mode", "dtype", "config"}
+    names = {"batch_size", "image_size", "training", "seed", "label_mode", "background"}
+    names |= {"dtype", "config"}
     assert {field.name for field in shared} == names
     for field in shared:
         if field.default is not dataclasses.MISSING:
@@ -734,6 +767,7 @@ images, labels = train[0]
 # to the CPU were refused by a model on a GPU ("incompatible devices for jitted computation").
 assert type(images) is np.ndarray and type(labels) is np.ndarray, type(images)
 assert images.dtype == np.uint8 and images.shape == (16, 32, 32, 3) and labels.shape == (16, 5)
+assert train.class_names == ["circle", "cross", "square", "triangle", "background"]
 model = keras.Sequential([keras.Input((32, 32, 3), dtype="uint8"), normalization_layer(),
     keras.layers.Conv2D(4, 3, activation="relu"), keras.layers.GlobalAveragePooling2D(),
     keras.layers.Dense(5, activation="softmax")])

@@ -68,9 +68,10 @@ def test_batch_examples_counts_batches_from_the_reader(built):
     info = dataset_info(built)
     records = read_records(info, "validation")
     spec = LoadSpec(batch_size=4, image_size=(16, 16))
-    batches = batch_examples(records, info.num_classes, spec)
+    batches = batch_examples(records, info.num_classes, spec, num_labels=5)
     assert batches.cardinality().numpy() == 3  # 10 → 4 + 4 + 2
     assert [x.shape[0] for x, _ in batches] == [4, 4, 2]
+    assert batches.element_spec[1] == tf.TensorSpec((None, 5), tf.float32)  # num_labels wide
     # The step's arguments come checked, as one spec: a bad one is refused when it is made.
     with pytest.raises(ValueError, match="label_mode"):
         LoadSpec.checked(batch_size=4, label_mode="sparse")
