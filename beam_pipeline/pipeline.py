@@ -115,7 +115,7 @@ def prepare(config: BuildConfig) -> Prepared:
     config = dataclasses.replace(config, input_dir=root, layout=layout, splits=splits)
     plan = planner.plan_discovery(root, layout, splits, TREE_ACCESS)
     if holding_out:
-        plan = dataclasses.replace(plan, splits=(*plan.splits, *_held_out(config).splits))
+        plan = dataclasses.replace(plan, splits=(*plan.splits, *held_out_of(config).splits))
     classes, display_names = None, {}
     if config.labels_file:
         text = read_text(config.labels_file, "--labels_file")
@@ -135,7 +135,7 @@ def prepare(config: BuildConfig) -> Prepared:
     return Prepared(config, plan, classes, display_names)
 
 
-def _held_out(config: BuildConfig) -> HoldOut:
+def held_out_of(config: BuildConfig) -> HoldOut:
     """The held-out splits of a build that asks for them; ValueError when it builds no split
     to take them from, or already builds one of them from the tree."""
     flags = " and ".join(
@@ -237,7 +237,7 @@ def build_index(pipeline: beam.Pipeline, prepared: Prepared) -> Index:
     config, plan = prepared.config, prepared.plan
     entries, found_rejected = pipeline | "DiscoverImages" >> DiscoverImages(plan)
     if config.validation_split or config.test_split:
-        entries = entries | "HoldOut" >> HoldOutSplits(plan.root, _held_out(config))
+        entries = entries | "HoldOut" >> HoldOutSplits(plan.root, held_out_of(config))
     parsed, parse_rejected = entries | "ParseAnnotations" >> ParseAnnotations(
         plan.root, config.output_dir
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 
 import pytest
 from helpers import build, ilsvrc_image, jpeg_bytes, read_split, write
@@ -179,3 +181,26 @@ def test_without_the_flags_build_info_has_no_held_out(photos, tmp_path):
     build(photos, tmp_path / "out")
     metadata = json.loads((tmp_path / "out" / BUILD_INFO_FILE).read_text())
     assert "held_out" not in metadata["options"]
+
+
+def test_plan_divides_as_the_build_does(photos, tmp_path):
+    flags = ["--validation_split", "0.2", "--test_split", "0.1"]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "beam_pipeline",
+            "plan",
+            "--input_dir",
+            str(photos),
+            *flags,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    planned = json.loads(done.stdout)["splits"]
+    info = build(photos, tmp_path / "out", *flags)
+    for name, split in info.splits.items():
+        assert tuple(planned[name]["class_counts"].values()) == split.class_counts

@@ -1,7 +1,9 @@
 """`inspect`: one record of a shard as text or JSON, found by position or by file name.
 
-The tree is a small bundled sample plus, in `val`, an image with two known objects (flags set)
-and an unlabelled `test` split; the expected text is spelled out line by line.
+The tree is a small bundled sample plus, in `val`, an image with two known objects (flags set),
+in `train` an image of the same base name, and an unlabelled `test` split; the expected text is
+spelled out line by line. In a build's directory, `inspect` finds records by file name over every
+shard (an image of VOC's overlapping lists in each of its splits) and by position in a split.
 """
 
 import hashlib
@@ -11,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import build, ilsvrc_image, jpeg_bytes, read_split
+from helpers import build, ilsvrc_image, jpeg_bytes, read_split, write
 
 from beam_pipeline.core.annotations import voc_xml
 from beam_pipeline.tools import inspect_record, sample_tree
@@ -28,6 +30,7 @@ def built(tmp_path_factory):
     tree = tmp_path_factory.mktemp("tree")
     sample_tree.write_tree(str(tree), num_train=20, num_val=6, seed=3)
     ilsvrc_image(tree, "val", "known", jpeg_bytes(100, 60), voc_xml(OBJECTS, (100, 60)))
+    ilsvrc_image(tree, "train", "known", jpeg_bytes(30, 20))  # a negative of the same name
     for index in range(3):
         ilsvrc_image(tree, "test", f"t{index}", jpeg_bytes(40, 30, colour=(30 * index, 0, 0)))
     out = tmp_path_factory.mktemp("out")
@@ -258,7 +261,8 @@ def test_missing_shards_and_directories_exit_2(built, tmp_path, capsys):
     code, _, err = run(capsys, built)
     assert code == 2
     assert err == (
-        f"error: {built} is a directory; name one shard file, e.g. {shard(built, 'test')}"
+        f"error: {built} is a directory; name one shard file, e.g. {shard(built, 'test')}, or "
+        "find a record of its build: --filename NAME, or --split SPLIT --index N"
     )
     with pytest.raises(SystemExit) as exit_info:
         inspect_record.main([str(shard(built, "test")), "--index", "0", "--filename", "t0.JPEG"])
@@ -275,3 +279,190 @@ def test_the_module_runs_alone(built):
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["label"] == {"id": -1, "name": "unlabelled"}
+
+
+# --- a build's directory ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["val/known.JPEG", "Data/DET/val/known.JPEG"])
+def test_a_build_finds_a_file_name_in_its_shards(built, capsys, name):
+    path = shard(built, "validation")
+    records = read_split(built, "validation")
+    index = position_of(records, "val/known.JPEG")
+    data = records[index][F.ENCODED][0]
+    code, out, err = run(capsys, built, "--filename", name)
+    assert (code, err) == (0, "")
+    names_from = f"the split's record {index} of {len(records)}; class names from the build"
+    assert out.splitlines() == known_lines(path, index, len(records), data, names_from)
+    # --split narrows the search: the base name alone is then one file's.
+    code, out, _ = run(capsys, built, "--split", "validation", "--filename", "known.JPEG")
+    assert code == 0 and out.splitlines() == known_lines(
+        path, index, len(records), data, names_from
+    )
+
+
+def test_a_base_name_several_files_end_with_lists_them_and_exits_2(built, capsys):
+    code, out, err = run(capsys, built, "--filename", "known.JPEG")
+    assert (code, out) == (2, "")
+    assert err == (
+        f"error: 2 files of the build in {built} end with /known.JPEG: Data/DET/train/known.JPEG "
+        "(train), Data/DET/val/known.JPEG (validation); name one by more of its path, e.g. "
+        "--filename Data/DET/train/known.JPEG"
+    )
+
+
+def test_a_file_name_no_record_of_the_build_has_names_what_was_searched(built, capsys):
+    counts = {split: len(read_split(built, split)) for split in ("test", "train", "validation")}
+    code, out, err = run(capsys, built, "--filename", "nope.JPEG")
+    assert (code, out) == (1, "")
+    assert err == (
+        f"error: no record of the build in {built} has image/filename nope.JPEG or .../nope.JPEG "
+        f"(searched {sum(counts.values())} records: test 3, train {counts['train']}, validation "
+        f"{counts['validation']})"
+    )
+    code, _, err = run(capsys, built, "--split", "test", "--filename", "known.JPEG")
+    assert code == 1 and err.endswith("(searched 3 records: test 3)")
+
+
+def test_a_split_and_index_read_the_record_of_that_position(built, capsys):
+    records = read_split(built, "train")
+    info = DatasetInfo.from_json((built / BUILD_INFO_FILE).read_text())
+    first, second = info.splits["train"].shards
+    assert second.num_examples > 0
+    for position in (first.num_examples + 1, -1):
+        wanted = position % len(records)
+        path = built / records[wanted]["_shard"]
+        holder = second if path.name == second.file else first
+        in_shard = wanted - (first.num_examples if holder is second else 0)
+        code, out, err = run(capsys, built, "--split", "train", "--index", position)
+        assert (code, err) == (0, "")
+        lines = out.splitlines()
+        assert lines[0] == (
+            f"{path}: record {in_shard} of {holder.num_examples} in split train (the split's "
+            f"record {wanted} of {len(records)}; class names from the build)"
+        )
+        alone = run(capsys, path, "--index", in_shard)[1].splitlines()
+        assert lines[1:] == alone[1:]
+        assert f"image/filename: {records[wanted][F.FILENAME][0].decode()}" in lines
+    # --split alone: its record 0.
+    code, out, _ = run(capsys, built, "--split", "test")
+    assert code == 0 and out.splitlines()[0].startswith(
+        f"{shard(built, 'test')}: record 0 of 3 in split test (the split's record 0 of 3; "
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--split", "test", "--index", "3"],
+            "--index 3 is out of range: split test of {out} has 3 records (0..2, or -3..-1 from "
+            "the end)",
+        ),
+        (
+            ["--index", "3"],
+            "--index in a build's directory needs --split (the splits of {out}: test, train, "
+            "validation), or name one shard file",
+        ),
+        (
+            ["--split", "val", "--index", "0"],
+            "no split 'val' in {out}; its splits are test, train, validation; did you mean "
+            "--split validation?",
+        ),
+    ],
+)
+def test_a_split_or_index_the_build_lacks_exits_2(built, capsys, argv, message):
+    code, out, err = run(capsys, built, *argv)
+    assert (code, out, err) == (2, "", f"error: {message.format(out=built)}")
+
+
+def test_split_with_a_shard_file_and_a_directory_without_a_build_exit_2(built, tmp_path, capsys):
+    path = shard(built, "test")
+    code, _, err = run(capsys, path, "--split", "test")
+    assert code == 2
+    assert err == (
+        f"error: --split finds a record in a build's directory; {path} is one shard file: drop "
+        f"--split, or name its directory ({built})"
+    )
+    code, _, err = run(capsys, tmp_path, "--filename", "known.JPEG")
+    assert code == 2
+    assert err.startswith(
+        f"error: {tmp_path} holds no committed build (build_info.json is missing)"
+    )
+    # Shards without their build's metadata: one of them is to be named.
+    shutil.copy(path, tmp_path / path.name)
+    code, _, err = run(capsys, tmp_path, "--filename", "known.JPEG")
+    assert code == 2
+    assert err == (
+        f"error: {tmp_path} is a directory; name one shard file, e.g. {tmp_path / path.name}"
+    )
+
+
+def test_a_damaged_build_names_the_shard_and_verify(built, tmp_path, capsys):
+    copy = tmp_path / "copy"
+    shutil.copytree(built, copy)
+    test_shard = copy / shard(built, "test").name
+    data = bytearray(test_shard.read_bytes())
+    data[12 + 30] ^= 0x01  # inside record 0's data
+    test_shard.write_bytes(bytes(data))
+    code, out, err = run(capsys, copy, "--filename", "nope.JPEG")
+    assert (code, out) == (1, "")
+    assert err == (
+        f"error: {test_shard} is corrupt: record 0 at byte 0: data checksum mismatch; run "
+        f"python -m beam_pipeline verify {copy}"
+    )
+    test_shard.unlink()
+    code, _, err = run(capsys, copy, "--split", "test", "--index", "1")
+    assert code == 1
+    assert err == (
+        f"error: {test_shard} is missing: the build in {copy} is damaged; run python -m "
+        f"beam_pipeline verify {copy}"
+    )
+
+
+@pytest.fixture(scope="module")
+def voc_build(tmp_path_factory):
+    """VOC2007 with overlapping lists: 000005 in train and trainval, 000009 in val and trainval."""
+    year = tmp_path_factory.mktemp("voc") / "VOC2007"
+    lists = {"train": ["000005", "000007"], "val": ["000009"], "trainval": ["000005", "000007"]}
+    lists["trainval"].append("000009")
+    for name, ids in lists.items():
+        write(year / "ImageSets/Main" / f"{name}.txt", "".join(f"{i}\n" for i in ids))
+    for stem, name in (("000005", "dog"), ("000007", "cat"), ("000009", "dog")):
+        write(year / "JPEGImages" / f"{stem}.jpg", jpeg_bytes())
+        write(year / "Annotations" / f"{stem}.xml", voc_xml([(name, 1, 1, 30, 30)]))
+    out = tmp_path_factory.mktemp("voc_out")
+    build(year, out, "--splits", "train,val,trainval")
+    return out
+
+
+def test_an_image_in_several_splits_is_shown_in_each(voc_build, capsys):
+    code, out, err = run(capsys, voc_build, "--filename", "000005.jpg")
+    assert (code, err) == (0, "")
+    blocks = out.split("\n\n")
+    assert blocks[0] == (
+        "2 records have image/filename JPEGImages/000005.jpg, in splits train, trainval"
+    )
+    assert len(blocks) == 3
+    for block, split in zip(blocks[1:], ("train", "trainval"), strict=True):
+        records = read_split(voc_build, split)
+        index = position_of(records, "/000005.jpg")
+        lines = block.splitlines()
+        assert lines[0] == (
+            f"{voc_build / records[index]['_shard']}: record {index} of {len(records)} in split "
+            f"{split} (the split's record {index} of {len(records)}; class names from the build)"
+        )
+        assert "image/filename: JPEGImages/000005.jpg" in lines
+        assert "image/class/label: 1 (dog)" in lines
+    code, out, _ = run(capsys, voc_build, "--filename", "000005.jpg", "--json")
+    payloads = json.loads(out)
+    assert code == 0 and [p["split"] for p in payloads] == ["train", "trainval"]
+    for payload in payloads:
+        records = read_split(voc_build, payload["split"])
+        assert payload["split_records"] == len(records)
+        assert payload["split_position"] == position_of(records, "/000005.jpg")
+        assert payload["features"][F.FILENAME] == ["JPEGImages/000005.jpg"]
+    # --split --index prints one object, not a list.
+    code, out, _ = run(capsys, voc_build, "--split", "validation", "--json")
+    payload = json.loads(out)
+    assert code == 0 and payload["split"] == "validation" and payload["split_position"] == 0

@@ -9,7 +9,16 @@ import subprocess
 import sys
 
 import pytest
-from helpers import build, ilsvrc_image, jpeg_bytes, png_bytes, read_split, write
+from helpers import (
+    build,
+    dead_letters,
+    failure_line,
+    ilsvrc_image,
+    jpeg_bytes,
+    png_bytes,
+    read_split,
+    write,
+)
 
 from beam_pipeline.core.annotations import voc_xml
 from beam_pipeline.tools import build as build_tool
@@ -274,6 +283,7 @@ def test_stats_are_the_builds_recorded_numbers(sample, capsys):
         assert (got["classes"]["min"], got["classes"]["max"]) == (min(real), max(real))
         assert got["classes"]["imbalance"] == pytest.approx(max(real) / min(real))
         assert got["rejections"] == {}
+    assert "display_names" not in numbers  # a build without them: as before
 
 
 def test_stats_text_names_rejections_and_says_what_an_old_build_lacks(bad_tree, tmp_path, capsys):
@@ -371,11 +381,12 @@ def test_plan_leaves_classes_without_images_out_of_the_most_frequent(tmp_path, c
 
 
 def test_plan_reads_no_pixels(tmp_path, capsys):
-    """Images that do not decode plan as examples: the build is what finds them out."""
+    """Images that do not decode plan as examples: the build is what finds them out (but for a
+    file too small to be an image: below)."""
     root = tmp_path / "tree"
     for n in range(6):
         xml = voc_xml([("cat" if n % 3 else "dog", 1, 1, 10, 10)], size=(20, 20))
-        data = jpeg_bytes() if n else b"\xff\xd8\xff\xe0 cut short"
+        data = jpeg_bytes() if n else jpeg_bytes()[: plan_tool.SMALL_FILE_BYTES + 100]
         ilsvrc_image(root, "train", f"i{n}", data, xml)
         ilsvrc_image(root, "val", f"v{n}", jpeg_bytes(), xml)
     assert plan_tool.main(["--input_dir", str(root), "--json"]) == 0
@@ -451,3 +462,121 @@ def test_a_reader_that_leaves_early_gets_no_traceback(sample):
     )
     assert done.returncode == 1
     assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr
+
+
+@pytest.fixture(scope="module")
+def small_files(tmp_path_factory):
+    """8 good train images (cat, dog), an empty `.JPEG`, a JPEG cut to 14 bytes (both with XML),
+    a valid 67-byte PNG named `.JPEG` (no XML: background), and 2 good val images."""
+    root = tmp_path_factory.mktemp("small")
+    for n in range(8):
+        xml = voc_xml([(("cat", "dog")[n % 2], 2, 2, 40, 30)], size=(64, 48))
+        ilsvrc_image(root, "train", f"good_{n}", jpeg_bytes(), xml)
+    xml = voc_xml([("cat", 2, 2, 40, 30)], size=(64, 48))
+    ilsvrc_image(root, "train", "empty", b"", xml)
+    ilsvrc_image(root, "train", "stub", b"\xff\xd8\xff\xe0 cut short", xml)
+    ilsvrc_image(root, "train", "tiny", png_bytes(1, 1, "L"))
+    for n in range(2):
+        ilsvrc_image(root, "val", f"v{n}", jpeg_bytes(), voc_xml([("dog", 1, 1, 30, 30)]))
+    return root
+
+
+def test_plan_counts_the_files_too_small_to_be_an_image_the_build_rejects(
+    small_files, capsys, tmp_path
+):
+    root = small_files
+    assert len(png_bytes(1, 1, "L")) == 67 < plan_tool.SMALL_FILE_BYTES
+    code, text, _ = run_plan(capsys, "--input_dir", root, "--num_shards", "train=3")
+    assert code == 1
+    lines = text.splitlines()
+    assert lines[0].startswith(
+        f"Plan for {root} (ilsvrc_det): 25 files listed, no pixels read but those of 2 files too "
+        "small to be an image, nothing written ("
+    )
+    train = lines.index("train (annotated):")
+    # The 2 rejected count in no class; the shards (3, 4, 4 planned) hold 2-4 examples.
+    assert lines[train + 1 : train + 9] == [
+        "  images 11: with XML 10, without XML 1 (background)",
+        "  label sources: background 1, xml 8",
+        "  classes present: 3 of 3 (background included)",
+        "  most frequent: cat 4, dog 4, background 1",
+        "  least frequent: background 1, cat 4, dog 4",
+        "  would reject 2: empty_file 1, truncated_image 1",
+        "  shards: 3 of 2-4 examples (9 examples); images 6.6 KiB, records about 12.5 KiB if "
+        "every image is a JPEG kept as it is",
+        "",
+    ]
+    empty, stub = root / "Data/DET/train/empty.JPEG", root / "Data/DET/train/stub.JPEG"
+    assert lines[-5:-1] == [
+        "files rejected or reported (2; --json lists them all):",
+        f"  {empty}: empty_file: the file has 0 bytes",
+        f"  {stub}: truncated_image: JPEG: Truncated File Read",
+        "",
+    ]
+    shared = (
+        "2 of 13 images rejected (15.38%), more than --max_bad_fraction=0.01; reasons "
+        "{'empty_file': 1, 'truncated_image': 1}"
+    )
+    assert lines[-1] == (
+        f"The build would fail once its shards are written: {shared}; too small to be an image "
+        f"(under 125 bytes): {empty} (empty_file: the file has 0 bytes), {stub} "
+        "(truncated_image: JPEG: Truncated File Read); to build without them, remove them from "
+        "the tree or pass --max_bad_fraction 0.16"
+    )
+    # The build fails as plan said, with the same numbers and the same budget to pass.
+    out = tmp_path / "out"
+    argv = ["--input_dir", str(root), "--output_dir", str(out), "--num_shards", "train=3"]
+    assert build_tool.main(argv) == 1
+    assert failure_line(capsys.readouterr().err) == (
+        f"BUILD FAILED: {shared}; see {out / 'rejected.jsonl'}; to commit the build without "
+        "them, rerun with --max_bad_fraction 0.16 --resume (it keeps the shards written)"
+    )
+    planned = json.loads(run_plan(capsys, "--input_dir", root, "--json")[1])["rejections"]
+    assert dead_letters(out) == planned  # each file, its reason and detail, as plan said
+
+
+def test_plan_of_a_tree_with_small_files_is_what_its_build_did(small_files, capsys, tmp_path):
+    root = small_files
+    argv = ["--input_dir", root, "--num_shards", "train=3", "--max_bad_fraction", "0.2"]
+    code, text, _ = run_plan(capsys, *argv, "--json")
+    assert code == 0
+    plan = json.loads(text)
+    assert (plan["would_build"], plan["failure"], plan["small_files_read"]) == (True, None, 2)
+    out = tmp_path / "out"
+    info = build(root, out, "--num_shards", "train=3", "--max_bad_fraction", "0.2")
+    for name, split in info.splits.items():
+        planned = plan["splits"][name]
+        assert planned["images"] == split.num_discovered
+        assert planned["examples"] == split.num_examples
+        assert planned["shards"] == split.num_shards
+        assert planned["label_sources"] == split.label_sources
+        assert list(planned["class_counts"].values()) == list(split.class_counts)
+        written = sorted(shard.num_examples for shard in split.shards)
+        assert planned["examples_per_shard"] == [written[0], written[-1]]
+    assert plan["splits"]["train"]["examples"] == 9  # 11 images, 2 rejected; the PNG kept
+    assert plan["splits"]["train"]["rejected"] == {"empty_file": 1, "truncated_image": 1}
+    assert plan["rejections"] == dead_letters(out)
+    code, text, _ = run_plan(capsys, *argv)
+    assert code == 0 and text.splitlines()[-1] == "The build would go ahead."
+
+
+def test_plan_of_a_split_whose_every_image_is_empty_goes_ahead_as_the_build_does(tmp_path, capsys):
+    # The build writes the split's shard empty and commits (within --max_bad_fraction 1).
+    root = tmp_path / "tree"
+    for n in range(2):
+        ilsvrc_image(root, "train", f"t{n}", jpeg_bytes(), voc_xml([("cat", 1, 1, 30, 30)]))
+    ilsvrc_image(root, "val", "v", b"", voc_xml([("cat", 1, 1, 30, 30)]))
+    argv = ["--input_dir", root, "--max_bad_fraction", "1"]
+    code, text, _ = run_plan(capsys, *argv)
+    assert code == 0
+    lines = text.splitlines()
+    validation = lines[lines.index("validation (annotated):") :]
+    assert "  would reject 1: empty_file 1" in validation
+    (shards,) = [line for line in validation if line.startswith("  shards: ")]
+    assert shards.startswith("  shards: 1 of 0 examples (0 examples); images 0 B, records ")
+    assert validation[validation.index(shards) + 1] == (
+        "  (a shard left without examples: its images would be rejected as read)"
+    )
+    assert lines[-1] == "The build would go ahead."
+    info = build(root, tmp_path / "out", "--max_bad_fraction", "1")
+    assert [s.num_examples for s in info.splits["validation"].shards] == [0]

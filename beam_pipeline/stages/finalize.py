@@ -107,10 +107,11 @@ def _check_error_budget(
     bad = sum(s.num_rejected for s in splits.values())
     if bad > spec.max_bad_fraction * total:
         images = [r for r in rejections if r.is_image]
-        message = _over_budget(spec, bad, total, images, "")
+        message = over_budget_message(spec.max_bad_fraction, bad, total, images)
         raise BuildFailed(
             f"{message}; {_see(spec)}; to commit the build without them, rerun with "
-            f"--max_bad_fraction {_needed(bad, total)} --resume (it keeps the shards written)"
+            f"--max_bad_fraction {needed_fraction(bad, total)} --resume (it keeps the shards "
+            "written)"
         )
 
 
@@ -130,7 +131,9 @@ def check_index_budget(
     bad = len(images)
     if not total or bad <= spec.max_bad_fraction * total:
         return
-    message = _over_budget(spec, bad, total, images, " before any image was read")
+    message = over_budget_message(
+        spec.max_bad_fraction, bad, total, images, " before any image was read"
+    )
     see = _see(spec)
     unknown = collections.Counter(
         unknown_class_name(r.detail) for r in images if r.reason == "unknown_class"
@@ -148,11 +151,12 @@ def check_index_budget(
                 "word: such a class cannot be listed there; rename it)"
             )
     if not unknown:  # (unknown classes: the fix is the vocabulary, named above)
-        see += f"; to build without them, rerun with --max_bad_fraction {_needed(bad, total)}"
+        fraction = needed_fraction(bad, total)
+        see += f"; to build without them, rerun with --max_bad_fraction {fraction}"
     raise BuildFailed(f"{message}; {see}")
 
 
-def _needed(bad: int, total: int) -> str:
+def needed_fraction(bad: int, total: int) -> str:
     """The smallest --max_bad_fraction of two decimals that `bad` of `total` keeps within."""
     hundredths = math.ceil(100 * bad / total)
     while hundredths < 100 and bad > hundredths / 100 * total:  # the check's own float sum
@@ -190,11 +194,14 @@ def _refuse_unread_inputs(rejections: Iterable[Rejection]) -> None:
     )
 
 
-def _over_budget(spec: FinalizeSpec, bad: int, total: int, images: list[Rejection], when: str):
+def over_budget_message(
+    max_bad_fraction: float, bad: int, total: int, images: list[Rejection], when: str = ""
+) -> str:
+    """The error budget's refusal: `bad` of `total` images rejected (`images`), `when`."""
     reasons = collections.Counter(r.reason for r in images)
     message = (
         f"{bad} of {total} images rejected{when} ({bad / total:.2%}), more than "
-        f"--max_bad_fraction={spec.max_bad_fraction}; reasons {_most_frequent(reasons)}"
+        f"--max_bad_fraction={max_bad_fraction}; reasons {_most_frequent(reasons)}"
     )
     if reasons[STRAY_JPEG_BYTES]:
         message += (

@@ -18,7 +18,7 @@ COMMANDS = {
     "build": ("build", "build the TFRecords of a tree (the default command)"),
     "plan": ("plan", "what a build would do: read the tree and XML only"),
     "show": ("show", "a contact sheet PNG of records, or a class histogram"),
-    "inspect": ("inspect_record", "one record of a shard as readable text"),
+    "inspect": ("inspect_record", "records by shard and index, file name or split position"),
     "stats": ("stats", "a build's numbers: examples, classes, sizes, rejections"),
     "verify": ("verify", "re-read a build and check every byte"),
     "upgrade": ("upgrade", "write a build's metadata of this version (TFDS's too)"),

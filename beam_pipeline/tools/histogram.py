@@ -1,7 +1,8 @@
 """The class histogram of `show --histogram`: one bar chart of `class_counts` per split.
 
 Drawn with matplotlib (the `show` extra, imported only when a figure is made) on an Agg canvas,
-without pyplot's state; each bar in its class's colour on the contact sheet (`class_colour`).
+without pyplot's state; each bar in its class's colour on the contact sheet (`class_colour`),
+named as the sheet names it (`n01440764 tench` where the build knows the display name).
 Builds of many classes show their `TOP` most and `TOP` least frequent.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from beam_pipeline.tools.build_records import class_title
 from beam_pipeline.tools.sheet import class_colour
 from schemas import DatasetInfo
 
@@ -18,7 +20,7 @@ TOP = 30  # builds with more than 2 * TOP classes (background included) show the
 def histogram_bars(info: DatasetInfo, split: str, top: int = TOP) -> tuple[list[str], list[int]]:
     """(names, counts) of one split's bars: every class in class order (background last), or,
     with more than `2 * top`, the `top` most then the `top` least frequent by count."""
-    names = list(info.class_list.names)
+    names = [class_title(info.display_names, name) for name in info.class_list.names]
     counts = list(info.splits[split].class_counts)
     if len(names) <= 2 * top:
         return names, counts
@@ -36,7 +38,7 @@ def class_histogram(info: DatasetInfo, splits: Sequence[str] | None = None, top:
     from matplotlib.figure import Figure
 
     splits = list(splits or sorted(info.splits))
-    names = list(info.class_list.names)
+    names = [class_title(info.display_names, name) for name in info.class_list.names]
     bars = min(len(names), 2 * top)
     longest = min(max(len(name) for name in names), 40)
     width = max(6.4, 1.6 + 0.28 * bars)
@@ -77,7 +79,7 @@ def _bar_chart(ax, info: DatasetInfo, split: str, title: str, top: int, flat: bo
     """One split's bars, each labelled with its count; names flat under them when they fit."""
     from matplotlib.ticker import MaxNLocator
 
-    names = list(info.class_list.names)
+    names = [class_title(info.display_names, name) for name in info.class_list.names]
     many = len(names) > 2 * top
     shown, counts = histogram_bars(info, split, top)
     positions = list(range(len(shown)))

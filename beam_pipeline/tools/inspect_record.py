@@ -1,16 +1,21 @@
-"""Print one record of a shard as readable text (or JSON).
+"""Print one record of a shard, or the records of a build found by file name, as text (or JSON).
 
     python -m beam_pipeline inspect SHARD [--index K | --filename NAME] [--json]
+    python -m beam_pipeline inspect OUT (--filename NAME | --split S [--index N]) [--json]
 
 Every feature key with its value, in the schema's order (keys outside the schema after them);
 the image bytes summarised, never printed: format sniffed from the leading bytes, byte length,
 decoded width x height and mode, SHA-256; the label with its class name (from the metadata of
-the build the shard lies in when there is one, else from `image/class/text`); every
-object's box relative and in pixels of the stored image, with its class, difficult and
-truncated flags. `--index` picks a record by position (default 0; negative counts from the
-end), `--filename` the record whose `image/filename` is NAME or ends with `/NAME`. Exit code 0
-when the record is printed, 2 for bad arguments (a missing shard, an index out of range), 1 when
-no record has the file name or the shard is corrupt.
+the build the shard lies in when there is one, else from `image/class/text`); every object's box
+relative and in pixels of the stored image, with its class, difficult and truncated flags.
+`--index` picks a record by position (default 0; negative counts from the end), `--filename` the
+record whose `image/filename` is NAME or ends with `/NAME`. In a build's directory, `--filename`
+reads its shards (of `--split` only, when given) for the records of NAME, else of the one file
+name that ends with `/NAME` (several: listed), and prints each with its split, shard and position
+(an image may be in several splits: VOC's lists overlap); `--split S --index N` prints the N-th
+record of split S in shard order (`build_records.locate`). Exit code 0 when a record is printed,
+2 for bad arguments (a missing shard, an index out of range, a name that several files end
+with), 1 when no record has the file name or a shard is corrupt.
 """
 
 from __future__ import annotations
@@ -31,13 +36,22 @@ from PIL import Image
 from beam_pipeline.core.formats import sniff_format
 from beam_pipeline.output.readback import (
     UNLABELLED_NAME,
+    NoBuildError,
     feature_values,
     file_exists,
     first_value,
     open_file,
     read_build_info,
 )
-from schemas import FEATURES, UNLABELLED, DatasetInfo, is_shard_filename
+from beam_pipeline.tools.build_records import CorruptShardError, RequestError, locate
+from schemas import (
+    BUILD_INFO_FILE,
+    FEATURES,
+    SHARD_SUFFIX,
+    UNLABELLED,
+    DatasetInfo,
+    is_shard_filename,
+)
 from schemas import features as F
 from schemas.example_proto import Example
 from schemas.paths import is_local, join
@@ -51,7 +65,7 @@ class UsageError(Exception):
     """Bad arguments: exit code 2."""
 
 
-class NotFoundError(Exception):
+class NotFoundError(LookupError):
     """No record has the file name asked for: exit code 1."""
 
 
@@ -76,7 +90,10 @@ def _check_shard(shard: str) -> None:
         if not names:
             names = sorted(n for n in os.listdir(shard) if is_shard_filename(n))
         example = f", e.g. {join(shard, names[0])}" if names else ""
-        raise UsageError(f"{shard} is a directory; name one shard file{example}")
+        find = ", or find a record of its build: --filename NAME, or --split SPLIT --index N"
+        raise UsageError(
+            f"{shard} is a directory; name one shard file{example}{find if info else ''}"
+        )
     if not file_exists(shard):
         raise UsageError(f"{shard} does not exist")
 
@@ -246,12 +263,21 @@ def _where(shard: str, info: DatasetInfo | None) -> tuple[str | None, int | None
     return None, None
 
 
-def format_text(shard: str, index: int, info: DatasetInfo | None, described: dict) -> list[str]:
-    """The lines `inspect` prints for one described record."""
+def format_text(
+    shard: str,
+    index: int,
+    info: DatasetInfo | None,
+    described: dict,
+    position: tuple[int, int] | None = None,
+) -> list[str]:
+    """The lines `inspect` prints for one described record; `position`: (its position in its
+    split, the split's records), for a record found in a build."""
     split, num_records = _where(shard, info)
     of = f" of {num_records}" if num_records is not None else ""
     in_split = f" in split {split}" if split else ""
     names_from = "class names from the build" if info else "class names from the record"
+    if position is not None:
+        names_from = f"the split's record {position[0]} of {position[1]}; {names_from}"
     lines = [f"{shard}: record {index}{of}{in_split} ({names_from})"]
     features = described["features"]
     for key, values in features.items():
@@ -305,10 +331,35 @@ def to_json(value: Any, indent: str = "") -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if _is_build(args):
+            text = _inspect_build(args)
+        elif args.split is not None:
+            raise UsageError(
+                f"--split finds a record in a build's directory; {args.shard} is one shard "
+                f"file: drop --split, or name its directory ({_directory(args.shard)})"
+            )
+        else:
+            index, record, _ = find_record(args.shard, args.index, args.filename)
+            info = build_info(args.shard)
+            described = describe_record(record, info, args.shard, index)
+            payload = _payload(args.shard, index, info, described)
+            lines = format_text(args.shard, index, info, described)
+            text = to_json(payload) if args.json else "\n".join(lines)
+    except (UsageError, LookupError, CorruptRecordError, OSError, ValueError) as error:
+        return _failed(error, args.shard)
+    print(text)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m beam_pipeline inspect", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("shard", metavar="SHARD", help="A .tfrecord file (local or gs://).")
+    parser.add_argument(
+        "shard", metavar="SHARD", help="A .tfrecord file, or a build's directory (local or gs://)."
+    )
     which = parser.add_mutually_exclusive_group()
     which.add_argument(
         "--index", type=int, help="The record's position (default 0; -1 is the last)."
@@ -316,38 +367,90 @@ def main(argv: Sequence[str] | None = None) -> int:
     which.add_argument(
         "--filename", metavar="NAME", help="The record whose image/filename is NAME or ends /NAME."
     )
+    parser.add_argument(
+        "--split",
+        metavar="SPLIT",
+        help="In a build's directory: the split whose --index N-th record to print, or to "
+        "search for --filename (default: every split).",
+    )
     parser.add_argument("--json", action="store_true", help="Print one JSON object.")
-    args = parser.parse_args(argv)
-    try:
-        index, record, _ = find_record(args.shard, args.index, args.filename)
-        info = build_info(args.shard)
-        described = describe_record(record, info, args.shard, index)
-    except UsageError as error:
+    return parser
+
+
+def _failed(error: Exception, path: str) -> int:
+    """Says why the command stopped; its exit code (2 for bad arguments, else 1)."""
+    if isinstance(error, (UsageError, RequestError)):
         print(f"error: {error}", file=sys.stderr)
         return 2
-    except NotFoundError as error:
+    if isinstance(error, CorruptShardError):  # a shard of a build
+        print(
+            f"error: {error.path} is corrupt: {error}; run python -m beam_pipeline verify {path}",
+            file=sys.stderr,
+        )
+    elif isinstance(error, CorruptRecordError):
+        print(f"error: {path} is corrupt: {error}", file=sys.stderr)
+    elif isinstance(error, FileNotFoundError) and error.filename not in (None, path):
+        # a shard the build lists
+        print(
+            f"error: {error.filename} is missing: the build in {path} is damaged; run "
+            f"python -m beam_pipeline verify {path}",
+            file=sys.stderr,
+        )
+    else:  # NotFoundError, RecordNotFoundError, a record that is no Example...
         print(f"error: {error}", file=sys.stderr)
-        return 1
-    except CorruptRecordError as error:
-        print(f"error: {args.shard} is corrupt: {error}", file=sys.stderr)
-        return 1
-    except (OSError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+    return 1
+
+
+def _payload(shard: str, index: int, info: DatasetInfo | None, described: dict) -> dict:
+    split, num_records = _where(shard, info)
+    return {
+        "shard": shard,
+        "index": index,
+        "split": split,
+        "num_records": num_records,
+        "class_names_from": "build" if info else "record",
+        **described,
+    }
+
+
+# --- a build's directory ----------------------------------------------------------------------
+
+
+def _is_build(args: argparse.Namespace) -> bool:
+    """Whether the command names a build's directory and a record to find in it."""
+    if args.filename is None and args.split is None and args.index is None:
+        return False  # a directory alone: `_check_shard` says what to name
+    if is_local(args.shard):
+        return os.path.isdir(args.shard)
+    return not args.shard.endswith(SHARD_SUFFIX) and file_exists(join(args.shard, BUILD_INFO_FILE))
+
+
+def _inspect_build(args: argparse.Namespace) -> str:
+    """What `inspect OUT --filename NAME` or `inspect OUT --split S --index N` prints: the
+    records found (as JSON, a list for --filename: an image may be in several splits)."""
+    output_dir = args.shard.rstrip("/")
+    try:
+        info = read_build_info(output_dir)
+    except NoBuildError as error:
+        if is_local(output_dir) and any(map(is_shard_filename, os.listdir(output_dir))):
+            _check_shard(output_dir)  # shards without a build's metadata: name one of them
+        raise UsageError(str(error)) from None
+    found = locate(output_dir, info, filename=args.filename, split=args.split, index=args.index)
+    payloads, lines = [], []
+    if len(found) > 1:
+        name = first_value(_values(found[0].record or b""), F.FILENAME, b"").decode()
+        splits = ", ".join(record.split for record in found)
+        lines = [f"{len(found)} records have image/filename {name}, in splits {splits}"]
+    for record in found:
+        shard = join(output_dir, record.shard)
+        described = describe_record(record.record or b"", info, shard, record.index)
+        position = (record.position, info.splits[record.split].num_examples)
+        payload = _payload(shard, record.index, info, described)
+        payloads.append({**payload, "split_position": position[0], "split_records": position[1]})
+        lines += ["", *format_text(shard, record.index, info, described, position)]
     if args.json:
-        split, num_records = _where(args.shard, info)
-        payload = {
-            "shard": args.shard,
-            "index": index,
-            "split": split,
-            "num_records": num_records,
-            "class_names_from": "build" if info else "record",
-            **described,
-        }
-        print(to_json(payload))
-    else:
-        print("\n".join(format_text(args.shard, index, info, described)))
-    return 0
+        return to_json(payloads if args.filename is not None else payloads[0])
+    return "\n".join(lines[1:] if len(found) == 1 else lines)
 
 
 if __name__ == "__main__":

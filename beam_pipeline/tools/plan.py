@@ -29,17 +29,18 @@ from typing import Any
 from beam_pipeline.console.summary import human_bytes, plural, tree_notes
 from beam_pipeline.core.entries import IndexEntry, LabelledEntry, ParsedEntry
 from beam_pipeline.core.examples import build_example
-from beam_pipeline.core.images import ORIGINAL, NormalisedImage
+from beam_pipeline.core.holdout import hold_out
+from beam_pipeline.core.images import ORIGINAL, NormalisedImage, normalise_image
 from beam_pipeline.core.labels import (
     UNLABELLED_SPLIT,
     Vocabulary,
     split_kind,
-    unknown_class_name,
 )
-from beam_pipeline.core.rejections import DISCOVER, InputError, Rejection
-from beam_pipeline.core.sharding import plan_split
+from beam_pipeline.core.rejections import DISCOVER, IMAGE, InputError, Rejection
+from beam_pipeline.core.sharding import SplitPlan, plan_split, shard_start, sort_key
 from beam_pipeline.failures import BUILD_FAILED_MARKER, BuildFailed
 from beam_pipeline.stages.discovery import list_task
+from beam_pipeline.stages.finalize import needed_fraction, over_budget_message
 from beam_pipeline.stages.labelling import (
     any_marks,
     class_names,
@@ -48,28 +49,39 @@ from beam_pipeline.stages.labelling import (
     misplaced_index,
     parse_entry,
     split_marks,
+    stratum,
     vocabulary_from_names,
 )
 from beam_pipeline.stages.writing import split_size
 from beam_pipeline.tools.plan_report import BuildPlan, SplitPlanReport, format_plan
 from beam_pipeline.tree import layouts, planner
-from beam_pipeline.tree.pairing import ANNOTATION_WITHOUT_IMAGE, pair_files
-from schemas import UNLABELLED
-from schemas.paths import is_local, join
+from beam_pipeline.tree.fileio import read_file
+from beam_pipeline.tree.pairing import pair_files
+from schemas.paths import first_few, is_local, join
 from schemas.tfrecord import encode_record
 
-ORPHAN_REASONS = (ANNOTATION_WITHOUT_IMAGE, "image_missing")
 # Records whose size is sampled per split to estimate the bytes besides the image.
 _OVERHEAD_SAMPLE = 64
+# Image files under this many bytes are checked as the build's writer checks them (an empty one
+# from its listed size, others read: fewer bytes than this each), so that plan counts the
+# rejections it will make. No JPEG is this small: its quantisation table, frame and scan headers
+# and Huffman tables alone take more (the smallest the build accepts, a 1x1 grey JPEG without
+# JFIF header, has 137 bytes), so a `.JPEG` under it is empty, cut short or not a JPEG. Other
+# formats can be (a 1x1 PNG has 67 bytes, a GIF 43, a WebP 34): the check, not the size, decides.
+SMALL_FILE_BYTES = 125
 
 
 def plan_build(prepared) -> BuildPlan:
     """The build's index, run here on `pipeline.prepare`'s result; nothing is written."""
-    from beam_pipeline.pipeline import finalize_spec
+    from beam_pipeline.pipeline import finalize_spec, held_out_of
 
     started = time.monotonic()
     config, plan = prepared.config, prepared.plan
     entries, rejections, listed = _index_entries(plan)
+    if config.validation_split or config.test_split:  # as the build's HoldOut step divides
+        held_out = held_out_of(config)
+        strata = {e.filename: stratum(plan.root, e) for e in entries if e.split == held_out.source}
+        entries = hold_out(entries, held_out, strata)
     # One thread: parsing is CPU-bound under the GIL, and a pool of threads measured slower
     # (2.0 s against 1.6 s for 10,500 entries); so was a pool of processes (pickling).
     parsed_or_not = [parse_entry(plan.root, entry) for entry in entries]
@@ -81,16 +93,23 @@ def plan_build(prepared) -> BuildPlan:
     vocabulary, refusal = _vocabulary(prepared, parsed)
     kinds = _split_kinds(entries, layouts.has_negatives(plan.layout))
     labelled = _label(plan, parsed, vocabulary, kinds, rejections)
+    unread, small_read = _small_files(config, labelled, vocabulary)
+    dropped = {r.path for r in unread}
+    written = [i for i in labelled if not dropped or _path(config, i) not in dropped]
 
     counts = collections.Counter(entry.split for entry in entries)
     _count_images(reports, kinds, counts, entries)
-    _count_rejections(reports, rejections)
+    _count_rejections(reports, [*rejections, *unread])
     if vocabulary is not None:
-        _describe_labels(reports, labelled, vocabulary)
-    _plan_shards(reports, labelled, config, vocabulary)
+        _describe_labels(reports, written, vocabulary)
+    _plan_shards(reports, labelled, config, vocabulary, dropped)
 
+    failure = None
     if refusal is None:
         refusal = _refusal(prepared, spec, counts, rejections, reports)
+    if refusal is None and unread:
+        failure = _write_budget(config.max_bad_fraction, counts, [*rejections, *unread], unread)
+    rejections += unread
     rejections.sort(key=lambda r: (r.split, r.reason, r.path))
     return BuildPlan(
         input_dir=plan.root,
@@ -100,6 +119,8 @@ def plan_build(prepared) -> BuildPlan:
         splits=reports,
         rejections=rejections,
         refusal=refusal,
+        failure=failure,
+        small_files_read=small_read,
         seconds=time.monotonic() - started,
         files_listed=listed,
         unbuilt=plan.unbuilt,
@@ -179,35 +200,43 @@ def _label(plan, parsed, vocabulary, kinds, rejections: list[Rejection]) -> list
     return labelled
 
 
+def _small_files(config, labelled, vocabulary) -> tuple[list[Rejection], int]:
+    """(the rejections the build's writer will make of the image files under
+    SMALL_FILE_BYTES, the files read to know): each is checked as the writer checks it (its
+    bytes decoded and made into the record), an empty one without reading it."""
+    rejections, read = [], 0
+    for item in labelled:
+        entry = item.entry
+        if entry.num_bytes >= SMALL_FILE_BYTES:
+            continue
+        path = _path(config, item)
+        try:
+            data = read_file(path) if entry.num_bytes else b""
+            read += bool(entry.num_bytes)
+            build_example(item, normalise_image(data, config.image_policy), vocabulary)
+        except InputError as error:
+            rejections.append(
+                Rejection.from_error(error, split=entry.split, path=path, stage=IMAGE)
+            )
+        except OSError as error:  # Pillow's, as the writer words it (`writing._encode`)
+            detail = f"{type(error).__name__}: {error}"
+            rejections.append(Rejection(entry.split, path, IMAGE, "corrupt_image", detail))
+    return rejections, read
+
+
 def _count_images(reports, kinds, counts, entries: list[IndexEntry]) -> None:
     """Each split's kind and images, and how many have XML, a class folder, or neither."""
     for name, report in reports.items():
         report.kind = kinds.get(name, "")
         report.images = counts[name]
     for entry in entries:
-        report = reports[entry.split]
-        if entry.annotation_filename is not None:
-            report.annotated += 1
-        elif entry.folder_class is None:
-            report.without_annotation += 1
-        else:
-            report.folder_class_only += 1
+        reports[entry.split].count_entry(entry)
 
 
 def _count_rejections(reports, rejections: list[Rejection]) -> None:
-    """Each split's rejections and reports by reason, its orphans and its unknown classes;
-    images rejected as they were listed count among its images."""
     for rejection in rejections:
-        if rejection.split not in reports:
-            continue
-        report = reports[rejection.split]
-        if rejection.is_image and rejection.stage == DISCOVER:
-            report.images += 1
-        _add(report.rejected if rejection.is_image else report.reported, rejection.reason)
-        if rejection.reason in ORPHAN_REASONS:
-            _add(report.orphans, rejection.reason)
-        if rejection.reason == "unknown_class":
-            _add(report.unknown_classes, unknown_class_name(rejection.detail) or "?")
+        if rejection.split in reports:
+            reports[rejection.split].count_rejection(rejection)
 
 
 def _rebuild_notes(config, reports: dict[str, SplitPlanReport]) -> list[str]:
@@ -240,24 +269,17 @@ def _rebuild_notes(config, reports: dict[str, SplitPlanReport]) -> list[str]:
     return [*notes, note]
 
 
-def _add(counts: dict[str, int], key: str) -> None:
-    counts[key] = counts.get(key, 0) + 1
-
-
 def _describe_labels(reports, labelled: list[LabelledEntry], vocabulary: Vocabulary) -> None:
-    names = vocabulary.names
     for report in reports.values():
         if report.kind != UNLABELLED_SPLIT:
-            report.class_counts = dict.fromkeys(names, 0)
+            report.class_counts = dict.fromkeys(vocabulary.names, 0)
     for item in labelled:
-        report = reports[item.entry.split]
-        _add(report.label_sources, item.source)
-        if item.label != UNLABELLED:
-            report.class_counts[names[item.label]] += 1
+        reports[item.entry.split].count_label(item, vocabulary.names)
 
 
-def _plan_shards(reports, labelled, config, vocabulary) -> None:
-    """The shard plan from the same bucket counts the build's AssignShards makes."""
+def _plan_shards(reports, labelled, config, vocabulary, dropped: set[str]) -> None:
+    """The shard plan from the same bucket counts the build's AssignShards makes; each shard
+    holds its planned entries but those whose image the writer will reject (`dropped`)."""
     buckets: collections.defaultdict[str, collections.Counter[int]] = collections.defaultdict(
         collections.Counter
     )
@@ -275,19 +297,37 @@ def _plan_shards(reports, labelled, config, vocabulary) -> None:
         plan = plan_split(
             buckets[name], sizes[name], config.num_shards_for(name), config.target_shard_bytes
         )
-        report.examples, report.shards, report.image_bytes = (
-            plan.num_examples,
-            plan.num_shards,
-            sizes[name],
-        )
-        per_shard = [plan.num_examples // plan.num_shards] * plan.num_shards
-        for index in range(plan.num_examples % plan.num_shards):
-            per_shard[index] += 1
+        items = [item for item in labelled if item.entry.split == name]
+        per_shard = _per_shard(plan, items, config, dropped)
+        report.examples, report.shards = sum(per_shard), plan.num_shards
+        report.image_bytes = sizes[name]
         report.examples_per_shard = (min(per_shard), max(per_shard))
         report.shards_asked = config.num_shards_for(name)
         if config.image_policy.mode == ORIGINAL and vocabulary is not None:
             overhead = _record_overhead(samples[name], vocabulary)
-            report.estimated_bytes = sizes[name] + round(overhead * plan.num_examples)
+            report.estimated_bytes = sizes[name] + round(overhead * report.examples)
+
+
+def _per_shard(plan: SplitPlan, items: list[LabelledEntry], config, dropped: set[str]) -> list:
+    """The examples each shard of a split holds: its planned entries (ranked as `sharding`
+    ranks them: by sort key, then key) but those in `dropped`."""
+    n, shards = plan.num_examples, plan.num_shards
+    per_shard = [shard_start(i + 1, n, shards) - shard_start(i, n, shards) for i in range(shards)]
+    if not dropped or not any(_path(config, item) in dropped for item in items):
+        return per_shard
+    ranked = sorted(
+        (sort_key(config.seed, item.entry.split, item.entry.key), item.entry.key, item)
+        for item in items
+    )
+    for rank, (_, _, item) in enumerate(ranked):
+        if _path(config, item) in dropped:
+            per_shard[plan.shard(rank)] -= 1
+    return per_shard
+
+
+def _path(config, item: LabelledEntry) -> str:
+    """The image's path as the build's writer reads it (and names it in `rejected.jsonl`)."""
+    return join(config.input_dir, item.entry.filename)
 
 
 def _record_overhead(sample: list[LabelledEntry], vocabulary: Vocabulary) -> float:
@@ -335,9 +375,26 @@ def _refusal(prepared, spec, counts, rejections, reports) -> str | None:
     for name, report in reports.items():
         if report.images == 0:
             return f"split {name!r} has no images"
-        if report.examples == 0:
+        if report.shards == 0:  # no entry left to plan (those its writer rejects are planned)
             return f"split {name!r}: all {report.images} images would be rejected"
     return None
+
+
+def _write_budget(max_bad_fraction: float, counts, rejections, unread) -> str | None:
+    """Why the build would fail once its shards are written, as it words it (its error budget
+    counted with the files its writer rejects: `unread`, named), or None."""
+    images = [r for r in rejections if r.is_image]
+    total = sum(counts.values()) + sum(1 for r in images if r.stage == DISCOVER)
+    bad = len(images)
+    if not total or bad <= max_bad_fraction * total:
+        return None
+    message = over_budget_message(max_bad_fraction, bad, total, images)
+    named = [f"{r.path} ({r.reason}: {r.detail})" for r in sorted(unread)]
+    return (
+        f"{message}; too small to be an image (under {SMALL_FILE_BYTES} bytes): "
+        f"{first_few(named, 5)}; to build without them, remove them from the tree or pass "
+        f"--max_bad_fraction {needed_fraction(bad, total)}"
+    )
 
 
 def _reason(error: BuildFailed) -> str:
@@ -386,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(plan.to_json(), indent=1, ensure_ascii=False))
     else:
         print(format_plan(plan, ours.rejections))
-    return 0 if plan.refusal is None else 1
+    return 0 if plan.refusal is None and plan.failure is None else 1
 
 
 if __name__ == "__main__":

@@ -5,12 +5,17 @@ JSON of `--json` and as the text `plan` prints. Computing it is `plan`'s (`plan_
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from beam_pipeline.console.summary import human_bytes, plural
-from beam_pipeline.core.labels import ANNOTATED
-from beam_pipeline.core.rejections import Rejection
-from schemas import BACKGROUND
+from beam_pipeline.core.entries import IndexEntry, LabelledEntry
+from beam_pipeline.core.labels import ANNOTATED, unknown_class_name
+from beam_pipeline.core.rejections import DISCOVER, Rejection
+from beam_pipeline.tree.pairing import ANNOTATION_WITHOUT_IMAGE
+from schemas import BACKGROUND, UNLABELLED
+
+ORPHAN_REASONS = (ANNOTATION_WITHOUT_IMAGE, "image_missing")
 
 
 @dataclasses.dataclass
@@ -36,10 +41,42 @@ class SplitPlanReport:
     image_bytes: int = 0
     estimated_bytes: int | None = None
 
+    def count_entry(self, entry: IndexEntry) -> None:
+        """One index entry of the split: with XML, without in a class folder, or neither."""
+        if entry.annotation_filename is not None:
+            self.annotated += 1
+        elif entry.folder_class is None:
+            self.without_annotation += 1
+        else:
+            self.folder_class_only += 1
+
+    def count_rejection(self, rejection: Rejection) -> None:
+        """One rejection (or report) by reason, as an orphan, or of an unknown class; an image
+        rejected as it was listed counts among the split's images."""
+        if rejection.is_image and rejection.stage == DISCOVER:
+            self.images += 1
+        _add(self.rejected if rejection.is_image else self.reported, rejection.reason)
+        if rejection.reason in ORPHAN_REASONS:
+            _add(self.orphans, rejection.reason)
+        if rejection.reason == "unknown_class":
+            _add(self.unknown_classes, unknown_class_name(rejection.detail) or "?")
+
+    def count_label(self, item: LabelledEntry, names: Sequence[str]) -> None:
+        """One example's label source and class (`names`: the vocabulary's)."""
+        _add(self.label_sources, item.source)
+        if item.label != UNLABELLED:
+            self.class_counts[names[item.label]] += 1
+
+
+def _add(counts: dict[str, int], key: str) -> None:
+    counts[key] = counts.get(key, 0) + 1
+
 
 @dataclasses.dataclass
 class BuildPlan:
-    """The plan of a whole build; `refusal` is the build's own message when it would stop."""
+    """The plan of a whole build; `refusal` is the build's own message when it would stop
+    before it writes, `failure` when it would fail once its shards are written (its error
+    budget, counted with the files its writer will reject: `small_files_read` were read)."""
 
     input_dir: str
     layout: str
@@ -53,6 +90,8 @@ class BuildPlan:
     unbuilt: tuple[str, ...] = ()
     shared: dict[tuple[str, ...], int] = dataclasses.field(default_factory=dict)
     notes: tuple[str, ...] = ()  # what the build says of the tree before it starts
+    failure: str | None = None
+    small_files_read: int = 0
 
     def to_json(self, rejections: int | None = None) -> dict[str, Any]:
         listed = self.rejections if rejections is None else self.rejections[:rejections]
@@ -61,9 +100,11 @@ class BuildPlan:
             "layout": self.layout,
             "num_classes": len(self.classes),
             "vocabulary": self.vocabulary_source,
-            "would_build": self.refusal is None,
+            "would_build": self.refusal is None and self.failure is None,
             "refusal": self.refusal,
+            "failure": self.failure,
             "files_listed": self.files_listed,
+            "small_files_read": self.small_files_read,
             "unbuilt_splits": list(self.unbuilt),
             "shared_images": {"+".join(splits): n for splits, n in self.shared.items()},
             "seconds": round(self.seconds, 3),
@@ -96,9 +137,12 @@ def _image_parts(report: SplitPlanReport) -> str:
 
 def format_plan(plan: BuildPlan, rejections: int = 20) -> str:
     """The plan as the text `plan` prints."""
+    read = ""
+    if plan.small_files_read:  # (under SMALL_FILE_BYTES: checked as the build checks them)
+        read = f" but those of {plural(plan.small_files_read, 'file')} too small to be an image"
     lines = [
         f"Plan for {plan.input_dir} ({plan.layout}): {plan.files_listed:,} files listed, "
-        f"no pixels read, nothing written ({plan.seconds:.1f} s)",
+        f"no pixels read{read}, nothing written ({plan.seconds:.1f} s)",
         f"classes: {len(plan.classes):,} (from {plan.vocabulary_source}), plus background",
     ]
     for report in plan.splits.values():
@@ -114,10 +158,12 @@ def format_plan(plan: BuildPlan, rejections: int = 20) -> str:
             lines.append(f"  ... and {len(plan.rejections) - rejections:,} more")
     lines.append("")
     lines += plan.notes
-    if plan.refusal is None:
-        lines.append("The build would go ahead.")
-    else:
+    if plan.refusal is not None:
         lines.append(f"The build would be refused: {plan.refusal}")
+    elif plan.failure is not None:
+        lines.append(f"The build would fail once its shards are written: {plan.failure}")
+    else:
+        lines.append("The build would go ahead.")
     return "\n".join(lines)
 
 
@@ -170,6 +216,8 @@ def _shard_lines(report: SplitPlanReport) -> list[str]:
         f"  shards: {report.shards:,} of {of} ({plural(report.examples, 'example')}); "
         f"images {human_bytes(report.image_bytes)}, records {estimate}"
     ]
+    if low == 0:
+        lines.append("  (a shard left without examples: its images would be rejected as read)")
     if report.shards_asked is not None and report.shards_asked > report.shards:
         lines.append(
             f"  (not the {report.shards_asked:,} shards asked for: a shard holds at "

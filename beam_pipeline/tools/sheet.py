@@ -2,9 +2,10 @@
 
 Each tile is the stored image scaled to fit (aspect kept, on a grey ground), every object box
 outlined in its class colour with the class name, and a caption with the example's class and file
-name; `render_sheet` returns the sheet and where each tile and box went, `reduce_colours` its
-256-colour copy. Reading and sampling the records is the command's (`show`); `class_colour` is
-shared with the histogram.
+name (a class with its display name where the build knows one: `n01440764 tench` in a caption,
+`tench` on a box); `render_sheet` returns the sheet and where each tile and box went,
+`reduce_colours` its 256-colour copy. Reading and sampling the records is the command's
+(`show`); `class_colour` is shared with the histogram.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from PIL import Image, ImageDraw, ImageFont
 
 from beam_pipeline.output.readback import UNLABELLED_NAME, first_value
+from beam_pipeline.tools.build_records import class_title, display_name
 from schemas import UNLABELLED, DatasetInfo
 from schemas import features as F
 
@@ -58,7 +60,8 @@ class DrawnBox:
     """One object box as drawn on the sheet.
 
     Attributes:
-      name: the object's class name.
+      name: the object's class as drawn: its display name where the build knows one
+        (`tench`), else its class name.
       label: the object's class id.
       colour: the outline's RGB colour (`class_colour(label)`).
       rect: (x0, y0, x1, y1) of the outline in sheet pixels, both ends inclusive; the outline is
@@ -82,7 +85,8 @@ class Tile:
       shard: the shard file holding it.
       filename: its `image/filename`.
       label: its `image/class/label` (-1 when unlabelled).
-      caption: the class name in the caption (`background`, or `unlabelled` for label -1).
+      caption: the class in the caption (`background`, `unlabelled` for label -1; with the
+        display name the build knows after it, `n01440764 tench`).
       cell: (left, top, right, bottom) of the tile and its caption, PIL box (right/bottom
         exclusive).
       image_box: (left, top, right, bottom) where the scaled image lies, PIL box, so that
@@ -160,11 +164,16 @@ def _fit(draw: ImageDraw.ImageDraw, text: str, font, width: int) -> str:
     return "…"
 
 
-def _name(names: Sequence[str], label: int, fallback: bytes | None) -> str:
+def _name(
+    info: DatasetInfo, names: Sequence[str], label: int, fallback: bytes | None, short: bool
+) -> str:
+    """A label as drawn: its class's title (`n01440764 tench`), or with `short` its display
+    name alone (`tench`) where the build knows one; else the record's text, else the number."""
     if label == UNLABELLED:
         return UNLABELLED_NAME
     if 0 <= label < len(names):
-        return names[label]
+        name, known = names[label], info.display_names
+        return (display_name(known, name) or name) if short else class_title(known, name)
     return fallback.decode("utf-8", "replace") if fallback else str(label)
 
 
@@ -182,7 +191,7 @@ def _draw_tile(
     left, top = cell
     draw.rectangle((left, top, left + TILE - 1, top + TILE - 1), fill=TILE_BACKGROUND)
     label = int(first_value(values, F.LABEL, UNLABELLED))
-    caption = _name(names, label, first_value(values, F.LABEL_TEXT, None))
+    caption = _name(info, names, label, first_value(values, F.LABEL_TEXT, None), short=False)
     filename = first_value(values, F.FILENAME, b"").decode("utf-8", "replace")
     image_box, size, scale, boxes = None, (0, 0), 0.0, []
     try:
@@ -239,7 +248,7 @@ def _draw_boxes(draw, values, image_box, info: DatasetInfo, font) -> list[DrawnB
     drawn = []
     for i, (xmin, ymin, xmax, ymax) in enumerate(corners):
         label = int(labels[i]) if i < len(labels) else UNLABELLED
-        name = _name(info.classes, label, texts[i] if i < len(texts) else None)
+        name = _name(info, info.classes, label, texts[i] if i < len(texts) else None, short=True)
         x0 = min(max(left + round(xmin * width), left), right - 1)
         y0 = min(max(top + round(ymin * height), top), bottom - 1)
         x1 = min(max(left + round(xmax * width) - 1, x0), right - 1)

@@ -5,14 +5,16 @@
 
 The contact sheet shows records as stored: a grid of tiles, each the stored image scaled to fit
 the tile (aspect kept, on a grey ground), every object box outlined in its class colour with the
-class name, and a caption with the example's class (`unlabelled` for label -1) and file name.
+class name, and a caption with the example's class (`unlabelled` for label -1) and file name; a
+class the build knows the display name of is drawn as `n01440764 tench` (`tench` on a box).
 `--seed` draws a deterministic sample of `-n` examples of the split (all of them when it has
 fewer): record positions are drawn from the per-shard counts in the build's metadata, and only
 the shards holding them are read. `--class NAME` keeps the examples of that label (`background`
-too): shards are visited in a seeded order until `-n` are found, so a sample of one class reads
-a few shards of a large build, not all of it. `--palette` writes a 256-colour PNG, about four
-times smaller. `--histogram` plots `class_counts` of every split (or `--split`) with matplotlib
-(the `show` extra); builds of many classes show their 30 most and 30 least frequent. Exit code
+too; or of the class whose display name, or a name it lists, is NAME: `tench`): shards are
+visited in a seeded order until `-n` are found, so a sample of one class reads a few shards of a
+large build, not all of it. `--palette` writes a 256-colour PNG, about four times smaller.
+`--histogram` plots `class_counts` of every split (or `--split`) with matplotlib (the `show`
+extra); builds of many classes show their 30 most and 30 least frequent. Exit code
 0 when the PNG is written, 2 for bad arguments or a directory without a committed build, 1 when
 a shard cannot be read.
 
@@ -38,6 +40,7 @@ from beam_pipeline.output.readback import (
     open_file,
     read_build_info,
 )
+from beam_pipeline.tools.build_records import class_title, classes_named, records_at
 from beam_pipeline.tools.histogram import class_histogram
 from beam_pipeline.tools.sheet import Record, Tile, reduce_colours, render_sheet
 from schemas import BACKGROUND, BUILD_INFO_FILE, UNLABELLED, DatasetInfo, SplitInfo
@@ -73,13 +76,30 @@ def _split(info: DatasetInfo, split: str | None) -> tuple[str, SplitInfo]:
 
 
 def class_label(info: DatasetInfo, name: str) -> int:
-    """The label of a class name (`background` included); UsageError naming some known ones."""
+    """The label of a class (`background` included), or of the class a display name names
+    (`tench`: see `classes_named`); UsageError naming some known classes, or the classes that
+    share the display name given."""
     names = info.class_list.names
     if name in names:
         return names.index(name)
-    close = difflib.get_close_matches(name, names, n=3)
-    hint = f"; did you mean {', '.join(close)}?" if close else ""
-    examples = ", ".join([*info.classes[:5], "..."] if info.num_classes > 5 else info.classes)
+    named = classes_named(info, name)
+    if len(named) == 1:
+        return names.index(named[0])
+    if named:
+        which = ", ".join(class_title(info.display_names, n) for n in named[:10])
+        raise UsageError(
+            f"--class {name!r} names {len(named)} classes ({which}); name one by its class, "
+            f"e.g. --class {named[0]}"
+        )
+    titles = [class_title(info.display_names, n) for n in info.classes]
+    spelled = {n: n for n in names}  # what a person may type → how the hint names it
+    for n, title in zip(info.classes, titles, strict=True):
+        display = info.display_names.get(n, "")
+        spelled.update({part.strip(): title for part in display.split(",") if part.strip()})
+        spelled[n] = title
+    close = difflib.get_close_matches(name, list(spelled), n=3)
+    hint = f"; did you mean {', '.join(dict.fromkeys(spelled[c] for c in close))}?" if close else ""
+    examples = ", ".join([*titles[:5], "..."] if info.num_classes > 5 else titles)
     raise UsageError(
         f"unknown class {name!r}: this build has {info.num_classes} classes "
         f"({examples}) and {BACKGROUND}{hint}"
@@ -88,22 +108,8 @@ def class_label(info: DatasetInfo, name: str) -> int:
 
 def _records_at(output_dir: str, split: SplitInfo, indices: Sequence[int]) -> Iterator[Record]:
     """The records at sorted split positions, reading only the shards that hold them."""
-    wanted = iter(indices)
-    target = next(wanted, None)
-    start = 0
-    for shard in split.shards:
-        end = start + shard.num_examples
-        if target is not None and target < end:
-            with open_file(join(output_dir, shard.file)) as stream:
-                for position, record in enumerate(read_records(stream), start=start):
-                    if position == target:
-                        yield Record(position, shard.file, example_values(record))
-                        target = next(wanted, None)
-                        if target is None or target >= end:
-                            break
-        start = end
-        if target is None:
-            return
+    for found in records_at(output_dir, "", split, indices):
+        yield Record(found.position, found.shard, example_values(found.record or b""))
 
 
 def _records_of_class(
@@ -168,6 +174,14 @@ def describe(split: str, shown: int, pool: int, class_name: str | None, seed: in
     return f"{shown} of {pool} {split} examples{of_class} (seed {seed})"
 
 
+def shown_class(info: DatasetInfo, class_name: str | None) -> str | None:
+    """The class a sheet shows as its title names it (`n01440764 tench` for `--class tench`
+    of a build with display names; the class itself without), or None for no class."""
+    if class_name is None:
+        return None
+    return class_title(info.display_names, info.class_list.names[class_label(info, class_name)])
+
+
 def contact_sheet(
     output_dir: str,
     split: str | None = None,
@@ -182,7 +196,8 @@ def contact_sheet(
     """
     info = read_info(output_dir)
     split, pool, records = sample(output_dir, info, split, n, class_name, seed)
-    title = f"{output_dir}: {describe(split, len(records), pool, class_name, seed)}"
+    shown = shown_class(info, class_name)
+    title = f"{output_dir}: {describe(split, len(records), pool, shown, seed)}"
     return render_sheet(records, info, title)
 
 
@@ -219,7 +234,8 @@ def _parser() -> argparse.ArgumentParser:
         "--class",
         dest="class_name",
         metavar="NAME",
-        help="Only examples labelled NAME (a class, or background).",
+        help="Only examples labelled NAME (a class, background, or a display name the "
+        "build knows: tench for n01440764).",
     )
     parser.add_argument("--seed", type=int, default=0, help="Seed of the sample (default 0).")
     parser.add_argument(
@@ -243,11 +259,12 @@ def _write_sheet(args: argparse.Namespace) -> str | None:
     split, pool, records = sample(
         args.output_dir, info, args.split, args.n, args.class_name, args.seed
     )
+    shown = shown_class(info, args.class_name)
     if not records:
-        what = f" of class {args.class_name}" if args.class_name is not None else ""
+        what = f" of class {shown}" if shown is not None else ""
         print(f"error: the {split} split has no examples{what}; nothing to show", file=sys.stderr)
         return None
-    summary = describe(split, len(records), pool, args.class_name, args.seed)
+    summary = describe(split, len(records), pool, shown, args.seed)
     sheet, _ = render_sheet(records, info, f"{args.output_dir}: {summary}")
     if args.palette:
         sheet = reduce_colours(sheet)

@@ -3,7 +3,8 @@
     python -m beam_pipeline stats OUTPUT [--json]
 
 Per split: examples, shards, bytes; class counts (min, median, max over the real classes, the
-imbalance ratio max/min, background apart); stored image widths and heights (min, median, max);
+imbalance ratio max/min, background apart; a class named with its display name where the build
+knows one, `n01440764 tench`); stored image widths and heights (min, median, max);
 objects per image; rejections by reason (from `rejected.jsonl`). Builds before schema 1.2 did
 not record sizes and objects: those lines say so. Exit 0, or 2 when OUTPUT holds no build.
 """
@@ -91,7 +92,7 @@ def build_stats(output_dir: str) -> dict[str, Any]:
 
     info = read_build_info(output_dir)
     rejected = rejections_by_split(output_dir) if info.failures else {}
-    return {
+    stats = {
         "output_dir": output_dir,
         "schema_version": info.schema_version,
         "num_classes": info.num_classes,
@@ -100,15 +101,26 @@ def build_stats(output_dir: str) -> dict[str, Any]:
             for name, split in sorted(info.splits.items())
         },
     }
+    if info.display_names:  # (--labels_file LOC_synset_mapping.txt): the text names them
+        stats["display_names"] = dict(info.display_names)
+    return stats
 
 
 def _number(value: float) -> str:
     return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
 
 
+def _ranked_text(ranked: list[list], display_names: Mapping[str, str]) -> str:
+    """`n01440764 tench 12, n01443537 goldfish 15`: classes, as a person reads them, and counts."""
+    from beam_pipeline.tools.build_records import class_title
+
+    return ", ".join(f"{class_title(display_names, name)} {count:,}" for name, count in ranked)
+
+
 def format_stats(stats: dict[str, Any]) -> str:
     from beam_pipeline.console.summary import human_bytes, plural
 
+    known = stats.get("display_names", {})
     lines = [
         f"{stats['output_dir']}: {plural(stats['num_classes'], 'class')} + background, schema "
         f"{stats['schema_version']}"
@@ -136,8 +148,8 @@ def format_stats(stats: dict[str, Any]) -> str:
                 f"{_number(classes['median'])}, max {classes['max']:,}; imbalance (max/min) "
                 f"{imbalance}; {BACKGROUND} {classes[BACKGROUND]:,}"
             )
-            lines.append("  rarest: " + ", ".join(f"{n} {c:,}" for n, c in classes["rarest"]))
-            lines.append("  commonest: " + ", ".join(f"{n} {c:,}" for n, c in classes["commonest"]))
+            lines.append(f"  rarest: {_ranked_text(classes['rarest'], known)}")
+            lines.append(f"  commonest: {_ranked_text(classes['commonest'], known)}")
         for key, label in (("image_width", "width"), ("image_height", "height")):
             spread = split[key]
             lines.append(

@@ -1,0 +1,270 @@
+"""A committed build's records as the read-only tools find them, and its classes as they name them.
+
+`records_at` reads the records at positions of a split (shard order, then record order),
+opening only the shards that hold them (`show`, `inspect --split S --index N`); `find_filename`
+reads every shard of the build for the records whose stored file name (`image/filename`) is a
+name or ends with `/name`; `locate` is what `inspect OUT` asks of both, with its messages.
+`class_title` names a class for a person: `n01440764 tench` where the build knows its display
+name (`--labels_file LOC_synset_mapping.txt`), the class alone where it does not;
+`classes_named` finds a class by either.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping, Sequence
+
+from beam_pipeline.output.readback import example_values, first_value, open_file
+from schemas import BUILD_INFO_FILE, DatasetInfo, SplitInfo
+from schemas import features as F
+from schemas.paths import first_few, join
+from schemas.tfrecord import CorruptRecordError, read_records
+
+# A display name longer than this is cut (with "…") where a class is named for a person.
+TITLE_CHARACTERS = 30
+
+
+@dataclasses.dataclass(frozen=True)
+class Located:
+    """One record of a build and where it lies.
+
+    Attributes:
+      split: its split.
+      shard: the file name of its shard.
+      index: its position in the shard.
+      position: its position in the split (the shards in order, then their records).
+      record: the serialised Example; None where `find_filename` did not keep it.
+    """
+
+    split: str
+    shard: str
+    index: int
+    position: int
+    record: bytes | None
+
+
+class CorruptShardError(CorruptRecordError):
+    """A shard of a build whose framing or checksums are wrong, with its path."""
+
+    def __init__(self, path: str, error: CorruptRecordError):
+        super().__init__(error.offset, error.index, error.problem)
+        self.path = path
+
+
+def _read(path: str) -> Iterator[bytes]:
+    """The records of one shard; CorruptShardError (naming it) at its first bad frame."""
+    try:
+        with open_file(path) as stream:
+            yield from read_records(stream)
+    except CorruptRecordError as error:
+        raise CorruptShardError(path, error) from None
+
+
+def records_at(
+    output_dir: str, split: str, split_info: SplitInfo, positions: Sequence[int]
+) -> Iterator[Located]:
+    """The records at sorted positions of a split, reading only the shards that hold them.
+
+    A shard that holds fewer records than the metadata says yields fewer (`verify` names it).
+    """
+    wanted = iter(positions)
+    target = next(wanted, None)
+    start = 0
+    for shard in split_info.shards:
+        end = start + shard.num_examples
+        if target is not None and target < end:
+            for position, record in enumerate(_read(join(output_dir, shard.file)), start=start):
+                if position == target:
+                    yield Located(split, shard.file, position - start, position, record)
+                    target = next(wanted, None)
+                    if target is None or target >= end:
+                        break
+        start = end
+        if target is None:
+            return
+
+
+@dataclasses.dataclass
+class FilenameSearch:
+    """What `find_filename` found.
+
+    Attributes:
+      name: the name searched for.
+      searched: records read, by split.
+      exact: the records whose `image/filename` is `name`.
+      ending: stored file name → its records, for those that end with `/name`; only the
+        records of the first such name keep their bytes (more than one name is ambiguous).
+    """
+
+    name: str
+    searched: dict[str, int] = dataclasses.field(default_factory=dict)
+    exact: list[Located] = dataclasses.field(default_factory=list)
+    ending: dict[str, list[Located]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def found(self) -> list[Located]:
+        """The records of the one stored file name meant (an image may be in several splits):
+        those named exactly, else those of the only name ending with it; [] when none is, or
+        when several names end with it (`ambiguous`)."""
+        if self.exact:
+            return self.exact
+        return next(iter(self.ending.values())) if len(self.ending) == 1 else []
+
+    @property
+    def ambiguous(self) -> list[str]:
+        """The stored file names that end with the name, when there is no exact one and more
+        than one; [] otherwise."""
+        return sorted(self.ending) if not self.exact and len(self.ending) > 1 else []
+
+
+def find_filename(
+    output_dir: str, info: DatasetInfo, name: str, splits: Sequence[str] | None = None
+) -> FilenameSearch:
+    """Reads every shard of the build's `splits` (default: all, in name order) for the records
+    whose `image/filename` is `name` or ends with `/name`.
+
+    A record whose bytes do not hold the name's is skipped unparsed. Raises CorruptShardError,
+    OSError (a shard missing), ValueError (a record that is no Example).
+    """
+    search = FilenameSearch(name)
+    needle, suffix = name.encode("utf-8"), "/" + name
+    for split in splits or sorted(info.splits):
+        read = 0
+        for shard in info.splits[split].shards:
+            path, start = join(output_dir, shard.file), read
+            for index, record in enumerate(_read(path)):
+                read += 1
+                if needle in record:
+                    stored = _stored_name(record, path, index)
+                    located = Located(split, shard.file, index, start + index, record)
+                    if stored == name:
+                        search.exact.append(located)
+                    elif stored.endswith(suffix):
+                        if not set(search.ending) <= {stored}:
+                            located = dataclasses.replace(located, record=None)
+                        search.ending.setdefault(stored, []).append(located)
+        search.searched[split] = read
+    return search
+
+
+class RequestError(ValueError):
+    """A record asked for that the build cannot have: an unknown split, an index out of range,
+    an `--index` without its `--split`, a file name that several files end with."""
+
+
+class RecordNotFoundError(LookupError):
+    """No record of the build is the one asked for (or the build holds fewer than it says)."""
+
+
+def locate(
+    output_dir: str,
+    info: DatasetInfo,
+    *,
+    filename: str | None = None,
+    split: str | None = None,
+    index: int | None = None,
+) -> list[Located]:
+    """The records of a build that `inspect OUT` asks for, with their bytes: those of the one
+    file name meant by `filename` (in `split` only, when given), or the `index`-th record of
+    `split` in shard order (default 0; negative: from the end).
+
+    Raises RequestError (the message says what to ask instead), RecordNotFoundError, and what
+    `find_filename` raises.
+    """
+    if split is not None and split not in info.splits:
+        starting = [name for name in sorted(info.splits) if name.startswith(split)]
+        hint = f"; did you mean --split {starting[0]}?" if len(starting) == 1 else ""
+        raise RequestError(
+            f"no split {split!r} in {output_dir}; its splits are "
+            f"{', '.join(sorted(info.splits))}{hint}"
+        )
+    if filename is not None:
+        return _by_filename(output_dir, info, filename, split)
+    if split is None:
+        raise RequestError(
+            f"--index in a build's directory needs --split (the splits of {output_dir}: "
+            f"{', '.join(sorted(info.splits))}), or name one shard file"
+        )
+    return [_by_position(output_dir, info, split, index or 0)]
+
+
+def _by_filename(output_dir: str, info: DatasetInfo, name: str, split: str | None) -> list[Located]:
+    search = find_filename(output_dir, info, name, [split] if split else None)
+    if search.found:
+        return search.found
+    if search.ambiguous:
+        names = [
+            f"{n} ({', '.join(sorted({r.split for r in search.ending[n]}))})"
+            for n in search.ambiguous
+        ]
+        raise RequestError(
+            f"{len(names)} files of the build in {output_dir} end with /{name}: "
+            f"{first_few(names, 10)}; name one by more of its path, e.g. --filename "
+            f"{search.ambiguous[0]}"
+        )
+    total = sum(search.searched.values())
+    counts = ", ".join(f"{split} {n:,}" for split, n in search.searched.items())
+    raise RecordNotFoundError(
+        f"no record of the build in {output_dir} has image/filename {name} or .../{name} "
+        f"(searched {total:,} records: {counts})"
+    )
+
+
+def _by_position(output_dir: str, info: DatasetInfo, split: str, index: int) -> Located:
+    count = info.splits[split].num_examples
+    if not -count <= index < count:
+        span = f" (0..{count - 1}, or -{count}..-1 from the end)" if count else ""
+        raise RequestError(
+            f"--index {index} is out of range: split {split} of {output_dir} has {count} "
+            f"records{span}"
+        )
+    for record in records_at(output_dir, split, info.splits[split], [index % count]):
+        return record
+    raise RecordNotFoundError(
+        f"the build in {output_dir} is damaged: split {split}'s shards hold fewer records "
+        f"than {BUILD_INFO_FILE} says; run python -m beam_pipeline verify {output_dir}"
+    )
+
+
+def _stored_name(record: bytes, path: str, index: int) -> str:
+    try:
+        values = example_values(record)
+    except Exception as error:  # noqa: BLE001 - protobuf raises its own DecodeError
+        raise ValueError(
+            f"{path} record {index} is not a tf.train.Example ({type(error).__name__})"
+        ) from None
+    return first_value(values, F.FILENAME, b"").decode("utf-8", "replace")
+
+
+# --- naming classes -------------------------------------------------------------------------
+
+
+def display_name(display_names: Mapping[str, str], name: str) -> str:
+    """The first of the names a class's display name lists (`tench` of `tench, Tinca
+    tinca`), cut to `TITLE_CHARACTERS`; "" where there is none for it, or it is the class.
+    `display_names`: a build's (`DatasetInfo.display_names`)."""
+    short = display_names.get(name, "").split(",")[0].strip()
+    if short == name:
+        return ""
+    return short if len(short) <= TITLE_CHARACTERS else short[: TITLE_CHARACTERS - 1] + "…"
+
+
+def class_title(display_names: Mapping[str, str], name: str) -> str:
+    """A class as a person reads it: `n01440764 tench` with a display name, else `name`."""
+    short = display_name(display_names, name)
+    return f"{name} {short}" if short else name
+
+
+def classes_named(info: DatasetInfo, text: str) -> list[str]:
+    """The classes `text` names: a class itself; else those whose title, display name or one
+    of the names it lists is `text`, ignoring case (`tench`, `Tinca tinca`)."""
+    if text in info.classes:
+        return [text]
+    wanted = text.strip().casefold()
+    found = []
+    for name in info.classes:
+        display = info.display_names.get(name, "")
+        names = {display, class_title(info.display_names, name), *display.split(",")}
+        if wanted in {n.strip().casefold() for n in names if n.strip()}:
+            found.append(name)
+    return found
