@@ -4,6 +4,8 @@ class, or split folders of them, built without links or copies."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from helpers import build, dead_letters, jpeg_bytes, read_split, write
@@ -163,4 +165,17 @@ def test_num_shards_is_checked_against_the_splits_the_tree_gives(tmp_path):
     assert str(error.value) == (
         "--num_shards names ['validation'], which this build does not write; its splits are "
         "['train'] (--splits train; val is written as validation)"
+    )
+
+
+def test_stats_says_no_image_is_background(tmp_path):
+    build(photos(tmp_path / "photos"), tmp_path / "out")
+    done = subprocess.run(
+        [sys.executable, "-m", "beam_pipeline", "stats", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == (
+        f"{tmp_path / 'out'}: 2 classes (no image is background), schema 2.0.0"
     )

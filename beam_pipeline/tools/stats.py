@@ -121,8 +121,12 @@ def format_stats(stats: dict[str, Any]) -> str:
     from beam_pipeline.console.summary import human_bytes, plural
 
     known = stats.get("display_names", {})
+    background = any(
+        (split["classes"] or {}).get(BACKGROUND) for split in stats["splits"].values()
+    )  # (none: the loader's labels have no background column)
     lines = [
-        f"{stats['output_dir']}: {plural(stats['num_classes'], 'class')} + background, schema "
+        f"{stats['output_dir']}: {plural(stats['num_classes'], 'class')}"
+        f"{' + background' if background else ' (no image is background)'}, schema "
         f"{stats['schema_version']}"
     ]
     not_recorded = "not recorded (built before schema 1.2; rebuild to record it)"
