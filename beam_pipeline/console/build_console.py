@@ -16,6 +16,8 @@ import contextlib
 import datetime
 import logging
 import os
+import re
+import stat
 import sys
 import tempfile
 import threading
@@ -42,7 +44,16 @@ from beam_pipeline.console import watch
 if TYPE_CHECKING:
     pass
 
+logger = logging.getLogger(__name__)
+
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# How many logs the default log folder keeps, the new build's counted: some weeks of a build a
+# day, or a day of trying flags on a small tree; a local build's log is some 35 KiB.
+KEEP_LOGS = 20
+# The name `default_log_path` gives a log; the process id is the last number.
+_LOG_NAME = re.compile(r"build-\d{8}-\d{6}-(\d+)\.log")
+# The logs of this process's builds that are running (a process may run several, one by one).
+_OPEN_LOGS: set[str] = set()
 POLL_SECONDS = 0.5
 # Log lines a person needs on the console even without --verbose: where a cloud job is watched.
 JOB_LINKS = ("console.cloud.google.com/dataflow",)
@@ -65,8 +76,9 @@ def add_console_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log_file",
         default=None,
-        help="Where the full log goes (default: a new file under the system's temp directory, "
-        "named build-<time>-<pid>.log; its path is printed).",
+        help="Where the full log goes (default: a new file build-<time>-<pid>.log in an "
+        "imagenet-tfrecords folder of the system's temp directory, which keeps the newest "
+        f"{KEEP_LOGS}; its path is printed). A log named here is never deleted.",
     )
 
 
@@ -78,10 +90,64 @@ def console_flags(argv: Sequence[str]) -> argparse.Namespace:
     return flags
 
 
+def log_folder() -> str:
+    """The folder of the default logs: `imagenet-tfrecords` in the system's temp directory."""
+    return os.path.join(tempfile.gettempdir(), "imagenet-tfrecords")
+
+
 def default_log_path() -> str:
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    directory = os.path.join(tempfile.gettempdir(), "imagenet-tfrecords")
-    return os.path.join(directory, f"build-{stamp}-{os.getpid()}.log")
+    return os.path.join(log_folder(), f"build-{stamp}-{os.getpid()}.log")
+
+
+def prune_logs(directory: str, current: str, keep: int = KEEP_LOGS) -> list[str]:
+    """Deletes the oldest build logs in `directory` so that `keep` remain, `current` (the new
+    build's) counted; returns the names deleted, oldest first.
+
+    Only our own logs go: regular files named as `default_log_path` names them and owned by
+    this user. Newest is last written. A log whose build may still be running (its process id
+    is in use by another process, or it is this process's and its console is open) is never
+    deleted; it does not count against `keep` either, so it takes no finished build's place.
+    A file that cannot be read or deleted is left as it is.
+    """
+    finished = []
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        for entry in entries:
+            found = _LOG_NAME.fullmatch(entry.name)
+            path = os.path.join(directory, entry.name)
+            if not found or path == current or _running(int(found.group(1)), path):
+                continue
+            with contextlib.suppress(OSError):
+                info = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(info.st_mode) and _ours(info):
+                    finished.append((info.st_mtime_ns, entry.name))
+    finished.sort(reverse=True)
+    deleted = []
+    for _, name in sorted(finished[max(keep - 1, 0) :]):
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(directory, name))
+            deleted.append(name)
+    return deleted
+
+
+def _ours(info: os.stat_result) -> bool:
+    """Whether this user owns the file (where files have no owner, Windows: yes)."""
+    getuid = getattr(os, "getuid", None)
+    return getuid is None or info.st_uid == getuid()
+
+
+def _running(pid: int, log_path: str) -> bool:
+    """Whether the build writing `log_path`, in process `pid`, may be running (when in doubt,
+    yes)."""
+    if pid == os.getpid():
+        return os.path.abspath(log_path) in _OPEN_LOGS
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError, ValueError):  # another user's process, or no such number
+        return True
+    return True
 
 
 class BuildConsole:
@@ -94,10 +160,15 @@ class BuildConsole:
     """
 
     def __init__(self, log_path: str | None = None, *, verbose=False, quiet=False):
-        """Creates the log file; raises OSError when it cannot be written."""
+        """Creates the log file; raises OSError when it cannot be written. Without `log_path`,
+        the log goes to the default folder, whose oldest logs it deletes (`prune_logs`)."""
         self.log_path = os.path.abspath(log_path or default_log_path())
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
         self._log = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - closed on exit
+        _OPEN_LOGS.add(self.log_path)
+        self.pruned: list[str] = []  # the old logs deleted, said in the log
+        if log_path is None:
+            self.pruned = prune_logs(os.path.dirname(self.log_path), self.log_path)
         self.verbose = verbose
         self.quiet = quiet
         self.terminal: TextIO = sys.stderr
@@ -111,6 +182,14 @@ class BuildConsole:
     def __enter__(self) -> BuildConsole:
         self._capture_fd2()
         self._configure_logging()
+        if self.pruned:
+            logger.info(
+                "Deleted %d old build logs in %s (it keeps the newest %d): %s",
+                len(self.pruned),
+                os.path.dirname(self.log_path),
+                KEEP_LOGS,
+                ", ".join(self.pruned),
+            )
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -123,6 +202,7 @@ class BuildConsole:
             root.addHandler(handler)
         self._release_fd2()
         self._log.close()
+        _OPEN_LOGS.discard(self.log_path)
 
     def _capture_fd2(self) -> None:
         try:

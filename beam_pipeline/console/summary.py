@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
 from schemas import DEAD_LETTER_FILE, LABEL_SOURCES, DatasetInfo, SplitInfo
 from schemas.classes import BACKGROUND, FROM_BACKGROUND, FROM_FOLDER, FROM_NOTHING, FROM_XML
-from schemas.paths import join
+from schemas.paths import is_local, join
 
 if TYPE_CHECKING:
     from beam_pipeline.tree.layouts import DiscoveryPlan
@@ -23,6 +25,8 @@ _SOURCE_WORDS = {
     FROM_BACKGROUND: BACKGROUND,
     FROM_NOTHING: "unlabelled (label -1)",
 }
+# The columns every line of the summary fits in (but a path or a line of code wider than it).
+WIDTH = 80
 
 
 def label_summary(split: SplitInfo) -> str:
@@ -99,20 +103,85 @@ def human_bytes(num_bytes: int) -> str:
     raise AssertionError("unreachable")
 
 
-def load_line(output_dir: str, info: DatasetInfo) -> str | None:
+def load_lines(output_dir: str, info: DatasetInfo) -> list[str]:
     """The Python that loads the build's first labelled split (train, or trainval, when
-    there is one)."""
+    there is one): the import, then the call (none for a build without labels). The output
+    is named relative to the working directory when it lies under it (where `run_local.sh`
+    and a training script beside it run), so the call fits a terminal."""
     from beam_pipeline.tree.planner import vocabulary_split
 
     labelled = [name for name, split in info.splits.items() if split.labelled]
     if not labelled:
-        return None
+        return []
     split = vocabulary_split(labelled) or sorted(labelled)[0]
     batch_size = min(32, info.splits[split].num_examples)  # a batch never larger than the split
-    return (
-        f"from loaders import load_dataset; "
-        f"ds = load_dataset({output_dir!r}, {split!r}, batch_size={batch_size})"
-    )
+    return [
+        "from loaders import load_dataset",
+        f"ds = load_dataset({_from_here(output_dir)!r}, {split!r}, batch_size={batch_size})",
+    ]
+
+
+def _from_here(path: str) -> str:
+    """`path` relative to the working directory when it lies under it; else as it is."""
+    if not is_local(path):
+        return path
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return path
+    return path if relative == os.pardir or relative.startswith(os.pardir + os.sep) else relative
+
+
+def fold(chunks: Sequence[str], width: int = WIDTH, indent: str = "  ") -> list[str]:
+    """`chunks` joined by spaces into lines of at most `width` columns, each line after the
+    first indented: a line breaks only between chunks, so a path, a command or a number with
+    its noun is never cut (a chunk wider than a line has a line of its own)."""
+    lines: list[str] = []
+    line = ""
+    for chunk in chunks:
+        if line and cell_len(line) + 1 + cell_len(chunk) <= width:
+            line += " " + chunk
+            continue
+        if line:
+            lines.append(line)
+        line = (indent if lines else "") + chunk
+    return [*lines, line] if line else lines
+
+
+def built_chunks(
+    info: DatasetInfo,
+    *,
+    input_dir: str,
+    output_dir: str,
+    seconds: float,
+    workers: str,
+    kept: tuple[int, int] | None = None,
+) -> list[str]:
+    """The summary's first sentence, in `fold`'s chunks: `Built OUT from IN (layout): 1,250
+    examples in 3.1 s, 406 images/s, on 2 worker processes`. With `kept` (the shards and
+    images a --resume build kept from the interrupted one), what it kept, what it wrote, and
+    the rate of what it wrote alone."""
+    examples = sum(split.num_examples for split in info.splits.values())
+    layout = info.source.get("layout", "?")
+    chunks = [f"Built {output_dir}", f"from {input_dir} ({layout}):", plural(examples, "example")]
+    written = examples
+    if kept is not None:
+        shards = sum(split.num_shards for split in info.splits.values())
+        kept_shards, kept_images = kept
+        written = examples - kept_images
+        chunks += [f"in {seconds:,.1f} s;", f"kept {_shards(kept_shards, kept_images)}"]
+        chunks += ["from the interrupted build;", f"wrote {_shards(shards - kept_shards, written)}"]
+    else:
+        chunks.append(f"in {seconds:,.1f} s")
+    if written and seconds > 0:
+        chunks[-1] += ","
+        chunks.append(f"{written / seconds:,.0f} images/s")
+    chunks[-1] += ","
+    return [*chunks, workers]
+
+
+def _shards(shards: int, images: int) -> str:
+    return f"{plural(shards, 'shard')} ({plural(images, 'image')})"
 
 
 def print_summary(
@@ -125,43 +194,69 @@ def print_summary(
     workers: str,
     log_path: str,
     rejected: Mapping[str, Mapping[str, int]] | None = None,
+    kept: tuple[int, int] | None = None,
 ) -> None:
-    """The table a finished build ends with: what was written, from where, how fast.
+    """The table a finished build ends with: what was written, from where, how fast; every
+    line within 80 columns (narrower on a narrower terminal) but for a path or a line of code
+    wider than that.
 
     `rejected` maps each split ("" for files in none) to its rejections by reason
     (from `rejected.jsonl`). A split given fewer shards than `--num_shards` asked (it has
-    fewer examples; the build's recorded options say what was asked) says so.
+    fewer examples; the build's recorded options say what was asked) says so. `kept`: see
+    `built_chunks`.
     """
-    splits = sorted(info.splits.items())
-    examples = sum(split.num_examples for _, split in splits)
-    wide = not getattr(stream, "isatty", lambda: False)()
-    console = Console(file=stream, width=160 if wide else None, highlight=False, soft_wrap=False)
-    rate = examples / seconds if seconds > 0 else 0.0
-    console.print(
-        f"Built {output_dir} from {input_dir} ({info.source.get('layout', '?')}): "
-        f"{plural(examples, 'example')} in {seconds:,.1f} s, {rate:,.0f} images/s, {workers}",
-        markup=False,
-        soft_wrap=True,
+    tty = getattr(stream, "isatty", lambda: False)()
+    width = min(WIDTH, Console(file=stream).width) if tty else WIDTH
+    console = Console(file=stream, width=width, highlight=False, soft_wrap=False)
+    chunks = built_chunks(
+        info,
+        input_dir=input_dir,
+        output_dir=output_dir,
+        seconds=seconds,
+        workers=workers,
+        kept=kept,
     )
-    console.print(_split_table(splits))
-    lines = [f"{plural(info.num_classes, 'class')} + background (index {info.background_index})"]
-    lines += _shard_notes(info)
-    for split, reasons in sorted((rejected or {}).items()):
-        where = f"in {split}" if split else "outside any split"
-        listed = ", ".join(f"{reason} {count:,}" for reason, count in sorted(reasons.items()))
-        lines.append(f"files rejected or reported {where}: {listed}")
-    if info.failures:
-        lines.append(f"every rejected file, with its reason: {join(output_dir, DEAD_LETTER_FILE)}")
-    line = load_line(output_dir, info)
-    if line:
-        lines.append(f"load it: {line}")
-    lines.append(f"full log: {log_path}")
-    for text in lines:
+    for text in fold(chunks, width):
+        console.print(text, markup=False, soft_wrap=True)
+    console.print()
+    console.print(_split_table(sorted(info.splits.items())))
+    console.print()
+    for text in _closing_lines(info, output_dir, log_path, rejected, width):
         console.print(text, markup=False, soft_wrap=True)
 
 
+def _closing_lines(
+    info: DatasetInfo,
+    output_dir: str,
+    log_path: str,
+    rejected: Mapping[str, Mapping[str, int]] | None,
+    width: int,
+) -> list[str]:
+    """The lines below the table: classes, shard notes, rejections, how to load, the log."""
+    notes = [
+        f"{plural(info.num_classes, 'class')} + background (index {info.background_index})"
+        if any(sum(split.class_counts[info.background_index :]) for split in info.splits.values())
+        else f"{plural(info.num_classes, 'class')} (no image is background)"
+    ]
+    notes += _shard_notes(info)
+    lines = [line for note in notes for line in fold(note.split(" "), width)]
+    for split, reasons in sorted((rejected or {}).items()):
+        where = f"in {split}:" if split else "outside any split:"
+        listed = [f"{reason} {count:,}" for reason, count in sorted(reasons.items())]
+        listed = [item + "," for item in listed[:-1]] + listed[-1:]
+        lines += fold(["files rejected or reported", where, *listed], width)
+    if info.failures:
+        dead_letter = join(output_dir, DEAD_LETTER_FILE)
+        lines += fold(["every rejected file, with its reason:", dead_letter], width)
+    code = load_lines(output_dir, info)
+    if code:
+        lines += ["load it:", *(f"  {statement}" for statement in code)]
+    return lines + fold(["full log:", log_path], width)
+
+
 def _split_table(splits: Sequence[tuple[str, SplitInfo]]) -> Table:
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    """Two spaces between columns and none at the edges; the labels fold within their column."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
     for column in ("split", "examples", "shards", "size", "rejected"):
         table.add_column(column, justify="left" if column == "split" else "right")
     table.add_column("labels", overflow="fold")

@@ -9,6 +9,10 @@ SHA-256; otherwise it is written again. Image bytes themselves are not fingerpri
 assumes the input files did not change since the interrupted run (their sizes are checked).
 A record that cannot be read as one (another version's, a damaged one) counts as absent.
 Finalize deletes the records once the build is committed; `output` owns their directory.
+
+What a resumed build kept, for its summary (`shards_in_place` before it writes, `kept_shards`
+once it committed): a kept shard is the very file the interrupted attempt left, never written
+again (a shard written anew reaches its name by a rename from `.tmp/`: another file).
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import posixpath
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -26,11 +31,11 @@ from beam_pipeline.core.entries import LabelledEntry, ShardResult
 from beam_pipeline.core.images import ImagePolicy
 from beam_pipeline.core.labels import Vocabulary
 from beam_pipeline.core.rejections import Rejection
-from beam_pipeline.output.directory import PROGRESS_DIR, write_atomic
+from beam_pipeline.output.directory import PROGRESS_DIR, STAGING_DIR, write_atomic
 from beam_pipeline.stages.coders import LabelledEntryCoder
 from beam_pipeline.tree.fileio import sha256_of
-from schemas import SCHEMA_VERSION, ShardInfo
-from schemas.paths import join
+from schemas import SCHEMA_VERSION, SHARD_SUFFIX, DatasetInfo, ShardInfo
+from schemas.paths import is_local, join
 
 
 def fingerprint(
@@ -107,3 +112,58 @@ def load_completed(
     if sha256_of(shard) != (result.shard.sha256, result.shard.num_bytes):
         return None
     return result, rejections
+
+
+# A local file as a build leaves it: (device, inode, modification time in ns, size).
+FileIdentity = tuple[int, int, int, int]
+
+
+class Kept(NamedTuple):
+    """The shards a resumed build kept from the interrupted one, and their examples."""
+
+    shards: int
+    images: int
+
+
+def _identity(path: str) -> FileIdentity | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino, stat.st_mtime_ns, stat.st_size
+
+
+def shards_in_place(output_dir: str) -> dict[str, set[FileIdentity]] | None:
+    """Before a `--resume` build writes: the identity of each shard file in `output_dir` and in
+    its `.staged/` (where a rebuild of a complete build keeps them), by file name. None for an
+    output that is not local (an object store's copy has no identity to compare)."""
+    if not is_local(output_dir):
+        return None
+    found: dict[str, set[FileIdentity]] = {}
+    for directory in (output_dir, os.path.join(output_dir, STAGING_DIR)):
+        try:
+            names = [name for name in os.listdir(directory) if name.endswith(SHARD_SUFFIX)]
+        except OSError:
+            continue
+        for name in names:
+            identity = _identity(os.path.join(directory, name))
+            if identity is not None:
+                found.setdefault(name, set()).add(identity)
+    return found
+
+
+def kept_shards(
+    output_dir: str, info: DatasetInfo, before: Mapping[str, set[FileIdentity]] | None
+) -> Kept | None:
+    """Once a `--resume` build committed: the shards of `info` that are the very files
+    `shards_in_place` saw `before` it wrote (kept, moved into place at most), and their
+    examples. None without `before` (no --resume, or an output that is not local)."""
+    if before is None:
+        return None
+    kept = [
+        shard
+        for split in info.splits.values()
+        for shard in split.shards
+        if _identity(os.path.join(output_dir, shard.file)) in before.get(shard.file, ())
+    ]
+    return Kept(len(kept), sum(shard.num_examples for shard in kept))

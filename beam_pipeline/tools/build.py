@@ -98,6 +98,7 @@ def _build(argv: list[str], out: console.BuildConsole) -> int:
     from beam_pipeline.output.directory import OutputExistsError
     from beam_pipeline.output.lock import OutputNotWritableError
     from beam_pipeline.runners import local
+    from beam_pipeline.stages import resume
     from beam_pipeline.tree.layouts import LayoutError
 
     started = time.monotonic()
@@ -119,6 +120,7 @@ def _build(argv: list[str], out: console.BuildConsole) -> int:
     )
     for note in summary.tree_notes(prepared.plan, config.splits):
         out.say(note)
+    in_place = resume.shards_in_place(config.output_dir) if config.resume else None
     try:
         with out.progress(config.output_dir) as live:
             info = pipeline.execute(options, prepared)
@@ -145,6 +147,7 @@ def _build(argv: list[str], out: console.BuildConsole) -> int:
         workers=local.describe_workers(options),
         log_path=out.log_path,
         rejected=rejections_by_split(config.output_dir) if info.failures else None,
+        kept=resume.kept_shards(config.output_dir, info, in_place),
     )
     return 0
 
