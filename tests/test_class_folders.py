@@ -179,3 +179,14 @@ def test_stats_says_no_image_is_background(tmp_path):
     assert done.stdout.splitlines()[0] == (
         f"{tmp_path / 'out'}: 2 classes (no image is background), schema 2.0.0"
     )
+
+
+def test_plan_counts_images_by_class_folder(tmp_path):
+    root = photos(tmp_path / "photos")
+    write(root / "stray.jpg", jpeg_bytes())
+    done = subprocess.run(
+        [sys.executable, "-m", "beam_pipeline", "plan", "--input_dir", str(root)],
+        capture_output=True,
+        text=True,
+    )
+    assert "train (class_folders):\n  images 5: in a class folder 4, outside any 1\n" in done.stdout

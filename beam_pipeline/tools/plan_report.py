@@ -124,7 +124,11 @@ def _image_parts(report: SplitPlanReport) -> str:
     folder or not), and rejected as they were listed (named under `would reject`)."""
     background = " (background)" if report.kind == ANNOTATED else ""
     parts = [f"with XML {report.annotated:,}"]
-    if report.folder_class_only:
+    if report.folder_class_only and not report.annotated:  # class folders: no XML to speak of
+        parts = [f"in a class folder {report.folder_class_only:,}"]
+        if report.without_annotation:
+            parts.append(f"outside any {report.without_annotation:,}")
+    elif report.folder_class_only:
         parts.append(f"without XML in a class folder {report.folder_class_only:,}")
         parts.append(f"without XML or class folder {report.without_annotation:,}{background}")
     else:
