@@ -265,3 +265,12 @@ def test_a_build_whose_workers_all_died_fails_loudly(monkeypatch):
     assert failures.failure_message(raised.value).startswith(
         f"BUILD FAILED: the Dask cluster at {local.scheduler_address} has had no worker for 2 s"
     )
+
+
+def test_held_out_splits_on_dask_are_the_local_ones(cluster, tree, tmp_path):
+    # --validation_split divides per class by a hash of the file names: the same on any runner.
+    flags = ["--splits", "train", "--validation_split", "0.25", "--max_bad_fraction", "0.05"]
+    local = build(tree, tmp_path / "local", *flags)
+    on_dask = build(tree, tmp_path / "dask", *flags, *dask_flags(cluster))
+    assert on_dask == local and local.splits["validation"].num_examples > 0
+    assert files(tmp_path / "dask") == files(tmp_path / "local")
