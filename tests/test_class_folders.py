@@ -10,8 +10,9 @@ import sys
 import pytest
 from helpers import build, dead_letters, jpeg_bytes, read_split, write
 
+from beam_pipeline.tree import layouts
 from beam_pipeline.tree.layouts import LayoutError
-from schemas import BUILD_INFO_FILE
+from schemas import BUILD_INFO_FILE, SCHEMA_VERSION
 from schemas import features as F
 
 COLOURS = {"cat": (200, 30, 30), "dog": (30, 30, 200), "Ant": (30, 200, 30)}
@@ -177,7 +178,7 @@ def test_stats_says_no_image_is_background(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == (
-        f"{tmp_path / 'out'}: 2 classes (no image is background), schema 2.0.0"
+        f"{tmp_path / 'out'}: 2 classes (no image is background), schema {SCHEMA_VERSION}"
     )
 
 
@@ -190,3 +191,14 @@ def test_plan_counts_images_by_class_folder(tmp_path):
         text=True,
     )
     assert "train (class_folders):\n  images 5: in a class folder 4, outside any 1\n" in done.stdout
+
+
+def test_an_object_store_folder_names_the_folder_layouts():
+    with pytest.raises(LayoutError) as error:
+        layouts.locate_tree("gs://bucket/photos", layouts.AUTO, lambda path: path.endswith("os"))
+    assert str(error.value).endswith(
+        "; folders of classes, or of images with their VOC XML, are not detected in an object "
+        "store: name them with --layout class_folders or --layout voc_xml"
+    )
+    found = layouts.locate_tree("gs://bucket/photos", layouts.CLASS_FOLDERS, lambda path: True)
+    assert found == ("gs://bucket/photos", layouts.CLASS_FOLDERS)

@@ -202,6 +202,11 @@ def _not_a_tree(
         hint = _voc_without_lists_hint(root, has_files, subdirectories)
     if not hint and is_local(root) and subdirectories is not _no_subdirectories:
         hint = _folders_hint(root, subdirectories)
+    elif not hint and not is_local(root):
+        hint = (
+            "; folders of classes, or of images with their VOC XML, are not detected in an "
+            "object store: name them with --layout class_folders or --layout voc_xml"
+        )
     return LayoutError(
         f"{root} is not an ILSVRC (Data/DET, Data/CLS-LOC) or Pascal VOC "
         "(JPEGImages, Annotations, ImageSets/Main) tree, nor holds one in a subdirectory" + hint
