@@ -434,3 +434,17 @@ def test_a_loader_benchmark_on_a_folder_that_is_no_build_says_so(tmp_path):
         "--output_dir of a build, a directory\n"
     )
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_near_duplicates_benchmark_finds_every_planted_copy_at_the_default_radius():
+    done = run_benchmark(
+        "near_duplicates",
+        *("--tree_copies", 3, "--bench_images", 10, "--repeats", 1, "--search_sizes", 20000),
+        *("--crowd", 300, "--max_run", 200),
+    )
+    rows = [line.split("|") for line in done.stdout.splitlines() if line.startswith("| 20,000 ")]
+    # Without a crowd every planted copy within the radius is found (recall 1.0000).
+    plain = [row for row in rows if "identical" not in row[1]]
+    assert [row[2].strip() for row in plain] == ["4", "5", "6"]
+    assert {row[6].strip() for row in plain} == {"1.0000"}
