@@ -50,6 +50,7 @@ from beam_pipeline.runners.local import (
     pipeline_options,
 )
 from beam_pipeline.stages.discovery import DiscoverImages
+from beam_pipeline.stages.duplicates import FindDuplicates
 from beam_pipeline.stages.finalize import CheckIndexBudget, Finalize, FinalizeSpec
 from beam_pipeline.stages.labelling import (
     BuildVocabulary,
@@ -300,7 +301,7 @@ def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollect
     assigned, plans = labelled | "AssignShards" >> AssignShards(
         config.seed, num_shards, config.target_shard_bytes
     )
-    results, write_rejected = assigned | "WriteShards" >> WriteShards(
+    results, write_rejected, prints = assigned | "WriteShards" >> WriteShards(
         plan.root,
         config.output_dir,
         config.image_policy,
@@ -318,6 +319,7 @@ def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollect
         index_counts=index_counts,
         results=results,
         rejected=rejected,
+        groups=prints | "FindDuplicates" >> FindDuplicates(),
     )
 
 

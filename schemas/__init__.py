@@ -11,6 +11,7 @@ from schemas.features import FEATURES, SCHEMA_VERSION, Feature, tf_feature_spec
 from schemas.metadata import (
     BUILD_INFO_FILE,
     DEAD_LETTER_FILE,
+    DUPLICATES_FILE,
     LABELS_FILE,
     LEGACY_INFO_FILE,
     SHARD_SUFFIX,
@@ -28,6 +29,7 @@ __all__ = [
     "BACKGROUND",
     "BUILD_INFO_FILE",
     "DEAD_LETTER_FILE",
+    "DUPLICATES_FILE",
     "FEATURES",
     "LABELS_FILE",
     "LABEL_SOURCES",

@@ -21,7 +21,9 @@ from schemas.classes import one_hot_length
 # 2.0: the build's metadata moves from dataset_info.json to build_info.json, and builds write
 #      TFDS's metadata (dataset_info.json, features.json, *.labels.txt) beside the shards.
 #      Records are unchanged; 1.x builds are still read (schemas.metadata.read_build_info).
-SCHEMA_VERSION = "2.0.0"
+# 2.1: records carry image/object/view, each object's VOC <pose> as written (the OD API's key;
+#      empty for an object without one). Readers of 2.0 read 2.1 builds (they skip the key).
+SCHEMA_VERSION = "2.1.0"
 
 ENCODED = "image/encoded"
 FORMAT = "image/format"
@@ -44,6 +46,8 @@ OBJECT_LABEL = "image/object/class/label"
 OBJECT_TEXT = "image/object/class/text"
 OBJECT_DIFFICULT = "image/object/difficult"
 OBJECT_TRUNCATED = "image/object/truncated"
+# The object's VOC <pose> (Frontal, Left, Rear, Right, Unspecified), as the OD API names it.
+OBJECT_VIEW = "image/object/view"
 
 IMAGE_FORMAT = "jpeg"
 IMAGE_CHANNELS = 3
@@ -103,6 +107,7 @@ FEATURES: tuple[Feature, ...] = (
     Feature(OBJECT_TEXT, "bytes", None),
     Feature(OBJECT_DIFFICULT, "int64", None),
     Feature(OBJECT_TRUNCATED, "int64", None),
+    Feature(OBJECT_VIEW, "bytes", None, since="2.1.0"),
 )
 
 FEATURES_BY_KEY = {feature.key: feature for feature in FEATURES}

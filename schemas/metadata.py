@@ -26,6 +26,8 @@ LEGACY_INFO_FILE = "dataset_info.json"
 READABLE_MAJORS = ("1", "2")
 LABELS_FILE = "labels.txt"
 DEAD_LETTER_FILE = "rejected.jsonl"
+# The copies among a build's images, a JSON line per group (`beam_pipeline.core.duplicates`).
+DUPLICATES_FILE = "duplicates.jsonl"
 SHARD_SUFFIX = ".tfrecord"
 
 
@@ -96,6 +98,10 @@ class DatasetInfo:
     source: dict[str, Any]
     versions: dict[str, str]
     display_names: dict[str, str] = dataclasses.field(default_factory=dict)
+    # Copies among the stored images (`duplicates.jsonl` lists them): exact_groups, near_pairs,
+    # images in any, leaked (per split: its images that copy a training image), clashes
+    # (groups of several classes). Empty for builds made before the build looked for them.
+    duplicates: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def class_list(self) -> ClassList:
@@ -137,6 +143,7 @@ class DatasetInfo:
                 for name, split in sorted(self.splits.items())
             },
             "failures": dict(sorted(self.failures.items())),
+            **({"duplicates": self.duplicates} if self.duplicates else {}),
             "options": self.options,
             "source": self.source,
             "versions": self.versions,
@@ -186,6 +193,7 @@ class DatasetInfo:
             source=dict(payload["source"]),
             versions=dict(payload["versions"]),
             display_names=dict(payload.get("display_names", {})),
+            duplicates=dict(payload.get("duplicates", {})),
         )
 
 

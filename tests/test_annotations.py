@@ -144,3 +144,54 @@ def test_external_entity_content_never_reaches_the_annotation(tmp_path):
     with pytest.raises(InputError) as error:
         parse_annotation(data)
     assert "TOP-SECRET" not in str(error.value)
+
+
+def test_the_pose_of_each_object_is_read_as_written():
+    # VOC2008's own XML: <pose> as VOC's annotators wrote it, capitalised.
+    data = (CORPUS / "voc_xml/tzutalin_ImageNet_Utils/2008_004649.xml").read_bytes()
+    assert [o.pose for o in parse_annotation(data).objects] == ["Frontal", "Frontal"]
+    # TFDS's fake VOC XML writes them in lower case: kept so, as the OD API keeps them.
+    data = (CORPUS / "voc_xml/tfds_fake_voc/VOC2007/000005.xml").read_bytes()
+    assert [o.pose for o in parse_annotation(data).objects] == ["right", "unspecified"]
+
+
+def test_an_object_without_a_pose_has_an_empty_one():
+    # datumaro's cat says Unspecified; its person says nothing (nor does its <part>, a head).
+    data = (CORPUS / "datumaro/voc_dataset/voc_dataset1/Annotations/2007_000001.xml").read_bytes()
+    assert [(o.name, o.pose) for o in parse_annotation(data).objects] == [
+        ("cat", "Unspecified"),
+        ("person", ""),
+    ]
+    (dog,) = parse_annotation(voc_xml([("dog", 1, 2, 3, 4)]).encode()).objects
+    assert dog.pose == ""  # ILSVRC DET and most exports write no <pose>
+
+
+@pytest.mark.parametrize(
+    "markup, pose",
+    [
+        ("<pose>\n    Left\t </pose>", "Left"),  # pretty-printed: the whitespace is layout
+        ("<pose>REAR</pose>", "REAR"),  # the case as written, as the OD API writes it
+        ("<pose>frontal</pose>", "frontal"),
+        ("<pose>Frontal Left</pose>", "Frontal Left"),  # not VOC's, kept as written
+        ("<pose/>", ""),
+        ("<pose>   </pose>", ""),
+        ("<pose>Left &amp; Right</pose>", "Left & Right"),
+        ("<pose>Right</pose><pose>Left</pose>", "Right"),  # the first, as for every tag
+        ("<part><name>head</name><pose>Left</pose></part>", ""),  # a part's, not the object's
+    ],
+)
+def test_odd_poses_are_read_as_written_without_surrounding_whitespace(markup, pose):
+    data = (
+        "<annotation><object><name>dog</name>"
+        f"{markup}<bndbox><xmin>1</xmin><ymin>2</ymin><xmax>3</xmax><ymax>4</ymax></bndbox>"
+        "</object></annotation>"
+    )
+    (dog,) = parse_annotation(data.encode()).objects
+    assert dog.pose == pose
+
+
+def test_voc_xml_writes_a_pose_only_when_given():
+    assert "<pose>" not in voc_xml([("dog", 1, 2, 3, 4, 0, 1)])
+    xml = voc_xml([("dog", 1, 2, 3, 4, 0, 1, "Left <&>"), ("cat", 1, 2, 3, 4, 1, 0, "")])
+    dog, cat = parse_annotation(xml.encode()).objects
+    assert (dog.pose, dog.truncated, cat.pose, cat.difficult) == ("Left <&>", True, "", True)

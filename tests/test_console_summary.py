@@ -284,7 +284,7 @@ def test_the_command_says_what_resume_kept(tmp_path, monkeypatch, capsys):
     capsys.readouterr()
     assert build_tool.main([*argv, "--resume"]) == 0
     text = " ".join(capsys.readouterr().out.split("\n\n")[0].split())
-    kept = sum(result.shard.num_examples for result, _ in written)
+    kept = sum(result.shard.num_examples for result, *_ in written)
     assert (
         f"; kept 3 shards ({kept} images) from the interrupted build; wrote 3 shards "
         f"({60 - kept} images), "

@@ -6,10 +6,10 @@ import zlib
 import numpy as np
 import pytest
 import simplejpeg
-from helpers import CORPUS, jpeg_bytes
+from helpers import CORPUS, jpeg_bytes, png_bytes
 from PIL import Image
 
-from beam_pipeline.core import jpegdata
+from beam_pipeline.core import fingerprints, jpegdata
 from beam_pipeline.core.images import ImagePolicy, normalise_image, sniff_format
 from beam_pipeline.core.rejections import InputError
 
@@ -380,7 +380,7 @@ def test_a_tiny_jpeg_whose_scale_libjpeg_could_pick_otherwise_gets_pillows_pixel
     assert normalise_image(data, policy).data == _pillow_draft_reencode(data, policy)
 
 
-def test_the_data_check_of_a_kept_jpeg_decodes_at_one_eighth(monkeypatch):
+def test_the_data_check_of_a_kept_jpeg_decodes_at_the_hash_scale(monkeypatch):
     # simplejpeg scales down only to a size it is given (min_factor alone decodes in full).
     decoded = []
     real = jpegdata.simplejpeg.decode_jpeg
@@ -392,8 +392,16 @@ def test_the_data_check_of_a_kept_jpeg_decodes_at_one_eighth(monkeypatch):
 
     monkeypatch.setattr(jpegdata.simplejpeg, "decode_jpeg", spy)
     data = jpeg_bytes(640, 427)
-    assert normalise_image(data, KEEP).data is data
-    assert decoded == [(54, 80, 1)]  # ceil(427 / 8) x ceil(640 / 8), one channel
+    kept = normalise_image(data, KEEP)
+    assert kept.data is data
+    # ceil(427 / 8) x ceil(640 / 8), in colour: the decode its fingerprint is made of.
+    assert decoded == [(54, 80, 3)]
+    assert kept.fingerprint == fingerprints.fingerprint(real(data, min_factor=8, min_width=80,
+                                                             min_height=54))  # fmt: skip
+    decoded.clear()
+    small = jpeg_bytes(200, 120)  # shorter side 120: 1/2 keeps 60 px, 1/4 only 30
+    normalise_image(small, KEEP)
+    assert decoded == [(60, 100, 3)]
     decoded.clear()
     normalise_image(data, ImagePolicy("shorter_side", (100,)))
     assert decoded == [(107, 160, 3)]  # 1/4: Pillow's draft scale for 150 x 100
@@ -450,3 +458,16 @@ def test_jpeg_data_that_libjpeg_paints_grey_is_rejected():
         "JPEG: Corrupt JPEG data: 1 extraneous bytes before marker 0xd9; kept "
         "(--keep_stray_jpeg_bytes) without them, may be garbled"
     )
+
+
+def test_every_stored_image_has_the_fingerprint_of_its_pixels():
+    # Kept, converted and resized: each carries the fingerprint of what the record stores, near
+    # (within the build's radius) the fingerprint of the stored bytes decoded in full.
+    data = jpeg_bytes(640, 427)
+    for policy in (KEEP, ImagePolicy("shorter_side", (200,)), ImagePolicy("exact", (96, 96))):
+        for source in (data, png_bytes(300, 200)):
+            stored = normalise_image(source, policy)
+            full = fingerprints.fingerprint(Image.open(io.BytesIO(stored.data)).convert("RGB"))
+            assert stored.fingerprint is not None
+            distance = fingerprints.hamming(stored.fingerprint.perceptual, full.perceptual)
+            assert distance <= fingerprints.DEFAULT_RADIUS, (policy, distance)

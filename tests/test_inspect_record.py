@@ -78,6 +78,7 @@ def known_lines(path, index, count, data, names_from="class names from the build
         'image/object/class/text: ["circle", "square"]',
         "image/object/difficult: [1, 0]",
         "image/object/truncated: [0, 1]",
+        'image/object/view: ["", ""]',
         "objects: 2 (boxes [xmin, ymin, xmax, ymax], relative, then in pixels of the stored "
         "100x60 image)",
         "  0: circle (label 0) box [0.1, 0.083333336, 0.49, 0.56666666] pixels [10, 5, 49, 34] "
@@ -132,7 +133,7 @@ def test_an_unlabelled_record_says_so(built, capsys):
         "image/class/one_hot: [0, 0, 0, 0, 0]",
         *[f"{key}: []" for key in (F.BBOX_XMIN, F.BBOX_YMIN, F.BBOX_XMAX, F.BBOX_YMAX)],
         *[f"{key}: []" for key in (F.OBJECT_LABEL, F.OBJECT_TEXT)],
-        *[f"{key}: []" for key in (F.OBJECT_DIFFICULT, F.OBJECT_TRUNCATED)],
+        *[f"{key}: []" for key in (F.OBJECT_DIFFICULT, F.OBJECT_TRUNCATED, F.OBJECT_VIEW)],
         "objects: 0 (boxes [xmin, ymin, xmax, ymax], relative, then in pixels of the stored "
         "40x30 image)",
     ]

@@ -502,7 +502,7 @@ def test_plan_counts_the_files_too_small_to_be_an_image_the_build_rejects(
         "  most frequent: cat 4, dog 4, background 1",
         "  least frequent: background 1, cat 4, dog 4",
         "  would reject 2: empty_file 1, truncated_image 1",
-        "  shards: 3 of 2-4 examples (9 examples); images 6.6 KiB, records about 12.5 KiB if "
+        "  shards: 3 of 2-4 examples (9 examples); images 6.6 KiB, records about 12.8 KiB if "
         "every image is a JPEG kept as it is",
         "",
     ]

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from beam_pipeline.core.annotations import AnnotatedObject, Annotation, Box
+from beam_pipeline.core.duplicates import ImagePrint
 from beam_pipeline.core.entries import IndexEntry, LabelledEntry, ShardResult
 from beam_pipeline.core.images import ImagePolicy
 from beam_pipeline.core.labels import Vocabulary
@@ -70,25 +71,30 @@ def recorded(tmp_path):
     shard = ShardInfo(SHARD, 2, len(DATA), hashlib.sha256(DATA).hexdigest())
     result = ShardResult("train", 0, 2, shard, ((0, 1), (2, 1)))
     rejections = [Rejection("train", "/tree/c.JPEG", IMAGE, "truncated_image", "cut")]
-    resume.save(str(tmp_path), fingerprint(), result, rejections)
-    return tmp_path, result, rejections
+    prints = [
+        ImagePrint("train", "a.JPEG", 0, bytes(range(16)), 2**64 - 1, 40, None, 64, 48),
+        ImagePrint("train", "b.JPEG", 2, b"\xff" * 16, 0, 3, 17, 1, 1),
+    ]
+    resume.save(str(tmp_path), fingerprint(), result, rejections, prints)
+    return tmp_path, result, rejections, prints
 
 
 def test_a_recorded_intact_shard_is_loaded_back_exactly(recorded):
-    out, result, rejections = recorded
+    out, result, rejections, prints = recorded
     assert [p.name for p in (out / ".progress").iterdir()] == [f"{SHARD}.json"]
-    assert resume.load_completed(str(out), SHARD, fingerprint()) == (result, rejections)
+    loaded = resume.load_completed(str(out), SHARD, fingerprint())
+    assert loaded == (result, rejections, prints)
     assert list((out / ".tmp").iterdir()) == []  # written through a temp file, renamed
 
 
 def test_another_plan_does_not_trust_the_record(recorded):
-    out, _, _ = recorded
+    out, *_ = recorded
     assert resume.load_completed(str(out), SHARD, fingerprint(num_shards=3)) is None
 
 
 @pytest.mark.parametrize("damage", [b"the shard's bytez", b"the shard's bytes!", None])
 def test_a_changed_or_missing_shard_is_not_trusted(recorded, damage):
-    out, _, _ = recorded
+    out, *_ = recorded
     if damage is None:
         (out / SHARD).unlink()
     else:
@@ -102,17 +108,22 @@ def test_a_changed_or_missing_shard_is_not_trusted(recorded, damage):
         b"{not json",
         b"\xff\xfe",
         json.dumps({"fingerprint": fingerprint()}).encode(),  # no result
+        "no prints",  # a record of a version that kept no prints: its shard is written again
         # An earlier version's record: the shard's fields were not nested under "shard".
         None,
     ],
 )
 def test_an_unreadable_or_foreign_record_counts_as_absent(recorded, record):
-    out, _, _ = recorded
+    out, *_ = recorded
     path = out / ".progress" / f"{SHARD}.json"
     if record is None:
         old = json.loads(path.read_text())
         shard = old["result"].pop("shard")
         old["result"].update(shard)
+        record = json.dumps(old).encode()
+    elif record == "no prints":
+        old = json.loads(path.read_text())
+        del old["prints"]
         record = json.dumps(old).encode()
     path.write_bytes(record)
     assert resume.load_completed(str(out), SHARD, fingerprint()) is None

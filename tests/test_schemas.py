@@ -41,7 +41,7 @@ def test_build_example_round_trips_through_tf_parse_with_the_schema_spec():
     tf = pytest.importorskip("tensorflow")
     from schemas import tf_feature_spec
 
-    cat = AnnotatedObject("cat", Box(4, 2, 20, 10), difficult=True, truncated=False)
+    cat = AnnotatedObject("cat", Box(4, 2, 20, 10), difficult=True, truncated=False, pose="Left")
     dog = AnnotatedObject("dog", Box(-5, 0, 50, 30), difficult=False, truncated=True)
     record = build_example(labelled((cat, dog), label=1), IMAGE, VOCAB)
     parsed = tf.io.parse_single_example(record, tf_feature_spec(VOCAB.num_classes))
@@ -68,6 +68,8 @@ def test_build_example_round_trips_through_tf_parse_with_the_schema_spec():
     assert dense[F.OBJECT_TEXT].numpy().tolist() == [b"cat", b"dog"]
     assert dense[F.OBJECT_DIFFICULT].numpy().tolist() == [1, 0]
     assert dense[F.OBJECT_TRUNCATED].numpy().tolist() == [0, 1]
+    # One view per object, in object order: the pose as written, empty without one.
+    assert dense[F.OBJECT_VIEW].numpy().tolist() == [b"Left", b""]
 
 
 def test_every_schema_key_is_written_even_for_a_negative():
@@ -76,6 +78,31 @@ def test_every_schema_key_is_written_even_for_a_negative():
     assert set(example.features.feature) == {f.key for f in F.FEATURES}
     assert list(example.features.feature[F.ONE_HOT].int64_list.value) == [0, 0, 1]
     assert list(example.features.feature[F.BBOX_XMIN].float_list.value) == []
+
+
+def test_the_view_is_a_per_object_text_key_of_schema_2_1():
+    view = F.FEATURES_BY_KEY["image/object/view"]  # the OD API's key, spelled as it spells it
+    assert view.key == F.OBJECT_VIEW and view.proto_kind == "bytes_list"
+    assert view.length is None and view.since == "2.1.0"  # one per object, since 2.1
+    assert view.in_schema(SCHEMA_VERSION) and SCHEMA_VERSION == "2.1.0"
+    assert not view.in_schema("2.0.0") and not view.in_schema("1.2.0")
+    # Every key of 2.0 is still there, unchanged: a 2.1 record is a 2.0 record and one key.
+    keys_2_0 = [f.key for f in F.FEATURES if f.in_schema("2.0.0")]
+    assert [f.key for f in F.FEATURES] == [*keys_2_0, F.OBJECT_VIEW]
+
+
+def test_a_record_reads_with_the_spec_of_any_key_it_lacks():
+    """The loader's spec reads a record written before image/object/view existed (2.0)."""
+    tf = pytest.importorskip("tensorflow")
+    from schemas import tf_feature_spec
+
+    cat = AnnotatedObject("cat", Box(4, 2, 20, 10), difficult=False, truncated=False)
+    example = Example.FromString(build_example(labelled((cat,), label=0), IMAGE, VOCAB))
+    del example.features.feature[F.OBJECT_VIEW]
+    spec = tf_feature_spec(VOCAB.num_classes)
+    parsed = tf.io.parse_single_example(example.SerializeToString(deterministic=True), spec)
+    assert tf.sparse.to_dense(parsed[F.OBJECT_VIEW]).numpy().tolist() == []
+    assert tf.sparse.to_dense(parsed[F.OBJECT_TEXT]).numpy().tolist() == [b"cat"]
 
 
 def test_serialisation_is_deterministic():

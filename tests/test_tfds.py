@@ -93,6 +93,17 @@ def test_tfds_reads_every_record_of_every_split_as_written(built):
     assert test == [-1, -1, -1]  # the unlabelled split, as TFDS's own ImageNet test split
 
 
+def test_ilsvrc_xml_without_poses_gives_an_empty_view_per_object(built):
+    # ILSVRC DET's XML (as voc_xml writes it here) has no <pose>: as a VOC object without one.
+    builder = tfds.builder_from_directory(str(built))
+    for split in ("train", "validation", "test"):
+        records = read_split(built, split)
+        assert all(r[F.OBJECT_VIEW] == [b""] * len(r[F.OBJECT_TEXT]) for r in records)
+        examples = tfds.as_numpy(builder.as_dataset(split=split))
+        assert [e[F.OBJECT_VIEW].tolist() for e in examples] == [r[F.OBJECT_VIEW] for r in records]
+    assert sum(len(r[F.OBJECT_VIEW]) for r in read_split(built, "train")) == 12
+
+
 def test_as_supervised_and_split_slicing_work_as_with_tfds_load(built):
     builder = tfds.builder_from_directory(str(built))
     records = read_split(built, "train")
@@ -106,7 +117,7 @@ def test_as_supervised_and_split_slicing_work_as_with_tfds_load(built):
 
 
 def test_tfds_load_finds_a_build_made_in_its_data_dir_layout(built):
-    data_dir = built.parent.parent  # .../my_det/2.0.0
+    data_dir = built.parent.parent  # .../my_det/<SCHEMA_VERSION>
     dataset, info = tfds.load(
         "my_det", data_dir=str(data_dir), split="validation", with_info=True, as_supervised=True
     )
@@ -127,6 +138,32 @@ def test_tfds_metadata_describes_only_the_keys_of_the_build_schema():
     info = DatasetInfo("1.1.0", ("cat",), {}, {}, {}, {"layout": "ilsvrc_cls_loc"}, {})
     features = json.loads(tfds_files(info)["features.json"])["featuresDict"]["features"]
     assert F.KEY_SHA256 not in features and F.ENCODED in features
+    assert F.OBJECT_VIEW not in features
+    # 2.0 builds have no views; from 2.1 TFDS reads them as text, one per object.
+    v2_0 = json.loads(
+        tfds_files(dataclasses.replace(info, schema_version="2.0.0"))["features.json"]
+    )["featuresDict"]["features"]
+    assert F.KEY_SHA256 in v2_0 and F.OBJECT_VIEW not in v2_0
+    v2_1 = json.loads(
+        tfds_files(dataclasses.replace(info, schema_version="2.1.0"))["features.json"]
+    )["featuresDict"]["features"]
+    assert set(v2_1) == {f.key for f in FEATURES} == {*v2_0, F.OBJECT_VIEW}
+    assert (
+        v2_1[F.OBJECT_VIEW]
+        == v2_1[F.OBJECT_TEXT]
+        == {
+            "pythonClassName": "tensorflow_datasets.core.features.sequence_feature.Sequence",
+            "sequence": {
+                "feature": {
+                    "pythonClassName": "tensorflow_datasets.core.features.text_feature.Text",
+                    "text": {},
+                },
+                "length": "-1",
+            },
+        }
+    )
+    view = tfds.features.FeatureConnector.from_json(v2_1[F.OBJECT_VIEW])
+    assert isinstance(view, tfds.features.Sequence) and view.dtype == tf.string
     assert tfds_name(info) == "ilsvrc_cls_loc"
     assert tfds_name(dataclasses.replace(info, source={})) == "imagenet_tfrecords"
 

@@ -401,7 +401,7 @@ def test_write_shards_streams_records_and_rejects_bad_images(tmp_path):
             for key, item in zip(keys, labelled, strict=True)
         ]
         assigned = p | beam.Create([(("train", 0), writing.encode_members(members))])
-        results, rejected = assigned | WriteShards(
+        results, rejected, _ = assigned | WriteShards(
             str(tmp_path), str(out), ImagePolicy(), vocabulary, plans
         )
         assert_that(

@@ -178,6 +178,44 @@ def test_checks_record_contents(capsys):
     )
 
 
+def test_views_are_checked_as_object_lists_and_not_required_before_schema_2_1():
+    from beam_pipeline.core.annotations import AnnotatedObject, Annotation, Box
+    from beam_pipeline.core.entries import IndexEntry, LabelledEntry
+    from beam_pipeline.core.examples import build_example
+    from beam_pipeline.core.images import ImagePolicy, normalise_image
+    from beam_pipeline.core.labels import Vocabulary
+
+    image = normalise_image(jpeg_bytes(40, 20), ImagePolicy())
+    entry = IndexEntry("train", "k", "k.JPEG", None, None, 1)
+    cat = AnnotatedObject("cat", Box(0, 0, 10, 10), False, False, "Rear")
+    unposed = AnnotatedObject("cat", Box(5, 5, 20, 20), False, False)
+    annotation = Annotation(40, 20, (cat, unposed))
+    good = build_example(
+        LabelledEntry(entry, annotation, 0, (0, 0), "xml"), image, Vocabulary(("cat",))
+    )
+    assert verify.check_example(good, 1) is None
+    example = Example.FromString(good)
+    assert list(example.features.feature[F.OBJECT_VIEW].bytes_list.value) == [b"Rear", b""]
+    example.features.feature[F.OBJECT_VIEW].bytes_list.value.append(b"Left")
+    assert verify.check_example(example.SerializeToString(), 1) == (
+        "per-object lists have different lengths"
+    )
+    del example.features.feature[F.OBJECT_VIEW]
+    example.features.feature[F.OBJECT_VIEW].int64_list.value.extend([1, 2])
+    assert verify.check_example(example.SerializeToString(), 1) == (
+        f"{F.OBJECT_VIEW} is int64_list, expected bytes_list"
+    )
+    del example.features.feature[F.OBJECT_VIEW]
+    older = example.SerializeToString()  # as schema 2.0 wrote it
+    assert verify.check_example(older, 1) == f"missing feature {F.OBJECT_VIEW}"
+    assert verify.check_example(older, 1, schema_version="2.0.0") is None
+    # A 2.0 record's other object lists are still checked against each other.
+    example.features.feature[F.OBJECT_TEXT].bytes_list.value.append(b"cat")
+    assert verify.check_example(example.SerializeToString(), 1, schema_version="2.0.0") == (
+        "per-object lists have different lengths"
+    )
+
+
 def test_directory_without_a_build(tmp_path, capsys):
     assert verify.main([str(tmp_path)]) == 2
 

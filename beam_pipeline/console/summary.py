@@ -11,7 +11,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
-from schemas import DEAD_LETTER_FILE, LABEL_SOURCES, DatasetInfo, SplitInfo
+from schemas import DEAD_LETTER_FILE, DUPLICATES_FILE, LABEL_SOURCES, DatasetInfo, SplitInfo
 from schemas.classes import BACKGROUND, FROM_BACKGROUND, FROM_FOLDER, FROM_NOTHING, FROM_XML
 from schemas.paths import is_local, join
 
@@ -239,6 +239,7 @@ def _closing_lines(
         else f"{plural(info.num_classes, 'class')} (no image is background)"
     ]
     notes += _shard_notes(info)
+    notes += duplicates_notes(info.duplicates)
     lines = [line for note in notes for line in fold(note.split(" "), width)]
     for split, reasons in sorted((rejected or {}).items()):
         where = f"in {split}:" if split else "outside any split:"
@@ -252,6 +253,36 @@ def _closing_lines(
     if code:
         lines += ["load it:", *(f"  {statement}" for statement in code)]
     return lines + fold(["full log:", log_path], width)
+
+
+def duplicates_notes(found: Mapping) -> list[str]:
+    """What the summary says of the copies among the images (`core.duplicates.counts`):
+    leaks and clashes as warnings, copies within a class as a note; nothing without any."""
+    if not found.get("images"):
+        return []
+    groups = [
+        plural(found["exact_groups"], "group") + " of exact copies"
+        if found["exact_groups"]
+        else "",
+        plural(found["near_pairs"], "pair") + " of near copies" if found["near_pairs"] else "",
+    ]
+    notes = [
+        f"Copies: {' and '.join(filter(None, groups))} among "
+        f"{plural(found['images'], 'image')} ({DUPLICATES_FILE})"
+    ]
+    for split, count in found.get("leaked", {}).items():
+        are = "is a copy" if count == 1 else "are copies"
+        notes.append(
+            f"Warning: {plural(count, split + ' image')} {are} of training images "
+            f"({DUPLICATES_FILE}, leak: true)"
+        )
+    if found.get("clashes"):
+        notes.append(
+            f"Warning: {plural(found['clashes'], 'group')} of copies "
+            f"{'holds' if found['clashes'] == 1 else 'hold'} images of different classes "
+            f"({DUPLICATES_FILE}, clash: true)"
+        )
+    return notes
 
 
 def _split_table(splits: Sequence[tuple[str, SplitInfo]]) -> Table:

@@ -3,8 +3,11 @@
 ILSVRC (DET and CLS-LOC) uses the Pascal VOC XML format, so one parser serves every layout.
 Parsing never resolves entities, loads a DTD or touches the network, and a document that
 declares entities is refused outright (billion laughs, quadratic blow-up, XXE). Only the
-geometry and class fields are read; `<filename>`, `<folder>` and `<path>` are ignored on
-purpose (they lie, and may hold `%s` or `../`): images are paired by their relative path.
+size and each object's class, box, flags and pose are read; `<filename>`, `<folder>` and
+`<path>` are ignored on purpose (they lie, and may hold `%s` or `../`): images are paired by
+their relative path. An object's `<pose>` (VOC's view: Frontal, Left, Rear, Right,
+Unspecified) is kept as its text, as the OD API's `create_pascal_tf_record` writes it to
+`image/object/view`; empty when the object has none (the OD API's script stops there instead).
 
 `voc_xml` writes the same format; the sample tree, the benchmark trees and the tests all use it.
 """
@@ -41,10 +44,14 @@ class Box:
 
 @dataclasses.dataclass(frozen=True)
 class AnnotatedObject:
+    """One `<object>`. `pose` is its `<pose>` as written (case kept, surrounding whitespace
+    dropped), or empty when it has none (ILSVRC DET, most exports)."""
+
     name: str
     box: Box
     difficult: bool
     truncated: bool
+    pose: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,6 +170,7 @@ def _parse_object(node: etree._Element, index: int) -> AnnotatedObject:
         box=box,
         difficult=_flag(node, "difficult", where),
         truncated=_flag(node, "truncated", where),
+        pose=_text(node, "pose") or "",
     )
 
 
@@ -179,6 +187,8 @@ def _flag(node: etree._Element, tag: str, where: str) -> bool:
 
 
 _BOOLEANS = {"true": True, "false": False}
+# What `voc_xml` writes for an object's difficult, truncated and pose not given (no <pose>).
+_OBJECT_DEFAULTS: list[object] = [0, 0, None]
 
 
 def voc_xml(
@@ -192,8 +202,9 @@ def voc_xml(
     """A Pascal VOC annotation document, as `parse_annotation` reads it.
 
     Args:
-      objects: (name, xmin, ymin, xmax, ymax[, difficult, truncated]) each. Coordinates and
-        flags are written as given (so a test can write a malformed one); flags default to 0.
+      objects: (name, xmin, ymin, xmax, ymax[, difficult, truncated[, pose]]) each.
+        Coordinates and flags are written as given (so a test can write a malformed one);
+        flags default to 0; `<pose>` is written only when a pose is given (escaped).
       size: (width, height) for `<size>`, or None to leave it out.
       folder, filename: written as given (escaped); the parser ignores both.
       extra: markup appended inside `<annotation>`, as is.
@@ -205,10 +216,11 @@ def voc_xml(
         parts.append(
             f"<size><width>{size[0]}</width><height>{size[1]}</height><depth>3</depth></size>"
         )
-    for name, xmin, ymin, xmax, ymax, *flags in objects:
-        difficult, truncated = [*flags, 0, 0][:2]
+    for name, xmin, ymin, xmax, ymax, *given in objects:
+        difficult, truncated, pose = given + _OBJECT_DEFAULTS[len(given) :]
+        pose_tag = "" if pose is None else f"<pose>{escape(str(pose))}</pose>"
         parts.append(
-            f"<object><name>{escape(str(name))}</name><difficult>{difficult}</difficult>"
+            f"<object><name>{escape(str(name))}</name>{pose_tag}<difficult>{difficult}</difficult>"
             f"<truncated>{truncated}</truncated><bndbox><xmin>{xmin}</xmin><ymin>{ymin}</ymin>"
             f"<xmax>{xmax}</xmax><ymax>{ymax}</ymax></bndbox></object>"
         )

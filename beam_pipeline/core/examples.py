@@ -8,7 +8,6 @@ so the same input always gives the same bytes.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 
 from beam_pipeline.core.entries import LabelledEntry
 from beam_pipeline.core.images import NormalisedImage
@@ -91,7 +90,7 @@ def build_example(labelled: LabelledEntry, image: NormalisedImage, vocabulary: V
         F.CHANNELS: [F.IMAGE_CHANNELS],
         F.FILENAME: [entry.filename.encode("utf-8")],
         F.SOURCE_ID: [entry.key.encode("utf-8")],
-        F.KEY_SHA256: [hashlib.sha256(image.data).hexdigest().encode("ascii")],
+        F.KEY_SHA256: [image.sha256.encode("ascii")],
         F.LABEL: [labelled.label],
         F.LABEL_TEXT: [vocabulary.name(labelled.label).encode("utf-8")],
         F.ONE_HOT: vocabulary.one_hot(labelled.label),
@@ -103,6 +102,7 @@ def build_example(labelled: LabelledEntry, image: NormalisedImage, vocabulary: V
         F.OBJECT_TEXT: [obj.name.encode("utf-8") for obj in objects],
         F.OBJECT_DIFFICULT: [int(obj.difficult) for obj in objects],
         F.OBJECT_TRUNCATED: [int(obj.truncated) for obj in objects],
+        F.OBJECT_VIEW: [obj.pose.encode("utf-8") for obj in objects],
     }
     example = Example()
     feature_map = example.features.feature

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import hashlib
 import io
 import re
 import warnings
@@ -24,6 +26,7 @@ import warnings
 import numpy as np
 from PIL import Image
 
+from beam_pipeline.core.fingerprints import Fingerprint, fingerprint, hash_scale
 from beam_pipeline.core.formats import sniff_format
 from beam_pipeline.core.jpegdata import (
     UnsupportedConversion,
@@ -97,7 +100,8 @@ class NormalisedImage:
 
     `source_width`/`source_height` are the decoded size before any resize (what the annotation's
     coordinates refer to). `note`: what the build reports of a kept image (stray JPEG bytes
-    taken out on `--keep_stray_jpeg_bytes`), or "".
+    taken out on `--keep_stray_jpeg_bytes`), or "". `fingerprint`: of the pixels stored, from
+    the decode the check made (`core.fingerprints`).
     """
 
     data: bytes
@@ -108,6 +112,13 @@ class NormalisedImage:
     source_height: int
     reencoded: bool
     note: str = ""
+    fingerprint: Fingerprint | None = None
+
+    @functools.cached_property
+    def sha256(self) -> str:
+        """The hex SHA-256 of `data`: the record's `image/key/sha256`, and (its first 16
+        bytes) the key of exact copies (`fingerprints.content_hash`), computed once."""
+        return hashlib.sha256(self.data).hexdigest()
 
 
 def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
@@ -137,8 +148,11 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
         target = policy.target_size(width, height)
         _check_storable(fmt, (width, height), target, policy)
         keep = fmt == "JPEG" and image.mode == "RGB" and target == (width, height)
-        if keep:
-            checked = check_jpeg_data(data, image.mode, image.size, keep_stray=keep_stray)
+        if keep:  # checked where the fingerprint is made: in colour, at `hash_scale`
+            checked = check_jpeg_data(
+                data, image.mode, image.size, keep_stray=keep_stray, scale=hash_scale(*image.size),
+                colour=True,
+            )  # fmt: skip
             data, note = checked.data, checked.note
         elif fmt == "JPEG" and image.mode in ("RGB", "L"):
             image, note = _decode_jpeg_strictly(data, image, target, keep_stray)
@@ -151,7 +165,8 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
                 image.draft(image.mode, target)
             image.load()
     if keep:
-        return NormalisedImage(data, width, height, fmt, width, height, False, note)
+        prints = fingerprint(checked.pixels)
+        return NormalisedImage(data, width, height, fmt, width, height, False, note, prints)
     rgb = to_rgb(image)
     if rgb.size != target:
         rgb = rgb.resize(target, Image.Resampling.BICUBIC, reducing_gap=3.0)
@@ -160,7 +175,8 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
         rgb.save(out, format="JPEG", quality=policy.jpeg_quality)
     except (OSError, ValueError) as error:  # the image's fault, never the output's
         raise InputError("corrupt_image", f"{fmt}: cannot be encoded as JPEG: {error}") from None
-    return NormalisedImage(out.getvalue(), *target, fmt, width, height, True, note)
+    stored = NormalisedImage(out.getvalue(), *target, fmt, width, height, True, note)
+    return dataclasses.replace(stored, fingerprint=fingerprint(rgb))
 
 
 def _decode_jpeg_strictly(

@@ -293,23 +293,32 @@ def at_scale(size: tuple[int, int], scale: int) -> dict[str, int]:
 
 
 def check_jpeg_data(
-    data: bytes, mode: str, size: tuple[int, int], *, keep_stray: bool = False
+    data: bytes,
+    mode: str,
+    size: tuple[int, int],
+    *,
+    keep_stray: bool = False,
+    scale: int = 8,
+    colour: bool = False,
 ) -> CheckedJpeg:
-    """Decodes every coefficient of a JPEG's data (at 1/8 scale, one channel where it can: no
-    pixel work beyond that) strictly, as `strict_decode`. `size` is the image's (width,
-    height): simplejpeg scales down only to a size it is given.
+    """Decodes every coefficient of a JPEG's data (at 1/`scale`, one channel where it can and
+    `colour` is not asked: no pixel work beyond that) strictly, as `strict_decode`. `size` is
+    the image's (width, height): simplejpeg scales down only to a size it is given. (The
+    build asks for the RGB decode its fingerprints are made of: `fingerprints.hash_scale`.)
 
     Raises:
       InputError: as `strict_decode`; `corrupt_image` when libjpeg-turbo cannot decode the
         data in any colour space.
     """
     # libjpeg-turbo turns CMYK and YCCK into CMYK only, and some colour spaces into RGB only.
+    scaling = at_scale(size, scale)
     if mode != "CMYK":
-        with contextlib.suppress(UnsupportedConversion):
-            return strict_decode(data, "GRAY", keep_stray=keep_stray, **at_scale(size, 8))
+        for space in ("RGB", "GRAY") if colour else ("GRAY",):
+            with contextlib.suppress(UnsupportedConversion):
+                return strict_decode(data, space, keep_stray=keep_stray, **scaling)
     try:
         space = "CMYK" if mode == "CMYK" else "RGB"
-        return strict_decode(data, space, keep_stray=keep_stray, **at_scale(size, 8))
+        return strict_decode(data, space, keep_stray=keep_stray, **scaling)
     except UnsupportedConversion as error:
         raise InputError(
             "corrupt_image", f"JPEG: {error} (decoded anyway, it is grey or garbled from there on)"

@@ -148,6 +148,7 @@ def commit(
     listed: dict[str, int] | None = None,
     *,
     staged: bool = False,
+    files: dict[str, bytes] | None = None,
 ) -> None:
     """Deletes shard files that are not `info`'s, then writes `labels.txt`, `label_map.pbtxt`,
     TFDS's metadata but its `dataset_info.json`, then `build_info.json` (the commit marker of
@@ -160,6 +161,7 @@ def commit(
     `rejected.jsonl` are moved into place (`_move_staged_build`): renames, so locally the
     directory holds no build only for the moment this takes; a crash then leaves no commit
     marker, a retried commit goes on where it stopped, and `--resume` keeps every shard.
+    `files`: more of the build's own files (`duplicates.jsonl`), written with the labels.
 
     Raises:
       KeyboardInterrupt: a Ctrl-C reached this process earlier and was swallowed on the way.
@@ -171,6 +173,8 @@ def commit(
         remove_other_shards(output_dir, info, listed)
     labels = "".join(name + "\n" for name in info.classes)
     write_atomic(output_dir, LABELS_FILE, labels.encode("utf-8"))
+    for name, data in (files or {}).items():
+        write_atomic(output_dir, name, data)
     label_map = label_map_text(info.classes, info.display_names)
     write_atomic(output_dir, LABEL_MAP_FILE, label_map.encode("utf-8"))
     tfds = tfds_files(info)

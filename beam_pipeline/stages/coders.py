@@ -7,9 +7,9 @@ spells no names; transforms declare their output types so Beam picks these.
 
 A local build's coordinator (FnApiRunner) relays every byte of the index between stages, at
 ~10 ns a byte, so the tuples spell nothing twice: a file's path is stored as what surrounds
-its pairing key in it (`Data/DET/` and `.JPEG` around `train/n01/n01_1`), and a box corner
-that is a whole number as an integer (1-3 bytes instead of 9). Both are exact: decoding gives
-back the same strings and floats.
+its pairing key in it (`Data/DET/` and `.JPEG` around `train/n01/n01_1`), a box corner
+that is a whole number as an integer (1-3 bytes instead of 9), and an object's pose only when
+it has one. All are exact: decoding gives back the same strings and floats.
 """
 
 from __future__ import annotations
@@ -83,6 +83,7 @@ def _annotation_to(annotation: Annotation | None):
             _number_to(o.box.ymax),
             o.difficult,
             o.truncated,
+            *((o.pose,) if o.pose else ()),  # only when there is one: ILSVRC DET has none
         )
         for o in annotation.objects
     )
@@ -97,9 +98,7 @@ def _annotation_from(value) -> Annotation | None:
         width,
         height,
         tuple(
-            AnnotatedObject(
-                o[0], Box(float(o[1]), float(o[2]), float(o[3]), float(o[4])), o[5], o[6]
-            )
+            AnnotatedObject(o[0], Box(float(o[1]), float(o[2]), float(o[3]), float(o[4])), *o[5:])
             for o in objects
         ),
     )

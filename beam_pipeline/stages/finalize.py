@@ -20,6 +20,7 @@ from typing import Any
 import apache_beam as beam
 
 from beam_pipeline.console import watch
+from beam_pipeline.core import duplicates
 from beam_pipeline.core.entries import ShardResult
 from beam_pipeline.core.jpegdata import KEEP_FLAG, STRAY_JPEG_BYTES
 from beam_pipeline.core.labels import Vocabulary, unknown_class_name
@@ -27,7 +28,7 @@ from beam_pipeline.core.rejections import DISCOVER, Rejection
 from beam_pipeline.core.sharding import SplitPlan
 from beam_pipeline.failures import BuildFailed
 from beam_pipeline.output import commit
-from schemas import DEAD_LETTER_FILE, SCHEMA_VERSION, DatasetInfo, SplitInfo
+from schemas import DEAD_LETTER_FILE, DUPLICATES_FILE, SCHEMA_VERSION, DatasetInfo, SplitInfo
 from schemas.paths import join
 
 
@@ -311,32 +312,40 @@ class _FinalizeFn(beam.DoFn):
     def __init__(self, spec: FinalizeSpec):
         self._spec = spec
 
-    def process(self, _, vocabulary, plans, index_counts, results, rejections):
+    def process(self, _, vocabulary, plans, index_counts, results, rejections, groups):
         spec = self._spec
         rejections = sorted(set(rejections))
         commit.write_dead_letter(spec.output_dir, rejections, _dead_letter(spec))
         info = assemble_info(spec, vocabulary, plans, index_counts, results, rejections)
+        groups = sorted(set(groups))
+        info = dataclasses.replace(info, duplicates=duplicates.counts(groups))
+        names = info.class_list.names
+        files = {DUPLICATES_FILE: "".join(duplicates.row(g, names) + "\n" for g in groups).encode()}
         staged = spec.replaces_build
         if staged and commit.committed_already(spec.output_dir, info):
             # A runner retried a commit that had moved everything in: its metadata again (it
             # may have stopped before TFDS's dataset_info.json), then the work folders.
-            commit.commit(spec.output_dir, info)
+            commit.commit(spec.output_dir, info, files=files)
         else:
             listed = commit.check_shard_files(spec.output_dir, info, staged=staged)
-            commit.commit(spec.output_dir, info, listed, staged=staged)
+            commit.commit(spec.output_dir, info, listed, staged=staged, files=files)
         yield info
 
 
 class Finalize(beam.PTransform):
     """Runs once, after every shard is written; outputs the committed DatasetInfo."""
 
-    def __init__(self, spec: FinalizeSpec, *, vocabulary, plans, index_counts, results, rejected):
+    def __init__(
+        self, spec: FinalizeSpec, *, vocabulary, plans, index_counts, results, rejected, groups
+    ):
+        """`groups`: the copies among the stored images (`stages.duplicates`), for
+        `duplicates.jsonl` and the metadata's counts."""
         super().__init__()
         self._spec = spec
-        self._inputs = (vocabulary, plans, index_counts, results, rejected)
+        self._inputs = (vocabulary, plans, index_counts, results, rejected, groups)
 
     def expand(self, pbegin):
-        vocabulary, plans, index_counts, results, rejected = self._inputs
+        vocabulary, plans, index_counts, results, rejected, groups = self._inputs
         return (
             pbegin
             | "Once" >> beam.Create([None])
@@ -348,5 +357,6 @@ class Finalize(beam.PTransform):
                 index_counts=beam.pvalue.AsDict(index_counts),
                 results=beam.pvalue.AsList(results),
                 rejections=beam.pvalue.AsList(rejected),
+                groups=beam.pvalue.AsList(groups),
             )
         )

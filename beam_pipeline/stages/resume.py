@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 from apache_beam.io.filesystems import FileSystems
 
+from beam_pipeline.core.duplicates import ImagePrint
 from beam_pipeline.core.entries import LabelledEntry, ShardResult
 from beam_pipeline.core.images import ImagePolicy
 from beam_pipeline.core.labels import Vocabulary
@@ -63,13 +64,19 @@ def _record_name(shard_file: str) -> str:
 
 
 def save(
-    output_dir: str, shard_fingerprint: str, result: ShardResult, rejections: Sequence[Rejection]
+    output_dir: str,
+    shard_fingerprint: str,
+    result: ShardResult,
+    rejections: Sequence[Rejection],
+    prints: Sequence[ImagePrint] = (),
 ) -> None:
-    """Records a shard that is in place, with the rejections its writer made."""
+    """Records a shard that is in place, with the rejections its writer made and the prints
+    of its images (a kept shard is not decoded again: its copies are found from these)."""
     record = {
         "fingerprint": shard_fingerprint,
         "result": dataclasses.asdict(result),
         "rejections": [dataclasses.asdict(r) for r in rejections],
+        "prints": [p.to_row() for p in prints],
     }
     data = json.dumps(record).encode("utf-8")
     write_atomic(output_dir, _record_name(result.shard.file), data)
@@ -92,9 +99,10 @@ def _result_from(fields: dict[str, Any]) -> ShardResult:
 
 def load_completed(
     output_dir: str, shard_path: str, shard_fingerprint: str
-) -> tuple[ShardResult, list[Rejection]] | None:
-    """The recorded result and rejections of an intact shard with this fingerprint, or None.
-    `shard_path`: the shard's file relative to `output_dir` (in `.staged/` for a rebuild)."""
+) -> tuple[ShardResult, list[Rejection], list[ImagePrint]] | None:
+    """The recorded result, rejections and prints of an intact shard with this fingerprint,
+    or None (a record without prints, an older version's, too). `shard_path`: the shard's file
+    relative to `output_dir` (in `.staged/` for a rebuild)."""
     path = join(output_dir, _record_name(posixpath.basename(shard_path)))
     shard = join(output_dir, shard_path)
     if not FileSystems.exists(path) or not FileSystems.exists(shard):
@@ -107,11 +115,12 @@ def load_completed(
             return None
         result = _result_from(record["result"])
         rejections = [Rejection(**r) for r in record["rejections"]]
+        prints = [ImagePrint.from_row(row) for row in record["prints"]]
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
     if sha256_of(shard) != (result.shard.sha256, result.shard.num_bytes):
         return None
-    return result, rejections
+    return result, rejections, prints
 
 
 # A local file as a build leaves it: (device, inode, modification time in ns, size).

@@ -23,10 +23,11 @@ from apache_beam.metrics import Metrics
 from apache_beam.typehints import Tuple
 
 from beam_pipeline.console import watch
-from beam_pipeline.core import sharding
+from beam_pipeline.core import fingerprints, sharding
+from beam_pipeline.core.duplicates import ImagePrint
 from beam_pipeline.core.entries import LabelledEntry, ShardResult
 from beam_pipeline.core.examples import build_example
-from beam_pipeline.core.images import ImagePolicy, normalise_image
+from beam_pipeline.core.images import ImagePolicy, NormalisedImage, normalise_image
 from beam_pipeline.core.jpegdata import KEPT_STRAY_JPEG_BYTES
 from beam_pipeline.core.labels import Vocabulary
 from beam_pipeline.core.rejections import IMAGE, METRICS_NAMESPACE, REJECTED, InputError, Rejection
@@ -39,6 +40,8 @@ from beam_pipeline.tree.fileio import READ_AHEAD_FILES, read_ahead
 from schemas import UNLABELLED, ShardInfo, shard_filename
 from schemas.paths import join
 from schemas.tfrecord import encode_record
+
+PRINTS = "prints"  # the tagged output of each shard's ImagePrints
 
 
 def split_size(labelled: LabelledEntry, seed: int) -> tuple[str, tuple[int, int]]:
@@ -229,14 +232,14 @@ class _WriteShardFn(beam.DoFn):
         done = self._resume and resume.load_completed(self._output_dir, path, shard_print)
         if done:
             self._kept.inc()
-            result, rejections = done
+            result, rejections, prints = done
             tally.add(result.shard.num_examples + len(rejections))
         else:
-            result, rejections = self._write(
+            result, rejections, prints = self._write(
                 split, index, num_shards, name, path, members, vocabulary, tally
             )
             try:
-                resume.save(self._output_dir, shard_print, result, rejections)
+                resume.save(self._output_dir, shard_print, result, rejections, prints)
             except OSError as error:  # the output's fault, as in `_write`
                 raise BuildFailed(
                     f"cannot write the progress record of shard {name} to {self._output_dir}: "
@@ -245,6 +248,7 @@ class _WriteShardFn(beam.DoFn):
         tally.flush()
         for rejection in rejections:
             yield beam.pvalue.TaggedOutput(REJECTED, count_rejection(rejection))
+        yield beam.pvalue.TaggedOutput(PRINTS, tuple(prints))
         yield result
 
     def _write(self, split, index, num_shards, name, path, members, vocabulary, tally):
@@ -252,7 +256,7 @@ class _WriteShardFn(beam.DoFn):
         digest, num_bytes, num_examples = hashlib.sha256(), 0, 0
         class_counts, sources, disagreements = collections.Counter(), collections.Counter(), 0
         objects, widths, heights = (collections.Counter() for _ in range(3))
-        rejections = []
+        rejections, prints = [], []
         inputs = [
             (join(self._input_dir, labelled.entry.filename), labelled.entry.num_bytes)
             for _, labelled in members
@@ -287,6 +291,7 @@ class _WriteShardFn(beam.DoFn):
                         objects[len(labelled.object_labels)] += 1
                         widths[image.width] += 1
                         heights[image.height] += 1
+                        prints.append(image_print(labelled, image))
         except OSError as error:  # the output's fault, not the input's: fail the build, loudly
             raise BuildFailed(
                 f"cannot write shard {name} to {self._output_dir}: {error}"
@@ -304,7 +309,7 @@ class _WriteShardFn(beam.DoFn):
             widths=tuple(sorted(widths.items())),
             heights=tuple(sorted(heights.items())),
         )
-        return result, rejections
+        return result, rejections, prints
 
     def _encode(self, labelled: LabelledEntry, data: bytes, vocabulary: Vocabulary):
         """(the framed record, the image as stored).
@@ -321,6 +326,23 @@ class _WriteShardFn(beam.DoFn):
         return encode_record(build_example(labelled, image, vocabulary)), image
 
 
+def image_print(labelled: LabelledEntry, image: NormalisedImage) -> ImagePrint:
+    """What the build keeps of a stored image to find its copies (`core.duplicates`)."""
+    assert image.fingerprint is not None  # normalise_image makes one of every image it stores
+    entry, found = labelled.entry, image.fingerprint
+    return ImagePrint(
+        entry.split,
+        entry.filename,
+        labelled.label,
+        bytes.fromhex(image.sha256)[: fingerprints.CONTENT_HASH_BYTES],
+        found.perceptual,
+        found.luma_spread,
+        found.chroma_spread,
+        image.width,
+        image.height,
+    )
+
+
 def _kept_report(split: str, path: str, note: str) -> Rejection:
     """The `rejected.jsonl` line of an image written with a note (`--keep_stray_jpeg_bytes`):
     reported, not counted as rejected."""
@@ -328,7 +350,8 @@ def _kept_report(split: str, path: str, note: str) -> Rejection:
 
 
 class WriteShards(beam.PTransform):
-    """Assigned entries → one TFRecord file per (split, shard); output (results, rejected)."""
+    """Assigned entries → one TFRecord file per (split, shard); output (results, rejected,
+    prints: a tuple of ImagePrint per shard)."""
 
     def __init__(
         self,
@@ -366,6 +389,6 @@ class WriteShards(beam.PTransform):
                 vocabulary=beam.pvalue.AsSingleton(self._vocabulary),
                 plans=beam.pvalue.AsDict(self._plans),
                 **({} if self._gate is None else {"gate": beam.pvalue.AsSingleton(self._gate)}),
-            ).with_outputs(REJECTED, main="results")
+            ).with_outputs(REJECTED, PRINTS, main="results")
         )
-        return result.results, result[REJECTED]
+        return result.results, result[REJECTED], result[PRINTS]

@@ -2,10 +2,10 @@
 
 The record is an Example with every schema key of the build's schema version, of the right kind
 and length; its label agrees with its one-hot (label -1 and no one-hot in an unlabelled split),
-its class text with the build's metadata; its object lists are as long as each other, their
-boxes inside [0, 1], their labels in the vocabulary; its image is a 3-channel JPEG that decodes
-as RGB at the recorded size, in Pillow and in libjpeg-turbo strictly, whose SHA-256 is the
-record's key.
+its class text with the build's metadata; its object lists (boxes, classes, flags and, from
+schema 2.1, views) are as long as each other, their boxes inside [0, 1], their labels in the
+vocabulary; its image is a 3-channel JPEG that decodes as RGB at the recorded size, in Pillow
+and in libjpeg-turbo strictly, whose SHA-256 is the record's key.
 """
 
 from __future__ import annotations
@@ -91,7 +91,8 @@ def _check_label(values: dict[str, list[Any]], num_classes: int, labelled: bool)
 
 
 def _check_objects(values: dict[str, list[Any]], num_classes: int) -> str | None:
-    lengths = {len(values[key]) for key in _OBJECT_KEYS}
+    # Only the lists of the build's schema (a 2.0 record has no image/object/view).
+    lengths = {len(values[key]) for key in _OBJECT_KEYS if key in values}
     if len(lengths) != 1:
         return "per-object lists have different lengths"
     boxes = zip(

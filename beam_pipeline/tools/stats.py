@@ -103,6 +103,8 @@ def build_stats(output_dir: str) -> dict[str, Any]:
     }
     if info.display_names:  # (--labels_file LOC_synset_mapping.txt): the text names them
         stats["display_names"] = dict(info.display_names)
+    if info.duplicates:  # (builds before the build looked for copies have none)
+        stats["duplicates"] = dict(info.duplicates)
     return stats
 
 
@@ -176,7 +178,17 @@ def format_stats(stats: dict[str, Any]) -> str:
             lines.append("  rejections: " + ", ".join(f"{r} {c:,}" for r, c in rejections.items()))
         else:
             lines.append("  rejections: none")
-    return "\n".join(lines)
+    return "\n".join(lines + _copies_lines(stats.get("duplicates")))
+
+
+def _copies_lines(found: dict[str, Any] | None) -> list[str]:
+    """The copies among the images, as the build's summary says them (none before the build
+    looked for them: schema 2.1)."""
+    from beam_pipeline.console.summary import duplicates_notes
+
+    if not found:
+        return []
+    return ["", *(duplicates_notes(found) or ["Copies: none found (duplicates.jsonl)"])]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

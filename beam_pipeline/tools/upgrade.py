@@ -8,11 +8,12 @@ writes what a build of this version has beside its shards: `label_map.pbtxt` (bu
 1.2 have none), TFDS's `features.json` and class-name files, `build_info.json` (the same
 metadata under its new name, keeping the schema version its records were written with), and,
 last, TFDS's `dataset_info.json` in place of the old file. A crash half-way leaves a build that
-reads as before; running `upgrade` again finishes it. On a build of this version it rewrites
-TFDS's files (what `verify` asks for when they are missing or disagree), and finishes the
-commit of a rebuild that stopped after its `build_info.json` (what the build's stop line
-says): TFDS's files, then the commit's work folders. Records and shards are never read or
-written: run `verify` for them.
+reads as before; running `upgrade` again finishes it. On a build of schema 2.x it rewrites
+TFDS's files (what `verify` asks for when they are missing or disagree) for the schema its
+records have: a 2.0 build's `features.json` names no `image/object/view`, which its records
+lack (the views come from the XML: rebuild for them). It also finishes the commit of a rebuild
+that stopped after its `build_info.json` (what the build's stop line says): TFDS's files, then
+the commit's work folders. Records and shards are never read or written: run `verify` for them.
 
 Exit code 0 when the metadata is written, 2 when OUT holds no committed build.
 """

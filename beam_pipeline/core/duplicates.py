@@ -1,0 +1,151 @@
+"""Copies among a build's images: exact (the same stored bytes) and near (perceptual hashes
+within `fingerprints.DEFAULT_RADIUS` bits), found from the fingerprints the writer keeps of
+every image it stores (`ImagePrint`), and reported as groups in `duplicates.jsonl`.
+
+The build groups the prints on its runner (`stages.duplicates`): by content hash for exact
+copies; for near ones, one image of each content hash under each of its hash's blocks
+(multi-index hashing: two hashes within the radius share a block), each pair within the radius
+found once, in the group of the first block the two share. Nearly uniform images (a blank
+frame, a flat colour) are left out of the near search: their hashes crowd together without
+being copies. This module holds the pure parts: the prints, the pairs' verdicts, the report.
+
+A group is a leak when it holds a training image and an image of another split (a validation
+image that is a copy of a training one makes the validation score a memory test); a clash when
+its labelled members are of different classes (one picture labelled two ways). Both are
+warnings; a group within one class and one split is a note.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Sequence
+
+from beam_pipeline.core import fingerprints as fp
+
+EXACT, NEAR = "exact", "near"
+# The split whose copies elsewhere are leaks.
+TRAIN = "train"
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class ImagePrint:
+    """What the writer keeps of one stored image: where it is, its label, its fingerprints.
+
+    Attributes:
+      split, filename: the image's split and its file name in the tree (as the record's).
+      label: its label (-1 when unlabelled; the background index for background).
+      content: `fingerprints.content_hash` of the stored bytes.
+      perceptual, luma_spread, chroma_spread: `fingerprints.Fingerprint`'s.
+      width, height: as stored.
+    """
+
+    split: str
+    filename: str
+    label: int
+    content: bytes
+    perceptual: int
+    luma_spread: int
+    chroma_spread: int | None
+    width: int
+    height: int
+
+    @property
+    def nearly_uniform(self) -> bool:
+        return self.luma_spread < fp.UNIFORM_SPREAD
+
+    def to_row(self) -> list:
+        """The print as JSON values (the progress record of a shard keeps its prints)."""
+        return [*dataclasses.astuple(self)[:3], self.content.hex(), *dataclasses.astuple(self)[4:]]
+
+    @classmethod
+    def from_row(cls, row: Sequence) -> ImagePrint:
+        split, filename, label, content, *rest = row
+        return cls(split, filename, label, bytes.fromhex(content), *rest)
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Group:
+    """Images that are copies of one another: `kind` EXACT (one content hash) or NEAR (two
+    images `distance` bits apart, each the representative of its content hash)."""
+
+    kind: str
+    members: tuple[ImagePrint, ...]
+    distance: int = 0
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return tuple(sorted({m.split for m in self.members}))
+
+    @property
+    def classes(self) -> tuple[int, ...]:
+        return tuple(sorted({m.label for m in self.members if m.label >= 0}))
+
+    @property
+    def leaks(self) -> bool:
+        """A training image and an image of another split."""
+        return TRAIN in self.splits and len(self.splits) > 1
+
+    @property
+    def clash(self) -> bool:
+        """Labelled members of different classes."""
+        return len(self.classes) > 1
+
+
+def exact_group(members: Iterable[ImagePrint]) -> Group | None:
+    """The group of the images that share one content hash, or None for a single image."""
+    ordered = tuple(sorted(members))
+    return Group(EXACT, ordered) if len(ordered) > 1 else None
+
+
+def near_pairs(
+    block: int, members: Iterable[ImagePrint], k: int, radius: int = fp.DEFAULT_RADIUS
+) -> list[Group]:
+    """The pairs within `radius` among the images grouped under one value of hash block
+    `block` (of `k`), each pair only in the group of the first block the two share."""
+    ordered = sorted(members)
+    hashes = {index: print_.perceptual for index, print_ in enumerate(ordered)}
+    found = fp.pairs_within(hashes, radius, block=block, k=k)
+    return [
+        Group(NEAR, tuple(sorted((ordered[a], ordered[b]))), distance)
+        for a, b, distance in sorted(found)
+    ]
+
+
+def row(group: Group, class_names: Sequence[str]) -> str:
+    """The `duplicates.jsonl` line of one group: kind, distance, whether it leaks or clashes,
+    and each member's split, file name and class name ("" when unlabelled)."""
+
+    def name(label: int) -> str:
+        return class_names[label] if 0 <= label < len(class_names) else ""
+
+    return json.dumps(
+        {
+            "kind": group.kind,
+            "distance": group.distance,
+            "leak": group.leaks,
+            "clash": group.clash,
+            "members": [
+                {"split": m.split, "path": m.filename, "class": name(m.label)}
+                for m in group.members
+            ],
+        },
+        sort_keys=False,
+    )
+
+
+def counts(groups: Sequence[Group]) -> dict:
+    """What `build_info.json` and the summary say of the groups."""
+    leaked: dict[str, set[str]] = {}
+    for group in groups:
+        if group.leaks:
+            for member in group.members:
+                if member.split != TRAIN:
+                    leaked.setdefault(member.split, set()).add(member.filename)
+    return {
+        "exact_groups": sum(g.kind == EXACT for g in groups),
+        "near_pairs": sum(g.kind == NEAR for g in groups),
+        "images": len({(m.split, m.filename) for g in groups for m in g.members}),
+        "leaked": {split: len(names) for split, names in sorted(leaked.items())},
+        "clashes": sum(g.clash for g in groups),
+    }

@@ -1,0 +1,204 @@
+"""Copies among a build's images (issue 41): planted exact and near copies of real photos across
+classes and splits are reported, each once, in duplicates.jsonl and build_info.json; a mirror
+image, a different photo and blank frames are not."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+
+import pytest
+from helpers import CORPUS, build, write
+from PIL import Image, ImageOps
+
+from beam_pipeline.core import duplicates
+from beam_pipeline.core.duplicates import EXACT, NEAR, Group, ImagePrint
+from beam_pipeline.tools import build as build_tool
+from schemas import BUILD_INFO_FILE, DUPLICATES_FILE
+
+PHOTOS = CORPUS / "images" / "tfrecorder"
+
+
+def jpeg(image: Image.Image, quality: int = 90) -> bytes:
+    out = io.BytesIO()
+    image.save(out, "JPEG", quality=quality)
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    """Six real photos in train/ and val/ class folders, and five planted pictures: an exact copy
+    (train to val), a re-encoded one (goat to cat), a half-size one (train to val), one cropped by
+    4 px (same folder), and a mirror image (not a copy); two blank frames of other sizes."""
+    root = tmp_path_factory.mktemp("planted")
+    for source, target in (
+        ("TEST/cat/cat-800x600-3.jpg", "train/cat/a.jpg"),
+        ("TRAIN/cat/cat-640x853-1.jpg", "train/cat/b.jpg"),
+        ("TEST/goat/goat-640x427-3.jpg", "train/goat/c.jpg"),
+        ("TRAIN/goat/goat-640x640-1.jpg", "train/goat/d.jpg"),
+        ("VALIDATION/cat/cat-800x600-2.jpg", "val/cat/e.jpg"),
+        ("VALIDATION/goat/goat-320x320-2.jpg", "val/goat/f.jpg"),
+    ):
+        (root / target).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(PHOTOS / source, root / target)
+    shutil.copy(root / "train/cat/a.jpg", root / "val/cat/a_copy.jpg")
+    write(root / "train/cat/c_q60.jpg", jpeg(Image.open(root / "train/goat/c.jpg"), 60))
+    d = Image.open(root / "train/goat/d.jpg")
+    write(root / "val/goat/d_half.jpg", jpeg(d.resize((d.width // 2, d.height // 2))))
+    b = Image.open(root / "train/cat/b.jpg")
+    write(root / "train/cat/b_crop.jpg", jpeg(b.crop((4, 4, b.width - 4, b.height - 4))))
+    write(root / "val/goat/e_mirror.jpg", jpeg(ImageOps.mirror(Image.open(root / "val/cat/e.jpg"))))
+    write(root / "train/goat/blank.jpg", jpeg(Image.new("RGB", (300, 200), (20, 20, 20))))
+    write(root / "val/goat/blank2.jpg", jpeg(Image.new("RGB", (200, 300), (20, 20, 21))))
+    return root
+
+
+def reported(output_dir) -> list[tuple]:
+    """(kind, distance, leak, clash, members as split:path:class) of each reported group."""
+    lines = (output_dir / DUPLICATES_FILE).read_text().splitlines()
+    return [
+        (
+            row["kind"],
+            row["distance"],
+            row["leak"],
+            row["clash"],
+            [f"{m['split']}:{m['path']}:{m['class']}" for m in row["members"]],
+        )
+        for row in map(json.loads, lines)
+    ]
+
+
+PLANTED = [
+    (EXACT, 0, True, False, ["train:train/cat/a.jpg:cat", "validation:val/cat/a_copy.jpg:cat"]),
+    (NEAR, 2, False, False, ["train:train/cat/b.jpg:cat", "train:train/cat/b_crop.jpg:cat"]),
+    (NEAR, 0, False, True, ["train:train/cat/c_q60.jpg:cat", "train:train/goat/c.jpg:goat"]),
+    (NEAR, 0, True, False, ["train:train/goat/d.jpg:goat", "validation:val/goat/d_half.jpg:goat"]),
+]
+
+
+def test_every_planted_copy_is_reported_and_nothing_else(tree, tmp_path):
+    info = build(tree, tmp_path / "out")
+    assert reported(tmp_path / "out") == PLANTED
+    assert info.duplicates == {
+        "exact_groups": 1,
+        "near_pairs": 3,
+        "images": 8,
+        "leaked": {"validation": 2},
+        "clashes": 1,
+    }
+    written = json.loads((tmp_path / "out" / BUILD_INFO_FILE).read_text())
+    assert written["duplicates"] == info.duplicates
+
+
+def test_every_runner_reports_the_same_groups(tree, tmp_path):
+    build(tree, tmp_path / "one")
+    workers = ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
+    build(tree, tmp_path / "many", *workers, "--num_shards", "3")
+    assert (tmp_path / "many" / DUPLICATES_FILE).read_bytes() == (
+        tmp_path / "one" / DUPLICATES_FILE
+    ).read_bytes()
+
+
+def test_the_summary_warns_of_leaks_and_clashes(tree, tmp_path, capsys):
+    argv = ["--input_dir", str(tree), "--output_dir", str(tmp_path / "out"), "--quiet"]
+    assert build_tool.main(argv) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert (
+        "Copies: 1 group of exact copies and 3 pairs of near copies among 8 images "
+        "(duplicates.jsonl) Warning: 2 validation images are copies of training images "
+        "(duplicates.jsonl, leak: true) Warning: 1 group of copies holds images of different "
+        "classes (duplicates.jsonl, clash: true)"
+    ) in text
+
+
+def test_a_build_without_copies_says_nothing_of_them(tmp_path):
+    root = tmp_path / "photos"
+    for name in ("cat", "goat"):
+        for number, path in enumerate(sorted((PHOTOS / "TRAIN" / name).glob("*.jpg"))):
+            write(root / name / f"{number}.jpg", path.read_bytes())
+    info = build(root, tmp_path / "out")
+    assert info.duplicates == {
+        "exact_groups": 0,
+        "near_pairs": 0,
+        "images": 0,
+        "leaked": {},
+        "clashes": 0,
+    }
+    assert (tmp_path / "out" / DUPLICATES_FILE).read_bytes() == b""
+
+
+def prints(*specs) -> list[ImagePrint]:
+    return [
+        ImagePrint(split, name, label, content, perceptual, 40, 30, 64, 64)
+        for split, name, label, content, perceptual in specs
+    ]
+
+
+def test_a_near_pair_is_found_once_in_the_first_block_the_two_share():
+    a, b, c = prints(
+        ("train", "a", 0, b"a", 0b1111 << 60),  # a and b differ in 3 bits of one block
+        ("validation", "b", 1, b"b", 0b1000 << 60),
+        ("train", "c", 0, b"c", (1 << 64) - 1),  # far from both
+    )
+    found = [
+        group
+        for block, value in duplicates_blocks([a, b, c])
+        for group in duplicates.near_pairs(block, value, 7)
+    ]
+    assert found == [Group(NEAR, (a, b), 3)]
+    assert found[0].leaks and found[0].clash
+
+
+def duplicates_blocks(members):
+    """The block groups the build makes: (block index, members sharing that block's value)."""
+    from beam_pipeline.core import fingerprints as fp
+
+    groups: dict = {}
+    for member in members:
+        for block, value in fp.blocks(member.perceptual, 7):
+            groups.setdefault((block, value), []).append(member)
+    return [(block, group) for (block, _), group in sorted(groups.items())]
+
+
+def test_a_print_survives_its_progress_record_row():
+    (one,) = prints(("train", "x/ÿ.jpg", -1, bytes(range(16)), 2**64 - 1))
+    assert ImagePrint.from_row(json.loads(json.dumps(one.to_row()))) == one
+
+
+def test_a_resumed_build_reports_the_copies_in_the_shards_it_kept(tree, tmp_path, monkeypatch):
+    # A kept shard is not decoded again: its prints come from its progress record.
+    from beam_pipeline.stages import writing
+
+    build(tree, tmp_path / "plain", "--num_shards", "train=3,val=2")
+    out = tmp_path / "resumed"
+    argv = ["--input_dir", str(tree), "--output_dir", str(out), "--quiet"]
+    argv += ["--num_shards", "train=3,val=2", "--direct_running_mode", "in_memory"]
+    written, write = [], writing._WriteShardFn._write
+
+    def _write(self, *args):
+        if len(written) == 3:
+            raise KeyboardInterrupt
+        written.append(write(self, *args))
+        return written[-1]
+
+    with monkeypatch.context() as patch:
+        patch.setattr(writing._WriteShardFn, "_write", _write)
+        assert build_tool.main(argv) == 130
+    assert build_tool.main([*argv, "--resume"]) == 0
+    assert reported(out) == reported(tmp_path / "plain") == PLANTED
+
+
+def test_stats_says_what_the_build_found(tree, tmp_path):
+    from beam_pipeline.tools import stats
+
+    build(tree, tmp_path / "out")
+    found = stats.build_stats(str(tmp_path / "out"))
+    assert found["duplicates"]["leaked"] == {"validation": 2}
+    assert stats.format_stats(found).splitlines()[-3:] == [
+        "Copies: 1 group of exact copies and 3 pairs of near copies among 8 images "
+        "(duplicates.jsonl)",
+        "Warning: 2 validation images are copies of training images (duplicates.jsonl, leak: true)",
+        "Warning: 1 group of copies holds images of different classes (duplicates.jsonl, "
+        "clash: true)",
+    ]
