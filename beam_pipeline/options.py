@@ -18,6 +18,7 @@ from typing import Any
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline.console.build_console import add_console_flags
+from beam_pipeline.core.duplicates import OFF, REPORT
 from beam_pipeline.core.holdout import TEST, VALIDATION, HoldOut
 from beam_pipeline.core.images import EXACT, ORIGINAL, RESIZE_MODES, SHORTER_SIDE, ImagePolicy
 from beam_pipeline.core.sharding import DEFAULT_TARGET_SHARD_BYTES
@@ -138,6 +139,13 @@ def _add_image_flags(parser: argparse.ArgumentParser) -> None:
         "listed in rejected.jsonl as reported (default: rejected, stray_jpeg_bytes).",
     )
     parser.add_argument(
+        "--duplicates",
+        default=OFF,
+        choices=(OFF, REPORT),
+        help="report: find exact and near copies among the images (duplicates.jsonl, the "
+        "summary's warnings of leaks between splits); costs throughput (default off).",
+    )
+    parser.add_argument(
         "--max_bad_fraction",
         type=float,
         default=0.01,
@@ -243,6 +251,7 @@ class BuildConfig:
             "size": parse_image_size(flags.image_policy, flags.image_size),
             "jpeg_quality": flags.jpeg_quality,
             "keep_stray_jpeg_bytes": flags.keep_stray_jpeg_bytes,
+            "fingerprints": flags.duplicates == REPORT,
         }
         if flags.max_pixels is not None:
             policy_kwargs["max_pixels"] = flags.max_pixels
@@ -282,25 +291,29 @@ class BuildConfig:
     def to_metadata(self) -> dict[str, Any]:
         """The options as recorded in build_info.json."""
         policy = self.image_policy
-        return {
-            "layout": self.layout,
-            "splits": list(self.splits),
-            "labels_file": self.labels_file,
-            "num_shards": self.num_shards,
-            "target_shard_bytes": self.target_shard_bytes,
-            "seed": self.seed,
-            "image_policy": {
-                "mode": policy.mode,
-                "size": list(policy.size),
-                "jpeg_quality": policy.jpeg_quality,
-                "max_pixels": policy.max_pixels,
-                "exif_orientation": "ignored (pixels kept as encoded)",
-                "stray_jpeg_bytes": (
-                    "kept, reported" if policy.keep_stray_jpeg_bytes else "rejected"
-                ),
-            },
-            "max_bad_fraction": self.max_bad_fraction,
-        } | self._held_out_metadata()
+        return (
+            {
+                "layout": self.layout,
+                "splits": list(self.splits),
+                "labels_file": self.labels_file,
+                "num_shards": self.num_shards,
+                "target_shard_bytes": self.target_shard_bytes,
+                "seed": self.seed,
+                "image_policy": {
+                    "mode": policy.mode,
+                    "size": list(policy.size),
+                    "jpeg_quality": policy.jpeg_quality,
+                    "max_pixels": policy.max_pixels,
+                    "exif_orientation": "ignored (pixels kept as encoded)",
+                    "stray_jpeg_bytes": (
+                        "kept, reported" if policy.keep_stray_jpeg_bytes else "rejected"
+                    ),
+                },
+                "max_bad_fraction": self.max_bad_fraction,
+            }
+            | self._held_out_metadata()
+            | ({"duplicates": REPORT} if policy.fingerprints else {})
+        )
 
     def _held_out_metadata(self) -> dict[str, Any]:
         """`held_out` in the metadata when splits are held out (none otherwise: the metadata

@@ -319,7 +319,11 @@ def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollect
         index_counts=index_counts,
         results=results,
         rejected=rejected,
-        groups=prints | "FindDuplicates" >> FindDuplicates(),
+        groups=(
+            prints | "FindDuplicates" >> FindDuplicates()
+            if config.image_policy.fingerprints
+            else pipeline | "NoDuplicates" >> beam.Create([])
+        ),
     )
 
 

@@ -18,6 +18,7 @@ from beam_pipeline.tools import build as build_tool
 from schemas import BUILD_INFO_FILE, DUPLICATES_FILE
 
 PHOTOS = CORPUS / "images" / "tfrecorder"
+REPORT = ("--duplicates", "report")
 
 
 def jpeg(image: Image.Image, quality: int = 90) -> bytes:
@@ -78,7 +79,7 @@ PLANTED = [
 
 
 def test_every_planted_copy_is_reported_and_nothing_else(tree, tmp_path):
-    info = build(tree, tmp_path / "out")
+    info = build(tree, tmp_path / "out", *REPORT)
     assert reported(tmp_path / "out") == PLANTED
     assert info.duplicates == {
         "exact_groups": 1,
@@ -92,9 +93,9 @@ def test_every_planted_copy_is_reported_and_nothing_else(tree, tmp_path):
 
 
 def test_every_runner_reports_the_same_groups(tree, tmp_path):
-    build(tree, tmp_path / "one")
+    build(tree, tmp_path / "one", *REPORT)
     workers = ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
-    build(tree, tmp_path / "many", *workers, "--num_shards", "3")
+    build(tree, tmp_path / "many", *workers, "--num_shards", "3", *REPORT)
     assert (tmp_path / "many" / DUPLICATES_FILE).read_bytes() == (
         tmp_path / "one" / DUPLICATES_FILE
     ).read_bytes()
@@ -102,7 +103,7 @@ def test_every_runner_reports_the_same_groups(tree, tmp_path):
 
 def test_the_summary_warns_of_leaks_and_clashes(tree, tmp_path, capsys):
     argv = ["--input_dir", str(tree), "--output_dir", str(tmp_path / "out"), "--quiet"]
-    assert build_tool.main(argv) == 0
+    assert build_tool.main([*argv, *REPORT]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert (
         "Copies: 1 group of exact copies and 3 pairs of near copies among 8 images "
@@ -117,7 +118,7 @@ def test_a_build_without_copies_says_nothing_of_them(tmp_path):
     for name in ("cat", "goat"):
         for number, path in enumerate(sorted((PHOTOS / "TRAIN" / name).glob("*.jpg"))):
             write(root / name / f"{number}.jpg", path.read_bytes())
-    info = build(root, tmp_path / "out")
+    info = build(root, tmp_path / "out", *REPORT)
     assert info.duplicates == {
         "exact_groups": 0,
         "near_pairs": 0,
@@ -170,9 +171,9 @@ def test_a_resumed_build_reports_the_copies_in_the_shards_it_kept(tree, tmp_path
     # A kept shard is not decoded again: its prints come from its progress record.
     from beam_pipeline.stages import writing
 
-    build(tree, tmp_path / "plain", "--num_shards", "train=3,val=2")
+    build(tree, tmp_path / "plain", "--num_shards", "train=3,val=2", *REPORT)
     out = tmp_path / "resumed"
-    argv = ["--input_dir", str(tree), "--output_dir", str(out), "--quiet"]
+    argv = ["--input_dir", str(tree), "--output_dir", str(out), "--quiet", *REPORT]
     argv += ["--num_shards", "train=3,val=2", "--direct_running_mode", "in_memory"]
     written, write = [], writing._WriteShardFn._write
 
@@ -192,7 +193,7 @@ def test_a_resumed_build_reports_the_copies_in_the_shards_it_kept(tree, tmp_path
 def test_stats_says_what_the_build_found(tree, tmp_path):
     from beam_pipeline.tools import stats
 
-    build(tree, tmp_path / "out")
+    build(tree, tmp_path / "out", *REPORT)
     found = stats.build_stats(str(tmp_path / "out"))
     assert found["duplicates"]["leaked"] == {"validation": 2}
     assert stats.format_stats(found).splitlines()[-3:] == [
@@ -202,3 +203,12 @@ def test_stats_says_what_the_build_found(tree, tmp_path):
         "Warning: 1 group of copies holds images of different classes (duplicates.jsonl, "
         "clash: true)",
     ]
+
+
+def test_without_the_flag_a_build_looks_for_no_copies(tree, tmp_path):
+    # The default build writes what it wrote before (no duplicates.jsonl, no counts): finding
+    # copies costs throughput (benchmarks/RESULTS.md, "Fingerprints").
+    info = build(tree, tmp_path / "out")
+    assert info.duplicates == {} and not (tmp_path / "out" / DUPLICATES_FILE).exists()
+    metadata = json.loads((tmp_path / "out" / BUILD_INFO_FILE).read_text())
+    assert "duplicates" not in metadata and "duplicates" not in metadata["options"]

@@ -1,3 +1,4 @@
+import dataclasses
 import io
 import re
 import struct
@@ -15,6 +16,7 @@ from beam_pipeline.core.rejections import InputError
 
 PILLOW = CORPUS / "images" / "pillow"
 KEEP = ImagePolicy()
+PRINTS = ImagePolicy(fingerprints=True)
 
 
 def pixels(data: bytes) -> np.ndarray:
@@ -393,15 +395,18 @@ def test_the_data_check_of_a_kept_jpeg_decodes_at_the_hash_scale(monkeypatch):
     monkeypatch.setattr(jpegdata.simplejpeg, "decode_jpeg", spy)
     data = jpeg_bytes(640, 427)
     kept = normalise_image(data, KEEP)
-    assert kept.data is data
-    # ceil(427 / 8) x ceil(640 / 8), in colour: the decode its fingerprint is made of.
-    assert decoded == [(54, 80, 3)]
-    assert kept.fingerprint == fingerprints.fingerprint(real(data, min_factor=8, min_width=80,
-                                                             min_height=54))  # fmt: skip
+    assert kept.data is data and kept.fingerprint is None
+    assert decoded == [(54, 80, 1)]  # ceil(427 / 8) x ceil(640 / 8), one channel
+    decoded.clear()
+    # With fingerprints (--duplicates report), the same decode gives the fingerprint.
+    kept = normalise_image(data, PRINTS)
+    assert decoded == [(54, 80, 1)]
+    luma = real(data, min_factor=8, min_width=80, min_height=54, colorspace="GRAY")
+    assert kept.fingerprint == fingerprints.fingerprint(luma)
     decoded.clear()
     small = jpeg_bytes(200, 120)  # shorter side 120: 1/2 keeps 60 px, 1/4 only 30
-    normalise_image(small, KEEP)
-    assert decoded == [(60, 100, 3)]
+    normalise_image(small, PRINTS)
+    assert decoded == [(60, 100, 1)]  # at the hash scale, where 1/8 would suffice unhashed
     decoded.clear()
     normalise_image(data, ImagePolicy("shorter_side", (100,)))
     assert decoded == [(107, 160, 3)]  # 1/4: Pillow's draft scale for 150 x 100
@@ -464,7 +469,8 @@ def test_every_stored_image_has_the_fingerprint_of_its_pixels():
     # Kept, converted and resized: each carries the fingerprint of what the record stores, near
     # (within the build's radius) the fingerprint of the stored bytes decoded in full.
     data = jpeg_bytes(640, 427)
-    for policy in (KEEP, ImagePolicy("shorter_side", (200,)), ImagePolicy("exact", (96, 96))):
+    policies = (PRINTS, ImagePolicy("shorter_side", (200,)), ImagePolicy("exact", (96, 96)))
+    for policy in (dataclasses.replace(policy, fingerprints=True) for policy in policies):
         for source in (data, png_bytes(300, 200)):
             stored = normalise_image(source, policy)
             full = fingerprints.fingerprint(Image.open(io.BytesIO(stored.data)).convert("RGB"))

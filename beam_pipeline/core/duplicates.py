@@ -24,6 +24,8 @@ from collections.abc import Iterable, Sequence
 from beam_pipeline.core import fingerprints as fp
 
 EXACT, NEAR = "exact", "near"
+# --duplicates: whether a build looks for copies.
+OFF, REPORT = "off", "report"
 # The split whose copies elsewhere are leaks.
 TRAIN = "train"
 

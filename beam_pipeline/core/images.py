@@ -60,6 +60,7 @@ class ImagePolicy:
       max_pixels: images with more pixels are refused as decompression bombs.
       keep_stray_jpeg_bytes: JPEGs whose scan ended before their data did are kept (without
         the stray bytes, with a note) instead of refused (`jpegdata`).
+      fingerprints: give each image its `fingerprints.Fingerprint` (`--duplicates report`).
     """
 
     mode: str = ORIGINAL
@@ -67,6 +68,7 @@ class ImagePolicy:
     jpeg_quality: int = 95
     max_pixels: int = DEFAULT_MAX_PIXELS
     keep_stray_jpeg_bytes: bool = False
+    fingerprints: bool = False
 
     def __post_init__(self):
         if self.mode not in RESIZE_MODES:
@@ -148,11 +150,12 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
         target = policy.target_size(width, height)
         _check_storable(fmt, (width, height), target, policy)
         keep = fmt == "JPEG" and image.mode == "RGB" and target == (width, height)
-        if keep:  # checked where the fingerprint is made: in colour, at `hash_scale`
+        if keep:  # checked where the fingerprint is made: at `hash_scale`, in luma (colour
+            # costs +13.5 us and its chroma twice as much: benchmarks/RESULTS.md, "Fingerprints")
+            scale = hash_scale(*image.size) if policy.fingerprints else 8
             checked = check_jpeg_data(
-                data, image.mode, image.size, keep_stray=keep_stray, scale=hash_scale(*image.size),
-                colour=True,
-            )  # fmt: skip
+                data, image.mode, image.size, keep_stray=keep_stray, scale=scale
+            )
             data, note = checked.data, checked.note
         elif fmt == "JPEG" and image.mode in ("RGB", "L"):
             image, note = _decode_jpeg_strictly(data, image, target, keep_stray)
@@ -165,7 +168,7 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
                 image.draft(image.mode, target)
             image.load()
     if keep:
-        prints = fingerprint(checked.pixels)
+        prints = fingerprint(checked.pixels) if policy.fingerprints else None
         return NormalisedImage(data, width, height, fmt, width, height, False, note, prints)
     rgb = to_rgb(image)
     if rgb.size != target:
@@ -175,8 +178,8 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
         rgb.save(out, format="JPEG", quality=policy.jpeg_quality)
     except (OSError, ValueError) as error:  # the image's fault, never the output's
         raise InputError("corrupt_image", f"{fmt}: cannot be encoded as JPEG: {error}") from None
-    stored = NormalisedImage(out.getvalue(), *target, fmt, width, height, True, note)
-    return dataclasses.replace(stored, fingerprint=fingerprint(rgb))
+    prints = fingerprint(rgb) if policy.fingerprints else None
+    return NormalisedImage(out.getvalue(), *target, fmt, width, height, True, note, prints)
 
 
 def _decode_jpeg_strictly(

@@ -3,10 +3,16 @@ ImagePrint batches (one per shard, from the writer) → exact groups (grouped by
 and near pairs (each content hash's representative under each block of its perceptual hash,
 grouped by block value, pairs within the radius) → Group, for Finalize's report.
 
-Every step is a GroupByKey or a Map: no step holds every print in one process, on any runner.
+No step holds every print in one process, on any runner: the prints cross two GroupByKeys,
+keyed by a bucket of the content hash, then by a block and a bucket of its value. They cross
+in batches (one per shard and key), since a runner's cost is per element: one element per
+print and block cost a 2-core build 12% of its throughput (benchmarks/RESULTS.md,
+"Fingerprints"); each bucket then groups its prints by the exact key in Python.
 """
 
 from __future__ import annotations
+
+import collections
 
 import apache_beam as beam
 
@@ -15,27 +21,55 @@ from beam_pipeline.core import fingerprints as fp
 
 # Blocks of the perceptual hash: one more than the radius, so two hashes within it share one.
 BLOCKS = fp.DEFAULT_RADIUS + 1
+# Keys of the two groupings: a build's prints spread over BUCKETS groups of content hashes,
+# then BLOCKS x BUCKETS groups of block values (ImageNet's 1.33M prints: ~80,000, 5 MB a group).
+BUCKETS = 16
 
 
-def _by_content(batch):
-    for print_ in batch:
-        yield print_.content, print_
+def _by_bucket(prints, key):
+    """(bucket, tuple of prints) for each bucket that some of `prints` fall in."""
+    buckets = collections.defaultdict(list)
+    for print_ in prints:
+        buckets[key(print_)].append(print_)
+    return sorted((bucket, tuple(members)) for bucket, members in buckets.items())
 
 
-def _exact_and_representative(_, members):
-    """The exact group of one content hash (when several images share it) and the one image
-    that stands for them in the near search (none when it is nearly uniform)."""
-    members = sorted(members)
-    group = duplicates.exact_group(members)
-    if group is not None:
-        yield beam.pvalue.TaggedOutput("groups", group)
-    if not members[0].nearly_uniform:
-        yield members[0]
+def _content_buckets(batch):
+    return _by_bucket(batch, lambda print_: print_.content[0] % BUCKETS)
 
 
-def _under_blocks(print_):
-    for block, value in fp.blocks(print_.perceptual, BLOCKS):
-        yield (block, value), print_
+def _exact_and_representatives(_, batches):
+    """The exact groups of one bucket of content hashes (several images of one hash), and the
+    images that stand for each hash in the near search (not the nearly uniform ones)."""
+    by_content = collections.defaultdict(list)
+    for batch in batches:
+        for print_ in batch:
+            by_content[print_.content].append(print_)
+    representatives = []
+    for content in sorted(by_content):
+        members = sorted(by_content[content])
+        group = duplicates.exact_group(members)
+        if group is not None:
+            yield beam.pvalue.TaggedOutput("groups", group)
+        if not members[0].nearly_uniform:
+            representatives.append(members[0])
+    yield from _by_bucket(
+        ((block, value, print_) for print_ in representatives
+         for block, value in fp.blocks(print_.perceptual, BLOCKS)),
+        lambda item: (item[0], item[1] % BUCKETS),
+    )  # fmt: skip
+
+
+def _near_pairs(key, batches):
+    """The pairs within the radius among the representatives under one block's bucket."""
+    block, _ = key
+    by_value = collections.defaultdict(list)
+    for batch in batches:
+        for _, value, print_ in batch:
+            by_value[value].append(print_)
+    for value in sorted(by_value):
+        if len(by_value[value]) > 1:
+            yield from duplicates.near_pairs(block, by_value[value], BLOCKS)
 
 
 class FindDuplicates(beam.PTransform):
@@ -44,18 +78,14 @@ class FindDuplicates(beam.PTransform):
     def expand(self, batches):
         by_content = (
             batches
-            | "ByContent" >> beam.FlatMap(_by_content)
+            | "ContentBuckets" >> beam.FlatMap(_content_buckets)
             | "GroupByContent" >> beam.GroupByKey()
             | "ExactGroups"
-            >> beam.FlatMapTuple(_exact_and_representative).with_outputs("groups", main="unique")
+            >> beam.FlatMapTuple(_exact_and_representatives).with_outputs("groups", main="blocks")
         )
         near = (
-            by_content.unique
-            | "UnderBlocks" >> beam.FlatMap(_under_blocks)
+            by_content.blocks
             | "GroupByBlock" >> beam.GroupByKey()
-            | "NearPairs"
-            >> beam.FlatMapTuple(
-                lambda key, members: duplicates.near_pairs(key[0], members, BLOCKS)
-            )
+            | "NearPairs" >> beam.FlatMapTuple(_near_pairs)
         )
         return (by_content.groups, near) | "AllGroups" >> beam.Flatten()

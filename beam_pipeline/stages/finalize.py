@@ -317,10 +317,13 @@ class _FinalizeFn(beam.DoFn):
         rejections = sorted(set(rejections))
         commit.write_dead_letter(spec.output_dir, rejections, _dead_letter(spec))
         info = assemble_info(spec, vocabulary, plans, index_counts, results, rejections)
-        groups = sorted(set(groups))
-        info = dataclasses.replace(info, duplicates=duplicates.counts(groups))
-        names = info.class_list.names
-        files = {DUPLICATES_FILE: "".join(duplicates.row(g, names) + "\n" for g in groups).encode()}
+        files = {}
+        if spec.options.get("duplicates") == duplicates.REPORT:
+            groups = sorted(set(groups))
+            info = dataclasses.replace(info, duplicates=duplicates.counts(groups))
+            names = info.class_list.names
+            rows = "".join(duplicates.row(group, names) + "\n" for group in groups)
+            files[DUPLICATES_FILE] = rows.encode("utf-8")
         staged = spec.replaces_build
         if staged and commit.committed_already(spec.output_dir, info):
             # A runner retried a commit that had moved everything in: its metadata again (it

@@ -291,7 +291,8 @@ class _WriteShardFn(beam.DoFn):
                         objects[len(labelled.object_labels)] += 1
                         widths[image.width] += 1
                         heights[image.height] += 1
-                        prints.append(image_print(labelled, image))
+                        if image.fingerprint is not None:  # (--duplicates report)
+                            prints.append(image_print(labelled, image))
         except OSError as error:  # the output's fault, not the input's: fail the build, loudly
             raise BuildFailed(
                 f"cannot write shard {name} to {self._output_dir}: {error}"
@@ -328,7 +329,7 @@ class _WriteShardFn(beam.DoFn):
 
 def image_print(labelled: LabelledEntry, image: NormalisedImage) -> ImagePrint:
     """What the build keeps of a stored image to find its copies (`core.duplicates`)."""
-    assert image.fingerprint is not None  # normalise_image makes one of every image it stores
+    assert image.fingerprint is not None  # (ImagePolicy.fingerprints)
     entry, found = labelled.entry, image.fingerprint
     return ImagePrint(
         entry.split,
