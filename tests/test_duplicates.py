@@ -212,3 +212,25 @@ def test_without_the_flag_a_build_looks_for_no_copies(tree, tmp_path):
     assert info.duplicates == {} and not (tmp_path / "out" / DUPLICATES_FILE).exists()
     metadata = json.loads((tmp_path / "out" / BUILD_INFO_FILE).read_text())
     assert "duplicates" not in metadata and "duplicates" not in metadata["options"]
+
+
+def test_near_pairs_of_a_large_group_are_every_pair_within_the_radius():
+    # One group of 1,100 members (past the 512 rows compared at once), half of them a few bits
+    # from another: the pairs are those a comparison of every pair finds.
+    import random
+
+    rng = random.Random(7)
+    hashes = [rng.getrandbits(64) for _ in range(550)]
+    hashes += [h ^ (1 << rng.randrange(64)) ^ (1 << rng.randrange(64)) for h in hashes]
+    members = prints(*((f"s{i % 3}", f"{i:05d}", 0, bytes([i % 256]), h) for i, h in
+                       enumerate(hashes)))  # fmt: skip
+    found = {(g.members[0].filename, g.members[1].filename, g.distance) for g in
+             duplicates.near_pairs(0, members, 7)}  # fmt: skip
+    ordered = sorted(members, key=lambda m: (m.split, m.filename))
+    expected = {
+        (a.filename, b.filename, bin(a.perceptual ^ b.perceptual).count("1"))
+        for i, a in enumerate(ordered)
+        for b in ordered[i + 1 :]
+        if bin(a.perceptual ^ b.perceptual).count("1") <= 6
+    }
+    assert found == expected and len(found) >= 550

@@ -21,6 +21,8 @@ import dataclasses
 import json
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
 from beam_pipeline.core import fingerprints as fp
 
 EXACT, NEAR = "exact", "near"
@@ -100,18 +102,34 @@ def exact_group(members: Iterable[ImagePrint]) -> Group | None:
     return Group(EXACT, ordered) if len(ordered) > 1 else None
 
 
+# Rows of the distance matrix compared at once: 512 x members values (4 MiB at 1,024 members).
+_ROWS = 512
+
+
 def near_pairs(
     block: int, members: Iterable[ImagePrint], k: int, radius: int = fp.DEFAULT_RADIUS
 ) -> list[Group]:
     """The pairs within `radius` among the images grouped under one value of hash block
-    `block` (of `k`), each pair only in the group of the first block the two share."""
-    ordered = sorted(members)
-    hashes = {index: print_.perceptual for index, print_ in enumerate(ordered)}
-    found = fp.pairs_within(hashes, radius, block=block, k=k)
-    return [
-        Group(NEAR, tuple(sorted((ordered[a], ordered[b]))), distance)
-        for a, b, distance in sorted(found)
-    ]
+    `block` (of `k`), each pair only in the group of the first block the two share: every
+    pair's distance at once, a few hundred rows of the matrix at a time (a member at a time
+    cost a crowded 8,000-image tree a second: benchmarks/RESULTS.md, "Fingerprints")."""
+    ordered = sorted(members, key=lambda print_: (print_.split, print_.filename))
+    values = np.array([print_.perceptual for print_ in ordered], dtype=np.uint64)
+    earlier = [np.uint64(mask) for mask in fp.earlier_masks(block, k)]
+    found = []
+    for start in range(0, max(len(ordered) - 1, 0), _ROWS):
+        rows = values[start : start + _ROWS, None]
+        xor = rows ^ values[None, :]
+        distance = fp.popcount(xor)
+        keep = (distance <= radius) & (
+            np.arange(len(ordered))[None, :] > np.arange(start, start + len(rows))[:, None]
+        )
+        for mask in earlier:
+            keep &= (xor & mask) != 0
+        for row, column in zip(*np.nonzero(keep), strict=True):
+            first, second = ordered[start + int(row)], ordered[int(column)]
+            found.append(Group(NEAR, (first, second), int(distance[row, column])))
+    return found
 
 
 def row(group: Group, class_names: Sequence[str]) -> str:
