@@ -145,9 +145,9 @@ def test_a_near_pair_is_found_once_in_the_first_block_the_two_share():
     found = [
         group
         for block, value in duplicates_blocks([a, b, c])
-        for group in duplicates.near_pairs(block, value, 7)
+        for group in duplicates.near_pairs(block, [(m.member, m.perceptual) for m in value], 7)
     ]
-    assert found == [Group(NEAR, (a, b), 3)]
+    assert found == [Group(NEAR, (a.member, b.member), 3)]
     assert found[0].leaks and found[0].clash
 
 
@@ -225,7 +225,7 @@ def test_near_pairs_of_a_large_group_are_every_pair_within_the_radius():
     members = prints(*((f"s{i % 3}", f"{i:05d}", 0, bytes([i % 256]), h) for i, h in
                        enumerate(hashes)))  # fmt: skip
     found = {(g.members[0].filename, g.members[1].filename, g.distance) for g in
-             duplicates.near_pairs(0, members, 7)}  # fmt: skip
+             duplicates.near_pairs(0, [(m.member, m.perceptual) for m in members], 7)}  # fmt: skip
     ordered = sorted(members, key=lambda m: (m.split, m.filename))
     expected = {
         (a.filename, b.filename, bin(a.perceptual ^ b.perceptual).count("1"))

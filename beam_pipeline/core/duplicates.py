@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -30,6 +31,14 @@ EXACT, NEAR = "exact", "near"
 OFF, REPORT = "off", "report"
 # The split whose copies elsewhere are leaks.
 TRAIN = "train"
+
+
+class Member(NamedTuple):
+    """An image of a group, as the report names it."""
+
+    split: str
+    filename: str
+    label: int
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -55,6 +64,10 @@ class ImagePrint:
     height: int
 
     @property
+    def member(self) -> Member:
+        return Member(self.split, self.filename, self.label)
+
+    @property
     def nearly_uniform(self) -> bool:
         return self.luma_spread < fp.UNIFORM_SPREAD
 
@@ -74,7 +87,7 @@ class Group:
     images `distance` bits apart, each the representative of its content hash)."""
 
     kind: str
-    members: tuple[ImagePrint, ...]
+    members: tuple[Member, ...]
     distance: int = 0
 
     @property
@@ -96,9 +109,20 @@ class Group:
         return len(self.classes) > 1
 
 
+def report_order(groups: Iterable[Group]) -> list[Group]:
+    """The groups once each, in the report's order: kind, then members by split and file name,
+    then distance (a key of strings: comparing the prints field by field cost a crowded
+    8,000-image build half a second)."""
+
+    def key(group: Group):
+        return group.kind, [(m.split, m.filename) for m in group.members], group.distance
+
+    return sorted(set(groups), key=key)
+
+
 def exact_group(members: Iterable[ImagePrint]) -> Group | None:
     """The group of the images that share one content hash, or None for a single image."""
-    ordered = tuple(sorted(members))
+    ordered = tuple(sorted(print_.member for print_ in members))
     return Group(EXACT, ordered) if len(ordered) > 1 else None
 
 
@@ -107,14 +131,15 @@ _ROWS = 512
 
 
 def near_pairs(
-    block: int, members: Iterable[ImagePrint], k: int, radius: int = fp.DEFAULT_RADIUS
+    block: int, members: Iterable[tuple[Member, int]], k: int, radius: int = fp.DEFAULT_RADIUS
 ) -> list[Group]:
     """The pairs within `radius` among the images grouped under one value of hash block
-    `block` (of `k`), each pair only in the group of the first block the two share: every
+    `block` (of `k`), given as (member, perceptual hash), each pair only in the group of the
+    first block the two share: every
     pair's distance at once, a few hundred rows of the matrix at a time (a member at a time
     cost a crowded 8,000-image tree a second: benchmarks/RESULTS.md, "Fingerprints")."""
-    ordered = sorted(members, key=lambda print_: (print_.split, print_.filename))
-    values = np.array([print_.perceptual for print_ in ordered], dtype=np.uint64)
+    ordered = sorted(members)
+    values = np.array([perceptual for _, perceptual in ordered], dtype=np.uint64)
     earlier = [np.uint64(mask) for mask in fp.earlier_masks(block, k)]
     found = []
     for start in range(0, max(len(ordered) - 1, 0), _ROWS):
@@ -127,7 +152,7 @@ def near_pairs(
         for mask in earlier:
             keep &= (xor & mask) != 0
         for row, column in zip(*np.nonzero(keep), strict=True):
-            first, second = ordered[start + int(row)], ordered[int(column)]
+            first, second = ordered[start + int(row)][0], ordered[int(column)][0]
             found.append(Group(NEAR, (first, second), int(distance[row, column])))
     return found
 

@@ -319,7 +319,7 @@ class _FinalizeFn(beam.DoFn):
         info = assemble_info(spec, vocabulary, plans, index_counts, results, rejections)
         files = {}
         if spec.options.get("duplicates") == duplicates.REPORT:
-            groups = sorted(set(groups))
+            groups = duplicates.report_order(groups)
             info = dataclasses.replace(info, duplicates=duplicates.counts(groups))
             names = info.class_list.names
             rows = "".join(duplicates.row(group, names) + "\n" for group in groups)
