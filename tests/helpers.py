@@ -137,3 +137,24 @@ def summary_rows(stdout: str) -> list[str]:
             break
         rows.append(line.strip())
     return rows
+
+
+def interrupted_build(monkeypatch, shards: int, argv: list[str]) -> list:
+    """Runs the build command `argv` in this process (`--direct_running_mode in_memory`), as
+    Ctrl-C stops it once `shards` shards are written (it exits 130); returns what the writer
+    returned of each (ShardResult, rejections, prints)."""
+    from beam_pipeline.stages import writing
+    from beam_pipeline.tools import build as build_tool
+
+    written, write = [], writing._WriteShardFn._write
+
+    def _write(self, *args):
+        if len(written) == shards:
+            raise KeyboardInterrupt
+        written.append(write(self, *args))
+        return written[-1]
+
+    with monkeypatch.context() as patch:
+        patch.setattr(writing._WriteShardFn, "_write", _write)
+        assert build_tool.main(argv) == 130
+    return written

@@ -7,7 +7,7 @@ import shutil
 import tempfile
 
 import pytest
-from helpers import summary_rows
+from helpers import interrupted_build, summary_rows
 
 from beam_pipeline import pipeline
 from beam_pipeline.console import summary
@@ -270,17 +270,7 @@ def test_the_command_says_what_resume_kept(tmp_path, monkeypatch, capsys):
     sample_tree.write_tree(str(tree), num_train=40, num_val=20, seed=3)
     argv = ["--input_dir", str(tree), "--output_dir", str(out), "--num_shards", "train=4,val=2",
             "--direct_running_mode", "in_memory", "--quiet"]  # fmt: skip
-    written, write = [], writing._WriteShardFn._write
-
-    def _write(self, *args):
-        if len(written) == 3:
-            raise KeyboardInterrupt
-        written.append(write(self, *args))
-        return written[-1]
-
-    with monkeypatch.context() as patch:
-        patch.setattr(writing._WriteShardFn, "_write", _write)
-        assert build_tool.main(argv) == 130
+    written = interrupted_build(monkeypatch, 3, argv)
     capsys.readouterr()
     assert build_tool.main([*argv, "--resume"]) == 0
     text = " ".join(capsys.readouterr().out.split("\n\n")[0].split())

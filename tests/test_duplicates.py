@@ -9,7 +9,7 @@ import json
 import shutil
 
 import pytest
-from helpers import CORPUS, build, write
+from helpers import CORPUS, build, interrupted_build, write
 from PIL import Image, ImageOps
 
 from beam_pipeline.core import duplicates
@@ -169,23 +169,11 @@ def test_a_print_survives_its_progress_record_row():
 
 def test_a_resumed_build_reports_the_copies_in_the_shards_it_kept(tree, tmp_path, monkeypatch):
     # A kept shard is not decoded again: its prints come from its progress record.
-    from beam_pipeline.stages import writing
-
     build(tree, tmp_path / "plain", "--num_shards", "train=3,val=2", *REPORT)
     out = tmp_path / "resumed"
     argv = ["--input_dir", str(tree), "--output_dir", str(out), "--quiet", *REPORT]
     argv += ["--num_shards", "train=3,val=2", "--direct_running_mode", "in_memory"]
-    written, write = [], writing._WriteShardFn._write
-
-    def _write(self, *args):
-        if len(written) == 3:
-            raise KeyboardInterrupt
-        written.append(write(self, *args))
-        return written[-1]
-
-    with monkeypatch.context() as patch:
-        patch.setattr(writing._WriteShardFn, "_write", _write)
-        assert build_tool.main(argv) == 130
+    interrupted_build(monkeypatch, 3, argv)
     assert build_tool.main([*argv, "--resume"]) == 0
     assert reported(out) == reported(tmp_path / "plain") == PLANTED
 
