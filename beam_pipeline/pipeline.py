@@ -70,6 +70,7 @@ from beam_pipeline.tree.fileio import (
     read_text,
     subdirectories,
 )
+from beam_pipeline.tree.locate import locate_tree
 from schemas import BUILD_INFO_FILE, DatasetInfo
 from schemas.paths import first_few, is_local, join
 
@@ -99,7 +100,7 @@ def prepare(config: BuildConfig) -> Prepared:
         raise ValueError(f"--input_dir {config.input_dir} does not exist or holds no files")
     if config.labels_file and not FileSystems.exists(config.labels_file):
         raise ValueError(f"--labels_file {config.labels_file} does not exist")
-    root, layout = layouts.locate_tree(config.input_dir, config.layout, has_files, subdirectories)
+    root, layout = locate_tree(config.input_dir, config.layout, has_files, subdirectories)
     if root != config.input_dir.rstrip("/"):
         logger.info("Found the %s tree in %s", layout, root)
     if config.output_dir and in_listed_folders(config.output_dir, root, layout):

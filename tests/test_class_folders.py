@@ -10,7 +10,7 @@ import sys
 import pytest
 from helpers import build, dead_letters, jpeg_bytes, read_split, write
 
-from beam_pipeline.tree import layouts
+from beam_pipeline.tree import layouts, locate
 from beam_pipeline.tree.layouts import LayoutError
 from schemas import BUILD_INFO_FILE, SCHEMA_VERSION
 from schemas import features as F
@@ -195,10 +195,10 @@ def test_plan_counts_images_by_class_folder(tmp_path):
 
 def test_an_object_store_folder_names_the_folder_layouts():
     with pytest.raises(LayoutError) as error:
-        layouts.locate_tree("gs://bucket/photos", layouts.AUTO, lambda path: path.endswith("os"))
+        locate.locate_tree("gs://bucket/photos", layouts.AUTO, lambda path: path.endswith("os"))
     assert str(error.value).endswith(
         "; folders of classes, or of images with their VOC XML, are not detected in an object "
         "store: name them with --layout class_folders or --layout voc_xml"
     )
-    found = layouts.locate_tree("gs://bucket/photos", layouts.CLASS_FOLDERS, lambda path: True)
+    found = locate.locate_tree("gs://bucket/photos", layouts.CLASS_FOLDERS, lambda path: True)
     assert found == ("gs://bucket/photos", layouts.CLASS_FOLDERS)

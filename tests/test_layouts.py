@@ -5,7 +5,7 @@ from helpers import CORPUS, ilsvrc_image, jpeg_bytes, write
 
 from beam_pipeline.core.entries import FileRef
 from beam_pipeline.core.rejections import Rejection
-from beam_pipeline.tree import layouts, pairing, planner
+from beam_pipeline.tree import layouts, locate, pairing, planner
 from beam_pipeline.tree.fileio import has_files, has_top_level_files, match, subdirectories
 from beam_pipeline.tree.layouts import TreeAccess
 
@@ -26,22 +26,22 @@ def plan(root, layout, splits=("train", "val")):
 def test_detects_each_layout(tmp_path):
     ilsvrc_image(tmp_path / "det", "train", "a/x", b"x")
     ilsvrc_image(tmp_path / "cls", "train", "n01/x", b"x", task="CLS-LOC")
-    assert layouts.detect_layout(str(tmp_path / "det"), has_files) == layouts.ILSVRC_DET
-    assert layouts.detect_layout(str(tmp_path / "cls"), has_files) == layouts.ILSVRC_CLS_LOC
-    assert layouts.detect_layout(str(VOC1), has_files) == layouts.VOC
-    assert layouts.detect_layout(str(VOC1.parent), has_files) == layouts.VOC  # a VOCdevkit
+    assert locate.detect_layout(str(tmp_path / "det"), has_files) == layouts.ILSVRC_DET
+    assert locate.detect_layout(str(tmp_path / "cls"), has_files) == layouts.ILSVRC_CLS_LOC
+    assert locate.detect_layout(str(VOC1), has_files) == layouts.VOC
+    assert locate.detect_layout(str(VOC1.parent), has_files) == layouts.VOC  # a VOCdevkit
 
 
 def test_empty_unknown_and_ambiguous_trees_are_refused(tmp_path):
     with pytest.raises(layouts.LayoutError, match="holds no files"):
-        layouts.detect_layout(str(tmp_path), has_files)
+        locate.detect_layout(str(tmp_path), has_files)
     write(tmp_path / "photos" / "a.jpg", b"x")
     with pytest.raises(layouts.LayoutError, match="not an ILSVRC"):
-        layouts.detect_layout(str(tmp_path), has_files)
+        locate.detect_layout(str(tmp_path), has_files)
     ilsvrc_image(tmp_path, "train", "a", b"x")
     ilsvrc_image(tmp_path, "train", "b", b"x", task="CLS-LOC")
     with pytest.raises(layouts.LayoutError, match="--layout"):
-        layouts.detect_layout(str(tmp_path), has_files)
+        locate.detect_layout(str(tmp_path), has_files)
 
 
 def test_ilsvrc_plan_lists_image_and_annotation_dirs_per_split(tmp_path):
@@ -331,44 +331,47 @@ def test_a_tree_one_level_down_is_found(tmp_path):
     ilsvrc_image(tmp_path / "kaggle" / "ILSVRC", "train", "n01/x", b"x", task="CLS-LOC")
     write(tmp_path / "kaggle" / "LOC_synset_mapping.txt", "n01 a class\n")
 
-    def locate(root, layout=layouts.AUTO):
-        return layouts.locate_tree(str(root), layout, has_files, subdirectories)
+    def found_at(root, layout=layouts.AUTO):
+        return locate.locate_tree(str(root), layout, has_files, subdirectories)
 
-    assert locate(tmp_path / "VOCtrainval") == (str(voc), layouts.VOC)
-    assert locate(voc) == (str(voc), layouts.VOC)  # at the root itself: kept
-    assert locate(tmp_path / "kaggle") == (str(tmp_path / "kaggle/ILSVRC"), layouts.ILSVRC_CLS_LOC)
-    kaggle = locate(tmp_path / "kaggle", layouts.ILSVRC_CLS_LOC)
+    assert found_at(tmp_path / "VOCtrainval") == (str(voc), layouts.VOC)
+    assert found_at(voc) == (str(voc), layouts.VOC)  # at the root itself: kept
+    assert found_at(tmp_path / "kaggle") == (
+        str(tmp_path / "kaggle/ILSVRC"),
+        layouts.ILSVRC_CLS_LOC,
+    )
+    kaggle = found_at(tmp_path / "kaggle", layouts.ILSVRC_CLS_LOC)
     assert kaggle == (str(tmp_path / "kaggle/ILSVRC"), layouts.ILSVRC_CLS_LOC)
     # Asked for another layout than the one here or below: the refusal names the tree's.
     with pytest.raises(layouts.LayoutError) as error:
-        locate(tmp_path / "kaggle", layouts.ILSVRC_DET)
+        found_at(tmp_path / "kaggle", layouts.ILSVRC_DET)
     assert str(error.value).startswith(
         f"{tmp_path}/kaggle/ILSVRC holds the layout 'ilsvrc_cls_loc', not 'ilsvrc_det': "
     )
     # Naming the right layout keeps the hints: a folder inside the tree names the tree.
     with pytest.raises(layouts.LayoutError, match=r"inside the ilsvrc_cls_loc tree .*kaggle/ILSV"):
-        locate(tmp_path / "kaggle/ILSVRC/Data/CLS-LOC", layouts.ILSVRC_CLS_LOC)
+        found_at(tmp_path / "kaggle/ILSVRC/Data/CLS-LOC", layouts.ILSVRC_CLS_LOC)
     with pytest.raises(layouts.LayoutError, match=r"two levels below it: pass .*VOCdevkit or"):
-        locate(tmp_path, layouts.VOC)
+        found_at(tmp_path, layouts.VOC)
     # A tree with a gap (no split lists yet) is kept: planning names what is missing.
     write(tmp_path / "bare" / "JPEGImages" / "x.jpg", b"x")
-    assert locate(tmp_path / "bare", layouts.VOC) == (str(tmp_path / "bare"), layouts.VOC)
+    assert found_at(tmp_path / "bare", layouts.VOC) == (str(tmp_path / "bare"), layouts.VOC)
     # A tree of another layout than the one asked for.
     with pytest.raises(layouts.LayoutError) as error:
-        locate(tmp_path / "kaggle/ILSVRC", layouts.ILSVRC_DET)
+        found_at(tmp_path / "kaggle/ILSVRC", layouts.ILSVRC_DET)
     assert str(error.value) == (
         f"{tmp_path}/kaggle/ILSVRC holds the layout 'ilsvrc_cls_loc', not 'ilsvrc_det': pass "
         "--layout ilsvrc_cls_loc or leave --layout out (it is detected)"
     )
     # A folder inside a tree, and a folder two levels above trees: the refusal says where.
     with pytest.raises(layouts.LayoutError) as error:
-        locate(tmp_path / "kaggle/ILSVRC/Data/CLS-LOC")
+        found_at(tmp_path / "kaggle/ILSVRC/Data/CLS-LOC")
     assert str(error.value).endswith(
         f"nor holds one in a subdirectory; it lies inside the ilsvrc_cls_loc tree "
         f"{tmp_path}/kaggle/ILSVRC: pass that as --input_dir"
     )
     with pytest.raises(layouts.LayoutError) as error:
-        locate(tmp_path)
+        found_at(tmp_path)
     assert str(error.value).endswith(
         f"nor holds one in a subdirectory; a tree lies two levels below it: pass {voc} or "
         f"{tmp_path}/kaggle/ILSVRC as --input_dir"
@@ -379,19 +382,19 @@ def test_several_trees_below_or_none_are_refused_naming_them(tmp_path):
     ilsvrc_image(tmp_path / "a", "train", "x", b"x")
     ilsvrc_image(tmp_path / "b", "train", "n01/x", b"x", task="CLS-LOC")
     with pytest.raises(layouts.LayoutError) as error:
-        layouts.locate_tree(str(tmp_path), layouts.AUTO, has_files, subdirectories)
+        locate.locate_tree(str(tmp_path), layouts.AUTO, has_files, subdirectories)
     assert str(error.value) == (
         f"{tmp_path} holds several trees: {tmp_path}/a (ilsvrc_det), "
         f"{tmp_path}/b (ilsvrc_cls_loc); pass one as --input_dir"
     )
-    found = layouts.locate_tree(str(tmp_path), layouts.ILSVRC_DET, has_files, subdirectories)
+    found = locate.locate_tree(str(tmp_path), layouts.ILSVRC_DET, has_files, subdirectories)
     assert found == (f"{tmp_path}/a", layouts.ILSVRC_DET)
     ilsvrc_image(tmp_path / "b", "train", "y", b"x")  # b now holds DET and CLS-LOC
     with pytest.raises(layouts.LayoutError, match=r"b holds several layouts .*--layout$"):
-        layouts.locate_tree(str(tmp_path / "b"), layouts.AUTO, has_files, subdirectories)
+        locate.locate_tree(str(tmp_path / "b"), layouts.AUTO, has_files, subdirectories)
     write(tmp_path / "photos" / "deep" / "a.jpg", b"x")
     with pytest.raises(layouts.LayoutError, match="nor holds one in a subdirectory"):
-        layouts.locate_tree(str(tmp_path / "photos"), layouts.AUTO, has_files, subdirectories)
+        locate.locate_tree(str(tmp_path / "photos"), layouts.AUTO, has_files, subdirectories)
 
 
 def test_a_split_missing_in_one_voc_year_names_what_every_year_lists(tmp_path):
@@ -422,7 +425,7 @@ def test_a_voc_year_without_main_lists_is_named_as_such(tmp_path):
     write(year / "ImageSets/Segmentation/train.txt", "2012_000001\n")
     for given in (year, year.parent.parent):  # the year, and the download folder around it
         with pytest.raises(layouts.LayoutError) as refused:
-            layouts.locate_tree(str(given), layouts.AUTO, has_files, subdirectories)
+            locate.locate_tree(str(given), layouts.AUTO, has_files, subdirectories)
         assert str(refused.value).endswith(
             f"; {year} is a Pascal VOC year without its detection split lists: "
             f"{year}/ImageSets/Main/<split>.txt is missing (its ImageSets/ holds Segmentation/ "

@@ -3,19 +3,15 @@
     python -m beam_pipeline inspect SHARD [--index K | --filename NAME] [--json]
     python -m beam_pipeline inspect OUT (--filename NAME | --split S [--index N]) [--json]
 
-Every feature key with its value, in the schema's order (keys outside the schema after them);
-the image bytes summarised, never printed: format sniffed from the leading bytes, byte length,
-decoded width x height and mode, SHA-256; the label with its class name (from the metadata of
-the build the shard lies in when there is one, else from `image/class/text`); every object's box
-relative and in pixels of the stored image, with its class, difficult and truncated flags.
-`--index` picks a record by position (default 0; negative counts from the end), `--filename` the
-record whose `image/filename` is NAME or ends with `/NAME`. In a build's directory, `--filename`
-reads its shards (of `--split` only, when given) for the records of NAME, else of the one file
-name that ends with `/NAME` (several: listed), and prints each with its split, shard and position
-(an image may be in several splits: VOC's lists overlap); `--split S --index N` prints the N-th
-record of split S in shard order (`build_records.locate`). Exit code 0 when a record is printed,
-2 for bad arguments (a missing shard, an index out of range, a name that several files end
-with), 1 when no record has the file name or a shard is corrupt.
+Every feature key with its value in the schema's order; the image summarised (format, bytes,
+decoded size and mode, SHA-256), never printed; the label with its class name (from the build's
+metadata where there is one); every object's box relative and in pixels, with its flags.
+`--index` picks a record by position (negative from the end), `--filename` the one whose
+`image/filename` is NAME or ends with `/NAME`. In a build's directory the records are found
+across its shards (`build_records.locate`: each with its split, shard and position; an image
+may be in several splits). Exit 0 when a record is printed, 2 for bad arguments (a missing
+shard, an index out of range, a name several files end with), 1 when none has the file name or
+a shard is corrupt.
 """
 
 from __future__ import annotations
@@ -411,9 +407,6 @@ def _payload(shard: str, index: int, info: DatasetInfo | None, described: dict) 
         "class_names_from": "build" if info else "record",
         **described,
     }
-
-
-# --- a build's directory ----------------------------------------------------------------------
 
 
 def _is_build(args: argparse.Namespace) -> bool:
