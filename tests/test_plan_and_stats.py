@@ -28,6 +28,17 @@ from loaders import load_dataset
 from schemas import BUILD_INFO_FILE, DatasetInfo
 
 
+def plan_agrees(plan: dict, name: str, split) -> dict:
+    """Asserts that `plan --json`'s split `name` counts what the build's split wrote; returns it."""
+    planned = plan["splits"][name]
+    assert planned["images"] == split.num_discovered
+    assert planned["examples"] == split.num_examples
+    assert planned["shards"] == split.num_shards
+    assert planned["label_sources"] == split.label_sources
+    assert list(planned["class_counts"].values()) == list(split.class_counts)
+    return planned
+
+
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory):
     """The bundled sample's generator, small: (tree, its build, the build's DatasetInfo)."""
@@ -61,12 +72,7 @@ def test_plan_of_the_sample_is_what_its_build_did(sample, capsys):
     assert plan["would_build"] is True and plan["refusal"] is None
     assert plan["num_classes"] == info.num_classes and plan["layout"] == "ilsvrc_det"
     for name, split in info.splits.items():
-        planned = plan["splits"][name]
-        assert planned["images"] == split.num_discovered
-        assert planned["examples"] == split.num_examples
-        assert planned["shards"] == split.num_shards
-        assert planned["label_sources"] == split.label_sources
-        assert list(planned["class_counts"].values()) == list(split.class_counts)
+        planned = plan_agrees(plan, name, split)
         assert list(planned["class_counts"]) == list(info.class_list.names)
         written = sorted(shard.num_examples for shard in split.shards)
         assert planned["examples_per_shard"] == [written[0], written[-1]]
@@ -545,12 +551,7 @@ def test_plan_of_a_tree_with_small_files_is_what_its_build_did(small_files, caps
     out = tmp_path / "out"
     info = build(root, out, "--num_shards", "train=3", "--max_bad_fraction", "0.2")
     for name, split in info.splits.items():
-        planned = plan["splits"][name]
-        assert planned["images"] == split.num_discovered
-        assert planned["examples"] == split.num_examples
-        assert planned["shards"] == split.num_shards
-        assert planned["label_sources"] == split.label_sources
-        assert list(planned["class_counts"].values()) == list(split.class_counts)
+        planned = plan_agrees(plan, name, split)
         written = sorted(shard.num_examples for shard in split.shards)
         assert planned["examples_per_shard"] == [written[0], written[-1]]
     assert plan["splits"]["train"]["examples"] == 9  # 11 images, 2 rejected; the PNG kept
