@@ -17,7 +17,7 @@ from collections.abc import Sequence
 COMMANDS = {
     "build": ("build", "build the TFRecords of a tree (the default command)"),
     "plan": ("plan", "what a build would do: read the tree and XML only"),
-    "show": ("show", "a contact sheet PNG of records, or a class histogram"),
+    "show": ("show", "a contact sheet PNG of records, of copies, or a class histogram"),
     "inspect": ("inspect_record", "records by shard and index, file name or split position"),
     "stats": ("stats", "a build's numbers: examples, classes, sizes, rejections"),
     "verify": ("verify", "re-read a build and check every byte"),

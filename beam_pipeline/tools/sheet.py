@@ -1,11 +1,13 @@
-"""The contact sheet of `show`: records drawn as stored, in a grid of captioned tiles.
+"""The sheets of `show`: records drawn as stored, in captioned tiles.
 
 Each tile is the stored image scaled to fit (aspect kept, on a grey ground), every object box
 outlined in its class colour with the class name, and a caption with the example's class and file
 name (a class with its display name where the build knows one: `n01440764 tench` in a caption,
-`tench` on a box); `render_sheet` returns the sheet and where each tile and box went,
-`reduce_colours` its 256-colour copy. Reading and sampling the records is the command's
-(`show`); `class_colour` is shared with the histogram.
+`tench` on a box); `render_sheet` returns the contact sheet (a grid) and where each tile and box
+went, `render_copies` the sheet of a build's copies (a row per group, its title saying the kind
+and LEAK / CLASH, its members side by side, captioned with their split too), `reduce_colours`
+either's 256-colour copy. Reading the records is the command's (`show`); `class_colour` is
+shared with the histogram.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from PIL import Image, ImageDraw, ImageFont
@@ -27,6 +29,8 @@ TILE = 192  # side of the square each image is scaled into, in sheet pixels
 PAD = 6  # between tiles and around the sheet
 CAPTION = 34  # the caption strip under each tile
 HEADER = 26  # the line above the grid
+GROUP_TITLE = 20  # the line above each group of copies
+MAX_COPIES = 8  # members of a group drawn side by side; the group's title counts the rest
 LINE = 2  # width of a box outline; a 1-pixel dark halo lies around it
 
 SHEET_BACKGROUND = (24, 24, 24)
@@ -117,6 +121,25 @@ class Record:
     values: dict[str, list[Any]]
 
 
+@dataclasses.dataclass(frozen=True)
+class CopyGroup:
+    """One group of copies, a line of a build's `duplicates.jsonl`.
+
+    Attributes:
+      kind: `exact` (the same stored bytes) or `near` (a pair whose hashes are close).
+      distance: the bits apart of a near pair's perceptual hashes.
+      leak: it holds a training image and one of another split.
+      clash: its labelled members are of different classes.
+      members: (split, stored file name, class name: "" when unlabelled) of each.
+    """
+
+    kind: str
+    distance: int
+    leak: bool
+    clash: bool
+    members: tuple[tuple[str, str, str], ...]
+
+
 def class_colour(label: int, background_index: int) -> tuple[int, int, int]:
     """The colour of a class: its outline and caption swatch, and its histogram bar."""
     if label == UNLABELLED:
@@ -177,6 +200,26 @@ def _name(
     return fallback.decode("utf-8", "replace") if fallback else str(label)
 
 
+def caption_lines(
+    info: DatasetInfo, label: int, label_text: bytes | None, filename: str, split: str = ""
+) -> tuple[str, str]:
+    """The two lines under a tile: the class (`n01440764 tench`, `unlabelled`) and the file's
+    base name; on the sheet of copies (`split` given), the split and the whole stored file
+    name (`validation · val/goat/d.jpg`), which tell copies of one base name apart."""
+    caption = _name(info, info.class_list.names, label, label_text, short=False)
+    return caption, f"{split} · {filename}" if split else filename.rsplit("/", 1)[-1]
+
+
+def _draw_caption(draw, cell: tuple[int, int], colour, lines: tuple[str, str], fonts) -> None:
+    """The caption strip under a tile: a swatch of the class colour, then its two lines."""
+    left, text_top = cell[0], cell[1] + TILE + 3
+    draw.rectangle((left, text_top + 2, left + 9, text_top + 11), fill=colour)
+    first = _fit(draw, lines[0], fonts[0], TILE - 14)
+    draw.text((left + 14, text_top), first, fill=CAPTION_TEXT, font=fonts[0])
+    second = _fit(draw, lines[1], fonts[1], TILE)
+    draw.text((left, text_top + 16), second, fill=FILENAME_TEXT, font=fonts[1])
+
+
 def _draw_tile(
     sheet: Image.Image,
     draw: ImageDraw.ImageDraw,
@@ -184,14 +227,15 @@ def _draw_tile(
     cell: tuple[int, int],
     info: DatasetInfo,
     fonts: tuple,
+    split: str = "",
 ) -> Tile:
-    caption_font, file_font, box_font = fonts
-    names = info.class_list.names
+    box_font = fonts[2]
     values = record.values
     left, top = cell
     draw.rectangle((left, top, left + TILE - 1, top + TILE - 1), fill=TILE_BACKGROUND)
     label = int(first_value(values, F.LABEL, UNLABELLED))
-    caption = _name(info, names, label, first_value(values, F.LABEL_TEXT, None), short=False)
+    label_text = first_value(values, F.LABEL_TEXT, None)
+    caption = _name(info, info.class_list.names, label, label_text, short=False)
     filename = first_value(values, F.FILENAME, b"").decode("utf-8", "replace")
     image_box, size, scale, boxes = None, (0, 0), 0.0, []
     try:
@@ -209,20 +253,9 @@ def _draw_tile(
         sheet.paste(image, (x0, y0))
         image_box = (x0, y0, x0 + scaled[0], y0 + scaled[1])
         boxes = _draw_boxes(draw, values, image_box, info, box_font)
-    # The caption: a swatch of the class colour, the class name, the file's base name.
     colour = class_colour(label, info.background_index)
-    text_top = top + TILE + 3
-    draw.rectangle((left, text_top + 2, left + 9, text_top + 11), fill=colour)
-    draw.text(
-        (left + 14, text_top),
-        _fit(draw, caption, caption_font, TILE - 14),
-        fill=CAPTION_TEXT,
-        font=caption_font,
-    )
-    base = filename.rsplit("/", 1)[-1]
-    draw.text(
-        (left, text_top + 16), _fit(draw, base, file_font, TILE), fill=FILENAME_TEXT, font=file_font
-    )
+    lines = caption_lines(info, label, label_text, filename, split)
+    _draw_caption(draw, cell, colour, lines, fonts)
     return Tile(
         index=record.index,
         shard=record.shard,
@@ -285,28 +318,99 @@ def grid(count: int) -> tuple[int, int]:
     return columns, max(1, -(-count // columns))
 
 
+def _new_sheet(size: tuple[int, int], title: str) -> tuple[Image.Image, ImageDraw.ImageDraw, tuple]:
+    """A blank sheet with its title line, its drawing context and its fonts."""
+    sheet = Image.new("RGB", size, SHEET_BACKGROUND)
+    draw = ImageDraw.Draw(sheet)
+    fonts = (_font(13), _font(11), _font(11))
+    if title:
+        text = _fit(draw, title, fonts[0], size[0] - 2 * PAD)
+        draw.text((PAD, 6), text, fill=CAPTION_TEXT, font=fonts[0])
+    return sheet, draw, fonts
+
+
 def render_sheet(
     records: Sequence[Record], info: DatasetInfo, title: str = ""
 ) -> tuple[Image.Image, list[Tile]]:
     """The contact sheet of `records` in order (row by row) and where each tile went."""
     columns, rows = grid(len(records))
     size = (PAD + columns * (TILE + PAD), HEADER + PAD + rows * (TILE + CAPTION + PAD))
-    sheet = Image.new("RGB", size, SHEET_BACKGROUND)
-    draw = ImageDraw.Draw(sheet)
-    fonts = (_font(13), _font(11), _font(11))
-    if title:
-        draw.text(
-            (PAD, 6),
-            _fit(draw, title, fonts[0], size[0] - 2 * PAD),
-            fill=CAPTION_TEXT,
-            font=fonts[0],
-        )
+    sheet, draw, fonts = _new_sheet(size, title)
     tiles = []
     for position, record in enumerate(records):
         row, column = divmod(position, columns)
         cell = (PAD + column * (TILE + PAD), HEADER + PAD + row * (TILE + CAPTION + PAD))
         tiles.append(_draw_tile(sheet, draw, record, cell, info, fonts))
     return sheet, tiles
+
+
+# --- the sheet of copies ----------------------------------------------------------------------
+
+
+def group_title(group: CopyGroup) -> str:
+    """The line above a group of copies: `exact copies: 3 images`, `near copies: 2 bits apart`,
+    then `LEAK` and `CLASH` where they are true (and how many members are not drawn)."""
+    what = (
+        f"near copies: {group.distance} bits apart"
+        if group.kind == "near"
+        else f"{group.kind} copies: {len(group.members)} images"
+    )
+    hidden = len(group.members) - MAX_COPIES
+    warnings = [word for word, true in (("LEAK", group.leak), ("CLASH", group.clash)) if true]
+    more = [f"{hidden} more not shown"] if hidden > 0 else []
+    return " · ".join([what, *warnings, *more])
+
+
+def render_copies(
+    groups: Sequence[CopyGroup],
+    records: Mapping[tuple[str, str], Record],
+    info: DatasetInfo,
+    title: str = "",
+) -> tuple[Image.Image, list[list[Tile]]]:
+    """The sheet of groups of copies, a row per group in order, and where each tile went.
+
+    A row is the group's title (`group_title`, in `ERROR_TEXT` when it leaks or clashes) over
+    its first `MAX_COPIES` members side by side, each its record of `records` (by split and
+    stored file name) drawn as on the contact sheet, captioned with its split too; a member
+    without one is an empty tile saying `not stored` (its Tile's index -1, shard "").
+    """
+    columns = max((min(len(group.members), MAX_COPIES) for group in groups), default=1)
+    height = GROUP_TITLE + TILE + CAPTION + PAD
+    size = (PAD + columns * (TILE + PAD), HEADER + PAD + len(groups) * height)
+    sheet, draw, fonts = _new_sheet(size, title)
+    rows = []
+    for number, group in enumerate(groups):
+        top = HEADER + PAD + number * height
+        colour = ERROR_TEXT if group.leak or group.clash else CAPTION_TEXT
+        text = _fit(draw, group_title(group), fonts[0], size[0] - 2 * PAD)
+        draw.text((PAD, top + 1), text, fill=colour, font=fonts[0])
+        tiles = []
+        for column, (split, filename, name) in enumerate(group.members[:MAX_COPIES]):
+            cell = (PAD + column * (TILE + PAD), top + GROUP_TITLE)
+            record = records.get((split, filename))
+            if record is None:
+                tiles.append(_draw_missing(draw, (split, filename, name), cell, info, fonts))
+            else:
+                tiles.append(_draw_tile(sheet, draw, record, cell, info, fonts, split))
+        rows.append(tiles)
+    return sheet, rows
+
+
+def _draw_missing(draw, member: tuple[str, str, str], cell, info: DatasetInfo, fonts) -> Tile:
+    """The tile of a member of a group that no shard holds: grey, saying so, captioned with
+    what `duplicates.jsonl` says of it."""
+    split, filename, name = member
+    left, top = cell
+    draw.rectangle((left, top, left + TILE - 1, top + TILE - 1), fill=TILE_BACKGROUND)
+    draw.text((left + 4, top + TILE // 2 - 6), "not stored", fill=ERROR_TEXT, font=fonts[2])
+    names = info.class_list.names
+    label = names.index(name) if name in names else UNLABELLED
+    text = name.encode("utf-8") if name else None
+    lines = caption_lines(info, label, text, filename, split)
+    _draw_caption(draw, cell, class_colour(label, info.background_index), lines, fonts)
+    caption = _name(info, names, label, text, short=False)
+    box = (left, top, left + TILE, top + TILE + CAPTION)
+    return Tile(-1, "", filename, label, caption, box, None, (0, 0), 0.0, ())
 
 
 DRAWING_COLOURS = (

@@ -1,6 +1,7 @@
-"""Look at a committed build: a contact sheet of its records, or its class histogram.
+"""Look at a committed build: a contact sheet of its records, its copies, or its class histogram.
 
     python -m beam_pipeline show OUT [--split S] [-n 16] [--class NAME] [--seed N] -o PNG
+    python -m beam_pipeline show OUT --duplicates [--split S] [-n 16] [--leaks] -o PNG
     python -m beam_pipeline show OUT --histogram [--split S] -o PNG
 
 The contact sheet shows records as stored: a grid of tiles, each the stored image scaled to fit
@@ -13,19 +14,26 @@ the shards holding them are read. `--class NAME` keeps the examples of that labe
 too; or of the class whose display name, or a name it lists, is NAME: `tench`): shards are
 visited in a seeded order until `-n` are found, so a sample of one class reads a few shards of a
 large build, not all of it. `--palette` writes a 256-colour PNG, about four times smaller.
+`--duplicates` draws the groups of copies in a `--duplicates report` build's
+`duplicates.jsonl`, a row each: a title with the kind (`near copies: 2 bits apart`), `LEAK` and
+`CLASH`; the members side by side as stored, captioned with split, class and stored file name
+(`not stored`: no shard holds it). Leaks and clashes come first, then the rest, in the file's
+order; `-n` groups, with a member in `--split`, with `--leaks` only those that leak.
 `--histogram` plots `class_counts` of every split (or `--split`) with matplotlib (the `show`
-extra); builds of many classes show their 30 most and 30 least frequent. Exit code
-0 when the PNG is written, 2 for bad arguments or a directory without a committed build, 1 when
-a shard cannot be read.
+extra); builds of many classes show their 30 most and 30 least frequent. Exit code 0 when the
+PNG is written; 2 for bad arguments, a directory without a committed build, or (`--duplicates`)
+a build that did not look for copies; 1 when a shard cannot be read or nothing is to be shown
+(no examples of the split or class; no copies, or none that `--split` / `--leaks` keep).
 
-The command: its arguments, reading the build's metadata and sampling its records (the shards
-holding them only); the drawing is `sheet`'s, the histogram `histogram`'s.
+The command: its arguments, reading the build's metadata, sampling its records (the shards
+holding them only) and its copies; the drawing is `sheet`'s, the histogram `histogram`'s.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import os
 import random
 import sys
@@ -42,8 +50,15 @@ from beam_pipeline.output.readback import (
 )
 from beam_pipeline.tools.build_records import class_title, classes_named, records_at
 from beam_pipeline.tools.histogram import class_histogram
-from beam_pipeline.tools.sheet import Record, Tile, reduce_colours, render_sheet
-from schemas import BACKGROUND, BUILD_INFO_FILE, UNLABELLED, DatasetInfo, SplitInfo
+from beam_pipeline.tools.sheet import (
+    CopyGroup,
+    Record,
+    Tile,
+    reduce_colours,
+    render_copies,
+    render_sheet,
+)
+from schemas import BACKGROUND, BUILD_INFO_FILE, DUPLICATES_FILE, UNLABELLED, DatasetInfo, SplitInfo
 from schemas import features as F
 from schemas.paths import join
 from schemas.tfrecord import CorruptRecordError, read_records
@@ -53,6 +68,10 @@ HISTOGRAM_MATPLOTLIB = 'error: --histogram needs matplotlib: pip install "imagen
 
 class UsageError(Exception):
     """Bad arguments, or a directory without a committed build: exit code 2."""
+
+
+class NothingToShow(Exception):
+    """No example, or no group of copies, is what was asked for: no PNG, exit code 1."""
 
 
 def read_info(output_dir: str) -> DatasetInfo:
@@ -201,6 +220,96 @@ def contact_sheet(
     return render_sheet(records, info, title)
 
 
+# --- the copies -------------------------------------------------------------------------------
+
+
+def read_copies(output_dir: str, info: DatasetInfo) -> list[CopyGroup]:
+    """The groups of a build's `duplicates.jsonl`, in the file's order. Raises UsageError when
+    the build did not look for copies or a line is no group, OSError when it cannot be read."""
+    if not info.duplicates:
+        raise UsageError("this build did not look for copies: rebuild with --duplicates report")
+    path, groups = join(output_dir, DUPLICATES_FILE), []
+    with open_file(path) as stream:
+        lines = stream.read().decode("utf-8").splitlines()
+    for number, line in enumerate(lines, start=1):
+        try:
+            row = json.loads(line)
+            members = tuple((m["split"], m["path"], m.get("class") or "") for m in row["members"])
+            group = CopyGroup(row["kind"], row["distance"], row["leak"], row["clash"], members)
+        except (ValueError, KeyError, TypeError) as error:
+            raise UsageError(f"{path} line {number} is not a group of copies: {error!r}") from None
+        groups.append(group)
+    return groups
+
+
+def choose_copies(
+    groups: Sequence[CopyGroup], split: str | None = None, leaks: bool = False
+) -> list[CopyGroup]:
+    """The groups with a member in `split` (that leak, with `leaks`), in a sheet's order: those
+    that leak or clash first, then the rest, each in the file's order."""
+    kept = [g for g in groups if split is None or any(m[0] == split for m in g.members)]
+    kept = [g for g in kept if g.leak or not leaks]
+    return sorted(kept, key=lambda group: not (group.leak or group.clash))
+
+
+def copies_stored(
+    output_dir: str, info: DatasetInfo, groups: Sequence[CopyGroup]
+) -> dict[tuple[str, str], Record]:
+    """The records of the groups' members by (split, stored file name); a member no shard holds
+    is left out. Each split holding one is read once, shard by shard, until all are found."""
+    wanted: dict[str, dict[str, bytes]] = {}
+    for split, filename, _ in (member for group in groups for member in group.members):
+        if split in info.splits:
+            wanted.setdefault(split, {})[filename] = filename.encode("utf-8")
+    found = {}
+    for split, needles in wanted.items():
+        position = 0
+        for shard in info.splits[split].shards:
+            if not needles:
+                break
+            with open_file(join(output_dir, shard.file)) as stream:
+                for record in read_records(stream):
+                    if any(needle in record for needle in needles.values()):
+                        values = example_values(record)
+                        stored = first_value(values, F.FILENAME, b"").decode("utf-8", "replace")
+                        if needles.pop(stored, None) is not None:
+                            found[(split, stored)] = Record(position, shard.file, values)
+                    position += 1
+    return found
+
+
+def pick_copies(
+    output_dir: str, info: DatasetInfo, split: str | None = None, n: int = 16, leaks: bool = False
+) -> tuple[str, list[CopyGroup]]:
+    """(what the sheet shows, e.g. `2 of 4 groups of copies`; the first `n` groups that
+    `choose_copies` keeps). Raises UsageError (see `read_copies`; an unknown split), or
+    NothingToShow when none is kept."""
+    if n < 1:
+        raise UsageError(f"-n must be at least 1, not {n}")
+    if split is not None:
+        _split(info, split)
+    groups = read_copies(output_dir, info)
+    kept = choose_copies(groups, split, leaks)
+    which = "leaking groups of copies" if leaks else "groups of copies"
+    which += f" with a {split} image" if split else ""
+    if not kept:
+        empty = f"no copies found in {output_dir} ({DUPLICATES_FILE} is empty)"
+        asked = f"no {which} in {output_dir} (of its {len(groups)} groups)"
+        raise NothingToShow(f"{asked if groups else empty}; nothing to show")
+    return f"{min(n, len(kept))} of {len(kept)} {which}", kept[:n]
+
+
+def copies_sheet(
+    output_dir: str, split: str | None = None, n: int = 16, leaks: bool = False
+) -> tuple[Image.Image, list[list[Tile]]]:
+    """The sheet of up to `n` groups of copies of a build (see `pick_copies`) and its tiles, a
+    list per group; raises what `pick_copies` raises, CorruptRecordError or OSError."""
+    info = read_info(output_dir)
+    summary, groups = pick_copies(output_dir, info, split, n, leaks)
+    stored = copies_stored(output_dir, info, groups)
+    return render_copies(groups, stored, info, f"{output_dir}: {summary}")
+
+
 # --- the command ------------------------------------------------------------------------------
 
 
@@ -213,11 +322,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.histogram:
             return _histogram(args)
-        summary = _write_sheet(args)
-    except (UsageError, CorruptRecordError, OSError) as error:
+        summary = _write_copies(args) if args.duplicates else _write_sheet(args)
+    except (UsageError, NothingToShow, CorruptRecordError, OSError) as error:
         return _failed(error, args.output_dir)
-    if summary is None:
-        return 1
     print(f"wrote {args.output}: {summary}")
     return 0
 
@@ -229,7 +336,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("output_dir", metavar="OUT", help="A build's output directory.")
     parser.add_argument("-o", "--output", required=True, metavar="PNG", help="The PNG to write.")
     parser.add_argument("--split", help="The split to show (default: train, else the first).")
-    parser.add_argument("-n", type=int, default=16, help="Examples on the sheet (default 16).")
+    parser.add_argument("-n", type=int, default=16, help="Examples or copy groups (default 16).")
     parser.add_argument(
         "--class",
         dest="class_name",
@@ -244,17 +351,29 @@ def _parser() -> argparse.ArgumentParser:
         help="Write a 256-colour PNG (about 4x smaller; the boxes' and captions' colours stay "
         "exact, the images' are approximated).",
     )
-    parser.add_argument(
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--duplicates",
+        action="store_true",
+        help="Draw the groups of copies the build found (--duplicates report) instead, a row "
+        "each, those that leak or clash first; -n groups, with a member in --split.",
+    )
+    shown.add_argument(
         "--histogram",
         action="store_true",
         help="Plot each split's class counts instead (needs matplotlib).",
     )
+    parser.add_argument(
+        "--leaks", action="store_true", help="With --duplicates: only the groups that leak."
+    )
     return parser
 
 
-def _write_sheet(args: argparse.Namespace) -> str | None:
-    """Writes the sheet's PNG and returns what it shows; None (said on stderr) when the split
-    has no examples to show."""
+def _write_sheet(args: argparse.Namespace) -> str:
+    """Writes the sheet's PNG and returns what it shows; NothingToShow when the split has no
+    examples (of the class)."""
+    if args.leaks:
+        raise UsageError("--leaks needs --duplicates: it picks groups of copies")
     info = read_info(args.output_dir)
     split, pool, records = sample(
         args.output_dir, info, args.split, args.n, args.class_name, args.seed
@@ -262,18 +381,33 @@ def _write_sheet(args: argparse.Namespace) -> str | None:
     shown = shown_class(info, args.class_name)
     if not records:
         what = f" of class {shown}" if shown is not None else ""
-        print(f"error: the {split} split has no examples{what}; nothing to show", file=sys.stderr)
-        return None
+        raise NothingToShow(f"the {split} split has no examples{what}; nothing to show")
     summary = describe(split, len(records), pool, shown, args.seed)
     sheet, _ = render_sheet(records, info, f"{args.output_dir}: {summary}")
-    if args.palette:
-        sheet = reduce_colours(sheet)
-    sheet.save(args.output, format="PNG", optimize=True)
+    _save(sheet, args)
     return summary
 
 
+def _write_copies(args: argparse.Namespace) -> str:
+    """Writes the sheet of copies' PNG and returns what it shows."""
+    if args.class_name is not None:
+        raise UsageError("--class picks examples for the contact sheet; --duplicates shows copies")
+    info = read_info(args.output_dir)
+    summary, groups = pick_copies(args.output_dir, info, args.split, args.n, args.leaks)
+    stored = copies_stored(args.output_dir, info, groups)
+    _save(render_copies(groups, stored, info, f"{args.output_dir}: {summary}")[0], args)
+    return summary
+
+
+def _save(sheet: Image.Image, args: argparse.Namespace) -> None:
+    (reduce_colours(sheet) if args.palette else sheet).save(
+        args.output, format="PNG", optimize=True
+    )
+
+
 def _failed(error: Exception, output_dir: str) -> int:
-    """Says why the command stopped; its exit code: 2 for bad arguments, 1 for a damaged build."""
+    """Says why the command stopped; its exit code: 2 for bad arguments, 1 for a damaged build
+    or nothing to show."""
     if isinstance(error, UsageError):
         print(f"error: {error}", file=sys.stderr)
         return 2
