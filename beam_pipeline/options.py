@@ -18,7 +18,7 @@ from typing import Any
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline.console.build_console import add_console_flags
-from beam_pipeline.core.duplicates import OFF, REPORT
+from beam_pipeline.core.duplicates import OFF, POLICIES
 from beam_pipeline.core.holdout import TEST, VALIDATION, HoldOut
 from beam_pipeline.core.images import EXACT, ORIGINAL, RESIZE_MODES, SHORTER_SIDE, ImagePolicy
 from beam_pipeline.core.sharding import DEFAULT_TARGET_SHARD_BYTES
@@ -122,10 +122,7 @@ def _add_image_flags(parser: argparse.ArgumentParser) -> None:
         "224x224) for exact.",
     )
     parser.add_argument(
-        "--jpeg_quality",
-        type=int,
-        default=95,
-        help="Quality of re-encoded JPEGs (1-100, default 95).",
+        "--jpeg_quality", type=int, default=95, help="Quality of re-encoded JPEGs (default 95)."
     )
     parser.add_argument(
         "--max_pixels", type=int, default=None, help="Refuse larger images (default ~89 Mpx)."
@@ -141,9 +138,10 @@ def _add_image_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--duplicates",
         default=OFF,
-        choices=(OFF, REPORT),
-        help="report: find exact and near copies among the images (duplicates.jsonl, the "
-        "summary's warnings of leaks between splits); costs throughput (default off).",
+        choices=POLICIES,
+        help="report: find copies among the images (duplicates.jsonl; leaks between splits "
+        "warned of); drop_leaks: leave the copies of training images out of the other splits "
+        "(rejected.jsonl); fail: stop on such a copy; off (default).",
     )
     parser.add_argument(
         "--max_bad_fraction",
@@ -193,10 +191,18 @@ class BuildConfig:
     validation_split: float = 0.0
     test_split: float = 0.0
     split_seed: int = 0
+    duplicates: str = OFF
 
     def __post_init__(self):
         if not self.input_dir:
             raise ValueError("--input_dir is required")
+        if self.duplicates not in POLICIES:
+            raise ValueError(f"--duplicates must be one of {POLICIES}, not {self.duplicates!r}")
+        if self.image_policy.fingerprints != (self.duplicates != OFF):
+            raise ValueError(
+                f"--duplicates {self.duplicates} needs ImagePolicy(fingerprints="
+                f"{self.duplicates != OFF})"
+            )
         if self.layout not in (AUTO, *LAYOUTS):
             raise ValueError(f"--layout must be one of {(AUTO, *LAYOUTS)}")
         if len(set(self.splits)) != len(self.splits):
@@ -251,7 +257,7 @@ class BuildConfig:
             "size": parse_image_size(flags.image_policy, flags.image_size),
             "jpeg_quality": flags.jpeg_quality,
             "keep_stray_jpeg_bytes": flags.keep_stray_jpeg_bytes,
-            "fingerprints": flags.duplicates == REPORT,
+            "fingerprints": flags.duplicates != OFF,
         }
         if flags.max_pixels is not None:
             policy_kwargs["max_pixels"] = flags.max_pixels
@@ -271,6 +277,7 @@ class BuildConfig:
             validation_split=flags.validation_split,
             test_split=flags.test_split,
             split_seed=flags.split_seed,
+            duplicates=flags.duplicates,
         )
 
     def held_out(self, source: str) -> HoldOut | None:
@@ -312,7 +319,7 @@ class BuildConfig:
                 "max_bad_fraction": self.max_bad_fraction,
             }
             | self._held_out_metadata()
-            | ({"duplicates": REPORT} if policy.fingerprints else {})
+            | ({"duplicates": self.duplicates} if self.duplicates != OFF else {})
         )
 
     def _held_out_metadata(self) -> dict[str, Any]:

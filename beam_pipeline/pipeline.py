@@ -30,6 +30,7 @@ from apache_beam.options.pipeline_options import (
 )
 
 from beam_pipeline.console import watch
+from beam_pipeline.core import duplicates
 from beam_pipeline.core.holdout import HoldOut
 from beam_pipeline.core.labels import Vocabulary, parse_display_names, parse_labels_file
 from beam_pipeline.options import BuildConfig
@@ -50,7 +51,7 @@ from beam_pipeline.runners.local import (
     pipeline_options,
 )
 from beam_pipeline.stages.discovery import DiscoverImages
-from beam_pipeline.stages.duplicates import FindDuplicates
+from beam_pipeline.stages.duplicates import FindDuplicates, FindOddImages, training_copies
 from beam_pipeline.stages.finalize import CheckIndexBudget, Finalize, FinalizeSpec
 from beam_pipeline.stages.labelling import (
     BuildVocabulary,
@@ -302,17 +303,30 @@ def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollect
     assigned, plans = labelled | "AssignShards" >> AssignShards(
         config.seed, num_shards, config.target_shard_bytes
     )
-    results, write_rejected, prints = assigned | "WriteShards" >> WriteShards(
-        plan.root,
-        config.output_dir,
-        config.image_policy,
-        vocabulary,
-        plans,
-        resume=config.resume,
-        gate=checked,
-        staged=prepared.replaces_build,
-    )
+
+    def write(label, shards, training=None):
+        return shards | label >> WriteShards(
+            plan.root,
+            config.output_dir,
+            config.image_policy,
+            vocabulary,
+            plans,
+            resume=config.resume,
+            gate=checked,
+            staged=prepared.replaces_build,
+            training=training,
+        )
+
+    if config.duplicates == duplicates.DROP_LEAKS:
+        results, write_rejected, prints = _write_training_first(assigned, write)
+    else:
+        results, write_rejected, prints = write("WriteShards", assigned)
     rejected = (index_rejected, write_rejected) | "AllRejected" >> beam.Flatten()
+    if config.duplicates != duplicates.OFF:
+        groups = prints | "FindDuplicates" >> FindDuplicates()
+        odd = prints | "FindOddImages" >> FindOddImages()
+    else:
+        groups = odd = pipeline | "NoDuplicates" >> beam.Create([])
     return pipeline | "Finalize" >> Finalize(
         spec,
         vocabulary=vocabulary,
@@ -320,12 +334,20 @@ def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollect
         index_counts=index_counts,
         results=results,
         rejected=rejected,
-        groups=(
-            prints | "FindDuplicates" >> FindDuplicates()
-            if config.image_policy.fingerprints
-            else pipeline | "NoDuplicates" >> beam.Create([])
-        ),
+        groups=groups,
+        odd=odd,
     )
+
+
+def _write_training_first(assigned, write):
+    """`--duplicates drop_leaks`: the training shards, then the other splits' shards, whose
+    writers leave out the copies of training images (`leaks.TrainingCopies`)."""
+    training, held_out = assigned | "TrainingFirst" >> beam.Partition(
+        lambda shard, _: 0 if shard[0][0] == duplicates.TRAIN else 1, 2
+    )
+    first = write("WriteShards", training)
+    then = write("WriteHeldOutShards", held_out, training_copies(first[2]))
+    return tuple((first[i], then[i]) | f"AllWritten{i}" >> beam.Flatten() for i in range(3))
 
 
 def prepare_build(

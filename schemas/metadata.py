@@ -28,6 +28,8 @@ LABELS_FILE = "labels.txt"
 DEAD_LETTER_FILE = "rejected.jsonl"
 # The copies among a build's images, a JSON line per group (`beam_pipeline.core.duplicates`).
 DUPLICATES_FILE = "duplicates.jsonl"
+# Odd images (nearly uniform, tiny, extreme aspect ratio, grey among colour), a JSON line each.
+ODD_IMAGES_FILE = "odd_images.jsonl"
 SHARD_SUFFIX = ".tfrecord"
 
 
@@ -100,8 +102,11 @@ class DatasetInfo:
     display_names: dict[str, str] = dataclasses.field(default_factory=dict)
     # Copies among the stored images (`duplicates.jsonl` lists them): exact_groups, near_pairs,
     # images in any, leaked (per split: its images that copy a training image), clashes
-    # (groups of several classes). Empty for builds made before the build looked for them.
+    # (groups of several classes), dropped (per split: copies of training images left out by
+    # --duplicates drop_leaks, when any). Empty for builds that did not look for them.
     duplicates: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Odd images per reason (`odd_images.jsonl` lists them), where the build looked for copies.
+    odd_images: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def class_list(self) -> ClassList:
@@ -144,6 +149,7 @@ class DatasetInfo:
             },
             "failures": dict(sorted(self.failures.items())),
             **({"duplicates": self.duplicates} if self.duplicates else {}),
+            **({"odd_images": self.odd_images} if self.odd_images else {}),
             "options": self.options,
             "source": self.source,
             "versions": self.versions,
@@ -194,6 +200,7 @@ class DatasetInfo:
             versions=dict(payload["versions"]),
             display_names=dict(payload.get("display_names", {})),
             duplicates=dict(payload.get("duplicates", {})),
+            odd_images=dict(payload.get("odd_images", {})),
         )
 
 

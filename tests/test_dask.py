@@ -276,10 +276,15 @@ def test_held_out_splits_on_dask_are_the_local_ones(cluster, tree, tmp_path):
     assert files(tmp_path / "dask") == files(tmp_path / "local")
 
 
-def test_copies_found_on_dask_are_the_local_ones(cluster, tree, tmp_path):
-    # --duplicates report groups the prints on the runner: on Dask, the same duplicates.jsonl.
-    flags = ["--duplicates", "report", "--max_bad_fraction", "0.05", "--num_shards", "3"]
+@pytest.mark.parametrize("policy", ["report", "drop_leaks"])
+def test_copies_found_on_dask_are_the_local_ones(cluster, tree, tmp_path, policy):
+    # --duplicates groups the prints on the runner (and drop_leaks hands the training ones to
+    # the other splits' writers): on Dask, the same duplicates.jsonl and rejected.jsonl.
+    flags = ["--duplicates", policy, "--max_bad_fraction", "0.05", "--num_shards", "3"]
     local = build(tree, tmp_path / "local", *flags)
     on_dask = build(tree, tmp_path / "dask", *flags, *dask_flags(cluster))
     assert on_dask == local and local.duplicates["images"] > 0
+    assert local.duplicates.get("dropped", {}).get("validation", 0) == (
+        4 if policy == "drop_leaks" else 0
+    )
     assert files(tmp_path / "dask") == files(tmp_path / "local")

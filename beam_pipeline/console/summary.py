@@ -11,7 +11,15 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
-from schemas import DEAD_LETTER_FILE, DUPLICATES_FILE, LABEL_SOURCES, DatasetInfo, SplitInfo
+from beam_pipeline.core import odd_images
+from schemas import (
+    DEAD_LETTER_FILE,
+    DUPLICATES_FILE,
+    LABEL_SOURCES,
+    ODD_IMAGES_FILE,
+    DatasetInfo,
+    SplitInfo,
+)
 from schemas.classes import BACKGROUND, FROM_BACKGROUND, FROM_FOLDER, FROM_NOTHING, FROM_XML
 from schemas.paths import is_local, join
 
@@ -240,6 +248,7 @@ def _closing_lines(
     ]
     notes += _shard_notes(info)
     notes += duplicates_notes(info.duplicates)
+    notes += filter(None, [odd_images.note(info.odd_images, ODD_IMAGES_FILE)])
     lines = [line for note in notes for line in fold(note.split(" "), width)]
     for split, reasons in sorted((rejected or {}).items()):
         where = f"in {split}:" if split else "outside any split:"
@@ -257,16 +266,23 @@ def _closing_lines(
 
 def duplicates_notes(found: Mapping) -> list[str]:
     """What the summary says of the copies among the images (`core.duplicates.counts`):
-    leaks and clashes as warnings, copies within a class as a note; nothing without any."""
+    the held-out images dropped as copies of training ones, leaks and clashes as warnings,
+    copies within a class as a note; nothing without any."""
+    notes = [
+        f"Dropped {plural(count, split + ' image')} that "
+        f"{'copies a training image' if count == 1 else 'copy training images'} "
+        f"({DEAD_LETTER_FILE}, reason duplicate)"
+        for split, count in found.get("dropped", {}).items()
+    ]
     if not found.get("images"):
-        return []
+        return notes
     groups = [
         plural(found["exact_groups"], "group") + " of exact copies"
         if found["exact_groups"]
         else "",
         plural(found["near_pairs"], "pair") + " of near copies" if found["near_pairs"] else "",
     ]
-    notes = [
+    notes += [
         f"Copies: {' and '.join(filter(None, groups))} among "
         f"{plural(found['images'], 'image')} ({DUPLICATES_FILE})"
     ]

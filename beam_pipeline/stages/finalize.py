@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
+import pickle
 import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -20,7 +21,8 @@ from typing import Any
 import apache_beam as beam
 
 from beam_pipeline.console import watch
-from beam_pipeline.core import duplicates
+from beam_pipeline.core import duplicates, odd_images
+from beam_pipeline.core.duplicates import DUPLICATE
 from beam_pipeline.core.entries import ShardResult
 from beam_pipeline.core.jpegdata import KEEP_FLAG, STRAY_JPEG_BYTES
 from beam_pipeline.core.labels import Vocabulary, unknown_class_name
@@ -28,7 +30,14 @@ from beam_pipeline.core.rejections import DISCOVER, Rejection
 from beam_pipeline.core.sharding import SplitPlan
 from beam_pipeline.failures import BuildFailed
 from beam_pipeline.output import commit
-from schemas import DEAD_LETTER_FILE, DUPLICATES_FILE, SCHEMA_VERSION, DatasetInfo, SplitInfo
+from schemas import (
+    DEAD_LETTER_FILE,
+    DUPLICATES_FILE,
+    ODD_IMAGES_FILE,
+    SCHEMA_VERSION,
+    DatasetInfo,
+    SplitInfo,
+)
 from schemas.paths import join
 
 
@@ -105,9 +114,11 @@ def _check_error_budget(
 ) -> None:
     """Raises BuildFailed when more than --max_bad_fraction of all discovered images failed."""
     total = sum(s.num_discovered for s in splits.values())
-    bad = sum(s.num_rejected for s in splits.values())
+    # Copies dropped by --duplicates drop_leaks are rejected on purpose, not for damage.
+    dropped = sum(1 for r in rejections if r.is_image and r.reason == DUPLICATE)
+    bad = sum(s.num_rejected for s in splits.values()) - dropped
     if bad > spec.max_bad_fraction * total:
-        images = [r for r in rejections if r.is_image]
+        images = [r for r in rejections if r.is_image and r.reason != DUPLICATE]
         message = over_budget_message(spec.max_bad_fraction, bad, total, images)
         raise BuildFailed(
             f"{message}; {_see(spec)}; to commit the build without them, rerun with "
@@ -308,22 +319,58 @@ def _split_info(split, plan, results, vocabulary, discovered, rejected) -> Split
     )
 
 
+def _copies(
+    spec: FinalizeSpec, info: DatasetInfo, packed: Iterable[bytes], rejections: list[Rejection]
+) -> tuple[DatasetInfo, dict[str, bytes]]:
+    """The metadata's counts of the copies among the stored images and `duplicates.jsonl`
+    (nothing under `--duplicates off`). Raises BuildFailed under `fail` when a held-out image
+    copies a training one, and under `drop_leaks` when one was kept all the same (its writer's
+    search and the report disagree: a defect, never committed)."""
+    policy = spec.options.get("duplicates", duplicates.OFF)
+    if policy == duplicates.OFF:
+        return info, {}
+    groups = duplicates.report_order(duplicates.unpack_groups(packed))
+    leaks = [group for group in groups if group.leaks]
+    if leaks and policy != duplicates.REPORT:
+        said, every = duplicates.leak_list(leaks)
+        if policy == duplicates.FAIL:
+            fix = (
+                "remove them from the tree, or rerun with --duplicates drop_leaks --resume to "
+                "leave them out (rejected.jsonl, reason duplicate), or --duplicates report "
+                "--resume to keep them (the shards written are kept); the log lists every one"
+            )
+        else:  # drop_leaks: its writers' search and the report disagree
+            fix = "this is a defect of the build, please report it; --duplicates report builds"
+        raise BuildFailed("\n".join([f"--duplicates {policy}: {said}. To fix: {fix}", *every]))
+    found = duplicates.counts(groups)
+    dropped = collections.Counter(r.split for r in rejections if r.reason == DUPLICATE)
+    if dropped:
+        found["dropped"] = dict(sorted(dropped.items()))
+    rows = "".join(duplicates.row(group, info.class_list.names) + "\n" for group in groups)
+    return dataclasses.replace(info, duplicates=found), {DUPLICATES_FILE: rows.encode("utf-8")}
+
+
+def _odd_images(info: DatasetInfo, packed: Iterable[bytes]) -> tuple[DatasetInfo, bytes]:
+    """The metadata's counts of the odd images and `odd_images.jsonl`, by split and path."""
+    found = [pair for blob in packed for pair in pickle.loads(blob)]
+    found.sort(key=lambda pair: (pair[0].split, pair[0].filename))
+    names = info.class_list.names
+    rows = "".join(odd_images.row(image, why, names) + "\n" for image, why in found)
+    return dataclasses.replace(info, odd_images=odd_images.counts(found)), rows.encode("utf-8")
+
+
 class _FinalizeFn(beam.DoFn):
     def __init__(self, spec: FinalizeSpec):
         self._spec = spec
 
-    def process(self, _, vocabulary, plans, index_counts, results, rejections, groups):
+    def process(self, _, vocabulary, plans, index_counts, results, rejections, groups, odd):
         spec = self._spec
         rejections = sorted(set(rejections))
         commit.write_dead_letter(spec.output_dir, rejections, _dead_letter(spec))
         info = assemble_info(spec, vocabulary, plans, index_counts, results, rejections)
-        files = {}
-        if spec.options.get("duplicates") == duplicates.REPORT:
-            groups = duplicates.report_order(groups)
-            info = dataclasses.replace(info, duplicates=duplicates.counts(groups))
-            names = info.class_list.names
-            rows = "".join(duplicates.row(group, names) + "\n" for group in groups)
-            files[DUPLICATES_FILE] = rows.encode("utf-8")
+        info, files = _copies(spec, info, groups, rejections)
+        if spec.options.get("duplicates", duplicates.OFF) != duplicates.OFF:
+            info, files[ODD_IMAGES_FILE] = _odd_images(info, odd)
         staged = spec.replaces_build
         if staged and commit.committed_already(spec.output_dir, info):
             # A runner retried a commit that had moved everything in: its metadata again (it
@@ -339,16 +386,26 @@ class Finalize(beam.PTransform):
     """Runs once, after every shard is written; outputs the committed DatasetInfo."""
 
     def __init__(
-        self, spec: FinalizeSpec, *, vocabulary, plans, index_counts, results, rejected, groups
+        self,
+        spec: FinalizeSpec,
+        *,
+        vocabulary,
+        plans,
+        index_counts,
+        results,
+        rejected,
+        groups,
+        odd,
     ):
         """`groups`: the copies among the stored images (`stages.duplicates`), for
-        `duplicates.jsonl` and the metadata's counts."""
+        `duplicates.jsonl` and the metadata's counts; `odd`: the odd images, for
+        `odd_images.jsonl` and theirs."""
         super().__init__()
         self._spec = spec
-        self._inputs = (vocabulary, plans, index_counts, results, rejected, groups)
+        self._inputs = (vocabulary, plans, index_counts, results, rejected, groups, odd)
 
     def expand(self, pbegin):
-        vocabulary, plans, index_counts, results, rejected, groups = self._inputs
+        vocabulary, plans, index_counts, results, rejected, groups, odd = self._inputs
         return (
             pbegin
             | "Once" >> beam.Create([None])
@@ -361,5 +418,6 @@ class Finalize(beam.PTransform):
                 results=beam.pvalue.AsList(results),
                 rejections=beam.pvalue.AsList(rejected),
                 groups=beam.pvalue.AsList(groups),
+                odd=beam.pvalue.AsList(odd),
             )
         )

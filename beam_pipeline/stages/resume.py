@@ -46,11 +46,15 @@ def fingerprint(
     members: Sequence[tuple[int, LabelledEntry]],
     vocabulary: Vocabulary,
     policy: ImagePolicy,
+    drops_copies: bool = False,
 ) -> str:
-    """A hash of everything that decides a shard's bytes except the image bytes themselves."""
+    """A hash of everything that decides a shard's bytes except the image bytes themselves
+    (`drops_copies`: a held-out shard that leaves out copies of training images)."""
     digest = hashlib.sha256()
     header = [SCHEMA_VERSION, split, index, num_shards, list(vocabulary.classes)]
     header.append(dataclasses.asdict(policy))
+    if drops_copies:
+        header.append("drop_leaks")
     digest.update(json.dumps(header, sort_keys=True).encode("utf-8"))
     coder = LabelledEntryCoder()
     for rank, labelled in members:

@@ -24,7 +24,7 @@ from apache_beam.typehints import Tuple
 
 from beam_pipeline.console import watch
 from beam_pipeline.core import fingerprints, sharding
-from beam_pipeline.core.duplicates import ImagePrint
+from beam_pipeline.core.duplicates import DUPLICATE, ImagePrint
 from beam_pipeline.core.entries import LabelledEntry, ShardResult
 from beam_pipeline.core.examples import build_example
 from beam_pipeline.core.images import ImagePolicy, NormalisedImage, normalise_image
@@ -219,13 +219,15 @@ class _WriteShardFn(beam.DoFn):
         if reader is not None:
             reader.shutdown(wait=False, cancel_futures=True)
 
-    def process(self, element, vocabulary: Vocabulary, plans, gate=None):
+    def process(self, element, vocabulary: Vocabulary, plans, gate=None, training=None):
+        """`training`: the training images' TrainingCopies, for a held-out split's writer under
+        `--duplicates drop_leaks` (a copy of a training image is rejected, not stored)."""
         (split, index), members = element
         members = rank_members(members, plans[split], index)
         num_shards = plans[split].num_shards
         name = shard_filename(split, index, num_shards)
         shard_print = resume.fingerprint(
-            split, index, num_shards, members, vocabulary, self._policy
+            split, index, num_shards, members, vocabulary, self._policy, training is not None
         )
         tally = watch.Tally(self._output_dir, watch.WRITTEN, name)
         path = shard_path(name, staged=self._staged)
@@ -236,7 +238,7 @@ class _WriteShardFn(beam.DoFn):
             tally.add(result.shard.num_examples + len(rejections))
         else:
             result, rejections, prints = self._write(
-                split, index, num_shards, name, path, members, vocabulary, tally
+                split, index, num_shards, name, path, members, vocabulary, tally, training
             )
             try:
                 resume.save(self._output_dir, shard_print, result, rejections, prints)
@@ -251,7 +253,7 @@ class _WriteShardFn(beam.DoFn):
         yield beam.pvalue.TaggedOutput(PRINTS, tuple(prints))
         yield result
 
-    def _write(self, split, index, num_shards, name, path, members, vocabulary, tally):
+    def _write(self, split, index, num_shards, name, path, members, vocabulary, tally, training):
         """Streams the shard into a temp file and renames it to `path` in the output."""
         digest, num_bytes, num_examples = hashlib.sha256(), 0, 0
         class_counts, sources, disagreements = collections.Counter(), collections.Counter(), 0
@@ -271,6 +273,7 @@ class _WriteShardFn(beam.DoFn):
                         tally.add()
                         try:
                             record, image = self._encode(labelled, data.result(), vocabulary)
+                            image_print = _print_of(labelled, image, training)
                         except InputError as error:
                             rejections.append(
                                 Rejection.from_error(
@@ -291,8 +294,7 @@ class _WriteShardFn(beam.DoFn):
                         objects[len(labelled.object_labels)] += 1
                         widths[image.width] += 1
                         heights[image.height] += 1
-                        if image.fingerprint is not None:  # (--duplicates report)
-                            prints.append(image_print(labelled, image))
+                        prints += [image_print] if image_print is not None else []
         except OSError as error:  # the output's fault, not the input's: fail the build, loudly
             raise BuildFailed(
                 f"cannot write shard {name} to {self._output_dir}: {error}"
@@ -344,6 +346,18 @@ def image_print(labelled: LabelledEntry, image: NormalisedImage) -> ImagePrint:
     )
 
 
+def _print_of(labelled: LabelledEntry, image: NormalisedImage, training) -> ImagePrint | None:
+    """The image's print (None under `--duplicates off`); InputError `duplicate` when it
+    copies one of `training` (a TrainingCopies, under `--duplicates drop_leaks`)."""
+    if image.fingerprint is None:
+        return None
+    found = image_print(labelled, image)
+    copy = training.copy_of(found) if training is not None else None
+    if copy is not None:
+        raise InputError(DUPLICATE, copy.detail())
+    return found
+
+
 def _kept_report(split: str, path: str, note: str) -> Rejection:
     """The `rejected.jsonl` line of an image written with a note (`--keep_stray_jpeg_bytes`):
     reported, not counted as rejected."""
@@ -364,11 +378,14 @@ class WriteShards(beam.PTransform):
         resume=False,
         gate=None,
         staged=False,
+        training=None,
     ):
         """`gate`, when given, is a singleton PCollection that must exist before any shard is
         written (a check that fails the build instead of producing it). `staged`: write the
-        shards into the output's `.staged/`, beside the complete build they replace."""
+        shards into the output's `.staged/`, beside the complete build they replace.
+        `training`: a singleton TrainingCopies whose copies are not stored (drop_leaks)."""
         super().__init__()
+        self._training = training
         self._resume = resume
         self._staged = staged
         self._gate = gate
@@ -390,6 +407,11 @@ class WriteShards(beam.PTransform):
                 vocabulary=beam.pvalue.AsSingleton(self._vocabulary),
                 plans=beam.pvalue.AsDict(self._plans),
                 **({} if self._gate is None else {"gate": beam.pvalue.AsSingleton(self._gate)}),
+                **(
+                    {}
+                    if self._training is None
+                    else {"training": beam.pvalue.AsSingleton(self._training)}
+                ),
             ).with_outputs(REJECTED, PRINTS, main="results")
         )
         return result.results, result[REJECTED], result[PRINTS]

@@ -18,7 +18,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from schemas import DatasetInfo, SplitInfo
+from beam_pipeline.core import odd_images
+from schemas import ODD_IMAGES_FILE, DatasetInfo, SplitInfo
 from schemas.classes import BACKGROUND
 
 
@@ -105,6 +106,7 @@ def build_stats(output_dir: str) -> dict[str, Any]:
         stats["display_names"] = dict(info.display_names)
     if info.duplicates:  # (builds before the build looked for copies have none)
         stats["duplicates"] = dict(info.duplicates)
+        stats["odd_images"] = dict(info.odd_images)
     return stats
 
 
@@ -178,17 +180,19 @@ def format_stats(stats: dict[str, Any]) -> str:
             lines.append("  rejections: " + ", ".join(f"{r} {c:,}" for r, c in rejections.items()))
         else:
             lines.append("  rejections: none")
-    return "\n".join(lines + _copies_lines(stats.get("duplicates")))
+    return "\n".join(lines + _copies_lines(stats.get("duplicates"), stats.get("odd_images")))
 
 
-def _copies_lines(found: dict[str, Any] | None) -> list[str]:
-    """The copies among the images, as the build's summary says them (none before the build
-    looked for them: schema 2.1)."""
+def _copies_lines(found: dict[str, Any] | None, odd: dict[str, int] | None) -> list[str]:
+    """The copies and the odd images among the images, as the build's summary says them (none
+    before the build looked for them: schema 2.1)."""
     from beam_pipeline.console.summary import duplicates_notes
 
     if not found:
         return []
-    return ["", *(duplicates_notes(found) or ["Copies: none found (duplicates.jsonl)"])]
+    copies = duplicates_notes(found) or ["Copies: none found (duplicates.jsonl)"]
+    oddities = odd_images.note(odd or {}, ODD_IMAGES_FILE) or "Odd images: none (odd_images.jsonl)"
+    return ["", *copies, oddities]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

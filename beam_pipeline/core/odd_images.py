@@ -1,0 +1,73 @@
+"""Odd images among those a build stores, reported (never dropped) as cleanvision reports them:
+nearly uniform (a blank frame, one colour), tiny, of an extreme aspect ratio, and grey among
+colour pictures. Each comes from the print the writer keeps of every image
+(`duplicates.ImagePrint`; the thresholds and their figures are `fingerprints`'), listed in
+`odd_images.jsonl` and counted in `build_info.json` (`odd_images`), the summary and `stats`.
+
+Grey is odd only where most of the build's images are colour: a collection of grey pictures
+(scans, X-rays) lists none of them. It is seen where the build has the colours: a one-channel
+JPEG (ImageNet's grey pictures are), or an image it converts. A colour JPEG it stores as it is
+was checked in luma only (colour costs +13.5 us an image and the chroma twice that:
+benchmarks/RESULTS.md, "Fingerprints"), so a grey picture saved as colour is not seen.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from collections.abc import Iterable, Sequence
+
+from beam_pipeline.core import fingerprints as fp
+from beam_pipeline.core.duplicates import ImagePrint
+
+REASONS = (fp.NEARLY_UNIFORM, fp.TINY, fp.EXTREME_ASPECT_RATIO, fp.GREY)
+# Grey pictures are odd while they are fewer than this share of the build's images.
+GREY_MINORITY = 0.5
+
+
+def is_grey(image: ImagePrint) -> bool:
+    return image.chroma_spread is not None and image.chroma_spread <= fp.GREY_SPREAD
+
+
+def grey_is_odd(images: int, grey: int) -> bool:
+    """Whether grey pictures are odd in a build of `images` of which `grey` are grey."""
+    return grey < GREY_MINORITY * images
+
+
+def reasons(image: ImagePrint, grey_odd: bool) -> tuple[str, ...]:
+    """What is odd about `image` (`fingerprints.odd_reasons`), `grey` only when `grey_odd`."""
+    found = fp.Fingerprint(image.perceptual, image.luma_spread, image.chroma_spread)
+    odd = fp.odd_reasons(image.width, image.height, found)
+    return tuple(reason for reason in odd if grey_odd or reason != fp.GREY)
+
+
+def row(image: ImagePrint, why: Sequence[str], class_names: Sequence[str]) -> str:
+    """The `odd_images.jsonl` line of one image."""
+    name = class_names[image.label] if 0 <= image.label < len(class_names) else ""
+    return json.dumps(
+        {
+            "split": image.split,
+            "path": image.filename,
+            "class": name,
+            "reasons": list(why),
+            "width": image.width,
+            "height": image.height,
+        },
+        ensure_ascii=False,
+    )
+
+
+def counts(found: Iterable[tuple[ImagePrint, Sequence[str]]]) -> dict[str, int]:
+    """Images per reason (each reason of an image counts), every reason named."""
+    per_reason = collections.Counter(reason for _, why in found for reason in why)
+    return {reason: per_reason[reason] for reason in REASONS}
+
+
+def note(per_reason: dict[str, int], file: str) -> str | None:
+    """What the summary and `stats` say of the odd images, or None without any."""
+    said = [
+        f"{count:,} {reason.replace('_', ' ')}" + (" among colour" if reason == fp.GREY else "")
+        for reason, count in per_reason.items()
+        if count
+    ]
+    return f"Odd images: {', '.join(said)} ({file})" if said else None

@@ -1,0 +1,132 @@
+"""Odd images (issue 41): a blank frame, a tiny picture, a strip and a grey photo among colour
+photos are listed in odd_images.jsonl with their reasons and counted in build_info.json, the
+summary and `stats`; never dropped; grey is odd only among colour pictures."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from helpers import CORPUS, build, write
+from PIL import Image
+
+from beam_pipeline.core import odd_images
+from beam_pipeline.core.duplicates import ImagePrint
+from beam_pipeline.tools import build as build_tool
+from beam_pipeline.tools import stats
+from schemas import BUILD_INFO_FILE, ODD_IMAGES_FILE
+
+PHOTOS = CORPUS / "images" / "tfrecorder"
+REPORT = ("--duplicates", "report")
+NONE = {"nearly_uniform": 0, "tiny": 0, "extreme_aspect_ratio": 0, "grey": 0}
+
+
+def jpeg(image: Image.Image) -> bytes:
+    out = io.BytesIO()
+    image.save(out, "JPEG", quality=90)
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    """Five colour photos in two class folders, and four odd pictures among them: a blank
+    frame, a tiny picture, a strip, and a grey photo (a one-channel JPEG, as ImageNet's grey
+    pictures are)."""
+    root = tmp_path_factory.mktemp("odd")
+    for name, count in (("cat", 3), ("goat", 2)):
+        for number, path in enumerate(sorted(PHOTOS.glob(f"*/{name}/*.jpg"))[:count]):
+            write(root / name / f"{number}.jpg", path.read_bytes())
+    photo = Image.open(sorted((PHOTOS / "TRAIN" / "goat").glob("*.jpg"))[0]).convert("RGB")
+    write(root / "goat" / "blank.jpg", jpeg(Image.new("RGB", (320, 240), (250, 250, 250))))
+    write(root / "goat" / "tiny.jpg", jpeg(photo.resize((24, 20))))
+    write(root / "cat" / "strip.jpg", jpeg(photo.crop((0, 0, photo.width, photo.width // 4))))
+    write(root / "cat" / "grey.jpg", jpeg(photo.convert("L")))
+    return root
+
+
+def listed(output_dir) -> list[tuple]:
+    lines = (output_dir / ODD_IMAGES_FILE).read_text().splitlines()
+    return [
+        (row["split"], row["path"], row["class"], row["reasons"], row["width"], row["height"])
+        for row in map(json.loads, lines)
+    ]
+
+
+def test_each_odd_image_is_listed_with_its_reasons_and_kept(tree, tmp_path):
+    info = build(tree, tmp_path / "out", *REPORT)
+    width = Image.open(tree / "cat" / "strip.jpg").width
+    grey = Image.open(tree / "cat" / "grey.jpg").size
+    assert listed(tmp_path / "out") == [
+        ("train", "cat/grey.jpg", "cat", ["grey"], *grey),
+        ("train", "cat/strip.jpg", "cat", ["extreme_aspect_ratio"], width, width // 4),
+        ("train", "goat/blank.jpg", "goat", ["nearly_uniform"], 320, 240),
+        ("train", "goat/tiny.jpg", "goat", ["tiny"], 24, 20),
+    ]
+    assert info.odd_images == {"nearly_uniform": 1, "tiny": 1, "extreme_aspect_ratio": 1, "grey": 1}
+    assert info.splits["train"].num_examples == 9  # reported, never dropped
+    metadata = json.loads((tmp_path / "out" / BUILD_INFO_FILE).read_text())
+    assert metadata["odd_images"] == info.odd_images
+
+
+def test_the_summary_and_stats_count_them(tree, tmp_path, capsys):
+    argv = ["--input_dir", str(tree), "--output_dir", str(tmp_path / "out"), "--quiet", *REPORT]
+    assert build_tool.main(argv) == 0
+    said = (
+        "Odd images: 1 nearly uniform, 1 tiny, 1 extreme aspect ratio, 1 grey among colour "
+        "(odd_images.jsonl)"
+    )
+    assert said in " ".join(capsys.readouterr().out.split())
+    found = stats.build_stats(str(tmp_path / "out"))
+    assert found["odd_images"] == {
+        "nearly_uniform": 1,
+        "tiny": 1,
+        "extreme_aspect_ratio": 1,
+        "grey": 1,
+    }
+    assert stats.format_stats(found).splitlines()[-1] == said
+
+
+def test_a_build_of_plain_photos_lists_none(tmp_path):
+    root = tmp_path / "photos"
+    for name in ("cat", "goat"):
+        for number, path in enumerate(sorted((PHOTOS / "TRAIN" / name).glob("*.jpg"))):
+            write(root / name / f"{number}.jpg", path.read_bytes())
+    info = build(root, tmp_path / "out", *REPORT)
+    assert info.odd_images == NONE
+    assert (tmp_path / "out" / ODD_IMAGES_FILE).read_bytes() == b""
+    lines = stats.format_stats(stats.build_stats(str(tmp_path / "out"))).splitlines()
+    assert lines[-1] == "Odd images: none (odd_images.jsonl)"
+
+
+def test_without_the_flag_no_odd_images_are_looked_for(tree, tmp_path):
+    info = build(tree, tmp_path / "out")
+    assert info.odd_images == {} and not (tmp_path / "out" / ODD_IMAGES_FILE).exists()
+
+
+def print_of(width=640, height=480, luma=90, chroma=40) -> ImagePrint:
+    return ImagePrint("train", "x.jpg", 0, bytes(16), 1234, luma, chroma, width, height)
+
+
+def test_grey_is_odd_only_among_colour_pictures():
+    grey = print_of(chroma=odd_images.fp.GREY_SPREAD)
+    assert odd_images.reasons(grey, odd_images.grey_is_odd(100, 49)) == ("grey",)
+    assert odd_images.reasons(grey, odd_images.grey_is_odd(100, 50)) == ()
+    assert odd_images.reasons(print_of(chroma=None), True) == ()  # a luma decode: unknown
+    assert odd_images.reasons(print_of(chroma=odd_images.fp.GREY_SPREAD + 1), True) == ()
+
+
+@pytest.mark.parametrize(
+    "size, luma, expected",
+    [
+        ((640, 480), 9, ()),
+        ((640, 480), 8, ("nearly_uniform",)),
+        ((32, 32), 90, ()),
+        ((31, 480), 90, ("tiny", "extreme_aspect_ratio")),
+        ((300, 100), 90, ()),
+        ((301, 100), 90, ("extreme_aspect_ratio",)),
+        ((100, 301), 90, ("extreme_aspect_ratio",)),
+    ],
+)
+def test_the_thresholds_of_each_reason(size, luma, expected):
+    assert odd_images.reasons(print_of(*size, luma=luma), True) == expected
