@@ -346,7 +346,7 @@ def _copies(
     dropped = collections.Counter(r.split for r in rejections if r.reason == DUPLICATE)
     if dropped:
         found["dropped"] = dict(sorted(dropped.items()))
-    rows = "".join(duplicates.row(group, info.class_list.names) + "\n" for group in groups)
+    rows = duplicates.rows(groups, info.class_list.names)
     return dataclasses.replace(info, duplicates=found), {DUPLICATES_FILE: rows.encode("utf-8")}
 
 
