@@ -4,9 +4,11 @@
 #   benchmarks/duplicates_cost.sh OLD_CHECKOUT TREE [ROUNDS]
 #
 # e.g. `git worktree add /tmp/old a94f184` and `python -m benchmarks.make_tree /tmp/t2000
-# --num_images 2000`. Runs the plain CLI (--splits train) on TREE from OLD_CHECKOUT, from this
-# checkout, and from this checkout with --duplicates report, alternating, ROUNDS times (default
-# 3); prints each wall time and the medians' throughput ratios against the old checkout.
+# --num_images 2000`. Runs the plain CLI (--splits train) on TREE from OLD_CHECKOUT, and from
+# this checkout with --duplicates off and with --duplicates report, alternating, ROUNDS times (default
+# 3); prints each run's wall and CPU seconds and the medians' throughput ratios against the old
+# checkout, by wall time and by CPU time (the CPU time of the build's processes is steadier
+# where other work shares the machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OLD="${1:?usage: benchmarks/duplicates_cost.sh OLD_CHECKOUT TREE [ROUNDS]}"
@@ -17,24 +19,27 @@ HERE="$(pwd)"
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 times="$OUT/times"
+TIMEFORMAT="%R %U %S"  # bash's `time`: wall, then the CPU seconds of the build's processes
 for _ in $(seq "$ROUNDS"); do
-  for side in old default report; do
-    dir="$HERE"; [ "$side" = old ] && dir="$OLD"
-    flags=(); [ "$side" = report ] && flags=(--duplicates report)
+  for side in old off report; do
+    dir="$HERE"; flags=(--duplicates "$side")
+    [ "$side" = old ] && dir="$OLD" && flags=()
     rm -rf "$OUT/build"
-    start=$(date +%s.%N)
-    (cd "$dir" && "$PY" -m beam_pipeline --input_dir "$TREE" --splits train \
-      --output_dir "$OUT/build" --quiet "${flags[@]}" > /dev/null 2>&1)
-    echo "$side $(echo "$(date +%s.%N) - $start" | bc)" | tee -a "$times"
+    took=$( { time (cd "$dir" && "$PY" -m beam_pipeline --input_dir "$TREE" --splits train \
+      --output_dir "$OUT/build" --quiet "${flags[@]}" > /dev/null 2>&1) ; } 2>&1 )
+    echo "$side $took" | tee -a "$times"
   done
 done
 "$PY" - "$times" <<'PY'
 import collections, statistics, sys
-walls = collections.defaultdict(list)
+walls, cpus = collections.defaultdict(list), collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    side, seconds = line.split()
-    walls[side].append(float(seconds))
-median = {side: statistics.median(values) for side, values in walls.items()}
-for side in ("default", "report"):
-    print(f"{side}: {median['old'] / median[side]:.3f}x the old checkout's throughput")
+    side, wall, user, system = line.split()
+    walls[side].append(float(wall))
+    cpus[side].append(float(user) + float(system))
+for name, values in (("wall", walls), ("CPU", cpus)):
+    median = {side: statistics.median(v) for side, v in values.items()}
+    for side in ("off", "report"):
+        print(f"{side}: {median['old'] / median[side]:.3f}x the old checkout's throughput "
+              f"({name} time, median of {len(values[side])})")
 PY
