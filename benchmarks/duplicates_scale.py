@@ -28,7 +28,6 @@ import dataclasses
 import json
 import math
 import os
-import pickle
 import random
 import sys
 
@@ -224,6 +223,7 @@ def run_search(layout: Layout, counts_file: str, argv: list[str]) -> dict[str, i
     Beam's flags); writes and returns the counts of `_verdicts` ("exact found", ...)."""
     import apache_beam as beam
 
+    from beam_pipeline.core import duplicates
     from beam_pipeline.runners.local import pipeline_options
     from beam_pipeline.stages.duplicates import FindDuplicates
 
@@ -231,8 +231,8 @@ def run_search(layout: Layout, counts_file: str, argv: list[str]) -> dict[str, i
         with open(counts_file, "w", encoding="utf-8") as stream:
             json.dump({" ".join(verdict): count for verdict, count in pairs}, stream)
 
-    def found(element):  # a Group, or a bucket's groups pickled (`duplicates.pack_groups`)
-        groups = pickle.loads(element) if isinstance(element, bytes) else (element,)
+    def found(parts):  # FindDuplicates' parts, all of them, named as Finalize names them
+        groups = duplicates.groups_of(parts)
         return [(_key(g.kind, g.members), LEAK if g.leaks else FOUND) for g in groups]
 
     with beam.Pipeline(options=pipeline_options(argv, every_core=True)) as pipeline:
@@ -246,7 +246,10 @@ def run_search(layout: Layout, counts_file: str, argv: list[str]) -> dict[str, i
             lambda split, shard: planted_groups(layout, split, shard)
         )
         _ = (
-            (groups | "Found" >> beam.FlatMap(found), planted)
+            (
+                groups | "AllParts" >> beam.combiners.ToList() | "Found" >> beam.FlatMap(found),
+                planted,
+            )
             | "Both" >> beam.Flatten()
             | "ByGroup" >> beam.GroupByKey()
             | "Verdicts" >> beam.FlatMapTuple(_verdicts)

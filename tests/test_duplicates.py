@@ -13,7 +13,7 @@ from helpers import CORPUS, build, interrupted_build, write
 from PIL import Image, ImageOps
 
 from beam_pipeline.core import duplicates
-from beam_pipeline.core.duplicates import EXACT, NEAR, Group, ImagePrint
+from beam_pipeline.core.duplicates import EXACT, NEAR, ImagePrint
 from beam_pipeline.tools import build as build_tool
 from schemas import BUILD_INFO_FILE, DUPLICATES_FILE
 
@@ -136,32 +136,6 @@ def prints(*specs) -> list[ImagePrint]:
     ]
 
 
-def test_a_near_pair_is_found_once_in_the_first_block_the_two_share():
-    a, b, c = prints(
-        ("train", "a", 0, b"a", 0b1111 << 60),  # a and b differ in 3 bits of one block
-        ("validation", "b", 1, b"b", 0b1000 << 60),
-        ("train", "c", 0, b"c", (1 << 64) - 1),  # far from both
-    )
-    found = [
-        group
-        for block, value in duplicates_blocks([a, b, c])
-        for group in duplicates.near_pairs(block, [(m.member, m.perceptual) for m in value], 7)
-    ]
-    assert found == [Group(NEAR, (a.member, b.member), 3)]
-    assert found[0].leaks and found[0].clash
-
-
-def duplicates_blocks(members):
-    """The block groups the build makes: (block index, members sharing that block's value)."""
-    from beam_pipeline.core import fingerprints as fp
-
-    groups: dict = {}
-    for member in members:
-        for block, value in fp.blocks(member.perceptual, 7):
-            groups.setdefault((block, value), []).append(member)
-    return [(block, group) for (block, _), group in sorted(groups.items())]
-
-
 def test_a_print_survives_its_progress_record_row():
     (one,) = prints(("train", "x/ÿ.jpg", -1, bytes(range(16)), 2**64 - 1))
     assert ImagePrint.from_row(json.loads(json.dumps(one.to_row()))) == one
@@ -202,23 +176,42 @@ def test_without_the_flag_a_build_looks_for_no_copies(tree, tmp_path):
     assert "duplicates" not in metadata and "duplicates" not in metadata["options"]
 
 
-def test_near_pairs_of_a_large_group_are_every_pair_within_the_radius():
-    # One group of 1,100 members (past the 512 rows compared at once), half of them a few bits
-    # from another: the pairs are those a comparison of every pair finds.
+def test_near_pairs_of_a_crowded_bucket_are_every_pair_within_the_radius():
+    # 1,100 prints, half of them a few bits from another, through FindDuplicates on the
+    # in-process runner: the pairs are those a comparison of every pair finds, each once.
     import random
+
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from beam_pipeline.stages.duplicates import FindDuplicates
 
     rng = random.Random(7)
     hashes = [rng.getrandbits(64) for _ in range(550)]
     hashes += [h ^ (1 << rng.randrange(64)) ^ (1 << rng.randrange(64)) for h in hashes]
-    members = prints(*((f"s{i % 3}", f"{i:05d}", 0, bytes([i % 256]), h) for i, h in
+    members = prints(*((f"s{i % 3}", f"{i:05d}", 0, i.to_bytes(16, "big"), h) for i, h in
                        enumerate(hashes)))  # fmt: skip
-    found = {(g.members[0].filename, g.members[1].filename, g.distance) for g in
-             duplicates.near_pairs(0, [(m.member, m.perceptual) for m in members], 7)}  # fmt: skip
     ordered = sorted(members, key=lambda m: (m.split, m.filename))
-    expected = {
+    expected = sorted(
         (a.filename, b.filename, bin(a.perceptual ^ b.perceptual).count("1"))
         for i, a in enumerate(ordered)
         for b in ordered[i + 1 :]
         if bin(a.perceptual ^ b.perceptual).count("1") <= 6
-    }
-    assert found == expected and len(found) >= 550
+    )
+    assert len(expected) >= 550
+
+    def named(parts):
+        return sorted(
+            (g.members[0].filename, g.members[1].filename, g.distance)
+            for g in duplicates.groups_of(parts)
+        )
+
+    with beam.Pipeline() as pipeline:
+        found = (
+            pipeline
+            | beam.Create([tuple(members[:600]), tuple(members[600:])])
+            | FindDuplicates()
+            | beam.combiners.ToList()
+            | beam.Map(named)
+        )
+        assert_that(found, equal_to([expected]))

@@ -22,7 +22,7 @@ import dataclasses
 import json
 import pickle
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -98,10 +98,11 @@ class ImagePrint:
         return cls(split, filename, label, bytes.fromhex(content), *rest)
 
 
-@dataclasses.dataclass(frozen=True, order=True)
-class Group:
+class Group(NamedTuple):
     """Images that are copies of one another: `kind` EXACT (one content hash) or NEAR (two
-    images `distance` bits apart, each the representative of its content hash)."""
+    images `distance` bits apart, each the representative of its content hash). A tuple:
+    made, pickled, hashed and ordered (kind, members, distance) in C, which a crowded tree's
+    21,654 pairs need (benchmarks/RESULTS.md, "Fingerprints")."""
 
     kind: str
     members: tuple[Member, ...]
@@ -118,67 +119,67 @@ class Group:
     @property
     def leaks(self) -> bool:
         """A training image and an image of another split."""
-        return TRAIN in self.splits and len(self.splits) > 1
+        splits = {m.split for m in self.members}
+        return TRAIN in splits and len(splits) > 1
 
     @property
     def clash(self) -> bool:
         """Labelled members of different classes."""
-        return len(self.classes) > 1
+        return len({m.label for m in self.members if m.label >= 0}) > 1
 
 
 def report_order(groups: Iterable[Group]) -> list[Group]:
     """The groups once each, in the report's order: kind, then members by split and file name,
-    then distance (a key of tuples that compare in C: comparing the groups field by field
-    cost a crowded 8,000-image build half a second)."""
-    return sorted(set(groups), key=lambda group: (group.kind, group.members, group.distance))
+    then distance."""
+    return sorted(set(groups))
 
 
-def pack_groups(groups: Sequence[Group]) -> bytes:
-    """A bucket's groups as they cross to Finalize: one element (as a side input, every
-    object of 21,654 groups was measured for the runner's cache: 0.7 s of a crowded 8,000-image
+# What FindDuplicates hands Finalize, each tagged: a content bucket's exact groups (pickled),
+# its representatives' (split, file name, label) by rank (pickled, with the bucket), and one
+# block bucket's near pairs as rows of uint64 (first id, second id, distance); an id is
+# (content bucket << 32 | rank).
+EXACT_GROUPS, NAMED, NEAR_PAIRS = "exact", "named", "near"
+RANK_BITS = 32
+
+
+def pack(value) -> bytes:
+    """A batch as it crosses to Finalize: one element (as a side input, every object of a
+    crowded tree's 21,654 groups was measured for the runner's cache: 0.7 s of an 8,000-image
     build; benchmarks/RESULTS.md, "Fingerprints")."""
-    return pickle.dumps(tuple(groups), protocol=pickle.HIGHEST_PROTOCOL)
+    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def unpack_groups(packed: Iterable[bytes]) -> list[Group]:
-    return [group for blob in packed for group in pickle.loads(blob)]
+def groups_of(parts: Iterable[tuple[str, Any]]) -> list[Group]:
+    """The groups FindDuplicates found, from its tagged parts: the exact groups as they are,
+    each near pair named from its members' content buckets (only those buckets unpickled)."""
+    groups: list[Group] = []
+    named: dict[int, bytes] = {}
+    pairs = []
+    for tag, value in parts:
+        if tag == EXACT_GROUPS:
+            groups += pickle.loads(value)
+        elif tag == NAMED:
+            named[value[0]] = value[1]
+        else:
+            pairs.append(np.frombuffer(value, np.uint64).reshape(-1, 3))
+    if not pairs:
+        return groups
+    rows = np.concatenate(pairs)
+    ranks = rows[:, :2] & np.uint64((1 << RANK_BITS) - 1)
+    buckets = (rows[:, :2] >> np.uint64(RANK_BITS)).astype(np.int64)
+    members = {int(b): pickle.loads(named[int(b)]) for b in np.unique(buckets)}
+    for (a, b), (rank_a, rank_b), distance in zip(
+        buckets.tolist(), ranks.tolist(), rows[:, 2].tolist(), strict=True
+    ):
+        pair = sorted((Member(*members[a][rank_a]), Member(*members[b][rank_b])))
+        groups.append(Group(NEAR, tuple(pair), distance))
+    return groups
 
 
 def exact_group(members: Iterable[ImagePrint]) -> Group | None:
     """The group of the images that share one content hash, or None for a single image."""
     ordered = tuple(sorted(print_.member for print_ in members))
     return Group(EXACT, ordered) if len(ordered) > 1 else None
-
-
-# Rows of the distance matrix compared at once: 512 x members values (4 MiB at 1,024 members).
-_ROWS = 512
-
-
-def near_pairs(
-    block: int, members: Iterable[tuple[Member, int]], k: int, radius: int = fp.DEFAULT_RADIUS
-) -> list[Group]:
-    """The pairs within `radius` among the images grouped under one value of hash block
-    `block` (of `k`), given as (member, perceptual hash), each pair only in the group of the
-    first block the two share: every
-    pair's distance at once, a few hundred rows of the matrix at a time (a member at a time
-    cost a crowded 8,000-image tree a second: benchmarks/RESULTS.md, "Fingerprints")."""
-    ordered = sorted(members)
-    values = np.array([perceptual for _, perceptual in ordered], dtype=np.uint64)
-    earlier = [np.uint64(mask) for mask in fp.earlier_masks(block, k)]
-    found = []
-    for start in range(0, max(len(ordered) - 1, 0), _ROWS):
-        rows = values[start : start + _ROWS, None]
-        xor = rows ^ values[None, :]
-        distance = fp.popcount(xor)
-        keep = (distance <= radius) & (
-            np.arange(len(ordered))[None, :] > np.arange(start, start + len(rows))[:, None]
-        )
-        for mask in earlier:
-            keep &= (xor & mask) != 0
-        for row, column in zip(*np.nonzero(keep), strict=True):
-            first, second = ordered[start + int(row)][0], ordered[int(column)][0]
-            found.append(Group(NEAR, (first, second), int(distance[row, column])))
-    return found
 
 
 def rows(groups: Iterable[Group], class_names: Sequence[str]) -> str:

@@ -1,25 +1,23 @@
 """Finding copies among the stored images on the runner (`core.duplicates` has the rules):
 ImagePrint batches (one per shard, from the writer) → exact groups (grouped by content hash)
 and near pairs (each content hash's representative under each block of its perceptual hash,
-grouped by block value, pairs within the radius) → Group, for Finalize's report; the odd
-images; and the training images' prints in one searchable `leaks.TrainingCopies`
-(`--duplicates drop_leaks`).
+grouped by block value, pairs within the radius), for Finalize's report; the odd images; and
+the training images' prints in one searchable `leaks.TrainingCopies` (`--duplicates
+drop_leaks`).
 
 The grouping steps:
   GroupByContent  (content bucket, rows): the prints as plain tuples, one batch per shard.
   ExactGroups     per content bucket, its exact groups; its representatives' (split, file
-                  name, label) once; and, per block and bucket of its value, their perceptual
-                  hashes and ids (content bucket << 32 | rank) as two uint64 arrays.
+                  name, label) by rank; and, per block and bucket of its value, their
+                  perceptual hashes and ids (content bucket << 32 | rank) as uint64 arrays.
   GroupByBlock    (block, value bucket), arrays: 16 bytes a representative and block.
-  NearPairs       the pairs within the radius (`fingerprints.scan_block`), as ids, sent back to
-                  the content bucket of each member (one array of halves per bucket).
-  ByContent       a bucket's representatives and the halves naming them → each half named.
-  ByPair          the named halves, by a bucket of the pair → Group, one batch per bucket.
+  NearPairs       the pairs within the radius (`fingerprints.scan_block`) as rows of ids and
+                  distance, one array per block bucket; Finalize names them
+                  (`duplicates.groups_of`, unpickling only the buckets the pairs are in).
 A runner's cost is per element, and a local runner's shuffle holds what crosses it in its
 launcher: the prints cross as batches and the block step as arrays, not one pickled object
 per print and block (which held 10.4 GB for ImageNet's 1.33M prints: benchmarks/RESULTS.md,
-"Fingerprints"). No step holds every print in one process; the one element per pair bucket
-holds the pairs (every pair of a crowded tree: 21,654 of 8,000 images).
+"Fingerprints"). No step but Finalize holds every name, and it only where pairs were found.
 """
 
 from __future__ import annotations
@@ -33,7 +31,7 @@ import numpy as np
 
 from beam_pipeline.core import duplicates, odd_images
 from beam_pipeline.core import fingerprints as fp
-from beam_pipeline.core.duplicates import EXACT, NEAR, Group, Member
+from beam_pipeline.core.duplicates import EXACT, EXACT_GROUPS, NAMED, NEAR_PAIRS, Group, Member
 from beam_pipeline.core.leaks import Chunk, TrainingCopies
 
 # Blocks of the perceptual hash: one more than the radius, so two hashes within it share one.
@@ -41,8 +39,6 @@ BLOCKS = fp.DEFAULT_RADIUS + 1
 # Keys of the groupings: a build's prints spread over BUCKETS groups of content hashes, then
 # BLOCKS x BUCKETS groups of block values (ImageNet's 1.33M prints: ~83,000 a group, 1.3 MB).
 BUCKETS = 16
-_RANK_BITS = np.uint64(32)
-_RANK_MASK = (1 << 32) - 1
 
 
 def _content_buckets(batch):
@@ -58,9 +54,9 @@ def _content_buckets(batch):
 
 
 def _exact_and_blocks(bucket, batches):
-    """One content bucket: its exact groups (pickled, in one element), its representatives
-    (one image per content hash, not the nearly uniform ones) named once, and their hashes
-    and ids per (block, value bucket)."""
+    """One content bucket: its exact groups, its representatives (one image per content hash,
+    not the nearly uniform ones) named by rank, both tagged for Finalize; and their hashes and
+    ids per (block, value bucket)."""
     by_content = collections.defaultdict(list)
     for batch in batches:
         for row in batch:
@@ -73,12 +69,14 @@ def _exact_and_blocks(bucket, batches):
         if members[0][5] > fp.UNIFORM_SPREAD:  # (ImagePrint.nearly_uniform)
             representatives.append(members[0])
     if groups:
-        yield beam.pvalue.TaggedOutput("groups", duplicates.pack_groups(groups))
+        yield beam.pvalue.TaggedOutput("found", (EXACT_GROUPS, duplicates.pack(groups)))
     if not representatives:
         return
-    yield beam.pvalue.TaggedOutput("named", (bucket, tuple(r[:3] for r in representatives)))
+    named = duplicates.pack(tuple(r[:3] for r in representatives))
+    yield beam.pvalue.TaggedOutput("found", (NAMED, (bucket, named)))
     hashes = np.array([r[4] for r in representatives], dtype=np.int64).view(np.uint64)
-    ids = (np.uint64(bucket) << _RANK_BITS) | np.arange(len(hashes), dtype=np.uint64)
+    ranks = np.arange(len(hashes), dtype=np.uint64)
+    ids = (np.uint64(bucket) << np.uint64(duplicates.RANK_BITS)) | ranks
     for block, (shift, width) in enumerate(fp.block_layout(BLOCKS)):
         values = (hashes >> np.uint64(shift)) & np.uint64((1 << width) - 1)
         where = values % np.uint64(BUCKETS)
@@ -89,59 +87,21 @@ def _exact_and_blocks(bucket, batches):
 
 def _near_pairs(key, batches):
     """The pairs within the radius whose first shared block is this key's, among the hashes
-    of one (block, value bucket) → per content bucket of a member, the halves (first id,
-    second id, which of the two it names, distance) as one uint64 array."""
+    of one (block, value bucket): rows of (smaller id, larger id, distance), tagged."""
     block, _ = key
     parts = [(np.frombuffer(h, np.uint64), np.frombuffer(i, np.uint64)) for h, i in batches]
     hashes = np.concatenate([h for h, _ in parts])
     ids = np.concatenate([i for _, i in parts])
     first, second, distance, _ = fp.scan_block(hashes, block, BLOCKS, fp.DEFAULT_RADIUS, None)
-    if not len(first):
-        return
-    a, b = ids[first], ids[second]
-    low, high = np.minimum(a, b), np.maximum(a, b)
-    distance = distance.astype(np.uint64)
-    for which, named in ((0, low), (1, high)):
-        halves = np.stack([low, high, np.full_like(low, which), distance], axis=1)
-        buckets = named >> _RANK_BITS
-        for content_bucket in np.unique(buckets).tolist():
-            yield content_bucket, halves[buckets == content_bucket].tobytes()
-
-
-def _name_halves(bucket, values):
-    """A content bucket's representatives and the halves naming them → (pair bucket, the
-    halves as (first id, second id, which, distance, member)), one batch per pair bucket."""
-    named, halves = (), []
-    for value in values:
-        if isinstance(value, bytes):
-            halves.append(np.frombuffer(value, np.uint64).reshape(-1, 4))
-        else:
-            named = value
-    by_pair = collections.defaultdict(list)
-    for low, high, which, distance in np.concatenate([np.zeros((0, 4), np.uint64), *halves]):
-        member = named[int(high if which else low) & _RANK_MASK]
-        by_pair[int(low) % BUCKETS].append((int(low), int(high), int(which), int(distance), member))
-    for pair_bucket, found in sorted(by_pair.items()):
-        yield pair_bucket, tuple(found)
-
-
-def _pairs(_, batches):
-    """A pair bucket's named halves → its near pairs as Groups, pickled in one element."""
-    by_pair = collections.defaultdict(dict)
-    for batch in batches:
-        for low, high, which, distance, member in batch:
-            by_pair[(low, high)][which] = (distance, Member(*member))
-    groups = []
-    for halves in by_pair.values():
-        (distance, first), (_, second) = halves[0], halves[1]
-        groups.append(Group(NEAR, tuple(sorted((first, second))), distance))
-    if groups:
-        yield duplicates.pack_groups(groups)
+    if len(first):
+        a, b = ids[first], ids[second]
+        rows = np.stack([np.minimum(a, b), np.maximum(a, b), distance.astype(np.uint64)], 1)
+        yield NEAR_PAIRS, rows.tobytes()
 
 
 class FindDuplicates(beam.PTransform):
-    """Batches of ImagePrint (one per shard) → the groups, exact and near, a batch of them per
-    bucket (`duplicates.pack_groups`)."""
+    """Batches of ImagePrint (one per shard) → what `duplicates.groups_of` makes the groups
+    of: (tag, value) parts, a few per bucket."""
 
     def expand(self, batches):
         found = (
@@ -150,23 +110,15 @@ class FindDuplicates(beam.PTransform):
             | "GroupByContent" >> beam.GroupByKey()
             | "ExactGroups"
             >> beam.FlatMapTuple(_exact_and_blocks)
-            .with_output_types(typing.Any)  # (its outputs are of three types)
-            .with_outputs("groups", "named", main="blocks")
+            .with_output_types(typing.Any)  # (its outputs are of two types)
+            .with_outputs("found", main="blocks")
         )
-        halves = (
+        near = (
             found.blocks
             | "GroupByBlock" >> beam.GroupByKey()
             | "NearPairs" >> beam.FlatMapTuple(_near_pairs)
         )
-        near = (
-            (found.named, halves)
-            | "NamedAndHalves" >> beam.Flatten()
-            | "ByContent" >> beam.GroupByKey()
-            | "NameHalves" >> beam.FlatMapTuple(_name_halves)
-            | "ByPair" >> beam.GroupByKey()
-            | "Pairs" >> beam.FlatMapTuple(_pairs)
-        )
-        return (found.groups, near) | "AllGroups" >> beam.Flatten()
+        return (found.found, near) | "AllFound" >> beam.Flatten()
 
 
 class _TrainingCopiesFn(beam.CombineFn):

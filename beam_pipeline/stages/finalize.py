@@ -320,7 +320,7 @@ def _split_info(split, plan, results, vocabulary, discovered, rejected) -> Split
 
 
 def _copies(
-    spec: FinalizeSpec, info: DatasetInfo, packed: Iterable[bytes], rejections: list[Rejection]
+    spec: FinalizeSpec, info: DatasetInfo, packed: Iterable, rejections: list[Rejection]
 ) -> tuple[DatasetInfo, dict[str, bytes]]:
     """The metadata's counts of the copies among the stored images and `duplicates.jsonl`
     (nothing under `--duplicates off`). Raises BuildFailed under `fail` when a held-out image
@@ -329,7 +329,7 @@ def _copies(
     policy = spec.options.get("duplicates", duplicates.OFF)
     if policy == duplicates.OFF:
         return info, {}
-    groups = duplicates.report_order(duplicates.unpack_groups(packed))
+    groups = duplicates.report_order(duplicates.groups_of(packed))
     leaks = [group for group in groups if group.leaks]
     if leaks and policy != duplicates.REPORT:
         said, every = duplicates.leak_list(leaks)
