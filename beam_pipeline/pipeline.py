@@ -51,7 +51,7 @@ from beam_pipeline.runners.local import (
     pipeline_options,
 )
 from beam_pipeline.stages.discovery import DiscoverImages
-from beam_pipeline.stages.duplicates import FindDuplicates, FindOddImages, training_copies
+from beam_pipeline.stages.duplicates import FindDuplicates, training_copies
 from beam_pipeline.stages.finalize import CheckIndexBudget, Finalize, FinalizeSpec
 from beam_pipeline.stages.labelling import (
     BuildVocabulary,
@@ -323,10 +323,9 @@ def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollect
         results, write_rejected, prints = write("WriteShards", assigned)
     rejected = (index_rejected, write_rejected) | "AllRejected" >> beam.Flatten()
     if config.duplicates != duplicates.OFF:
-        groups = prints | "FindDuplicates" >> FindDuplicates()
-        odd = prints | "FindOddImages" >> FindOddImages()
+        found = prints | "FindDuplicates" >> FindDuplicates()
     else:
-        groups = odd = pipeline | "NoDuplicates" >> beam.Create([])
+        found = pipeline | "NoDuplicates" >> beam.Create([])
     return pipeline | "Finalize" >> Finalize(
         spec,
         vocabulary=vocabulary,
@@ -334,8 +333,7 @@ def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollect
         index_counts=index_counts,
         results=results,
         rejected=rejected,
-        groups=groups,
-        odd=odd,
+        found=found,
     )
 
 

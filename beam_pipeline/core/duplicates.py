@@ -160,7 +160,7 @@ def groups_of(parts: Iterable[tuple[str, Any]]) -> list[Group]:
             groups += pickle.loads(value)
         elif tag == NAMED:
             named[value[0]] = value[1]
-        else:
+        elif tag == NEAR_PAIRS:
             pairs.append(np.frombuffer(value, np.uint64).reshape(-1, 3))
     if not pairs:
         return groups

@@ -15,12 +15,17 @@ from __future__ import annotations
 
 import collections
 import json
+import pickle
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from beam_pipeline.core import fingerprints as fp
 from beam_pipeline.core.duplicates import ImagePrint
 
 REASONS = (fp.NEARLY_UNIFORM, fp.TINY, fp.EXTREME_ASPECT_RATIO, fp.GREY)
+# The tag of a content bucket's odd images among FindDuplicates' parts: (images, grey ones,
+# pickled (ImagePrint, reasons) with grey among the reasons of every grey one).
+ODD = "odd"
 # Grey pictures are odd while they are fewer than this share of the build's images.
 GREY_MINORITY = 0.5
 
@@ -39,6 +44,19 @@ def reasons(image: ImagePrint, grey_odd: bool) -> tuple[str, ...]:
     found = fp.Fingerprint(image.perceptual, image.luma_spread, image.chroma_spread)
     odd = fp.odd_reasons(image.width, image.height, found)
     return tuple(reason for reason in odd if grey_odd or reason != fp.GREY)
+
+
+def found_in(parts: Iterable[tuple[str, Any]]) -> list[tuple[ImagePrint, tuple[str, ...]]]:
+    """The odd images of a build from FindDuplicates' parts, by split and path: grey only
+    where most of the images are colour."""
+    images, grey, found = 0, 0, []
+    for tag, value in parts:
+        if tag == ODD:
+            images, grey = images + value[0], grey + value[1]
+            found += pickle.loads(value[2])
+    grey_odd = grey_is_odd(images, grey)
+    kept = [(image, tuple(r for r in why if grey_odd or r != fp.GREY)) for image, why in found]
+    return sorted(((image, why) for image, why in kept if why), key=lambda pair: pair[0])
 
 
 def row(image: ImagePrint, why: Sequence[str], class_names: Sequence[str]) -> str:

@@ -1,14 +1,14 @@
 """Finding copies among the stored images on the runner (`core.duplicates` has the rules):
 ImagePrint batches (one per shard, from the writer) → exact groups (grouped by content hash)
 and near pairs (each content hash's representative under each block of its perceptual hash,
-grouped by block value, pairs within the radius), for Finalize's report; the odd images; and
-the training images' prints in one searchable `leaks.TrainingCopies` (`--duplicates
+grouped by block value, pairs within the radius) and the odd images, for Finalize's report;
+and the training images' prints in one searchable `leaks.TrainingCopies` (`--duplicates
 drop_leaks`).
 
 The grouping steps:
   GroupByContent  (content bucket, rows): the prints as plain tuples, one batch per shard.
-  ExactGroups     per content bucket, its exact groups; its representatives' (split, file
-                  name, label) by rank; and, per block and bucket of its value, their
+  ExactGroups     per content bucket, its odd images and its exact groups; its representatives'
+                  (split, file name, label) by rank; and, per block and bucket of its value, their
                   perceptual hashes and ids (content bucket << 32 | rank) as uint64 arrays.
   GroupByBlock    (block, value bucket), arrays: 16 bytes a representative and block.
   NearPairs       the pairs within the radius (`fingerprints.scan_block`) as rows of ids and
@@ -23,7 +23,6 @@ per print and block (which held 10.4 GB for ImageNet's 1.33M prints: benchmarks/
 from __future__ import annotations
 
 import collections
-import pickle
 import typing
 
 import apache_beam as beam
@@ -31,7 +30,15 @@ import numpy as np
 
 from beam_pipeline.core import duplicates, odd_images
 from beam_pipeline.core import fingerprints as fp
-from beam_pipeline.core.duplicates import EXACT, EXACT_GROUPS, NAMED, NEAR_PAIRS, Group, Member
+from beam_pipeline.core.duplicates import (
+    EXACT,
+    EXACT_GROUPS,
+    NAMED,
+    NEAR_PAIRS,
+    Group,
+    ImagePrint,
+    Member,
+)
 from beam_pipeline.core.leaks import Chunk, TrainingCopies
 
 # Blocks of the perceptual hash: one more than the radius, so two hashes within it share one.
@@ -42,15 +49,29 @@ BUCKETS = 16
 
 
 def _content_buckets(batch):
-    """A shard's prints → (content bucket, rows) per bucket; a row is (split, file name,
-    label, content hash, perceptual hash as int64, luma spread): primitives, which a runner
-    encodes without pickling each print."""
+    """A shard's prints → (content bucket, rows) per bucket; a row is the print's fields with
+    the perceptual hash as an int64: primitives, which a runner encodes without pickling each
+    print."""
     buckets = collections.defaultdict(list)
     for p in batch:
         signed = p.perceptual - (1 << 64) if p.perceptual >> 63 else p.perceptual
-        row = (p.split, p.filename, p.label, p.content, signed, p.luma_spread)
+        row = (p.split, p.filename, p.label, p.content, signed, p.luma_spread, p.chroma_spread)
+        row += (p.width, p.height)
         buckets[p.content[0] % BUCKETS].append(row)
     return sorted((bucket, tuple(rows)) for bucket, rows in buckets.items())
+
+
+def _odd_in(rows):
+    """(images, grey ones, their odd ones pickled as (ImagePrint, reasons)) of a content
+    bucket's rows; grey counts as odd here, Finalize decides (`odd_images.grey_is_odd`)."""
+    odd, grey = [], 0
+    for row in rows:
+        image = ImagePrint(*row[:4], row[4] & ((1 << 64) - 1), *row[5:])
+        grey += odd_images.is_grey(image)
+        why = odd_images.reasons(image, grey_odd=True)
+        if why:
+            odd.append((image, why))
+    return len(rows), grey, duplicates.pack(odd)
 
 
 def _exact_and_blocks(bucket, batches):
@@ -61,6 +82,8 @@ def _exact_and_blocks(bucket, batches):
     for batch in batches:
         for row in batch:
             by_content[row[3]].append(row)
+    rows = [row for content in by_content.values() for row in content]
+    yield beam.pvalue.TaggedOutput("found", (odd_images.ODD, _odd_in(rows)))
     representatives, groups = [], []
     for content in sorted(by_content):
         members = sorted(by_content[content])
@@ -143,29 +166,3 @@ def training_copies(prints):
     """The training writers' batches of ImagePrint → a singleton TrainingCopies (empty when
     the build writes no training image)."""
     return prints | "TrainingCopies" >> beam.CombineGlobally(_TrainingCopiesFn())
-
-
-def _grey_tally(batch):
-    return len(batch), sum(odd_images.is_grey(print_) for print_ in batch)
-
-
-def _odd_in(batch, totals):
-    """A shard's odd images, as (ImagePrint, reasons) pairs pickled in one element."""
-    grey_odd = odd_images.grey_is_odd(*totals)
-    found = [(print_, odd_images.reasons(print_, grey_odd)) for print_ in batch]
-    found = [(print_, why) for print_, why in found if why]
-    if found:
-        yield pickle.dumps(found, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-class FindOddImages(beam.PTransform):
-    """Batches of ImagePrint → the odd images of each, pickled (`odd_images`): grey is odd
-    when most of the build's images are colour, so the build's grey share comes first."""
-
-    def expand(self, batches):
-        totals = (
-            batches
-            | "GreyTally" >> beam.Map(_grey_tally)
-            | "GreyShare" >> beam.CombineGlobally(beam.combiners.TupleCombineFn(sum, sum))
-        )
-        return batches | "OddImages" >> beam.FlatMap(_odd_in, beam.pvalue.AsSingleton(totals))

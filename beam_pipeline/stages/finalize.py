@@ -13,7 +13,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-import pickle
 import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -350,10 +349,9 @@ def _copies(
     return dataclasses.replace(info, duplicates=found), {DUPLICATES_FILE: rows.encode("utf-8")}
 
 
-def _odd_images(info: DatasetInfo, packed: Iterable[bytes]) -> tuple[DatasetInfo, bytes]:
+def _odd_images(info: DatasetInfo, parts: Iterable) -> tuple[DatasetInfo, bytes]:
     """The metadata's counts of the odd images and `odd_images.jsonl`, by split and path."""
-    found = [pair for blob in packed for pair in pickle.loads(blob)]
-    found.sort(key=lambda pair: (pair[0].split, pair[0].filename))
+    found = odd_images.found_in(parts)
     names = info.class_list.names
     rows = "".join(odd_images.row(image, why, names) + "\n" for image, why in found)
     return dataclasses.replace(info, odd_images=odd_images.counts(found)), rows.encode("utf-8")
@@ -363,14 +361,14 @@ class _FinalizeFn(beam.DoFn):
     def __init__(self, spec: FinalizeSpec):
         self._spec = spec
 
-    def process(self, _, vocabulary, plans, index_counts, results, rejections, groups, odd):
+    def process(self, _, vocabulary, plans, index_counts, results, rejections, found):
         spec = self._spec
         rejections = sorted(set(rejections))
         commit.write_dead_letter(spec.output_dir, rejections, _dead_letter(spec))
         info = assemble_info(spec, vocabulary, plans, index_counts, results, rejections)
-        info, files = _copies(spec, info, groups, rejections)
+        info, files = _copies(spec, info, found, rejections)
         if spec.options.get("duplicates", duplicates.OFF) != duplicates.OFF:
-            info, files[ODD_IMAGES_FILE] = _odd_images(info, odd)
+            info, files[ODD_IMAGES_FILE] = _odd_images(info, found)
         staged = spec.replaces_build
         if staged and commit.committed_already(spec.output_dir, info):
             # A runner retried a commit that had moved everything in: its metadata again (it
@@ -394,18 +392,17 @@ class Finalize(beam.PTransform):
         index_counts,
         results,
         rejected,
-        groups,
-        odd,
+        found,
     ):
-        """`groups`: the copies among the stored images (`stages.duplicates`), for
-        `duplicates.jsonl` and the metadata's counts; `odd`: the odd images, for
-        `odd_images.jsonl` and theirs."""
+        """`found`: FindDuplicates' parts (`stages.duplicates`): the copies and the odd images
+        among the stored images, for `duplicates.jsonl`, `odd_images.jsonl` and the metadata's
+        counts."""
         super().__init__()
         self._spec = spec
-        self._inputs = (vocabulary, plans, index_counts, results, rejected, groups, odd)
+        self._inputs = (vocabulary, plans, index_counts, results, rejected, found)
 
     def expand(self, pbegin):
-        vocabulary, plans, index_counts, results, rejected, groups, odd = self._inputs
+        vocabulary, plans, index_counts, results, rejected, found = self._inputs
         return (
             pbegin
             | "Once" >> beam.Create([None])
@@ -417,7 +414,6 @@ class Finalize(beam.PTransform):
                 index_counts=beam.pvalue.AsDict(index_counts),
                 results=beam.pvalue.AsList(results),
                 rejections=beam.pvalue.AsList(rejected),
-                groups=beam.pvalue.AsList(groups),
-                odd=beam.pvalue.AsList(odd),
+                found=beam.pvalue.AsList(found),
             )
         )
