@@ -165,14 +165,16 @@ def groups_of(parts: Iterable[tuple[str, Any]]) -> list[Group]:
     if not pairs:
         return groups
     rows = np.concatenate(pairs)
-    ranks = rows[:, :2] & np.uint64((1 << RANK_BITS) - 1)
     buckets = (rows[:, :2] >> np.uint64(RANK_BITS)).astype(np.int64)
-    members = {int(b): pickle.loads(named[int(b)]) for b in np.unique(buckets)}
-    for (a, b), (rank_a, rank_b), distance in zip(
-        buckets.tolist(), ranks.tolist(), rows[:, 2].tolist(), strict=True
-    ):
-        pair = sorted((Member(*members[a][rank_a]), Member(*members[b][rank_b])))
-        groups.append(Group(NEAR, tuple(pair), distance))
+    names = {int(b): pickle.loads(named[int(b)]) for b in np.unique(buckets)}
+    members: dict[int, Member] = {}  # by id: a crowded tree's images are in many pairs
+    for a, b, distance in rows.tolist():
+        for id_ in (a, b):
+            if id_ not in members:
+                members[id_] = Member(*names[id_ >> RANK_BITS][id_ & ((1 << RANK_BITS) - 1)])
+        first, second = members[a], members[b]
+        pair = (first, second) if first < second else (second, first)
+        groups.append(Group(NEAR, pair, distance))
     return groups
 
 
