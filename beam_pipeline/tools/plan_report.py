@@ -148,7 +148,8 @@ def format_plan(plan: BuildPlan, rejections: int = 20) -> str:
         f"Plan for {plan.input_dir} ({plan.layout}): {plan.files_listed:,} files listed, "
         f"no pixels read{read}, nothing written ({plan.seconds:.1f} s)",
         f"classes: {len(plan.classes):,} (from {plan.vocabulary_source}), plus background",
-        "copies among the images: not looked for (the build finds them in the pixels)",
+        "copies and odd images: not looked for (no pixels read; the build finds them with "
+        "--duplicates report)",
     ]
     for report in plan.splits.values():
         lines += _split_lines(report)
