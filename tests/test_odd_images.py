@@ -130,3 +130,25 @@ def test_grey_is_odd_only_among_colour_pictures():
 )
 def test_the_thresholds_of_each_reason(size, luma, expected):
     assert odd_images.reasons(print_of(*size, luma=luma), True) == expected
+
+
+def test_verify_checks_the_lists_against_the_counts(tree, tmp_path):
+    from beam_pipeline.tools import verify
+
+    out = tmp_path / "out"
+    build(tree, out, *REPORT)
+    assert verify.verify(str(out), decode=False)[1] == []
+    odd = out / ODD_IMAGES_FILE
+    odd.write_text("".join(odd.read_text().splitlines(keepends=True)[1:]))
+    (out / "duplicates.jsonl").write_text('{"kind": "near", "members": []}\n')
+    problems = [str(problem) for problem in verify.verify(str(out), decode=False)[1]]
+    assert problems == [
+        "duplicates.jsonl: lists {'exact': 0, 'near': 1} groups, build_info.json counts "
+        "{'exact': 0, 'near': 3}",
+        "odd_images.jsonl: lists {'extreme_aspect_ratio': 1, 'nearly_uniform': 1, 'tiny': 1}, "
+        "build_info.json counts {'nearly_uniform': 1, 'tiny': 1, 'extreme_aspect_ratio': 1, "
+        "'grey': 1}",
+    ]
+    odd.unlink()
+    problems = [str(problem) for problem in verify.verify(str(out), decode=False)[1]]
+    assert "odd_images.jsonl: missing: the build recorded what it lists" in problems

@@ -40,8 +40,10 @@ from beam_pipeline.tools.record_checks import check_example
 from schemas import (
     BUILD_INFO_FILE,
     DEAD_LETTER_FILE,
+    DUPLICATES_FILE,
     LABELS_FILE,
     LEGACY_INFO_FILE,
+    ODD_IMAGES_FILE,
     SCHEMA_VERSION,
     SHARD_SUFFIX,
     DamagedBuildError,
@@ -145,6 +147,7 @@ def verify(data_dir: str, workers: int = 1, decode: bool = True) -> tuple[int, l
     problems += check_stray_shards(data_dir, info, metadata)
     problems += check_rejections(data_dir, info, metadata)
     problems += check_class_files(data_dir, info)
+    problems += check_copies(data_dir, info)
     if has_build_info:
         problems += check_tfds_metadata(data_dir, info)
     return len(shards), problems
@@ -276,6 +279,54 @@ def check_rejections(
                 f"failures {dict(sorted(info.failures.items()))}",
             )
         )
+    return problems
+
+
+def _json_lines(data_dir: str, name: str) -> list[dict] | Problem:
+    """The JSON objects of a build's `name` (one per line), or the Problem with it."""
+    path = join(data_dir, name)
+    if not FileSystems.exists(path):
+        return Problem(name, None, "missing: the build recorded what it lists")
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+        text = stream.read().decode("utf-8", errors="replace")
+    try:
+        lines = [json.loads(line) for line in text.splitlines()]
+    except ValueError as error:
+        return Problem(name, None, f"not the JSON lines a build writes ({error})")
+    if not all(isinstance(line, dict) for line in lines):
+        return Problem(name, None, "not the JSON objects a build writes")
+    return lines
+
+
+def check_copies(data_dir: str, info: DatasetInfo) -> list[Problem]:
+    """`duplicates.jsonl` and `odd_images.jsonl` against the metadata's counts, for a build
+    that looked for copies (`--duplicates`)."""
+    if not info.duplicates:
+        return []
+    problems, found = [], {}
+    for name in (DUPLICATES_FILE, ODD_IMAGES_FILE):
+        lines = _json_lines(data_dir, name)
+        if isinstance(lines, Problem):
+            problems.append(lines)
+        else:
+            found[name] = lines
+    if DUPLICATES_FILE in found:
+        kinds = collections.Counter(str(line.get("kind")) for line in found[DUPLICATES_FILE])
+        counted = {"exact": kinds.pop("exact", 0), "near": kinds.pop("near", 0)}
+        recorded = {
+            "exact": info.duplicates.get("exact_groups"),
+            "near": info.duplicates.get("near_pairs"),
+        }
+        if counted != recorded or kinds:
+            said = f"lists {dict(counted, **kinds)} groups, {BUILD_INFO_FILE} counts {recorded}"
+            problems.append(Problem(DUPLICATES_FILE, None, said))
+    if ODD_IMAGES_FILE in found:
+        lines = found[ODD_IMAGES_FILE]
+        reasons = collections.Counter(r for line in lines for r in line.get("reasons", ()))
+        recorded = dict(info.odd_images)
+        if {r: reasons.get(r, 0) for r in recorded} != recorded or set(reasons) - set(recorded):
+            said = f"lists {dict(sorted(reasons.items()))}, {BUILD_INFO_FILE} counts {recorded}"
+            problems.append(Problem(ODD_IMAGES_FILE, None, said))
     return problems
 
 
