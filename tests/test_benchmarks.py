@@ -113,6 +113,25 @@ def test_make_tree_writes_a_deterministic_prefix_of_the_larger_tree(trees):
         assert filecmp.cmp(path, twin, shallow=False)
 
 
+def test_make_tree_distinct_pictures_are_no_near_copies(trees, tmp_path):
+    # --distinct: every image a picture of its own, where the photos' crops hash alike.
+    from beam_pipeline.core import fingerprints as fp
+    from beam_pipeline.core.images import ImagePolicy, normalise_image
+
+    def hashes(tree):
+        policy = ImagePolicy(fingerprints=True)
+        found = [normalise_image(path.read_bytes(), policy).fingerprint for path in jpegs(tree)]
+        return [f.perceptual for f in found if f.luma_spread > fp.UNIFORM_SPREAD]
+
+    def near_pairs(values):
+        return sum(fp.hamming(a, b) <= 6 for i, a in enumerate(values) for b in values[i + 1 :])
+
+    run_benchmark("make_tree", tmp_path / "distinct", "--num_images", SMALL, "--distinct")
+    distinct = hashes(tmp_path / "distinct")
+    assert len(distinct) == SMALL  # (no blank picture among them)
+    assert near_pairs(distinct) == 0 and near_pairs(hashes(trees["small"])) > 0
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "kind, flags",
