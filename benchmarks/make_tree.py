@@ -57,9 +57,11 @@ def _distinct_source(rng: np.random.Generator) -> Image.Image:
     return Image.fromarray(pixels)
 
 
-def make_image(args: tuple[str, int, int, bool]) -> int:
-    """Writes image `index` (and its XML) under `root`; returns the JPEG size in bytes."""
-    root, index, seed, distinct = args
+def make_image(args: tuple[str, int, int] | tuple[str, int, int, bool]) -> int:
+    """Writes image `index` (and its XML) under `root`; returns the JPEG size in bytes. A
+    fourth value True makes it a picture of its own (`--distinct`)."""
+    root, index, seed = args[:3]
+    distinct = len(args) > 3 and bool(args[3])
     _load_sources()
     rng = np.random.default_rng([seed, index])
     source = _distinct_source(rng) if distinct else _sources[index % len(_sources)]
