@@ -48,6 +48,32 @@ def write(path: pathlib.Path, data: bytes | str) -> pathlib.Path:
     return path
 
 
+PHOTOS = CORPUS / "images" / "tfrecorder"
+
+
+def six_photos(root: pathlib.Path) -> pathlib.Path:
+    """The six corpus photos in class folders: four in train/ (a, b in cat; c, d in goat) and
+    two in val/ (e in cat, f in goat), for the trees that plant copies of them."""
+    for source, target in (
+        ("TEST/cat/cat-800x600-3.jpg", "train/cat/a.jpg"),
+        ("TRAIN/cat/cat-640x853-1.jpg", "train/cat/b.jpg"),
+        ("TEST/goat/goat-640x427-3.jpg", "train/goat/c.jpg"),
+        ("TRAIN/goat/goat-640x640-1.jpg", "train/goat/d.jpg"),
+        ("VALIDATION/cat/cat-800x600-2.jpg", "val/cat/e.jpg"),
+        ("VALIDATION/goat/goat-320x320-2.jpg", "val/goat/f.jpg"),
+    ):
+        write(root / target, (PHOTOS / source).read_bytes())
+    return root
+
+
+def two_photos(root: pathlib.Path) -> pathlib.Path:
+    """The corpus's training photo of each class in a class folder: no copies, nothing odd."""
+    for name in ("cat", "goat"):
+        for number, path in enumerate(sorted((PHOTOS / "TRAIN" / name).glob("*.jpg"))):
+            write(root / name / f"{number}.jpg", path.read_bytes())
+    return root
+
+
 def ilsvrc_image(
     root: pathlib.Path,
     split: str,

@@ -9,7 +9,7 @@ import json
 import shutil
 
 import pytest
-from helpers import CORPUS, build, interrupted_build, write
+from helpers import build, interrupted_build, six_photos, two_photos, write
 from PIL import Image, ImageOps
 
 from beam_pipeline.core import duplicates
@@ -17,7 +17,6 @@ from beam_pipeline.core.duplicates import EXACT, NEAR, ImagePrint
 from beam_pipeline.tools import build as build_tool
 from schemas import BUILD_INFO_FILE, DUPLICATES_FILE
 
-PHOTOS = CORPUS / "images" / "tfrecorder"
 REPORT = ("--duplicates", "report")
 
 
@@ -32,17 +31,7 @@ def tree(tmp_path_factory):
     """Six real photos in train/ and val/ class folders, and five planted pictures: an exact copy
     (train to val), a re-encoded one (goat to cat), a half-size one (train to val), one cropped by
     4 px (same folder), and a mirror image (not a copy); two blank frames of other sizes."""
-    root = tmp_path_factory.mktemp("planted")
-    for source, target in (
-        ("TEST/cat/cat-800x600-3.jpg", "train/cat/a.jpg"),
-        ("TRAIN/cat/cat-640x853-1.jpg", "train/cat/b.jpg"),
-        ("TEST/goat/goat-640x427-3.jpg", "train/goat/c.jpg"),
-        ("TRAIN/goat/goat-640x640-1.jpg", "train/goat/d.jpg"),
-        ("VALIDATION/cat/cat-800x600-2.jpg", "val/cat/e.jpg"),
-        ("VALIDATION/goat/goat-320x320-2.jpg", "val/goat/f.jpg"),
-    ):
-        (root / target).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(PHOTOS / source, root / target)
+    root = six_photos(tmp_path_factory.mktemp("planted"))
     shutil.copy(root / "train/cat/a.jpg", root / "val/cat/a_copy.jpg")
     write(root / "train/cat/c_q60.jpg", jpeg(Image.open(root / "train/goat/c.jpg"), 60))
     d = Image.open(root / "train/goat/d.jpg")
@@ -114,11 +103,7 @@ def test_the_summary_warns_of_leaks_and_clashes(tree, tmp_path, capsys):
 
 
 def test_a_build_without_copies_says_nothing_of_them(tmp_path):
-    root = tmp_path / "photos"
-    for name in ("cat", "goat"):
-        for number, path in enumerate(sorted((PHOTOS / "TRAIN" / name).glob("*.jpg"))):
-            write(root / name / f"{number}.jpg", path.read_bytes())
-    info = build(root, tmp_path / "out", *REPORT)
+    info = build(two_photos(tmp_path / "photos"), tmp_path / "out", *REPORT)
     assert info.duplicates == {
         "exact_groups": 0,
         "near_pairs": 0,

@@ -8,7 +8,7 @@ import io
 import json
 
 import pytest
-from helpers import CORPUS, build, write
+from helpers import PHOTOS, build, two_photos, write
 from PIL import Image
 
 from beam_pipeline.core import odd_images
@@ -17,7 +17,6 @@ from beam_pipeline.tools import build as build_tool
 from beam_pipeline.tools import stats
 from schemas import BUILD_INFO_FILE, ODD_IMAGES_FILE
 
-PHOTOS = CORPUS / "images" / "tfrecorder"
 REPORT = ("--duplicates", "report")
 NONE = {"nearly_uniform": 0, "tiny": 0, "extreme_aspect_ratio": 0, "grey": 0}
 
@@ -88,11 +87,7 @@ def test_the_summary_and_stats_count_them(tree, tmp_path, capsys):
 
 
 def test_a_build_of_plain_photos_lists_none(tmp_path):
-    root = tmp_path / "photos"
-    for name in ("cat", "goat"):
-        for number, path in enumerate(sorted((PHOTOS / "TRAIN" / name).glob("*.jpg"))):
-            write(root / name / f"{number}.jpg", path.read_bytes())
-    info = build(root, tmp_path / "out", *REPORT)
+    info = build(two_photos(tmp_path / "photos"), tmp_path / "out", *REPORT)
     assert info.odd_images == NONE
     assert (tmp_path / "out" / ODD_IMAGES_FILE).read_bytes() == b""
     lines = stats.format_stats(stats.build_stats(str(tmp_path / "out"))).splitlines()

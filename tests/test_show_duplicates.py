@@ -15,7 +15,7 @@ import shutil
 
 import numpy as np
 import pytest
-from helpers import CORPUS, build, decode, read_split, write
+from helpers import build, decode, read_split, six_photos, write
 from PIL import Image
 
 from beam_pipeline.tools import sheet as sheet_tool
@@ -23,7 +23,6 @@ from beam_pipeline.tools import show
 from schemas import BUILD_INFO_FILE, DUPLICATES_FILE, DatasetInfo
 from schemas import features as F
 
-PHOTOS = CORPUS / "images" / "tfrecorder"
 LABELS = "cat Felis catus, domestic cat\ngoat Capra hircus\n"
 TILE, PAD, CAPTION = sheet_tool.TILE, sheet_tool.PAD, sheet_tool.CAPTION
 ROW = sheet_tool.GROUP_TITLE + TILE + CAPTION + PAD  # the height of a group's row
@@ -51,15 +50,7 @@ def jpeg(image: Image.Image, quality: int = 90) -> bytes:
 
 def photo_tree(root, copies: bool = True):
     """Four real photos in train/ class folders and two in val/; with `copies`, the planted ones."""
-    for source, target in (
-        ("TEST/cat/cat-800x600-3.jpg", "train/cat/a.jpg"),
-        ("TRAIN/cat/cat-640x853-1.jpg", "train/cat/b.jpg"),
-        ("TEST/goat/goat-640x427-3.jpg", "train/goat/c.jpg"),
-        ("TRAIN/goat/goat-640x640-1.jpg", "train/goat/d.jpg"),
-        ("VALIDATION/cat/cat-800x600-2.jpg", "val/cat/e.jpg"),
-        ("VALIDATION/goat/goat-320x320-2.jpg", "val/goat/f.jpg"),
-    ):
-        write(root / target, (PHOTOS / source).read_bytes())
+    six_photos(root)
     write(root / "labels.txt", LABELS)
     if copies:
         for name in ("train/cat/a_again.jpg", "val/cat/a_copy.jpg"):

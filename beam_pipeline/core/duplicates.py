@@ -70,10 +70,6 @@ class ImagePrint:
     height: int
 
     @property
-    def member(self) -> Member:
-        return Member(self.split, self.filename, self.label)
-
-    @property
     def nearly_uniform(self) -> bool:
         return self.luma_spread <= fp.UNIFORM_SPREAD
 
@@ -107,14 +103,6 @@ class Group(NamedTuple):
     kind: str
     members: tuple[Member, ...]
     distance: int = 0
-
-    @property
-    def splits(self) -> tuple[str, ...]:
-        return tuple(sorted({m.split for m in self.members}))
-
-    @property
-    def classes(self) -> tuple[int, ...]:
-        return tuple(sorted({m.label for m in self.members if m.label >= 0}))
 
     @property
     def leaks(self) -> bool:
@@ -176,12 +164,6 @@ def groups_of(parts: Iterable[tuple[str, Any]]) -> list[Group]:
         pair = (first, second) if first < second else (second, first)
         groups.append(Group(NEAR, pair, distance))
     return groups
-
-
-def exact_group(members: Iterable[ImagePrint]) -> Group | None:
-    """The group of the images that share one content hash, or None for a single image."""
-    ordered = tuple(sorted(print_.member for print_ in members))
-    return Group(EXACT, ordered) if len(ordered) > 1 else None
 
 
 def rows(groups: Iterable[Group], class_names: Sequence[str]) -> str:

@@ -412,9 +412,3 @@ def odd_reasons(width: int, height: int, found: Fingerprint) -> tuple[str, ...]:
 def popcount(values: np.ndarray) -> np.ndarray:
     """The set bits of each uint64 of `values` (any shape), as uint8."""
     return _popcount(values)
-
-
-def earlier_masks(block: int, k: int) -> list[int]:
-    """Bit masks of the blocks before `block` of `k`: a pair equal on one of them is found in
-    that block's group (`pairs_within`)."""
-    return _earlier_masks(block, k)

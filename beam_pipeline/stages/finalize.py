@@ -320,14 +320,12 @@ def _split_info(split, plan, results, vocabulary, discovered, rejected) -> Split
 
 def _copies(
     spec: FinalizeSpec, info: DatasetInfo, packed: Iterable, rejections: list[Rejection]
-) -> tuple[DatasetInfo, dict[str, bytes]]:
-    """The metadata's counts of the copies among the stored images and `duplicates.jsonl`
-    (nothing under `--duplicates off`). Raises BuildFailed under `fail` when a held-out image
-    copies a training one, and under `drop_leaks` when one was kept all the same (its writer's
-    search and the report disagree: a defect, never committed)."""
-    policy = spec.options.get("duplicates", duplicates.OFF)
-    if policy == duplicates.OFF:
-        return info, {}
+) -> tuple[DatasetInfo, bytes]:
+    """The metadata's counts of the copies among the stored images and `duplicates.jsonl`.
+    Raises BuildFailed under `fail` when a held-out image copies a training one, and under
+    `drop_leaks` when one was kept all the same (its writer's search and the report disagree:
+    a defect, never committed)."""
+    policy = spec.options["duplicates"]
     groups = duplicates.report_order(duplicates.groups_of(packed))
     leaks = [group for group in groups if group.leaks]
     if leaks and policy != duplicates.REPORT:
@@ -346,7 +344,7 @@ def _copies(
     if dropped:
         found["dropped"] = dict(sorted(dropped.items()))
     rows = duplicates.rows(groups, info.class_list.names)
-    return dataclasses.replace(info, duplicates=found), {DUPLICATES_FILE: rows.encode("utf-8")}
+    return dataclasses.replace(info, duplicates=found), rows.encode("utf-8")
 
 
 def _odd_images(info: DatasetInfo, parts: Iterable) -> tuple[DatasetInfo, bytes]:
@@ -366,8 +364,9 @@ class _FinalizeFn(beam.DoFn):
         rejections = sorted(set(rejections))
         commit.write_dead_letter(spec.output_dir, rejections, _dead_letter(spec))
         info = assemble_info(spec, vocabulary, plans, index_counts, results, rejections)
-        info, files = _copies(spec, info, found, rejections)
+        files = {}
         if spec.options.get("duplicates", duplicates.OFF) != duplicates.OFF:
+            info, files[DUPLICATES_FILE] = _copies(spec, info, found, rejections)
             info, files[ODD_IMAGES_FILE] = _odd_images(info, found)
         staged = spec.replaces_build
         if staged and commit.committed_already(spec.output_dir, info):
