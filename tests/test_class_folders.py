@@ -10,8 +10,10 @@ import sys
 import pytest
 from helpers import build, dead_letters, jpeg_bytes, read_split, write
 
+from beam_pipeline.tools import build as build_tool
 from beam_pipeline.tree import layouts, locate
 from beam_pipeline.tree.layouts import LayoutError
+from loaders import dataset_info
 from schemas import BUILD_INFO_FILE, SCHEMA_VERSION
 from schemas import features as F
 
@@ -180,6 +182,35 @@ def test_stats_says_no_image_is_background(tmp_path):
     assert done.stdout.splitlines()[0] == (
         f"{tmp_path / 'out'}: 2 classes (no image is background), schema {SCHEMA_VERSION}"
     )
+
+
+def test_images_beside_the_split_folders_are_named_as_not_built(tmp_path, capsys):
+    # They are in no split: once, the build left them out without a word.
+    root = photos(tmp_path / "photos", splits=("train", "val"), per_class=1)
+    for name in ("a.jpg", "b.PNG", "c.jpg", "d.jpg"):
+        write(root / name, jpeg_bytes())
+    write(root / "README.txt", b"not an image")
+    assert build_tool.main(["--input_dir", str(root), "--output_dir", str(tmp_path / "out")]) == 0
+    info = dataset_info(tmp_path / "out")
+    assert [info.split(s).num_examples for s in ("train", "validation")] == [2, 2]
+    assert dead_letters(tmp_path / "out") == []
+    note = (
+        f"Not built: 4 images in {root} beside its split folders, in no split (a.jpg, b.PNG, "
+        "c.jpg and 1 more); to build them, move them into the split folder each belongs to"
+    )
+    assert note in capsys.readouterr().err.splitlines()
+    done = subprocess.run(
+        [sys.executable, "-m", "beam_pipeline", "plan", "--input_dir", str(root)],
+        capture_output=True,
+        text=True,
+    )
+    assert note in done.stdout.splitlines()
+    (root / "b.PNG").unlink(), (root / "c.jpg").unlink(), (root / "d.jpg").unlink()
+    build_tool.main(["--input_dir", str(root), "--output_dir", str(tmp_path / "out2")])
+    assert (
+        f"Not built: 1 image in {root} beside its split folders, in no split (a.jpg); to build "
+        "it, move it into the split folder it belongs to"
+    ) in capsys.readouterr().err.splitlines()
 
 
 def test_plan_counts_images_by_class_folder(tmp_path):

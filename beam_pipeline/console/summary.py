@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import posixpath
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, TextIO
 
@@ -61,6 +62,17 @@ def unbuilt_note(splits: Sequence[str], unbuilt: Sequence[str]) -> str:
     )
 
 
+def outside_note(root: str, outside: Sequence[str]) -> str:
+    """The line naming the images that lie beside a tree's split folders, in no split."""
+    shown = ", ".join(posixpath.basename(path) for path in outside[:3])
+    more = f" and {len(outside) - 3:,} more" if len(outside) > 3 else ""
+    it, belongs = ("it", "it belongs") if len(outside) == 1 else ("them", "each belongs")
+    return (
+        f"Not built: {plural(len(outside), 'image')} in {root} beside its split folders, in "
+        f"no split ({shown}{more}); to build {it}, move {it} into the split folder {belongs} to"
+    )
+
+
 def unannotated_note(split: str, annotation_dir: str, layout: str) -> str:
     """The line warning that a split other than `test` will be built without labels."""
     from beam_pipeline.tree.layouts import ILSVRC_CLS_LOC
@@ -87,6 +99,7 @@ def tree_notes(plan: DiscoveryPlan, splits: Sequence[str]) -> list[str]:
     """What the console (and `plan`) says of the tree before a build of `splits` starts: the
     splits it leaves out, the images several splits share, the splits without annotations."""
     notes = [unbuilt_note(splits, plan.unbuilt)] if plan.unbuilt else []
+    notes += [outside_note(plan.root, plan.outside)] if plan.outside else []
     if shared := plan.shared_images():
         notes.append(shared_note(shared))
     notes += [

@@ -116,6 +116,22 @@ def has_top_level_files(directory: str, extension: str) -> bool:
         return False
 
 
+def top_level_images(directory: str) -> list[str]:
+    """Names of the images (by extension) directly in a local `directory`, sorted; [] for a
+    remote one (an object store would list every object below the prefix)."""
+    if not is_local(directory):
+        return []
+    try:
+        with os.scandir(directory) as entries:
+            return sorted(
+                e.name
+                for e in entries
+                if posixpath.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS and _is_file(e)
+            )
+    except OSError:
+        return []
+
+
 def subdirectories(directory: str) -> list[str]:
     """Names of the subdirectories of a local `directory` that hold files (other than hidden
     ones), sorted; never a folder that listings skip (`listing.is_skipped_folder`).
@@ -378,4 +394,5 @@ TREE_ACCESS = TreeAccess(
     has_top_level_files,
     is_directory,
     without_images,
+    top_level_images,
 )

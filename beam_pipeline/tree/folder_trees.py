@@ -88,8 +88,10 @@ def _plan(
     layout: str, root: str, splits: Sequence[str], tasks: list[ListingTask], tree: TreeAccess
 ) -> DiscoveryPlan:
     names = tuple(dict.fromkeys(task.split for task in tasks))
-    unbuilt = tuple(name for name in split_folders(root, tree) if name not in splits)
-    return DiscoveryPlan(layout, root, names, tuple(tasks), unbuilt=unbuilt)
+    folders = split_folders(root, tree)
+    unbuilt = tuple(name for name in folders if name not in splits)
+    outside = tuple(join(root, name) for name in tree.top_level_images(root)) if folders else ()
+    return DiscoveryPlan(layout, root, names, tuple(tasks), unbuilt=unbuilt, outside=outside)
 
 
 def _split_directories(

@@ -110,6 +110,8 @@ class DiscoveryPlan:
     trees only. `unannotated` holds (output split, annotation directory) for each split other
     than `test` that has no XML (nor, in CLS-LOC, class folders; in VOC, when no year has
     XML): its examples will be unlabelled, which the console says before the build.
+    `outside` holds the images of a folder tree that lie beside its split folders, in no
+    split (local trees): not built, and said so.
     """
 
     layout: str
@@ -119,6 +121,7 @@ class DiscoveryPlan:
     memberships: tuple[tuple[str, str], ...] = ()
     unbuilt: tuple[str, ...] = ()
     unannotated: tuple[tuple[str, str], ...] = ()
+    outside: tuple[str, ...] = ()
 
     def shared_images(self) -> dict[tuple[str, ...], int]:
         """How many images each combination of splits shares (VOC lists may overlap, as
@@ -149,7 +152,8 @@ class TreeAccess:
     not asked for are named. `has_top_level_files(directory, extension)` tells a CLS-LOC split
     whose XML lie flat. `is_directory` finds the image folders of an annotated split whose
     annotation folder is missing. `without_images(directory)` says what a split folder holds
-    instead of images (None when it holds one)."""
+    instead of images (None when it holds one). `top_level_images(directory)` names the images
+    directly in a directory (those beside split folders are in no split)."""
 
     has_files: HasFiles
     match: Callable[[str], list[str]]
@@ -158,6 +162,7 @@ class TreeAccess:
     has_top_level_files: Callable[[str, str], bool] = lambda directory, extension: False
     is_directory: Callable[[str], bool] = lambda _: True
     without_images: Callable[[str], str | None] = lambda _: None
+    top_level_images: Callable[[str], list[str]] = _none
 
 
 # The folders of a tree root (or of a VOC year) that builds list.
