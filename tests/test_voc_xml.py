@@ -7,6 +7,9 @@ import pytest
 from helpers import build, dead_letters, jpeg_bytes, png_bytes, read_split, write
 
 from beam_pipeline.core.annotations import voc_xml
+from beam_pipeline.tree import planner
+from beam_pipeline.tree.fileio import TREE_ACCESS
+from beam_pipeline.tree.layouts import VOC_XML, LayoutError
 from schemas import features as F
 
 
@@ -57,6 +60,33 @@ def test_kaggle_images_and_annotations_build_in_a_download_folder(tmp_path):
     }
     record = read_split(tmp_path / "out", "train")[0]
     assert record[F.FILENAME][0].decode().startswith("images/maksssksksss")
+
+
+def test_split_folders_inside_images_and_annotations_are_the_splits(tmp_path):
+    # images/{train,val}/X.jpg with annotations/{train,val}/X.xml: once, both were built
+    # into one train split without a word.
+    root = tmp_path / "export"
+    for split, classes in (("train", ("head", "helmet", "head")), ("val", ("helmet", "head"))):
+        for number, name in enumerate(classes):
+            write(root / "images" / split / f"{split}{number}.jpg", jpeg_bytes())
+            write(
+                root / "annotations" / split / f"{split}{number}.xml",
+                voc_xml([(name, 1, 1, 20, 20)], size=(64, 48)),
+            )
+    write(root / "images" / "stray.jpg", jpeg_bytes())
+    info = build(root, tmp_path / "out")
+    assert info.classes == ("head", "helmet")
+    assert {name: split.class_counts for name, split in info.splits.items()} == {
+        "train": (2, 1, 0),
+        "validation": (1, 1, 0),
+    }
+    names = sorted(e[F.FILENAME][0].decode() for e in read_split(tmp_path / "out", "validation"))
+    assert names == ["images/val/val0.jpg", "images/val/val1.jpg"]
+    assert not dead_letters(tmp_path / "out")
+    plan = planner.plan_discovery(str(root), VOC_XML, ("train",), TREE_ACCESS)
+    assert (plan.unbuilt, plan.outside) == (("val",), (f"{root}/images/stray.jpg",))
+    with pytest.raises(LayoutError, match=r"split 'test' has no folder in .*images: the splits"):
+        build(root, tmp_path / "out2", "--splits", "train,test")
 
 
 def test_an_image_without_its_xml_is_rejected_not_background(tmp_path):

@@ -13,6 +13,7 @@ the same name, beside it or in the annotations folder beside its images folder.
 
 ROOT[/<split>]/...X.jpg, ...X.xml
 ROOT[/<split>]/images/X.jpg, ROOT[/<split>]/annotations/X.xml
+ROOT/images/<split>/X.jpg, ROOT/annotations/<split>/X.xml
 """
 
 from __future__ import annotations
@@ -52,8 +53,30 @@ def split_folders(root: str, tree: TreeAccess) -> list[str]:
 
 def default_splits(root: str, tree: TreeAccess) -> tuple[str, ...]:
     """The splits a build of the tree makes when `--splits` is not given: every split
-    folder, or, without them, the root as the train split."""
-    return tuple(split_folders(root, tree)) or ("train",)
+    folder (at the root, or inside an export's images folder), or, without them, the root as
+    the train split."""
+    inner = _inner_splits(root, tree)
+    return tuple(split_folders(root, tree) or (inner[2] if inner else ())) or ("train",)
+
+
+def _paired_folders(directory: str, tree: TreeAccess) -> tuple[str, str] | None:
+    """The images folder and the annotations folder side by side in `directory` (Kaggle's
+    exports), as named there, or None."""
+    names = {folder.lower(): folder for folder in tree.subdirectories(directory)}
+    images = next((names[n] for n in IMAGE_FOLDERS if n in names), None)
+    annotations = next((names[n] for n in ANNOTATION_FOLDERS if n in names), None)
+    return (images, annotations) if images and annotations else None
+
+
+def _inner_splits(root: str, tree: TreeAccess) -> tuple[str, str, list[str]] | None:
+    """(images folder, annotations folder, split folders) of an export whose split folders
+    lie inside its images and annotations folders (ROOT/images/train/X.jpg with
+    ROOT/annotations/train/X.xml), or None: no split folders at the root and none there."""
+    paired = None if split_folders(root, tree) else _paired_folders(root, tree)
+    if paired is None:
+        return None
+    inner = split_folders(join(root, paired[0]), tree)
+    return (*paired, inner) if inner else None
 
 
 def plan_class_folders(root: str, splits: Sequence[str], tree: TreeAccess) -> DiscoveryPlan:
@@ -71,17 +94,38 @@ def plan_voc_xml(root: str, splits: Sequence[str], tree: TreeAccess) -> Discover
     """Lists each split's folder (the root itself when it has no split folders): its images
     folder and annotations folder when it has the two (Kaggle's), or else the folder whole,
     images and XML alike (Roboflow's); refuses as `plan_class_folders` does."""
+    if inner := _inner_splits(root, tree):
+        return _plan_inner_splits(root, splits, inner, tree)
     tasks = []
     for split, name, directory in _split_directories(root, splits, tree):
-        names = {folder.lower(): folder for folder in tree.subdirectories(directory)}
-        images = next((names[n] for n in IMAGE_FOLDERS if n in names), None)
-        annotations = next((names[n] for n in ANNOTATION_FOLDERS if n in names), None)
-        if images and annotations:
-            tasks.append(ListingTask(IMAGES, join(directory, images), name, split, root))
-            tasks.append(ListingTask(ANNOTATIONS, join(directory, annotations), name, split, root))
+        paired = _paired_folders(directory, tree)
+        if paired:
+            tasks.append(ListingTask(IMAGES, join(directory, paired[0]), name, split, root))
+            tasks.append(ListingTask(ANNOTATIONS, join(directory, paired[1]), name, split, root))
         else:
             tasks.append(ListingTask(MIXED, directory, name, split, root))
     return _plan(VOC_XML, root, splits, tasks, tree)
+
+
+def _plan_inner_splits(
+    root: str, splits: Sequence[str], inner: tuple[str, str, list[str]], tree: TreeAccess
+) -> DiscoveryPlan:
+    """The plan of an export with its split folders inside its images and annotations
+    folders: each split's images folder with the annotations folder of the same name."""
+    images, annotations, folders = inner
+    tasks: list[ListingTask] = []
+    for split in splits:
+        if split not in folders:
+            raise LayoutError(_no_split_folder(join(root, images), split, folders))
+        name = output_split(SPLIT_FOLDERS.get(split.lower(), split))
+        tasks.append(ListingTask(IMAGES, join(root, images, split), name, split, root))
+        xml = join(root, annotations, split)
+        if tree.has_files(xml):
+            tasks.append(ListingTask(ANNOTATIONS, xml, name, split, root))
+    unbuilt = tuple(name for name in folders if name not in splits)
+    outside = tuple(join(root, images, n) for n in tree.top_level_images(join(root, images)))
+    names = tuple(dict.fromkeys(task.split for task in tasks))
+    return DiscoveryPlan(VOC_XML, root, names, tuple(tasks), unbuilt=unbuilt, outside=outside)
 
 
 def _plan(
