@@ -114,6 +114,19 @@ def test_a_split_the_tree_does_not_have_is_refused_with_the_flag(tmp_path):
     )
 
 
+def test_class_folders_that_differ_only_in_spaces_are_refused(tmp_path, capsys):
+    # 'cat' and 'cat ' (a trailing space from a file manager) were two classes, exit 0.
+    root = photos(tmp_path / "photos")
+    write(root / "cat " / "0.jpg", jpeg_bytes())
+    argv = ["--input_dir", str(root), "--output_dir", str(tmp_path / "out")]
+    assert build_tool.main(argv) == 1
+    assert (
+        "names classes that differ only in case, spaces or Unicode form: 'cat' and 'cat '; a "
+        "build would make each a class of its own" in capsys.readouterr().err
+    )
+    assert not (tmp_path / "out" / "labels.txt").exists()
+
+
 def test_the_output_inside_the_class_folders_is_refused(tmp_path):
     root = photos(tmp_path / "photos")
     with pytest.raises(ValueError, match="lies inside the input tree"):

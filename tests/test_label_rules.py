@@ -524,7 +524,8 @@ def test_classes_that_differ_only_in_case_or_unicode_form_are_refused(tmp_path, 
     argv = ["--input_dir", str(root), "--splits", "train", "--output_dir", str(tmp_path / "o")]
     assert build_tool.main(argv) == 1
     assert (
-        "the train split names classes that differ only in case or Unicode form: 'Dog' and "
+        "the train split names classes that differ only in case, spaces or Unicode form: "
+        "'Dog' and "
         "'dog'; 'cafe\\u0301' and 'caf\\xe9'; a build would make each a class of its own. Use "
         "one spelling in the XML <name>s or class folders, or pass --labels_file listing each "
         "to keep them apart" in capsys.readouterr().err
