@@ -201,15 +201,15 @@ def _refuse_classes_without_images(train_dir: str, foreign: tuple[str, ...]) -> 
 def in_listed_folders(path: str, root: str, layout: str = layouts.AUTO) -> bool:
     """Whether `path` lies in the folders a build of the tree at `root` lists (`Data/`,
     `Annotations/`, VOC's `JPEGImages/` and `ImageSets/`, in a year folder or not; anywhere
-    below a class-folder tree's root); local links resolved. Beside them (`ROOT/out`) nothing
-    is listed."""
+    below a class-folder tree's root, and that root itself); local links resolved. Beside them
+    (`ROOT/out`) nothing is listed."""
     if is_local(path) and is_local(root):
         path, root = os.path.realpath(path), os.path.realpath(root)
     path, root = path.rstrip("/"), root.rstrip("/")
+    if layout in layouts.FOLDER_LAYOUTS and (path == root or path.startswith(root + "/")):
+        return True
     if not path.startswith(root + "/"):
         return False
-    if layout in layouts.FOLDER_LAYOUTS:
-        return True
     return bool(set(path[len(root) + 1 :].split("/")[:2]) & layouts.TREE_FOLDERS)
 
 

@@ -131,6 +131,9 @@ def test_the_output_inside_the_class_folders_is_refused(tmp_path):
     root = photos(tmp_path / "photos")
     with pytest.raises(ValueError, match="lies inside the input tree"):
         build(root, root / "out")
+    with pytest.raises(ValueError, match="lies inside the input tree"):  # (was accepted)
+        build(root, root)
+    assert sorted(p.name for p in root.iterdir()) == ["cat", "dog"]
 
 
 def test_an_image_beside_the_class_folders_is_rejected_by_name(tmp_path):

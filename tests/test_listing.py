@@ -54,6 +54,7 @@ def test_class_folders_of_tools_and_file_servers_are_skipped_and_reported(tmp_pa
     write(train / ".ipynb_checkpoints/n01440764_1-checkpoint.JPEG", jpeg_bytes())
     write(train / "n01443537/.ipynb_checkpoints/n01443537_1-checkpoint.JPEG", jpeg_bytes())
     write(train / "n01443537/@eaDir/n01443537_1.JPEG/SYNOPHOTO_THUMB_S.jpg", jpeg_bytes())
+    write(train / "__MACOSX/n01443537/._n01443537_1.JPEG", jpeg_bytes())  # a Mac's zip
     info = build(tmp_path / "in", tmp_path / "out", "--splits", "train")
     assert info.classes == ("n01440764", "n01443537")
     assert info.splits["train"].num_examples == 2
@@ -61,6 +62,7 @@ def test_class_folders_of_tools_and_file_servers_are_skipped_and_reported(tmp_pa
     assert names == [f"Data/CLS-LOC/train/{s}/{s}_1.JPEG" for s in info.classes]
     assert sorted((r["reason"], r["path"]) for r in dead_letters(tmp_path / "out")) == [
         ("skipped_folder", str(train / ".ipynb_checkpoints")),
+        ("skipped_folder", str(train / "__MACOSX")),
         ("skipped_folder", str(train / "n01443537/.ipynb_checkpoints")),
         ("skipped_folder", str(train / "n01443537/@eaDir")),
     ]

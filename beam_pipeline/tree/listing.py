@@ -58,19 +58,26 @@ class Subdirectory:
 
 # Folders that tools and file servers leave inside a dataset, never part of it: hidden ones
 # (Jupyter's `.ipynb_checkpoints` holds copies of the images beside it, `.git`, `.cache`), and
-# the thumbnails a Synology NAS writes into every folder. Entered, their images would be
-# written twice, or, as a class folder, become a class and shift every label after it.
+# the thumbnails a Synology NAS writes into every folder, and the `__MACOSX` folder of a zip
+# made on a Mac (`._` copies of every file). Entered, their images would be written twice, or,
+# as a class folder, become a class and shift every label after it.
 SYNOLOGY_THUMBNAILS = "@eaDir"
+MAC_ZIP_FORKS = "__MACOSX"
 
 
 def is_skipped_folder(name: str) -> bool:
     """Whether a folder of this name is left out of every listing (and reported)."""
-    return name.startswith(".") or name == SYNOLOGY_THUMBNAILS
+    return name.startswith(".") or name in (SYNOLOGY_THUMBNAILS, MAC_ZIP_FORKS)
 
 
 def _skipped(path: str) -> Unlisted:
-    what = "a hidden folder" if posixpath.basename(path).startswith(".") else "a NAS's thumbnails"
-    return Unlisted(path, "skipped_folder", f"{what}, not part of the dataset: not listed")
+    name = posixpath.basename(path)
+    what = {SYNOLOGY_THUMBNAILS: "a NAS's thumbnails", MAC_ZIP_FORKS: "a Mac zip's file forks"}
+    return Unlisted(
+        path,
+        "skipped_folder",
+        f"{what.get(name, 'a hidden folder')}, not part of the dataset: not listed",
+    )
 
 
 def list_tree(directory: str, foreign: Sequence[str] = ()) -> Iterator[Listed | Unlisted]:
