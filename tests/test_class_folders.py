@@ -127,6 +127,21 @@ def test_class_folders_that_differ_only_in_spaces_are_refused(tmp_path, capsys):
     assert not (tmp_path / "out" / "labels.txt").exists()
 
 
+def test_a_class_left_without_images_is_named_in_the_summary(tmp_path, capsys):
+    # Every image of zzz was rejected: "3 classes", exit 0, and no word of it.
+    root = photos(tmp_path / "photos", per_class=3)
+    write(root / "zzz" / "0.jpg", jpeg_bytes()[:200])
+    argv = ["--input_dir", str(root), "--output_dir", str(tmp_path / "out")]
+    assert build_tool.main([*argv, "--max_bad_fraction", "0.2"]) == 0
+    lines = " ".join(capsys.readouterr().out.split())  # (the summary, folded)
+    assert (
+        "3 classes (no image is background) Warning: no training image is labelled zzz: a "
+        "classifier trained on this build never learns it (rejected.jsonl says why images were "
+        "left out)" in lines
+    )
+    assert "Note: no" not in lines  # (no held-out split)
+
+
 def test_the_output_inside_the_class_folders_is_refused(tmp_path):
     root = photos(tmp_path / "photos")
     with pytest.raises(ValueError, match="lies inside the input tree"):

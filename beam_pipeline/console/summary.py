@@ -259,6 +259,7 @@ def _closing_lines(
         if any(sum(split.class_counts[info.background_index :]) for split in info.splits.values())
         else f"{plural(info.num_classes, 'class')} (no image is background)"
     ]
+    notes += empty_class_notes(info)
     notes += _shard_notes(info)
     notes += duplicates_notes(info.duplicates)
     notes += filter(None, [odd_images.note(info.odd_images, ODD_IMAGES_FILE)])
@@ -275,6 +276,30 @@ def _closing_lines(
     if code:
         lines += ["load it:", *(f"  {statement}" for statement in code)]
     return lines + fold(["full log:", log_path], width)
+
+
+def empty_class_notes(info: DatasetInfo) -> list[str]:
+    """A line for each labelled split where some class labels no image: a warning for train
+    (a classifier never learns the class), a note for a held-out split (its score there is
+    not measured). A label is an image's class folder or its largest box."""
+    notes = []
+    for name, split in sorted(info.splits.items(), key=lambda item: item[0] != "train"):
+        if not split.num_examples or not split.labelled:
+            continue
+        empty = [
+            info.classes[i] for i, n in enumerate(split.class_counts[: info.num_classes]) if not n
+        ]
+        if not empty:
+            continue
+        shown = ", ".join(empty[:5]) + (f" and {len(empty) - 5:,} more" if len(empty) > 5 else "")
+        if name == "train":
+            notes.append(
+                f"Warning: no training image is labelled {shown}: a classifier trained on this "
+                "build never learns it (rejected.jsonl says why images were left out)"
+            )
+        else:
+            notes.append(f"Note: no {name} image is labelled {shown}: not measured there")
+    return notes
 
 
 def duplicates_notes(found: Mapping) -> list[str]:
