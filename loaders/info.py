@@ -99,8 +99,8 @@ class BuildInfo:
             return self.info.splits[name]
         except KeyError:
             hint = ""
-            if name == "val" and "validation" in self.info.splits:
-                hint = "; val is written as validation"
+            if name.lower() in ("val", "valid") and "validation" in self.info.splits:
+                hint = f"; {name} is written as validation"
             raise KeyError(
                 f"{self.data_dir} has no split {name!r}; it has {self.splits}{hint}"
             ) from None

@@ -312,6 +312,15 @@ def test_a_base_name_several_files_end_with_lists_them_and_exits_2(built, capsys
     )
 
 
+def test_the_suggested_file_name_is_quoted_for_the_shell(tmp_path, capsys):
+    for split in ("train", "val"):
+        for name in ("Golden Retriever", "pug"):
+            write(tmp_path / "photos" / split / name / "0.jpg", jpeg_bytes())
+    build(tmp_path / "photos", tmp_path / "out")
+    code, _, err = run(capsys, tmp_path / "out", "--filename", "0.jpg")
+    assert code == 2 and err.endswith("e.g. --filename 'train/Golden Retriever/0.jpg'")
+
+
 def test_a_file_name_no_record_of_the_build_has_names_what_was_searched(built, capsys):
     counts = {split: len(read_split(built, split)) for split in ("test", "train", "validation")}
     code, out, err = run(capsys, built, "--filename", "nope.JPEG")

@@ -482,6 +482,8 @@ def test_a_leading_tilde_is_the_home_directory_and_val_is_named_validation(built
     assert error.value.args[0] == (
         f"{built} has no split 'val'; it has ('train', 'validation'); val is written as validation"
     )
+    with pytest.raises(KeyError, match=r"'valid'; .*; valid is written as validation"):
+        load_dataset(path, "valid", batch_size=5)  # Roboflow's folder name
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ name (`--labels_file LOC_synset_mapping.txt`), the class alone where it does not
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from collections.abc import Iterator, Mapping, Sequence
 
 from beam_pipeline.output.readback import example_values, first_value, open_file
@@ -200,7 +201,7 @@ def _by_filename(output_dir: str, info: DatasetInfo, name: str, split: str | Non
         raise RequestError(
             f"{len(names)} files of the build in {output_dir} end with /{name}: "
             f"{first_few(names, 10)}; name one by more of its path, e.g. --filename "
-            f"{search.ambiguous[0]}"
+            f"{shlex.quote(search.ambiguous[0])}"
         )
     total = sum(search.searched.values())
     counts = ", ".join(f"{split} {n:,}" for split, n in search.searched.items())
