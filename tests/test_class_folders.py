@@ -12,6 +12,7 @@ from helpers import build, dead_letters, jpeg_bytes, read_split, write
 
 from beam_pipeline.tools import build as build_tool
 from beam_pipeline.tree import layouts, locate
+from beam_pipeline.tree.fileio import has_files, subdirectories
 from beam_pipeline.tree.layouts import LayoutError
 from loaders import dataset_info
 from schemas import BUILD_INFO_FILE, SCHEMA_VERSION
@@ -179,6 +180,19 @@ def test_a_flat_folder_of_images_builds_unlabelled_with_the_flags_the_refusal_na
     )
     assert info.splits["test"].num_examples == 3 and not info.splits["test"].labelled
     assert [e[F.LABEL] for e in read_split(tmp_path / "out", "test")] == [[-1]] * 3
+
+
+def test_an_xml_that_annotates_no_image_leaves_the_class_folders_as_they_are(tmp_path):
+    # A CVAT export's one annotations.xml beside the class folders made the tree "VOC XML",
+    # which then failed: "the train split names no class".
+    root = photos(tmp_path / "photos")
+    write(root / "annotations.xml", b'<?xml version="1.0"?><annotations></annotations>')
+    info = build(root, tmp_path / "out")
+    assert info.classes == ("cat", "dog") and info.splits["train"].num_examples == 4
+    found = [(r["reason"], r["path"]) for r in dead_letters(tmp_path / "out")]
+    assert found == [("not_an_image_file", str(root / "annotations.xml"))]
+    write(root / "cat" / "0.xml", b"<annotation/>")  # named as an image is: its annotation
+    assert locate.locate_tree(str(root), layouts.AUTO, has_files, subdirectories)[1] == "voc_xml"
 
 
 def test_layout_class_folders_is_taken_as_named(tmp_path):

@@ -128,7 +128,7 @@ def find_class_folders(
     """The root of the class-folder tree at the local directory `root` (or in its one
     subfolder, a download folder around the folder of classes), or None: `at_least` folders
     that hold files (detection asks for 2: one folder of images is no classifier's data),
-    none named like another layout's (`images/`, `annotations/`), and no `.xml` file below
+    none named like another layout's (`images/`, `annotations/`), and no image's `.xml` below
     (annotations this layout would ignore)."""
     if not is_local(root):
         return None
@@ -148,7 +148,7 @@ def find_class_folders(
 def find_voc_xml(root: str, subdirectories: Callable[[str], list[str]]) -> str | None:
     """The root of the tree of images with Pascal VOC XML where they lie at the local
     directory `root` (or in its one subfolder, a download folder around it), or None: an
-    `.xml` file below it, and no `ImageSets/` (a VOC year without split lists is refused
+    image's `.xml` below it, and no `ImageSets/` (a VOC year without split lists is refused
     apart, naming the lists)."""
     if not is_local(root) or not _holds_xml(root):
         return None
@@ -197,8 +197,22 @@ def _folders_hint(root: str, subdirectories: Callable[[str], list[str]]) -> str:
 
 
 def _holds_xml(root: str) -> bool:
-    """Whether an `.xml` file lies below the local directory `root` (links not followed)."""
-    return any(name.lower().endswith(".xml") for _, _, files in os.walk(root) for name in files)
+    """Whether an `.xml` file named as an image is (its annotation, by the build's pairing)
+    lies below the local directory `root` (links not followed). Another XML (a CVAT or COCO
+    export's one file, a README) makes no VOC tree: a folder of classes holding one is built
+    as such, the XML reported."""
+    images, xml = set(), set()
+    for _, _, files in os.walk(root):
+        for name in files:
+            stem, extension = os.path.splitext(name)
+            extension = extension.lower()
+            if extension == ".xml":
+                xml.add(stem)
+            elif extension in IMAGE_EXTENSIONS:
+                images.add(stem)
+            if xml and images and not xml.isdisjoint(images):
+                return True
+    return False
 
 
 def detect_layout(root: str, has_files: HasFiles) -> str:
