@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import build, dead_letters, jpeg_bytes, read_split, write
+from helpers import build, dead_letters, jpeg_bytes, png_bytes, read_split, write
 
 from beam_pipeline.tools import build as build_tool
 from beam_pipeline.tree import layouts, locate
@@ -193,6 +193,22 @@ def test_an_xml_that_annotates_no_image_leaves_the_class_folders_as_they_are(tmp
     assert found == [("not_an_image_file", str(root / "annotations.xml"))]
     write(root / "cat" / "0.xml", b"<annotation/>")  # named as an image is: its annotation
     assert locate.locate_tree(str(root), layouts.AUTO, has_files, subdirectories)[1] == "voc_xml"
+
+
+def test_two_photos_of_one_name_but_the_extension_are_both_built(tmp_path):
+    # IMG_0001.jpg and IMG_0001.png: both rejected as "ambiguous" once, though no XML was
+    # there to be ambiguous about.
+    root = photos(tmp_path / "photos", per_class=1)
+    write(root / "cat" / "0.png", png_bytes())
+    write(root / "cat" / "0.JPG", jpeg_bytes())
+    build(root, tmp_path / "out")
+    assert labels(tmp_path / "out", "train") == [
+        ("cat/0.JPG", 0),
+        ("cat/0.jpg", 0),
+        ("cat/0.png", 0),
+        ("dog/0.jpg", 1),
+    ]
+    assert dead_letters(tmp_path / "out") == []
 
 
 def test_layout_class_folders_is_taken_as_named(tmp_path):

@@ -310,11 +310,20 @@ def test_annotation_without_image_and_listed_image_missing():
     ]
 
 
-def test_two_images_with_one_key_are_both_rejected():
+def test_two_images_with_one_key_are_rejected_where_an_xml_or_a_list_names_it():
     images = [ref("d/x.JPEG", "train/x"), ref("d/x.png", "train/x")]
+    xml = ref("a/x.xml", "train/x")
+    for annotations, listed in (([xml], []), ([], ["train"])):
+        entries, rejections = pairing.pair_files("train/x", images, annotations, listed, "/r")
+        assert entries == [] and {r.path for r in rejections} == {"/r/d/x.JPEG", "/r/d/x.png"}
+        assert {r.reason for r in rejections} == {"ambiguous_key"}
+    # Without either (class folders), nothing is ambiguous: each is an entry, keyed apart.
     entries, rejections = pairing.pair_files("train/x", images, [], [], "/r")
-    assert entries == [] and {r.path for r in rejections} == {"/r/d/x.JPEG", "/r/d/x.png"}
-    assert {r.reason for r in rejections} == {"ambiguous_key"}
+    assert rejections == []
+    assert [(e.key, e.filename) for e in entries] == [
+        ("train/x\0d/x.JPEG", "d/x.JPEG"),
+        ("train/x\0d/x.png", "d/x.png"),
+    ]
 
 
 def test_voc_image_in_no_requested_split_is_not_an_entry():

@@ -435,7 +435,10 @@ def test_plan_counts_class_folder_images_without_xml(tmp_path, capsys):
     for stem in ("n01/b", "n02/c", "n02/d"):
         ilsvrc_image(root, "train", stem, jpeg_bytes(), task="CLS-LOC")
     ilsvrc_image(root, "train", "stray", jpeg_bytes(), task="CLS-LOC")
-    # Two images of one key, rejected as listed: counted in `images`, in none of its parts.
+    # Two images of one key with an XML, rejected as listed: counted in `images`, in none of
+    # its parts. (Without an XML, n02/c.png beside n02/c.JPEG, both are images of their own.)
+    ilsvrc_image(root, "train", "n02/e", jpeg_bytes(), xml, task="CLS-LOC")
+    write(root / "Data/CLS-LOC/train/n02/e.png", png_bytes())
     write(root / "Data/CLS-LOC/train/n02/c.png", png_bytes())
     ilsvrc_image(root, "test", "t", jpeg_bytes(), task="CLS-LOC")  # not asked for
     assert plan_tool.main(["--input_dir", str(root), "--splits", "train"]) == 1  # the stray
@@ -443,7 +446,7 @@ def test_plan_counts_class_folder_images_without_xml(tmp_path, capsys):
     # It read "with XML 1, without XML 1 and in no class folder; 3 more without XML in class
     # folders", the "more" within the 5; and the parts did not add up to the images.
     assert (
-        "  images 6: with XML 1, without XML in a class folder 2, without XML or class folder 1, "
+        "  images 8: with XML 1, without XML in a class folder 4, without XML or class folder 1, "
         "rejected as listed 2 (below)"
     ) in lines
     assert "  would reject 3: ambiguous_key 2, no_class 1" in lines
@@ -451,7 +454,7 @@ def test_plan_counts_class_folder_images_without_xml(tmp_path, capsys):
         "Not built: the tree's test split (--splits is train); to build it too, pass --splits "
         "train,test"
     )
-    assert lines[-1].startswith("The build would be refused: 3 of 6 images rejected ")
+    assert lines[-1].startswith("The build would be refused: 3 of 8 images rejected ")
     assert plan_tool.main(["--input_dir", str(root), "--splits", "train", "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["unbuilt_splits"] == ["test"]
 

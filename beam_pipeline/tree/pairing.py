@@ -120,7 +120,9 @@ def pair_files(
     listed_splits: Iterable[str],
     root: str,
 ) -> tuple[list[IndexEntry], list[Rejection]]:
-    """Pairs the files that share one key into index entries (one per split).
+    """Pairs the files that share one key into index entries (one per split). Images of one
+    key (`x.JPEG` and `x.png`) are ambiguous where an XML or a split list has the key (which
+    one it names is unknown): rejected; without one, each is an entry of its own.
 
     `listed_splits` are the splits whose lists name the key (VOC); for ILSVRC the split comes
     from the files' own directory. Rejections name full paths (under `root`).
@@ -129,11 +131,13 @@ def pair_files(
     annotations = sorted(annotations, key=_relative_path)
     listed_splits = sorted(set(listed_splits))
     splits = sorted(set(listed_splits) | {ref.split for ref in images + annotations if ref.split})
-    if len(images) > 1 or len(annotations) > 1:
+    if len(annotations) > 1 or (len(images) > 1 and (annotations or listed_splits)):
         return [], _ambiguous_key(key, images, annotations, splits, root)
     annotation = annotations[0] if annotations else None
     if not images:
         return [], _without_image(key, annotation, listed_splits, root)
+    if len(images) > 1:  # no XML to tell them apart for: each is an entry, its path in its key
+        return [_entry(s, f"{key}\0{i.relative_path}", i, None) for i in images for s in splits], []
     return [_entry(split, key, images[0], annotation) for split in splits], []
 
 
