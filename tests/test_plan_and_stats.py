@@ -370,8 +370,9 @@ def test_plan_leaves_a_background_without_images_out_of_the_least_frequent(tmp_p
     assert plan_tool.main(["--input_dir", str(root), "--splits", "train"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "  least frequent: n02 1, n01 2" in lines
-    assert "  classes present: 2 of 3 (background included)" in lines
+    assert "  classes present: 2 of 2" in lines  # (was "of 3 (background included)")
     assert "  most frequent: n01 2, n02 1" in lines
+    assert lines[1] == "classes: 2 (from the classes seen in the train split)"  # (no background)
 
 
 def test_plan_leaves_classes_without_images_out_of_the_most_frequent(tmp_path, capsys):

@@ -147,7 +147,8 @@ def format_plan(plan: BuildPlan, rejections: int = 20) -> str:
     lines = [
         f"Plan for {plan.input_dir} ({plan.layout}): {plan.files_listed:,} files listed, "
         f"no pixels read{read}, nothing written ({plan.seconds:.1f} s)",
-        f"classes: {len(plan.classes):,} (from {plan.vocabulary_source}), plus background",
+        f"classes: {len(plan.classes):,} (from {plan.vocabulary_source})"
+        + (", plus background" if any(r.kind == ANNOTATED for r in plan.splits.values()) else ""),
         "copies and odd images: not looked for (no pixels read; the build finds them with "
         "--duplicates report)",
     ]
@@ -182,7 +183,7 @@ def _split_lines(report: SplitPlanReport) -> list[str]:
     if report.label_sources:
         lines.append(f"  label sources: {_counts(report.label_sources)}")
     if report.class_counts:
-        lines += _class_lines(report.class_counts)
+        lines += _class_lines(report.class_counts, background=report.kind == ANNOTATED)
     if report.unknown_classes:
         lines.append(f"  unknown classes: {_top(report.unknown_classes, 10, True)}")
     if report.rejected:
@@ -195,10 +196,15 @@ def _split_lines(report: SplitPlanReport) -> list[str]:
     return lines
 
 
-def _class_lines(class_counts: dict[str, int]) -> list[str]:
-    """How many classes a split has images of, and its most and least frequent."""
+def _class_lines(class_counts: dict[str, int], background: bool) -> list[str]:
+    """How many classes a split has images of, and its most and least frequent; background
+    among them where the split can have it (`ANNOTATED`: an image without XML, or whose XML
+    names no object; class folders label every image)."""
+    if not background:
+        class_counts = {name: n for name, n in class_counts.items() if name != BACKGROUND}
     present = sum(1 for count in class_counts.values() if count)
-    lines = [f"  classes present: {present:,} of {len(class_counts):,} (background included)"]
+    included = " (background included)" if background else ""
+    lines = [f"  classes present: {present:,} of {len(class_counts):,}{included}"]
     # Background without images is no news (CLS-LOC has none): left out of these.
     counts = {name: count for name, count in class_counts.items() if count or name != BACKGROUND}
     # (a class without images is no one's most frequent: least frequent names it)
