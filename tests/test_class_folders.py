@@ -274,6 +274,25 @@ def test_images_beside_the_split_folders_are_named_as_not_built(tmp_path, capsys
     ) in capsys.readouterr().err.splitlines()
 
 
+def test_split_folders_inside_class_folders_are_built_into_the_split_and_said(tmp_path, capsys):
+    # cat/train/, cat/val/: built as Keras reads them, all of them train; once without a word.
+    root = tmp_path / "photos"
+    for name in ("cat", "dog"):
+        photos(root / name, splits=("train", "val"), classes=("Ant",), per_class=1)
+    assert build_tool.main(["--input_dir", str(root), "--output_dir", str(tmp_path / "out")]) == 0
+    assert labels(tmp_path / "out", "train") == [
+        ("cat/train/Ant/0.jpg", 0),
+        ("cat/val/Ant/0.jpg", 0),
+        ("dog/train/Ant/0.jpg", 1),
+        ("dog/val/Ant/0.jpg", 1),
+    ]
+    assert (
+        "Note: 4 split folders inside class folders (cat/train/, cat/val/, dog/train/ and 1 "
+        "more): their images are built into the split with the rest, each labelled by its class "
+        "folder; to build them as splits, arrange the tree as train/CLASS/, val/CLASS/"
+    ) in capsys.readouterr().err.splitlines()
+
+
 def test_plan_counts_images_by_class_folder(tmp_path):
     root = photos(tmp_path / "photos")
     write(root / "stray.jpg", jpeg_bytes())

@@ -73,6 +73,19 @@ def outside_note(root: str, outside: Sequence[str]) -> str:
     )
 
 
+def nested_splits_note(folders: Sequence[str]) -> str:
+    """The line saying that split folders lie inside class folders (`cat/val/`): their images
+    are built into the class folders' split, as Keras's `image_dataset_from_directory` reads
+    them; said, as one may have meant them as splits."""
+    shown = ", ".join(f"{path}/" for path in folders[:3])
+    more = f" and {len(folders) - 3:,} more" if len(folders) > 3 else ""
+    return (
+        f"Note: {plural(len(folders), 'split folder')} inside class folders ({shown}{more}): "
+        "their images are built into the split with the rest, each labelled by its class "
+        "folder; to build them as splits, arrange the tree as train/CLASS/, val/CLASS/"
+    )
+
+
 def unannotated_note(split: str, annotation_dir: str, layout: str) -> str:
     """The line warning that a split other than `test` will be built without labels."""
     from beam_pipeline.tree.layouts import ILSVRC_CLS_LOC
@@ -100,6 +113,7 @@ def tree_notes(plan: DiscoveryPlan, splits: Sequence[str]) -> list[str]:
     splits it leaves out, the images several splits share, the splits without annotations."""
     notes = [unbuilt_note(splits, plan.unbuilt)] if plan.unbuilt else []
     notes += [outside_note(plan.root, plan.outside)] if plan.outside else []
+    notes += [nested_splits_note(plan.nested_splits)] if plan.nested_splits else []
     if shared := plan.shared_images():
         notes.append(shared_note(shared))
     notes += [

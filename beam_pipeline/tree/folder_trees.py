@@ -18,6 +18,7 @@ ROOT/images/<split>/X.jpg, ROOT/annotations/<split>/X.xml
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from beam_pipeline.tree.layouts import (
@@ -87,7 +88,16 @@ def plan_class_folders(root: str, splits: Sequence[str], tree: TreeAccess) -> Di
         ListingTask(IMAGES, directory, name, split, root, folder_classes=True)
         for split, name, directory in _split_directories(root, splits, tree)
     ]
-    return _plan(CLASS_FOLDERS, root, splits, tasks, tree)
+    nested = tuple(
+        f"{name}/{inner}"
+        for task in tasks
+        for name in tree.subdirectories(task.directory)
+        for inner in tree.subdirectories(join(task.directory, name))
+        if inner.lower() in SPLIT_FOLDERS
+    )
+    return dataclasses.replace(
+        _plan(CLASS_FOLDERS, root, splits, tasks, tree), nested_splits=nested
+    )
 
 
 def plan_voc_xml(root: str, splits: Sequence[str], tree: TreeAccess) -> DiscoveryPlan:

@@ -111,7 +111,8 @@ class DiscoveryPlan:
     than `test` that has no XML (nor, in CLS-LOC, class folders; in VOC, when no year has
     XML): its examples will be unlabelled, which the console says before the build.
     `outside` holds the images of a folder tree that lie beside its split folders, in no
-    split (local trees): not built, and said so.
+    split (local trees): not built, and said so. `nested_splits` names the split folders inside
+    class folders (`cat/train`, `cat/val`): built into the split with the rest, and said so.
     """
 
     layout: str
@@ -122,6 +123,7 @@ class DiscoveryPlan:
     unbuilt: tuple[str, ...] = ()
     unannotated: tuple[tuple[str, str], ...] = ()
     outside: tuple[str, ...] = ()
+    nested_splits: tuple[str, ...] = ()
 
     def shared_images(self) -> dict[tuple[str, ...], int]:
         """How many images each combination of splits shares (VOC lists may overlap, as
