@@ -92,7 +92,8 @@ def test_split_folders_beside_other_folders_are_refused(tmp_path):
     assert str(error.value) == (
         f"{root} holds split folders (train/, val/) beside other folders (Ant/): a build cannot "
         "tell whether those are classes. Move each class folder into the split it belongs to, "
-        "or pass one split folder as --input_dir"
+        "or pass one split folder as --input_dir; or, if train/ is a class, rename it (a class "
+        "folder cannot take a split's name: train, val, valid, validation, test)"
     )
     assert not (tmp_path / "out").exists()
 

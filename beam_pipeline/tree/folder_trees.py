@@ -162,7 +162,9 @@ def _split_directories(
                 f"{root} holds split folders ({', '.join(n + '/' for n in folders)}) beside "
                 f"other folders ({', '.join(n + '/' for n in others[:5])}): a build cannot tell "
                 "whether those are classes. Move each class folder into the split it belongs "
-                "to, or pass one split folder as --input_dir"
+                f"to, or pass one split folder as --input_dir; or, if {folders[0]}/ is a class, "
+                "rename it (a class folder cannot take a split's name: train, val, valid, "
+                "validation, test)"
             )
         directories = {name: join(root, name) for name in folders}
     else:
