@@ -67,7 +67,7 @@ class BuildInfo:
         """Whether any split holds an image labelled background (an image without objects:
         the last entry of its `class_counts`). The loader's labels have a background column
         by default only then."""
-        return any(self.background_count(split) for split in self.info.splits)
+        return self.info.has_background
 
     def background_count(self, split: str) -> int:
         """Images of `split` labelled background (KeyError naming the splits there are)."""

@@ -123,6 +123,12 @@ class DatasetInfo:
         """Index of the background class: the last one."""
         return self.class_list.background_index
 
+    @property
+    def has_background(self) -> bool:
+        """Whether any split holds an image labelled background (an image without objects;
+        a build of class folders has none)."""
+        return any(sum(s.class_counts[self.background_index :]) for s in self.splits.values())
+
     def to_json(self) -> str:
         payload = {
             "schema_version": self.schema_version,

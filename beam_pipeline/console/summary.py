@@ -270,7 +270,7 @@ def _closing_lines(
     """The lines below the table: classes, shard notes, rejections, how to load, the log."""
     notes = [
         f"{plural(info.num_classes, 'class')} + background (index {info.background_index})"
-        if any(sum(split.class_counts[info.background_index :]) for split in info.splits.values())
+        if info.has_background
         else f"{plural(info.num_classes, 'class')} (no image is background)"
     ]
     notes += empty_class_notes(info)

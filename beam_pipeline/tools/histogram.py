@@ -18,10 +18,13 @@ TOP = 30  # builds with more than 2 * TOP classes (background included) show the
 
 
 def histogram_bars(info: DatasetInfo, split: str, top: int = TOP) -> tuple[list[str], list[int]]:
-    """(names, counts) of one split's bars: every class in class order (background last), or,
-    with more than `2 * top`, the `top` most then the `top` least frequent by count."""
+    """(names, counts) of one split's bars: every class in class order (background last, where
+    the build has background images), or, with more than `2 * top`, the `top` most then the
+    `top` least frequent by count."""
     names = [class_title(info.display_names, name) for name in info.class_list.names]
     counts = list(info.splits[split].class_counts)
+    if not info.has_background:
+        names, counts = names[: info.num_classes], counts[: info.num_classes]
     if len(names) <= 2 * top:
         return names, counts
     order = sorted(range(len(names)), key=lambda i: (-counts[i], names[i]))

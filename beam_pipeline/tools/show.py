@@ -119,9 +119,10 @@ def class_label(info: DatasetInfo, name: str) -> int:
     close = difflib.get_close_matches(name, list(spelled), n=3)
     hint = f"; did you mean {', '.join(dict.fromkeys(spelled[c] for c in close))}?" if close else ""
     examples = ", ".join([*titles[:5], "..."] if info.num_classes > 5 else titles)
+    background = f" and {BACKGROUND}" if info.has_background else ""
     raise UsageError(
         f"unknown class {name!r}: this build has {info.num_classes} classes "
-        f"({examples}) and {BACKGROUND}{hint}"
+        f"({examples}){background}{hint}"
     )
 
 
