@@ -137,9 +137,9 @@ def test_a_class_left_without_images_is_named_in_the_summary(tmp_path, capsys):
     assert build_tool.main([*argv, "--max_bad_fraction", "0.2"]) == 0
     lines = " ".join(capsys.readouterr().out.split())  # (the summary, folded)
     assert (
-        "3 classes (no image is background) Warning: no training image is labelled zzz: a "
-        "classifier trained on this build never learns it (rejected.jsonl says why images were "
-        "left out)" in lines
+        "3 classes (no image is background) Warning: no training image is labelled zzz (an "
+        "image's label is its class folder): a classifier trained on this build never learns "
+        "it; rejected.jsonl lists the images left out" in lines
     )
     assert "Note: no" not in lines  # (no held-out split)
 

@@ -1,5 +1,6 @@
 """The summary a finished build prints: every line within 80 columns, and what `--resume` kept."""
 
+import dataclasses
 import io
 import os
 import pathlib
@@ -279,3 +280,16 @@ def test_the_command_says_what_resume_kept(tmp_path, monkeypatch, capsys):
         f"; kept 3 shards ({kept} images) from the interrupted build; wrote 3 shards "
         f"({60 - kept} images), "
     ) in text
+
+
+def test_a_class_that_labels_no_image_is_named_with_the_label_rule():
+    # A detection tree's class seen only as a smaller object: no image is labelled with it,
+    # and nothing was rejected (the first wording sent the user to an empty rejected.jsonl).
+    train = dataclasses.replace(split_info(3, 1, 0, {"xml": 3}), class_counts=(3, 0, 0))
+    val = dataclasses.replace(split_info(2, 1, 0, {"xml": 2}), class_counts=(1, 0, 1))
+    info = DatasetInfo("1.2", ("car", "dog"), {"train": train, "validation": val}, {}, {}, {}, {})
+    assert summary.empty_class_notes(info) == [
+        "Warning: no training image is labelled dog (an image's label is its largest object's "
+        "class): a classifier trained on this build never learns it",
+        "Note: no validation image is labelled dog: not measured there",
+    ]

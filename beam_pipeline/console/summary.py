@@ -307,9 +307,12 @@ def empty_class_notes(info: DatasetInfo) -> list[str]:
             continue
         shown = ", ".join(empty[:5]) + (f" and {len(empty) - 5:,} more" if len(empty) > 5 else "")
         if name == "train":
+            sources = {FROM_XML: "its largest object's class", FROM_FOLDER: "its class folder"}
+            rule = " or ".join(v for k, v in sources.items() if split.label_sources.get(k))
+            left = "; rejected.jsonl lists the images left out" if split.num_rejected else ""
             notes.append(
-                f"Warning: no training image is labelled {shown}: a classifier trained on this "
-                "build never learns it (rejected.jsonl says why images were left out)"
+                f"Warning: no training image is labelled {shown} (an image's label is "
+                f"{rule or 'its class'}): a classifier trained on this build never learns it{left}"
             )
         else:
             notes.append(f"Note: no {name} image is labelled {shown}: not measured there")
