@@ -193,6 +193,11 @@ class BuildConfig:
     split_seed: int = 0
     duplicates: str = OFF
 
+    @property
+    def holds_out(self) -> bool:
+        """Whether the build holds splits out of train (--validation_split, --test_split)."""
+        return bool(self.validation_split or self.test_split)
+
     def __post_init__(self):
         if not self.input_dir:
             raise ValueError("--input_dir is required")

@@ -15,6 +15,7 @@ from beam_pipeline.core.annotations import voc_xml
 from beam_pipeline.core.entries import IndexEntry
 from beam_pipeline.core.holdout import HoldOut
 from beam_pipeline.failures import BuildFailed
+from beam_pipeline.tools import plan as plan_tool
 from schemas import BUILD_INFO_FILE
 from schemas import features as F
 
@@ -154,6 +155,19 @@ def test_a_split_the_tree_has_is_not_made_twice(tmp_path):
         "--validation_split"
     )
     assert not (tmp_path / "out" / BUILD_INFO_FILE).exists()  # nothing committed
+
+
+def test_the_tree_s_own_split_left_out_is_said_with_flags_that_build_it(tmp_path, capsys):
+    # plan said "pass --splits train,val", which the build then refused (above).
+    tree = tmp_path / "in"
+    for split in ("train", "val"):
+        for number in range(4):
+            ilsvrc_image(tree, split, f"n01/{split}{number}", jpeg_bytes(), task="CLS-LOC")
+    assert plan_tool.main(["--input_dir", str(tree), "--validation_split", "0.25"]) == 0
+    assert (
+        "Not built: the tree's val split (this build holds splits out of train instead); to "
+        "build the tree's, drop --validation_split and --test_split and pass --splits train,val"
+    ) in capsys.readouterr().out.splitlines()
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from schemas.classes import BACKGROUND, FROM_BACKGROUND, FROM_FOLDER, FROM_NOTHI
 from schemas.paths import is_local, join
 
 if TYPE_CHECKING:
+    from beam_pipeline.options import BuildConfig
     from beam_pipeline.tree.layouts import DiscoveryPlan
 
 
@@ -50,12 +51,19 @@ def label_summary(split: SplitInfo) -> str:
     return ", ".join(parts) or "none"
 
 
-def unbuilt_note(splits: Sequence[str], unbuilt: Sequence[str]) -> str:
+def unbuilt_note(splits: Sequence[str], unbuilt: Sequence[str], held_out: bool = False) -> str:
     """The line saying which of the tree's splits a build leaves out, and the flag that adds
-    them: `Not built: the tree's test split (--splits is train,val); ...`."""
+    them: `Not built: the tree's test split (--splits is train,val); ...`. With `held_out`
+    (--validation_split or --test_split), the flags that build the tree's own instead."""
     names = ", ".join(unbuilt)
     noun = "split" if len(unbuilt) == 1 else "splits"
     them = "it" if len(unbuilt) == 1 else "them"
+    if held_out:
+        return (
+            f"Not built: the tree's {names} {noun} (this build holds splits out of train "
+            f"instead); to build the tree's, drop --validation_split and --test_split and pass "
+            f"--splits {','.join([*splits, *unbuilt])}"
+        )
     return (
         f"Not built: the tree's {names} {noun} (--splits is {','.join(splits)}); to build "
         f"{them} too, pass --splits {','.join([*splits, *unbuilt])}"
@@ -108,10 +116,11 @@ def shared_note(shared: Mapping[tuple[str, ...], int]) -> str:
     )
 
 
-def tree_notes(plan: DiscoveryPlan, splits: Sequence[str]) -> list[str]:
-    """What the console (and `plan`) says of the tree before a build of `splits` starts: the
-    splits it leaves out, the images several splits share, the splits without annotations."""
-    notes = [unbuilt_note(splits, plan.unbuilt)] if plan.unbuilt else []
+def tree_notes(plan: DiscoveryPlan, config: BuildConfig) -> list[str]:
+    """What the console (and `plan`) says of the tree before a build of `config` starts: the
+    splits it leaves out, the images beside split folders or split folders inside class ones,
+    the images several splits share, the splits without annotations."""
+    notes = [unbuilt_note(config.splits, plan.unbuilt, config.holds_out)] if plan.unbuilt else []
     notes += [outside_note(plan.root, plan.outside)] if plan.outside else []
     notes += [nested_splits_note(plan.nested_splits)] if plan.nested_splits else []
     if shared := plan.shared_images():

@@ -118,7 +118,7 @@ def _build(argv: list[str], out: console.BuildConsole) -> int:
         f"Building {config.output_dir} from {config.input_dir} ({config.layout}); "
         f"full log: {out.log_path}"
     )
-    for note in summary.tree_notes(prepared.plan, config.splits):
+    for note in summary.tree_notes(prepared.plan, config):
         out.say(note)
     in_place = resume.shards_in_place(config.output_dir) if config.resume else None
     try:

@@ -125,7 +125,7 @@ def plan_build(prepared) -> BuildPlan:
         files_listed=listed,
         unbuilt=plan.unbuilt,
         shared=plan.shared_images(),
-        notes=(*tree_notes(plan, config.splits), *_rebuild_notes(config, reports)),
+        notes=(*tree_notes(plan, config), *_rebuild_notes(config, reports)),
     )
 
 
