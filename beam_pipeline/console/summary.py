@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 from rich import box
 from rich.cells import cell_len
@@ -25,8 +25,17 @@ from schemas.classes import BACKGROUND, FROM_BACKGROUND, FROM_FOLDER, FROM_NOTHI
 from schemas.paths import is_local, join
 
 if TYPE_CHECKING:
-    from beam_pipeline.options import BuildConfig
     from beam_pipeline.tree.layouts import DiscoveryPlan
+
+
+class BuildFlags(Protocol):
+    """What the notes on a tree read of a build's flags (an `options.BuildConfig`)."""
+
+    @property
+    def splits(self) -> Sequence[str]: ...
+
+    @property
+    def holds_out(self) -> bool: ...
 
 
 _SOURCE_WORDS = {
@@ -116,7 +125,7 @@ def shared_note(shared: Mapping[tuple[str, ...], int]) -> str:
     )
 
 
-def tree_notes(plan: DiscoveryPlan, config: BuildConfig) -> list[str]:
+def tree_notes(plan: DiscoveryPlan, config: BuildFlags) -> list[str]:
     """What the console (and `plan`) says of the tree before a build of `config` starts: the
     splits it leaves out, the images beside split folders or split folders inside class ones,
     the images several splits share, the splits without annotations."""
