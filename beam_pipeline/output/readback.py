@@ -90,8 +90,9 @@ def _is_dir(path: str) -> bool:
     return is_local(path) and os.path.isdir(path)
 
 
-def rejections_by_split(output_dir: str) -> dict[str, dict[str, int]]:
-    """Split → reason → count, from a committed build's `rejected.jsonl`.
+def rejections_by_split(output_dir: str, images: bool | None = None) -> dict[str, dict[str, int]]:
+    """Split → reason → count, from a committed build's `rejected.jsonl`: every line, or
+    those of rejected images (`images` True) or of files only reported (False).
 
     Raises:
       ValueError: the file is missing or not a build's (named, with `verify` to run).
@@ -107,7 +108,8 @@ def rejections_by_split(output_dir: str) -> dict[str, dict[str, int]]:
     )
     try:
         for rejection in read_dead_letter(read_file(path).decode("utf-8")):
-            counts[rejection["split"]][rejection["reason"]] += 1
+            if images is None or rejection["is_image"] == images:
+                counts[rejection["split"]][rejection["reason"]] += 1
     except (InputError, ValueError) as error:
         raise ValueError(
             f"{path} cannot be read ({error}), and the build counts rejections: "

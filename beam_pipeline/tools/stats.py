@@ -5,8 +5,9 @@
 Per split: examples, shards, bytes; class counts (min, median, max over the real classes, the
 imbalance ratio max/min, background apart; a class named with its display name where the build
 knows one, `n01440764 tench`); stored image widths and heights (min, median, max);
-objects per image; rejections by reason (from `rejected.jsonl`). Builds before schema 1.2 did
-not record sizes and objects: those lines say so. Exit 0, or 2 when OUTPUT holds no build.
+objects per image; rejections by reason, and the files only reported (from `rejected.jsonl`).
+Builds before schema 1.2 did not record sizes and objects: those lines say so. Exit 0, or 2
+when OUTPUT holds no build.
 """
 
 from __future__ import annotations
@@ -45,7 +46,12 @@ def _spread(histogram: Mapping[int, int]) -> dict[str, float] | None:
     return {"min": min(histogram), "median": _median(histogram), "max": max(histogram)}
 
 
-def split_stats(info: DatasetInfo, split: SplitInfo, rejected: Mapping[str, int]) -> dict:
+def split_stats(
+    info: DatasetInfo,
+    split: SplitInfo,
+    rejected: Mapping[str, int],
+    reported: Mapping[str, int] | None = None,
+) -> dict:
     """One split's numbers, as `stats --json` prints them."""
     names = info.class_list.names
     real = list(split.class_counts[: info.num_classes])
@@ -79,6 +85,7 @@ def split_stats(info: DatasetInfo, split: SplitInfo, rejected: Mapping[str, int]
             sum(k * v for k, v in objects.items()) / sum(objects.values()) if objects else None
         ),
         "rejections": dict(sorted(rejected.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "reported": dict(sorted((reported or {}).items(), key=lambda kv: (-kv[1], kv[0]))),
     }
 
 
@@ -92,13 +99,14 @@ def build_stats(output_dir: str) -> dict[str, Any]:
     from beam_pipeline.output.readback import read_build_info, rejections_by_split
 
     info = read_build_info(output_dir)
-    rejected = rejections_by_split(output_dir) if info.failures else {}
+    rejected = rejections_by_split(output_dir, images=True) if info.failures else {}
+    reported = rejections_by_split(output_dir, images=False) if info.failures else {}
     stats = {
         "output_dir": output_dir,
         "schema_version": info.schema_version,
         "num_classes": info.num_classes,
         "splits": {
-            name: split_stats(info, split, rejected.get(name, {}))
+            name: split_stats(info, split, rejected.get(name, {}), reported.get(name, {}))
             for name, split in sorted(info.splits.items())
         },
     }
@@ -180,6 +188,9 @@ def format_stats(stats: dict[str, Any]) -> str:
             lines.append("  rejections: " + ", ".join(f"{r} {c:,}" for r, c in rejections.items()))
         else:
             lines.append("  rejections: none")
+        if split.get("reported"):
+            counts = ", ".join(f"{r} {c:,}" for r, c in split["reported"].items())
+            lines.append(f"  reported (not rejected): {counts}")
     return "\n".join(lines + _copies_lines(stats.get("duplicates"), stats.get("odd_images")))
 
 
