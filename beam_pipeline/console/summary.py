@@ -132,6 +132,7 @@ def tree_notes(plan: DiscoveryPlan, config: BuildFlags) -> list[str]:
     notes = [unbuilt_note(config.splits, plan.unbuilt, config.holds_out)] if plan.unbuilt else []
     notes += [outside_note(plan.root, plan.outside)] if plan.outside else []
     notes += [nested_splits_note(plan.nested_splits)] if plan.nested_splits else []
+    notes += plan.notes
     if shared := plan.shared_images():
         notes.append(shared_note(shared))
     notes += [

@@ -183,15 +183,20 @@ def format_stats(stats: dict[str, Any]) -> str:
             lines.append(f"  objects per image (mean {split['objects_mean']:.2f}): {shown}")
         else:
             lines.append(f"  objects per image: {not_recorded}")
-        rejections = split["rejections"]
-        if rejections:
-            lines.append("  rejections: " + ", ".join(f"{r} {c:,}" for r, c in rejections.items()))
-        else:
-            lines.append("  rejections: none")
-        if split.get("reported"):
-            counts = ", ".join(f"{r} {c:,}" for r, c in split["reported"].items())
-            lines.append(f"  reported (not rejected): {counts}")
+        lines += _rejection_lines(split)
     return "\n".join(lines + _copies_lines(stats.get("duplicates"), stats.get("odd_images")))
+
+
+def _rejection_lines(split: dict[str, Any]) -> list[str]:
+    """A split's rejected images by reason, and apart, the files only reported."""
+
+    def counted(reasons: dict[str, int]) -> str:
+        return ", ".join(f"{reason} {count:,}" for reason, count in reasons.items())
+
+    lines = [f"  rejections: {counted(split['rejections']) or 'none'}"]
+    if split.get("reported"):
+        lines.append(f"  reported (not rejected): {counted(split['reported'])}")
+    return lines
 
 
 def _copies_lines(found: dict[str, Any] | None, odd: dict[str, int] | None) -> list[str]:

@@ -113,6 +113,8 @@ class DiscoveryPlan:
     `outside` holds the images of a folder tree that lie beside its split folders, in no
     split (local trees): not built, and said so. `nested_splits` names the split folders inside
     class folders (`cat/train`, `cat/val`): built into the split with the rest, and said so.
+    `notes`: other lines the console says before the build (a VOC split that some years do not
+    list, built from those that do).
     """
 
     layout: str
@@ -124,6 +126,7 @@ class DiscoveryPlan:
     unannotated: tuple[tuple[str, str], ...] = ()
     outside: tuple[str, ...] = ()
     nested_splits: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
     def shared_images(self) -> dict[tuple[str, ...], int]:
         """How many images each combination of splits shares (VOC lists may overlap, as

@@ -303,17 +303,23 @@ def _plan_voc(
     years = _voc_years(root, match)
     if not years:
         raise LayoutError(f"{root} has no ImageSets/Main/*.txt split lists")
-    tasks, memberships = [], []
+    tasks, memberships, notes = [], [], []
+    for split in splits:
+        listing = [(d, p) for d, p in years if match(join(d, "ImageSets", "Main", f"{split}.txt"))]
+        if not listing:
+            raise LayoutError(
+                f"split {split!r} has no list: {years[0][0]}/ImageSets/Main/{split}.txt is "
+                "missing; " + _choose_voc_splits(years, match, split)
+            )
+        if len(listing) < len(years):  # VOC2012 lists no test: 07+12 trainval, 07 test
+            notes.append(_partial_split_note(split, years, listing))
     for year_dir, prefix in years:
         tasks.append(ListingTask(IMAGES, join(year_dir, "JPEGImages"), "", prefix, root))
         tasks.append(ListingTask(ANNOTATIONS, join(year_dir, "Annotations"), "", prefix, root))
         for split in splits:
             list_path = join(year_dir, "ImageSets", "Main", f"{split}.txt")
             if not match(list_path):
-                raise LayoutError(
-                    f"split {split!r} has no list: {list_path} is missing; "
-                    + _choose_voc_splits(years, match, split)
-                )
+                continue
             ids = parse_split_list(read_text(list_path))
             refuse_ids_with_extensions(list_path, ids)
             for image_id in ids:
@@ -327,6 +333,18 @@ def _plan_voc(
         tuple(tasks),
         tuple(memberships),
         tuple(name for name in unbuilt if name in _disjoint([*splits, *unbuilt])),
+        notes=tuple(notes),
+    )
+
+
+def _partial_split_note(split: str, years, listing) -> str:
+    """The line saying that a split comes from the years that list it alone."""
+    having = ", ".join(prefix for _, prefix in listing)
+    lacking = [prefix for year_dir, prefix in years if (year_dir, prefix) not in listing]
+    verb = "has" if len(lacking) == 1 else "have"
+    return (
+        f"Note: the {output_split(split)} split comes from {having} alone ({', '.join(lacking)} "
+        f"{verb} no {split} list)"
     )
 
 
@@ -338,8 +356,8 @@ def _unbuilt_voc_lists(
     read_text: Callable[[str], str],
 ) -> tuple[str, ...]:
     """The split lists not asked for that name images the build leaves out (`test`, not
-    `trainval` when `train` and `val` are built), among those every year lists (what
-    `--splits` can name: a split missing in one year is refused)."""
+    `trainval` when `train` and `val` are built), in any year (a split some years do not
+    list is built from those that do)."""
     lists: dict[str, list[tuple[str, str]]] = {}  # name -> (key prefix, path) in each year
     for year_dir, prefix in years:
         for name, path in split_lists(year_dir, match).items():
@@ -347,8 +365,6 @@ def _unbuilt_voc_lists(
                 lists.setdefault(name, []).append((prefix, path))
     unbuilt = []
     for name, found in sorted(lists.items()):
-        if len(found) < len(years):
-            continue
         for prefix, path in found:
             if any(join(prefix, i) not in built for i in parse_split_list(read_text(path))):
                 unbuilt.append(name)
