@@ -58,7 +58,7 @@ def known_lines(path, index, count, data, names_from="class names from the build
     where = f" of {count} in split validation" if count else ""
     return [
         f"{path}: record {index}{where} ({names_from})",
-        f"image/encoded: {len(data):,} bytes of JPEG, 100x60 RGB, "
+        f"image/encoded: {len(data):,} bytes of JPEG, 100 wide x 60 high RGB, "
         f"sha256 {hashlib.sha256(data).hexdigest()}",
         "image/format: jpeg",
         "image/height: 60",
@@ -80,7 +80,7 @@ def known_lines(path, index, count, data, names_from="class names from the build
         "image/object/truncated: [0, 1]",
         'image/object/view: ["", ""]',
         "objects: 2 (boxes [xmin, ymin, xmax, ymax], relative, then in pixels of the stored "
-        "100x60 image)",
+        "image, 100 wide x 60 high)",
         "  0: circle (label 0) box [0.1, 0.083333336, 0.49, 0.56666666] pixels [10, 5, 49, 34] "
         "difficult 1 truncated 0",
         "  1: square (label 2) box [0.6, 0.33333334, 0.99, 0.98333335] pixels [60, 20, 99, 59] "
@@ -122,7 +122,7 @@ def test_an_unlabelled_record_says_so(built, capsys):
     lines = out.splitlines()
     assert lines[0] == f"{path}: record 2 of 3 in split test (class names from the build)"
     assert lines[1].startswith(
-        f"image/encoded: {len(records[2][F.ENCODED][0]):,} bytes of JPEG, 40x30 RGB, sha256 "
+        f"image/encoded: {len(records[2][F.ENCODED][0]):,} bytes of JPEG, 40 wide x 30 high RGB, sha256 "
     )
     assert lines[6:] == [
         f"image/filename: {records[2][F.FILENAME][0].decode()}",
@@ -135,7 +135,7 @@ def test_an_unlabelled_record_says_so(built, capsys):
         *[f"{key}: []" for key in (F.OBJECT_LABEL, F.OBJECT_TEXT)],
         *[f"{key}: []" for key in (F.OBJECT_DIFFICULT, F.OBJECT_TRUNCATED, F.OBJECT_VIEW)],
         "objects: 0 (boxes [xmin, ymin, xmax, ymax], relative, then in pixels of the stored "
-        "40x30 image)",
+        "image, 40 wide x 30 high)",
     ]
 
 

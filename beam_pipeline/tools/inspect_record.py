@@ -292,7 +292,7 @@ def format_text(
     objects = described["objects"]
     lines.append(
         f"objects: {len(objects)} (boxes [xmin, ymin, xmax, ymax], relative, then in pixels of "
-        f"the stored {width}x{height} image)"
+        f"the stored image, {width} wide x {height} high)"
     )
     for i, obj in enumerate(objects):
         text = "" if obj["text"] == obj["name"] else f", text {obj['text']!r}"
@@ -310,7 +310,7 @@ def _image_text(summary: dict[str, Any]) -> str:
     if "error" in summary:
         text += f", does not decode ({summary['error']})"
     else:
-        text += f", {summary['width']}x{summary['height']} {summary['mode']}"
+        text += f", {summary['width']} wide x {summary['height']} high {summary['mode']}"
     return f"{text}, sha256 {summary['sha256']}"
 
 
