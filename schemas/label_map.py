@@ -1,4 +1,6 @@
-"""`label_map.pbtxt`: the TF Object Detection API's class list, written beside the shards.
+"""`label_map.pbtxt`: the TF Object Detection API's class list, written beside the shards;
+and `label_map.csv`, the same ids as TensorFlow Model Garden's `TfExampleDecoderLabelMap`
+reads them (`id,name` rows), for its detectors, which also take class 0 for background.
 
 The OD API reserves id 0 for the background and looks classes up by name
 (`image/object/class/text`), so the map gives class `i` of the build the id `i + 1`. The message
@@ -9,11 +11,14 @@ reads the file as the OD API's `label_map_util` does, without the OD API install
 
 from __future__ import annotations
 
+import csv
+import io
 from collections.abc import Mapping, Sequence
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
 
 LABEL_MAP_FILE = "label_map.pbtxt"
+LABEL_MAP_CSV_FILE = "label_map.csv"
 _PACKAGE = "imagenet_tfrecords.object_detection"
 _F = descriptor_pb2.FieldDescriptorProto
 
@@ -58,3 +63,13 @@ def read_label_map(text: str) -> dict[str, int]:
     """{name: id} of a label map's text, as the OD API's `get_label_map_dict` gives it."""
     label_map = text_format.Parse(text, StringIntLabelMap())
     return {item.name: item.id for item in label_map.item}
+
+
+def label_map_csv(classes: Sequence[str]) -> str:
+    """The label map as Model Garden's CSV: an `id,name` row per class, ids 1..N in class order
+    (a name with a comma or a quote quoted, as its `csv.reader` reads it)."""
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    for index, name in enumerate(classes):
+        writer.writerow([index + 1, name])
+    return text.getvalue()

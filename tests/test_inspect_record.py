@@ -122,7 +122,8 @@ def test_an_unlabelled_record_says_so(built, capsys):
     lines = out.splitlines()
     assert lines[0] == f"{path}: record 2 of 3 in split test (class names from the build)"
     assert lines[1].startswith(
-        f"image/encoded: {len(records[2][F.ENCODED][0]):,} bytes of JPEG, 40 wide x 30 high RGB, sha256 "
+        f"image/encoded: {len(records[2][F.ENCODED][0]):,} bytes of JPEG, 40 wide x 30 high "
+        "RGB, sha256 "
     )
     assert lines[6:] == [
         f"image/filename: {records[2][F.FILENAME][0].decode()}",

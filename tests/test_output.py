@@ -59,6 +59,7 @@ COMMITTED = [
     "features.json",
     "image.class.label.labels.txt",
     "image.object.class.label.labels.txt",
+    "label_map.csv",
     "label_map.pbtxt",
     "labels.txt",
     "rejected.jsonl",

@@ -17,7 +17,7 @@ from beam_pipeline.tools import sample_tree, verify
 from schemas import BUILD_INFO_FILE, DatasetInfo
 from schemas import features as F
 from schemas.example_proto import Example
-from schemas.label_map import LABEL_MAP_FILE, read_label_map
+from schemas.label_map import LABEL_MAP_CSV_FILE, LABEL_MAP_FILE, label_map_csv, read_label_map
 from schemas.tfrecord import read_records
 
 SYNSETS = {"n01440764": "tench, Tinca tinca", "n01443537": "goldfish, Carassius auratus"}
@@ -110,6 +110,24 @@ def test_the_tensorflow_model_garden_decoder_reads_every_record(od_build):
             expected = np.array([record[key] for key in keys], np.float32).T.reshape(-1, 4)
             np.testing.assert_array_equal(decoded["groundtruth_boxes"], expected)
             assert not decoded["groundtruth_is_crowd"].any()
+
+
+def test_model_garden_s_label_map_decoder_gives_ids_from_1(od_build):
+    """Model Garden's detectors take class 0 for background: its `TfExampleDecoderLabelMap`,
+    given the build's `label_map.csv`, decodes each object's class as its label + 1."""
+    import tensorflow as tf
+    from official.vision.dataloaders import tf_example_label_map_decoder
+
+    path = od_build / LABEL_MAP_CSV_FILE
+    assert path.read_text() == "1,n01440764\n2,n01443537\n3,n09999999\n"
+    decoder = tf_example_label_map_decoder.TfExampleDecoderLabelMap(label_map=str(path))
+    records = read_split(od_build, "train")
+    for record, serialized in zip(records, read_serialized(od_build, "train"), strict=True):
+        decoded = decoder.decode(tf.constant(serialized))
+        assert decoded["groundtruth_classes"].numpy().tolist() == [
+            label + 1 for label in record[F.OBJECT_LABEL]
+        ]
+    assert label_map_csv(["a,b", 'say "hi"']) == '1,"a,b"\n2,"say ""hi"""\n'
 
 
 def read_serialized(output_dir, split):

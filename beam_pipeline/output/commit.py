@@ -29,7 +29,7 @@ from schemas import (
     DatasetInfo,
     is_shard_filename,
 )
-from schemas.label_map import LABEL_MAP_FILE, label_map_text
+from schemas.label_map import LABEL_MAP_CSV_FILE, LABEL_MAP_FILE, label_map_csv, label_map_text
 from schemas.paths import join
 from schemas.tfds_metadata import TFDS_INFO_FILE, tfds_files
 
@@ -177,6 +177,7 @@ def commit(
         write_atomic(output_dir, name, data)
     label_map = label_map_text(info.classes, info.display_names)
     write_atomic(output_dir, LABEL_MAP_FILE, label_map.encode("utf-8"))
+    write_atomic(output_dir, LABEL_MAP_CSV_FILE, label_map_csv(info.classes).encode("utf-8"))
     tfds = tfds_files(info)
     tfds_marker = tfds.pop(TFDS_INFO_FILE)
     for name, text in tfds.items():

@@ -7,7 +7,7 @@ the commit itself: `commit.py`).
     OUT/.staged/<shard>               a rebuild's     shards of an --overwrite, moved in at commit
     OUT/rejected.jsonl                dead letters    written first by Finalize, even on failure
     OUT/labels.txt                    class names     written once the build checks out
-    OUT/label_map.pbtxt               OD API classes  then
+    OUT/label_map.pbtxt, .csv         OD API classes  then (the .csv: Model Garden's)
     OUT/features.json, image.*.labels.txt
                                       TFDS metadata   then (schemas/tfds_metadata.py)
     OUT/build_info.json               commit marker   then
@@ -54,12 +54,13 @@ from schemas import (
     NoBuildError,
     is_shard_filename,
 )
-from schemas.label_map import LABEL_MAP_FILE
+from schemas.label_map import LABEL_MAP_CSV_FILE, LABEL_MAP_FILE
 from schemas.paths import first_few, is_local, join
 from schemas.tfds_metadata import TFDS_FILES
 
 logger = logging.getLogger(__name__)
 
+LABEL_MAP_FILES = (LABEL_MAP_FILE, LABEL_MAP_CSV_FILE)
 TEMP_DIR = ".tmp"
 PROGRESS_DIR = ".progress"
 STAGING_DIR = ".staged"
@@ -155,7 +156,7 @@ def _remove_build_files(output_dir: str, *, keep_shards: bool, work_dirs: bool =
     stale = [
         path
         for path, name in names.items()
-        if is_shard_filename(name) or name in (LABELS_FILE, LABEL_MAP_FILE, DEAD_LETTER_FILE)
+        if is_shard_filename(name) or name in (LABELS_FILE, *LABEL_MAP_FILES, DEAD_LETTER_FILE)
     ]
     if stale:
         logger.info("Removing %d files of an earlier build from %s", len(stale), output_dir)
@@ -246,7 +247,7 @@ def files_a_build_replaces(output_dir: str) -> list[str]:
         (top,) = FileSystems.match([join(output_dir, "*")])
     except Exception:  # noqa: BLE001 - a missing directory holds nothing
         return []
-    ours = {LABELS_FILE, LABEL_MAP_FILE, DEAD_LETTER_FILE, *TFDS_FILES}
+    ours = {LABELS_FILE, *LABEL_MAP_FILES, DEAD_LETTER_FILE, *TFDS_FILES}
     names = sorted(
         name
         for name in (m.path.rstrip("/").rsplit("/", 1)[-1] for m in top.metadata_list)

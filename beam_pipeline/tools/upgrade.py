@@ -31,7 +31,7 @@ from beam_pipeline.output.directory import remove_work_dirs, write_atomic
 from beam_pipeline.output.lock import busy_reason
 from beam_pipeline.output.readback import read_build_info
 from schemas import BUILD_INFO_FILE, DatasetInfo
-from schemas.label_map import LABEL_MAP_FILE, label_map_text
+from schemas.label_map import LABEL_MAP_CSV_FILE, LABEL_MAP_FILE, label_map_csv, label_map_text
 from schemas.paths import join
 from schemas.tfds_metadata import TFDS_INFO_FILE, tfds_files
 
@@ -45,10 +45,14 @@ def upgrade(output_dir: str) -> tuple[DatasetInfo, list[str]]:
     """
     info = read_build_info(output_dir)
     written = []
-    if not FileSystems.exists(join(output_dir, LABEL_MAP_FILE)):
-        label_map = label_map_text(info.classes, info.display_names)
-        write_atomic(output_dir, LABEL_MAP_FILE, label_map.encode("utf-8"))
-        written.append(LABEL_MAP_FILE)
+    label_maps = {
+        LABEL_MAP_FILE: label_map_text(info.classes, info.display_names),
+        LABEL_MAP_CSV_FILE: label_map_csv(info.classes),
+    }
+    for name, text in label_maps.items():
+        if not FileSystems.exists(join(output_dir, name)):
+            write_atomic(output_dir, name, text.encode("utf-8"))
+            written.append(name)
     files = tfds_files(info)
     tfds_info = files.pop(TFDS_INFO_FILE)
     for name, text in files.items():

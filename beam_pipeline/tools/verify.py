@@ -52,7 +52,7 @@ from schemas import (
     is_shard_filename,
     shard_filename,
 )
-from schemas.label_map import LABEL_MAP_FILE, label_map_text
+from schemas.label_map import LABEL_MAP_CSV_FILE, LABEL_MAP_FILE, label_map_csv, label_map_text
 from schemas.paths import join
 from schemas.tfds_metadata import tfds_files
 from schemas.tfrecord import CorruptRecordError, read_records
@@ -161,10 +161,13 @@ def check_class_files(data_dir: str, info: DatasetInfo) -> list[Problem]:
     expected = {
         LABELS_FILE: "".join(name + "\n" for name in info.classes),
         LABEL_MAP_FILE: label_map_text(info.classes, info.display_names),
+        LABEL_MAP_CSV_FILE: label_map_csv(info.classes),
     }
+    upgrade = f"delete it and run python -m beam_pipeline upgrade {data_dir}"
     fixes = {
         LABELS_FILE: "write it again from the metadata's class list, one class a line",
-        LABEL_MAP_FILE: f"delete it and run python -m beam_pipeline upgrade {data_dir}",
+        LABEL_MAP_FILE: upgrade,
+        LABEL_MAP_CSV_FILE: upgrade,
     }
     problems = []
     for name, text in expected.items():
