@@ -97,7 +97,8 @@ def test_the_summary_warns_of_leaks_and_clashes(tree, tmp_path, capsys):
     assert (
         "Copies: 1 group of exact copies and 3 pairs of near copies among 8 images "
         "(duplicates.jsonl) Warning: 2 validation images are copies of training images "
-        "(duplicates.jsonl, leak: true) Warning: 1 group of copies holds images of different "
+        "(duplicates.jsonl, leak: true); --duplicates drop_leaks leaves them out Warning: 1 "
+        "group of copies holds images of different "
         "classes (duplicates.jsonl, clash: true)"
     ) in text
 
@@ -146,7 +147,8 @@ def test_stats_says_what_the_build_found(tree, tmp_path):
     assert stats.format_stats(found).splitlines()[-4:-1] == [
         "Copies: 1 group of exact copies and 3 pairs of near copies among 8 images "
         "(duplicates.jsonl)",
-        "Warning: 2 validation images are copies of training images (duplicates.jsonl, leak: true)",
+        "Warning: 2 validation images are copies of training images (duplicates.jsonl, leak: "
+        "true); --duplicates drop_leaks leaves them out",
         "Warning: 1 group of copies holds images of different classes (duplicates.jsonl, "
         "clash: true)",
     ]

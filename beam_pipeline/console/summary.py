@@ -364,7 +364,7 @@ def duplicates_notes(found: Mapping) -> list[str]:
         are = "is a copy" if count == 1 else "are copies"
         notes.append(
             f"Warning: {plural(count, split + ' image')} {are} of training images "
-            f"({DUPLICATES_FILE}, leak: true)"
+            f"({DUPLICATES_FILE}, leak: true); --duplicates drop_leaks leaves them out"
         )
     if found.get("clashes"):
         notes.append(
