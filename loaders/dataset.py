@@ -219,7 +219,12 @@ def _counted(dataset: tf.data.Dataset, records: SplitRecords, spec: LoadSpec) ->
         batches = records.fewest_examples // batch_size
         dataset = dataset.take(batches)
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
-    return dataset.prefetch(tf_data_value(spec.config.prefetch))
+    # Under tf.distribute without an input_context, shard by data, not by files: by files, a
+    # MirroredStrategy split an evaluation's last batch of 16 as 16 and 0 between 2 replicas,
+    # and Keras failed on the empty one ("Matrix size-incompatible"); by data, 8 and 8.
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return dataset.prefetch(tf_data_value(spec.config.prefetch)).with_options(options)
 
 
 class _Parser:
