@@ -119,10 +119,9 @@ def class_label(info: DatasetInfo, name: str) -> int:
     close = difflib.get_close_matches(name, list(spelled), n=3)
     hint = f"; did you mean {', '.join(dict.fromkeys(spelled[c] for c in close))}?" if close else ""
     examples = ", ".join([*titles[:5], "..."] if info.num_classes > 5 else titles)
-    background = f" and {BACKGROUND}" if info.has_background else ""
+    listed = f"({examples}) and {BACKGROUND}" if info.has_background else f"({examples})"
     raise UsageError(
-        f"unknown class {name!r}: this build has {info.num_classes} classes "
-        f"({examples}){background}{hint}"
+        f"unknown class {name!r}: this build has {info.num_classes} classes {listed}{hint}"
     )
 
 
