@@ -90,9 +90,32 @@ def _is_dir(path: str) -> bool:
     return is_local(path) and os.path.isdir(path)
 
 
-def rejections_by_split(output_dir: str, images: bool | None = None) -> dict[str, dict[str, int]]:
-    """Split → reason → count, from a committed build's `rejected.jsonl`: every line, or
-    those of rejected images (`images` True) or of files only reported (False).
+def rejections_by_split(output_dir: str) -> dict[str, dict[str, int]]:
+    """Split → reason → count of every line of a committed build's `rejected.jsonl`."""
+    return _by_split(_rejection_counts(output_dir), {True, False})
+
+
+def rejections_and_reports(
+    output_dir: str,
+) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+    """(rejected images, files only reported), each split → reason → count, from one read of
+    a committed build's `rejected.jsonl`."""
+    counts = _rejection_counts(output_dir)
+    return _by_split(counts, {True}), _by_split(counts, {False})
+
+
+def _by_split(counts: collections.Counter, kinds: set[bool]) -> dict[str, dict[str, int]]:
+    grouped: collections.defaultdict[str, collections.Counter[str]] = collections.defaultdict(
+        collections.Counter
+    )
+    for (is_image, split, reason), count in counts.items():
+        if is_image in kinds:
+            grouped[split][reason] += count
+    return {split: dict(reasons) for split, reasons in grouped.items()}
+
+
+def _rejection_counts(output_dir: str) -> collections.Counter:
+    """(is an image, split, reason) → count of a build's `rejected.jsonl`.
 
     Raises:
       ValueError: the file is missing or not a build's (named, with `verify` to run).
@@ -103,16 +126,13 @@ def rejections_by_split(output_dir: str, images: bool | None = None) -> dict[str
     from schemas.paths import join
 
     path = join(output_dir, DEAD_LETTER_FILE)
-    counts: collections.defaultdict[str, collections.Counter[str]] = collections.defaultdict(
-        collections.Counter
-    )
     try:
-        for rejection in read_dead_letter(read_file(path).decode("utf-8")):
-            if images is None or rejection["is_image"] == images:
-                counts[rejection["split"]][rejection["reason"]] += 1
+        return collections.Counter(
+            (bool(r["is_image"]), r["split"], r["reason"])
+            for r in read_dead_letter(read_file(path).decode("utf-8"))
+        )
     except (InputError, ValueError) as error:
         raise ValueError(
             f"{path} cannot be read ({error}), and the build counts rejections: "
             f"python -m beam_pipeline verify {output_dir} checks what else is damaged"
         ) from None
-    return {split: dict(reasons) for split, reasons in counts.items()}

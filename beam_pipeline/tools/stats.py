@@ -96,11 +96,10 @@ def _ranked(names, counts, reverse: bool, n: int = 5) -> list[list]:
 
 def build_stats(output_dir: str) -> dict[str, Any]:
     """Every split's numbers; raises FileNotFoundError when `output_dir` holds no build."""
-    from beam_pipeline.output.readback import read_build_info, rejections_by_split
+    from beam_pipeline.output.readback import read_build_info, rejections_and_reports
 
     info = read_build_info(output_dir)
-    rejected = rejections_by_split(output_dir, images=True) if info.failures else {}
-    reported = rejections_by_split(output_dir, images=False) if info.failures else {}
+    rejected, reported = rejections_and_reports(output_dir) if info.failures else ({}, {})
     stats = {
         "output_dir": output_dir,
         "schema_version": info.schema_version,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from beam_pipeline.tree.layouts import (
     ANNOTATION_FOLDERS,
@@ -201,18 +201,16 @@ def _holds_xml(root: str) -> bool:
     lies below the local directory `root` (links not followed). Another XML (a CVAT or COCO
     export's one file, a README) makes no VOC tree: a folder of classes holding one is built
     as such, the XML reported."""
-    images, xml = set(), set()
-    for _, _, files in os.walk(root):
-        for name in files:
-            stem, extension = os.path.splitext(name)
-            extension = extension.lower()
-            if extension == ".xml":
-                xml.add(stem)
-            elif extension in IMAGE_EXTENSIONS:
-                images.add(stem)
-            if xml and images and not xml.isdisjoint(images):
-                return True
-    return False
+
+    def names(extensions) -> Iterator[str]:
+        for _, _, files in os.walk(root):
+            for name in files:
+                stem, extension = os.path.splitext(name)
+                if extension.lower() in extensions:
+                    yield stem
+
+    xml = set(names({".xml"}))  # (a tree without XML is walked once, as before)
+    return bool(xml) and any(stem in xml for stem in names(IMAGE_EXTENSIONS))
 
 
 def detect_layout(root: str, has_files: HasFiles) -> str:
