@@ -199,18 +199,13 @@ def read_shard(
     dataset ops run per record: counting with `scan`/`filter` functions, or zipping an index
     on, runs a function per record and slows reading markedly (see benchmarks/RESULTS.md). A
     file that vanished after `load_dataset` checked it fails before it is opened (skipping the
-    reader's errors on a missing file would retry forever); `guard_missing` is off for
+    reader's errors on a missing file would retry forever: checked as the shard opens, so
+    only a deletion between the check and the open, microseconds apart, escapes it; a
+    rebuild's commit deletes no shard whose name it reuses); `guard_missing` is off for
     directories whose names hold glob characters, where that check cannot be exact. `before`
     (a dataset of no element, a check) is walked before the shard is opened and again after
     its records.
     """
-    if guard_missing:
-        found = tf.debugging.Assert(
-            tf.size(tf.io.matching_files(path)) > 0,
-            [tf.strings.join(["shard ", path, " is missing"])],
-        )
-        with tf.control_dependencies([found]):
-            path = tf.identity(path)
     stand_in = tf.strings.join(
         [
             _MISSING + "ewer than the ",
@@ -222,10 +217,32 @@ def read_shard(
         ]
     )
     padding = tf.data.Dataset.from_tensors(stand_in).repeat()
-    records = tf.data.TFRecordDataset(path).ignore_errors().concatenate(padding).take(expected)
+    if guard_missing:
+        # Opened by a function of the checked path: where the check fails, a reader that
+        # asks again finds nothing left to open (after a check of its own, it would open).
+        stream = tf.data.Dataset.from_tensors(path).map(_shard_there).flat_map(_read)
+    else:
+        stream = _read(path)
+    records = stream.concatenate(padding).take(expected)
     if before is not None:
         records = before.concatenate(records).concatenate(before)
     return records
+
+
+def _read(path: tf.Tensor) -> tf.data.Dataset:
+    return tf.data.TFRecordDataset(path).ignore_errors()
+
+
+def _shard_there(path: tf.Tensor) -> tf.Tensor:
+    """The path; fails, naming the shard, unless it is there. Run as the shard opens, not
+    when its dataset is made (the interleave makes them ahead): an open that fails is
+    retried forever (`ignore_errors`)."""
+    found = tf.debugging.Assert(
+        tf.size(tf.io.matching_files(path)) > 0,
+        [tf.strings.join(["shard ", path, " is missing"])],
+    )
+    with tf.control_dependencies([found]):
+        return tf.identity(path)
 
 
 def checked_record(record: tf.Tensor) -> tf.Tensor:

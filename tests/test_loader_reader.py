@@ -64,6 +64,33 @@ def test_a_short_shard_is_padded_with_stand_ins_that_checked_record_refuses(buil
         checked_record(records[stored])
 
 
+def test_a_shard_deleted_after_its_dataset_was_made_fails_when_opened(built, tmp_path):
+    # The check that the shard is there ran when its dataset was made (the interleave makes
+    # them ahead of opening them): a shard deleted in between (a rebuild's commit, an rm) left
+    # the reader retrying the open forever at full CPU, no error. It runs as the shard opens.
+    import shutil
+    import threading
+
+    info = dataset_info(built)
+    path = str(tmp_path / "shard.tfrecord")
+    shutil.copy(info.shard_paths("validation")[0], path)
+    records = read_shard(tf.constant(path), tf.constant(1, tf.int64))
+    (tmp_path / "shard.tfrecord").unlink()
+    failures: list[BaseException] = []
+
+    def read():
+        try:
+            list(records)
+        except tf.errors.InvalidArgumentError as error:
+            failures.append(error)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(60)
+    assert not reader.is_alive(), "the reader still runs: it retries the deleted shard"
+    assert len(failures) == 1 and f"shard {path} is missing" in str(failures[0])
+
+
 def test_batch_examples_counts_batches_from_the_reader(built):
     info = dataset_info(built)
     records = read_records(info, "validation")

@@ -192,6 +192,28 @@ def staged_rebuild(tmp_path):
     return info(*shards), new
 
 
+def test_a_staged_commit_never_leaves_a_reused_shard_name_missing(tmp_path, monkeypatch):
+    # The commit deleted every old shard, then moved the new ones in: a reader that checked a
+    # shard just before opened a missing name, and TensorFlow's reader retried it forever.
+    new_info, new = staged_rebuild(tmp_path)
+    reused = "train-00001-of-00002.tfrecord"
+    (tmp_path / reused).write_text("old")
+    real_rename = FileSystems.rename
+    seen = []
+
+    def rename(sources, destinations):
+        if "/.staged/" in sources[0]:
+            seen.append(sorted(p.name for p in tmp_path.glob("*")))
+        return real_rename(sources, destinations)
+
+    monkeypatch.setattr(FileSystems, "rename", rename)
+    listed = commit.check_shard_files(str(tmp_path), new_info, staged=True)
+    commit.commit(str(tmp_path), new_info, listed, staged=True)
+    # The old build's markers and its shard of another name are gone, its reused name is not.
+    assert seen == [[".staged", ".tmp", reused]]
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("*.tfrecord")} == new
+
+
 def test_a_staged_commit_that_stopped_while_moving_is_finished_by_a_retry(tmp_path, monkeypatch):
     # Dataflow retries a failed step, Dask reruns a lost worker's task: the retry found the
     # shards already moved missing from .staged/, and failed with the old build deleted.

@@ -107,12 +107,15 @@ def _move_staged_build(output_dir: str, info: DatasetInfo) -> None:
     """Retires the build a rebuild replaces and moves the rebuild's staged shards and
     `rejected.jsonl` in. Each stage is recorded first, so a retried commit neither deletes a
     shard it moved nor retires twice; renames (on Cloud Storage, copies and deletes)."""
-    if _commit_stage(output_dir) != _MOVING:
+    retired = _commit_stage(output_dir) == _MOVING
+    if not retired:
         remove_other_shards(output_dir, info, staged=True)
-        write_atomic(output_dir, COMMITTING, _RETIRING)
-        retire_build(output_dir)
-        write_atomic(output_dir, COMMITTING, _MOVING)
     staged = list_shard_files(output_dir, staged=True)
+    if not retired:
+        # The old shards of the staged ones' names stay until the move replaces them.
+        write_atomic(output_dir, COMMITTING, _RETIRING)
+        retire_build(output_dir, replaced=set(staged))
+        write_atomic(output_dir, COMMITTING, _MOVING)
     names = [
         shard.file
         for split in info.splits.values()

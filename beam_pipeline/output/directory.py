@@ -36,7 +36,7 @@ import logging
 import os
 import posixpath
 import uuid
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -133,19 +133,28 @@ def shard_path(name: str, *, staged: bool) -> str:
     return f"{STAGING_DIR}/{name}" if staged else name
 
 
-def retire_build(output_dir: str) -> None:
+def retire_build(output_dir: str, replaced: Collection[str] = ()) -> None:
     """Deletes the complete build that a new one replaces: the commit markers first (so a crash
     on the way leaves nothing that looks complete), then TFDS's metadata, the shards,
-    `labels.txt`, the label map and `rejected.jsonl`."""
+    `labels.txt`, the label map and `rejected.jsonl`. Not the shards named in `replaced`, which
+    the new build's move replaces: a reader between its check and its open of a shard never
+    finds the name gone (TensorFlow's reader, skipping errors, retries a failed open forever)."""
     markers = [join(output_dir, name) for name in (BUILD_INFO_FILE, LEGACY_INFO_FILE)]
     FileSystems.delete([path for path in markers if FileSystems.exists(path)])
     # Not the work folders: the new build's shards and dead letter are there.
-    _remove_build_files(output_dir, keep_shards=False, work_dirs=False)
+    _remove_build_files(output_dir, keep_shards=False, work_dirs=False, replaced=replaced)
 
 
-def _remove_build_files(output_dir: str, *, keep_shards: bool, work_dirs: bool = True) -> None:
-    """Deletes TFDS's metadata and, unless `keep_shards` (--resume), the shards, labels, label
-    map, `rejected.jsonl` and (with `work_dirs`) work folders of an earlier build."""
+def _remove_build_files(
+    output_dir: str,
+    *,
+    keep_shards: bool,
+    work_dirs: bool = True,
+    replaced: Collection[str] = (),
+) -> None:
+    """Deletes TFDS's metadata and, unless `keep_shards` (--resume), the shards (but those
+    named in `replaced`), labels, label map, `rejected.jsonl` and (with `work_dirs`) work
+    folders of an earlier build."""
     (listing,) = FileSystems.match([join(output_dir, "*")])
     names = {m.path: m.path.rsplit("/", 1)[-1] for m in listing.metadata_list}
     tfds = [path for path, name in names.items() if name in TFDS_FILES]
@@ -156,7 +165,8 @@ def _remove_build_files(output_dir: str, *, keep_shards: bool, work_dirs: bool =
     stale = [
         path
         for path, name in names.items()
-        if is_shard_filename(name) or name in (LABELS_FILE, *LABEL_MAP_FILES, DEAD_LETTER_FILE)
+        if (is_shard_filename(name) and name not in replaced)
+        or name in (LABELS_FILE, *LABEL_MAP_FILES, DEAD_LETTER_FILE)
     ]
     if stale:
         logger.info("Removing %d files of an earlier build from %s", len(stale), output_dir)
