@@ -108,9 +108,11 @@ class BuildInfo:
     def num_examples(self, split: str) -> int:
         return self.split(split).num_examples
 
-    def class_counts(self, split: str) -> dict[str, int]:
-        """Examples per label name (`class_list.names`, every label) in a split."""
-        return dict(zip(self.class_list.names, self.split(split).class_counts, strict=True))
+    def class_counts(self, split: str, background: bool | None = None) -> dict[str, int]:
+        """Examples per one-hot column of a load with `background` (`label_names`) in a split:
+        the classes, then "background" only where the build `has_background` (by default)."""
+        names = self.label_names(background)
+        return dict(zip(names, self.split(split).class_counts[: len(names)], strict=True))
 
     def shard_paths(self, split: str) -> list[str]:
         return [join(self.data_dir, shard.file) for shard in self.split(split).shards]

@@ -556,6 +556,7 @@ def test_dataset_info_counts_and_class_weight(built):
     assert info.num_examples("train") == 90
     counts = info.class_counts("train")
     assert sum(counts.values()) == 90 and set(counts) == {*sample_tree.CLASSES, BACKGROUND}
+    assert tuple(info.class_counts("train", background=False)) == tuple(sample_tree.CLASSES)
     weights = info.class_weight()
     present = [c for c in info.split("train").class_counts if c]
     for index, count in enumerate(info.split("train").class_counts):

@@ -100,9 +100,11 @@ def test_stats_names_the_rarest_and_commonest_with_their_display_names(named, ca
     code, out, _ = run(capsys, "stats", named)
     assert code == 0
     lines = out.splitlines()
-    assert lines[3] == (
-        "  examples per class: min 1, median 1.5, max 3; imbalance (max/min) 3.00; background 0"
-    )
+    # No image is background here: "background 0" was no news (nor is its key in class_counts).
+    assert lines[3] == "  examples per class: min 1, median 1.5, max 3; imbalance (max/min) 3.00"
+    from loaders import dataset_info
+
+    assert "background" not in dataset_info(named).class_counts("train")
     assert lines[4] == (
         "  rarest: n02012849 crane 1, n03126707 crane 1, n01440764 tench 2, n01443537 goldfish 3"
     )

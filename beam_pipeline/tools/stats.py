@@ -161,7 +161,7 @@ def format_stats(stats: dict[str, Any]) -> str:
             lines.append(
                 f"  examples per class: min {classes['min']:,}, median "
                 f"{_number(classes['median'])}, max {classes['max']:,}; imbalance (max/min) "
-                f"{imbalance}; {BACKGROUND} {classes[BACKGROUND]:,}"
+                f"{imbalance}" + (f"; {BACKGROUND} {classes[BACKGROUND]:,}" if background else "")
             )
             lines.append(f"  rarest: {_ranked_text(classes['rarest'], known)}")
             lines.append(f"  commonest: {_ranked_text(classes['commonest'], known)}")
