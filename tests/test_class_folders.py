@@ -98,6 +98,22 @@ def test_split_folders_beside_other_folders_are_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_dev_folder_beside_split_folders_is_named_as_a_validation_split_to_rename(tmp_path):
+    # train/, dev/, test/ (a common layout elsewhere): the refusal did not say dev/ is no
+    # split name here, nor what to rename it.
+    root = photos(tmp_path / "photos", splits=("train", "dev", "test"))
+    with pytest.raises(LayoutError) as error:
+        build(root, tmp_path / "out")
+    assert str(error.value) == (
+        f"{root} holds split folders (train/, test/) beside other folders (dev/): a build cannot "
+        "tell whether those are classes. If dev/ is a validation split, rename it val/ (a split "
+        "folder's names: train, val, valid, validation, test); if it is a class, move each class "
+        "folder into the split it belongs to, or pass one split folder as --input_dir; or, if "
+        "train/ is a class, rename it (a class folder cannot take a split's name: train, val, "
+        "valid, validation, test)"
+    )
+
+
 def test_a_split_the_tree_does_not_have_is_refused_with_the_flag(tmp_path):
     root = photos(tmp_path / "photos")
     with pytest.raises(LayoutError) as error:

@@ -148,6 +148,11 @@ def _plan(
     return DiscoveryPlan(layout, root, names, tuple(tasks), unbuilt=unbuilt, outside=outside)
 
 
+# Folder names other datasets give a held-out split; not split names here, since a class may
+# bear them: named in the refusal of a tree with split folders beside them.
+_OTHER_HELD_OUT_NAMES = ("dev", "eval", "evaluation", "holdout", "test-dev", "testdev")
+
+
 def _split_directories(
     root: str, splits: Sequence[str], tree: TreeAccess
 ) -> list[tuple[str, str, str]]:
@@ -158,13 +163,21 @@ def _split_directories(
     if folders:
         others = [name for name in tree.subdirectories(root) if name not in folders]
         if others:
+            held_out = [name for name in others if name.lower() in _OTHER_HELD_OUT_NAMES]
+            fix = (
+                "move each class folder into the split it belongs to, or pass one split folder "
+                f"as --input_dir; or, if {folders[0]}/ is a class, rename it (a class folder "
+                "cannot take a split's name: train, val, valid, validation, test)"
+            )
+            if held_out:
+                fix = (
+                    f"If {held_out[0]}/ is a validation split, rename it val/ (a split folder's "
+                    f"names: train, val, valid, validation, test); if it is a class, {fix}"
+                )
             raise LayoutError(
                 f"{root} holds split folders ({', '.join(n + '/' for n in folders)}) beside "
                 f"other folders ({', '.join(n + '/' for n in others[:5])}): a build cannot tell "
-                "whether those are classes. Move each class folder into the split it belongs "
-                f"to, or pass one split folder as --input_dir; or, if {folders[0]}/ is a class, "
-                "rename it (a class folder cannot take a split's name: train, val, valid, "
-                "validation, test)"
+                f"whether those are classes. {fix[0].upper()}{fix[1:]}"
             )
         directories = {name: join(root, name) for name in folders}
     else:
