@@ -330,3 +330,19 @@ def test_an_object_store_folder_names_the_folder_layouts():
     )
     found = locate.locate_tree("gs://bucket/photos", layouts.CLASS_FOLDERS, lambda path: True)
     assert found == ("gs://bucket/photos", layouts.CLASS_FOLDERS)
+
+
+def test_a_class_folder_named_with_a_trailing_space_is_named_when_a_labels_file_drops_it(tmp_path):
+    # labels.txt of a build whose folder is "cat " reads back as "cat": the rebuild refused
+    # every "cat " image as an unknown class without saying why the labels file cannot hold it.
+    from beam_pipeline.failures import BuildFailed
+
+    root = photos(tmp_path / "photos")
+    (root / "cat").rename(root / "cat ")
+    (tmp_path / "labels.txt").write_text("cat \ndog\n")
+    with pytest.raises(BuildFailed) as error:
+        build(root, tmp_path / "out", "--labels_file", str(tmp_path / "labels.txt"))
+    assert (
+        "most frequent first: {'cat ': 2} ('cat ' holds a space, and a labels file's class is a "
+        "line's first word: such a class cannot be listed there; rename it)"
+    ) in str(error.value)

@@ -155,7 +155,9 @@ def check_index_budget(
             f"; classes outside the vocabulary ({spec.vocabulary_source}), most frequent "
             f"first: {_most_frequent(unknown, 10)}"
         )
-        spaced = sorted(name for name in unknown if name is not None and len(name.split()) > 1)
+        spaced = sorted(
+            name for name in unknown if name is not None and name.split() != [name]
+        )  # (a space inside, or before or after: "cat " is read back from a labels file as "cat")
         if spaced and spec.vocabulary_source.startswith("--labels_file"):
             message += (
                 f" ({spaced[0]!r} holds a space, and a labels file's class is a line's first "
