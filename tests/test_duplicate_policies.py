@@ -177,3 +177,25 @@ def test_a_build_without_leaks_is_the_report_build(tree, tmp_path, policy):  # n
     build(tree, tmp_path / policy, *train_only, "--duplicates", policy)
     assert reported(tmp_path / policy) == reported(tmp_path / "report")
     assert not dropped(tmp_path / policy, tree)
+
+
+def test_a_rebuild_without_duplicates_leaves_no_report_of_the_build_it_replaced(
+    tree,  # noqa: F811
+    tmp_path,
+    capsys,
+):
+    # --overwrite without --duplicates kept the old build's duplicates.jsonl and
+    # odd_images.jsonl (leaks of a split that was no more), and verify said OK.
+    out = tmp_path / "out"
+    build(tree, out, "--splits", "train", "--duplicates", "report")
+    assert (out / "duplicates.jsonl").exists() and (out / "odd_images.jsonl").exists()
+    build(tree, out, "--splits", "train", "--overwrite")
+    assert not (out / "duplicates.jsonl").exists() and not (out / "odd_images.jsonl").exists()
+    from beam_pipeline.tools import verify
+
+    (out / "duplicates.jsonl").write_text("{}\n")  # (one left by hand, or by an older release)
+    assert verify.main([str(out)]) == 1
+    assert (
+        "duplicates.jsonl: is here, but build_info.json records no search for copies (an "
+        "earlier build's report: delete it, or rebuild with --duplicates report)"
+    ) in capsys.readouterr().out

@@ -47,8 +47,10 @@ from beam_pipeline.tree.fileio import ensure_dir
 from schemas import (
     BUILD_INFO_FILE,
     DEAD_LETTER_FILE,
+    DUPLICATES_FILE,
     LABELS_FILE,
     LEGACY_INFO_FILE,
+    ODD_IMAGES_FILE,
     SHARD_SUFFIX,
     DamagedBuildError,
     NoBuildError,
@@ -133,6 +135,9 @@ def shard_path(name: str, *, staged: bool) -> str:
     return f"{STAGING_DIR}/{name}" if staged else name
 
 
+_COPIES_FILES = (DUPLICATES_FILE, ODD_IMAGES_FILE)
+
+
 def retire_build(output_dir: str, replaced: Collection[str] = ()) -> None:
     """Deletes the complete build that a new one replaces: the commit markers first (so a crash
     on the way leaves nothing that looks complete), then TFDS's metadata, the shards,
@@ -152,14 +157,16 @@ def _remove_build_files(
     work_dirs: bool = True,
     replaced: Collection[str] = (),
 ) -> None:
-    """Deletes TFDS's metadata and, unless `keep_shards` (--resume), the shards (but those
-    named in `replaced`), labels, label map, `rejected.jsonl` and (with `work_dirs`) work
-    folders of an earlier build."""
+    """Deletes TFDS's metadata, the copies' reports and, unless `keep_shards` (--resume), the
+    shards (but those named in `replaced`), labels, label map, `rejected.jsonl` and (with
+    `work_dirs`) work folders of an earlier build."""
     (listing,) = FileSystems.match([join(output_dir, "*")])
     names = {m.path: m.path.rsplit("/", 1)[-1] for m in listing.metadata_list}
-    tfds = [path for path, name in names.items() if name in TFDS_FILES]
-    if tfds:
-        FileSystems.delete(tfds)
+    # Written at the commit, only by a build that asks for them: an earlier build's would
+    # describe it beside this one's metadata (TFDS's, and the copies' reports of --duplicates).
+    derived = [path for path, name in names.items() if name in (*TFDS_FILES, *_COPIES_FILES)]
+    if derived:
+        FileSystems.delete(derived)
     if keep_shards:
         return
     stale = [
@@ -257,7 +264,7 @@ def files_a_build_replaces(output_dir: str) -> list[str]:
         (top,) = FileSystems.match([join(output_dir, "*")])
     except Exception:  # noqa: BLE001 - a missing directory holds nothing
         return []
-    ours = {LABELS_FILE, *LABEL_MAP_FILES, DEAD_LETTER_FILE, *TFDS_FILES}
+    ours = {LABELS_FILE, *LABEL_MAP_FILES, DEAD_LETTER_FILE, *TFDS_FILES, *_COPIES_FILES}
     names = sorted(
         name
         for name in (m.path.rstrip("/").rsplit("/", 1)[-1] for m in top.metadata_list)

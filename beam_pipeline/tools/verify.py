@@ -305,7 +305,16 @@ def check_copies(data_dir: str, info: DatasetInfo) -> list[Problem]:
     """`duplicates.jsonl` and `odd_images.jsonl` against the metadata's counts, for a build
     that looked for copies (`--duplicates`)."""
     if not info.duplicates:
-        return []
+        return [
+            Problem(
+                name,
+                None,
+                f"is here, but {BUILD_INFO_FILE} records no search for copies "
+                "(an earlier build's report: delete it, or rebuild with --duplicates report)",
+            )
+            for name in (DUPLICATES_FILE, ODD_IMAGES_FILE)
+            if FileSystems.exists(join(data_dir, name))
+        ]
     problems, found = [], {}
     for name in (DUPLICATES_FILE, ODD_IMAGES_FILE):
         lines = _json_lines(data_dir, name)
