@@ -14,12 +14,16 @@
 #       Any command of `python -m beam_pipeline` (plan, show, inspect, stats, verify; see
 #       `./run_local.sh --help`), in the same environment.
 set -euo pipefail
+CALLER_DIR="$PWD"
 cd "$(dirname "$0")"
 source scripts/ensure_venv.sh
 
 # No runner flags: the builder then runs on FnApiRunner with one worker process per core
-# (DirectRunner would first try to download Prism); name a runner or a mode to choose.
+# (DirectRunner would first try to download Prism); name a runner or a mode to choose. Run
+# from the caller's directory: its relative paths are the user's (the venv installs this
+# checkout editable, so the package imports from anywhere).
 if [ $# -gt 0 ]; then
+  cd "$CALLER_DIR"
   exec "$VENV_PYTHON" -m beam_pipeline "$@"
 fi
 

@@ -5,9 +5,9 @@ folders, and give the same classes and the same split sizes."""
 from __future__ import annotations
 
 import os
+import pathlib
 import shlex
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,6 +15,7 @@ from helpers import jpeg_bytes, write
 from test_docs import fenced_blocks
 
 PAGE = "docs/coming-from-keras-and-tfds.md"
+REPO = pathlib.Path(__file__).resolve().parent.parent
 COLOURS = {"cat": (200, 30, 30), "dog": (30, 30, 200)}
 
 
@@ -27,9 +28,11 @@ def folder(tmp_path_factory):
             write(cwd / "photos" / name / f"{number}.jpg", jpeg_bytes(64, 64, colour=colour))
     ((language, command),) = fenced_blocks(PAGE, "# Coming from Keras or TFDS")[:1]
     assert language == "bash" and command.startswith("./run_local.sh ")
+    # The script itself, from the user's directory: it ran the build from the checkout's,
+    # so `photos` was looked for there (and a relative --output_dir written there).
     argv = shlex.split(command)[1:]
     done = subprocess.run(
-        [sys.executable, "-m", "beam_pipeline", *argv],
+        [str(REPO / "run_local.sh"), *argv],
         cwd=cwd,
         capture_output=True,
         text=True,
