@@ -346,3 +346,20 @@ def test_a_class_folder_named_with_a_trailing_space_is_named_when_a_labels_file_
         "most frequent first: {'cat ': 2} ('cat ' holds a space, and a labels file's class is a "
         "line's first word: such a class cannot be listed there; rename it)"
     ) in str(error.value)
+
+
+def test_splits_named_in_lower_case_take_the_split_folders_of_any_case_and_name(tmp_path):
+    # TRAIN/, VALIDATION/, TEST/ (TFRecorder's sample): built without --splits, but
+    # `--splits train,val` was refused ("split 'train' has no folder").
+    from beam_pipeline.tree import planner
+    from beam_pipeline.tree.fileio import TREE_ACCESS
+
+    root = photos(tmp_path / "photos", splits=("TRAIN", "VALIDATION", "TEST"), per_class=1)
+    plan = planner.plan_discovery(str(root), layouts.CLASS_FOLDERS, ("train", "val"), TREE_ACCESS)
+    assert plan.unbuilt == ("TEST",)  # (the note named all three)
+    info = build(root, tmp_path / "out", "--splits", "train,val")
+    assert tuple(info.splits) == ("train", "validation")
+    assert labels(tmp_path / "out", "validation") == [
+        ("VALIDATION/cat/0.jpg", 0),
+        ("VALIDATION/dog/0.jpg", 1),
+    ]

@@ -143,7 +143,8 @@ def _plan(
 ) -> DiscoveryPlan:
     names = tuple(dict.fromkeys(task.split for task in tasks))
     folders = split_folders(root, tree)
-    unbuilt = tuple(name for name in folders if name not in splits)
+    built = {task.key_prefix for task in tasks}  # (the folders, as named: TRAIN for --splits train)
+    unbuilt = tuple(name for name in folders if name not in built)
     outside = tuple(join(root, name) for name in tree.top_level_images(root)) if folders else ()
     return DiscoveryPlan(layout, root, names, tuple(tasks), unbuilt=unbuilt, outside=outside)
 
@@ -185,7 +186,14 @@ def _split_directories(
     found: list[tuple[str, str, str]] = []
     for split in splits:
         if split not in directories:
-            raise LayoutError(_no_split_folder(root, split, folders))
+            # `--splits train,val` on TRAIN/ and VALIDATION/: the folder of that split, as the
+            # build without --splits takes it (in any case, under any of its names).
+            same = [
+                f for f in folders if SPLIT_FOLDERS[f.lower()] == SPLIT_FOLDERS.get(split.lower())
+            ]
+            if len(same) != 1:
+                raise LayoutError(_no_split_folder(root, split, folders))
+            split = same[0]
         name = output_split(SPLIT_FOLDERS.get(split.lower(), split))
         if name in [output for _, output, _ in found]:
             raise LayoutError(
