@@ -7,6 +7,7 @@ served model sees exactly what it was validated on.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Callable
 from typing import NamedTuple
 
 import tensorflow as tf
@@ -80,13 +81,53 @@ def preprocess_for_eval(
     config: ReadConfig = ReadConfig(),
     dtype: str = "float32",
 ) -> tf.Tensor:
-    """JPEG bytes → [H, W, 3]: decode, optional central crop, resize.
+    """Image file bytes → [H, W, 3]: decode, optional central crop, resize; what the loader
+    does to a stored image, for serving a model on files it was not built from.
 
-    `image_size` is (height, width) or one int, as for `load_dataset` (and refused with its
-    messages). float32 scaled to `config.value_range`, or uint8 pixels (`dtype="uint8"`) for a
-    model that starts with `normalization_layer(config)`.
+    A JPEG decodes as the loader decodes the build's; other formats TensorFlow reads (PNG,
+    GIF and WebP: their first frame, BMP) as the build stores them: transparency composited
+    onto white, grey as RGB. `image_size` is (height, width) or one int, as for `load_dataset`
+    (and refused with its messages). float32 scaled to `config.value_range`, or uint8 pixels
+    (`dtype="uint8"`) for a model that starts with `normalization_layer(config)`.
     """
-    return eval_view(encoded, checked_image_size(image_size), config, dtype)[0]
+    size = checked_image_size(image_size)
+    return eval_view(encoded, size, config, dtype, decode=decode_as_stored)[0]
+
+
+def decode_as_stored(encoded: tf.Tensor) -> tf.Tensor:
+    """uint8 RGB [H, W, 3] of image file bytes, as the build stores them (`preprocess_for_eval`)."""
+    jpeg = tf.strings.substr(encoded, 0, 3) == b"\xff\xd8\xff"
+    return tf.cond(jpeg, lambda: _decode_jpeg(encoded), lambda: _on_white(encoded))
+
+
+def _decode_jpeg(encoded: tf.Tensor) -> tf.Tensor:
+    return tf.io.decode_jpeg(encoded, channels=3, dct_method="INTEGER_FAST")
+
+
+def _on_white(encoded: tf.Tensor) -> tf.Tensor:
+    """A non-JPEG's first frame as RGB, its alpha (a PNG's colour key too) over white."""
+    png = tf.strings.substr(encoded, 0, 4) == b"\x89PNG"
+    image = tf.cond(
+        png,  # (RGBA asked for: libpng turns a colour key into alpha)
+        lambda: tf.io.decode_png(encoded, channels=4),
+        lambda: tf.ensure_shape(
+            tf.io.decode_image(encoded, expand_animations=False), [None, None, None]
+        ),
+    )
+    channels = tf.shape(image)[-1]
+    colour = tf.cond(
+        channels < 3, lambda: tf.tile(image[:, :, :1], [1, 1, 3]), lambda: image[:, :, :3]
+    )
+    if_alpha = tf.logical_or(channels == 2, channels == 4)
+    alpha = tf.cond(
+        if_alpha,
+        lambda: image[:, :, -1:],
+        lambda: tf.fill(tf.shape(image[:, :, :1]), tf.constant(255, tf.uint8)),
+    )
+    mix = tf.cast(colour, tf.float32) * tf.cast(alpha, tf.float32) + 255.0 * (
+        255.0 - tf.cast(alpha, tf.float32)
+    )
+    return tf.cast(tf.round(mix / 255.0), tf.uint8)
 
 
 def eval_view(
@@ -94,10 +135,12 @@ def eval_view(
     image_size: tuple[int, int],
     config: ReadConfig = ReadConfig(),
     dtype: str = "float32",
+    decode: Callable[[tf.Tensor], tf.Tensor] = _decode_jpeg,
 ) -> tuple[tf.Tensor, View]:
-    """`preprocess_for_eval`'s image and the view of the source image it shows."""
+    """`preprocess_for_eval`'s image and the view of the source image it shows (`decode`: of
+    the build's JPEGs, by default)."""
     dtype = output_dtype(dtype)
-    image = tf.io.decode_jpeg(encoded, channels=3, dct_method="INTEGER_FAST")
+    image = decode(encoded)
     shape = tf.shape(image)
     if config.eval_central_crop < 1.0:
         window = _central_window(shape, config.eval_central_crop)

@@ -216,6 +216,31 @@ def test_preprocess_for_eval_on_a_raw_jpeg_file(built):
     assert np.abs(image.numpy() * 255 - decoded).mean() < 12
 
 
+@pytest.mark.parametrize(
+    "name", ["1_trns.png", "200x32_la.png", "i_trns.png", "l_trns.png", "hopper.gif", "WEBP", "BMP"]
+)
+def test_preprocess_for_eval_of_other_formats_sees_what_the_build_stores(name):
+    # Serving on a WebP gave a [1, H, W, 3] animation, and a transparent PNG its colours
+    # under the alpha, not the white the build composites them onto.
+    from helpers import CORPUS
+
+    from beam_pipeline.core.images import to_rgb
+    from loaders.preprocessing import decode_as_stored
+
+    if name.isupper():
+        pixels = np.random.default_rng(0).integers(0, 256, (20, 30, 4), dtype=np.uint8)
+        stream = io.BytesIO()
+        Image.fromarray(pixels if name == "WEBP" else pixels[:, :, :3]).save(
+            stream, name, lossless=True
+        )
+        data = stream.getvalue()
+    else:
+        data = (CORPUS / "images" / "pillow" / name).read_bytes()
+    stored = np.asarray(to_rgb(Image.open(io.BytesIO(data))))
+    assert np.array_equal(decode_as_stored(tf.constant(data)).numpy(), stored)
+    assert preprocess_for_eval(tf.constant(data), 16).shape == (16, 16, 3)
+
+
 def test_numpy_integers_are_integer_arguments(built):
     # batch_size=np.int64(8) and image_size=np.int64(64) were refused ("must be an int").
     val = load_dataset(built, "validation", batch_size=np.int64(8), image_size=np.int64(16))
