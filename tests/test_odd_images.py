@@ -68,6 +68,15 @@ def test_each_odd_image_is_listed_with_its_reasons_and_kept(tree, tmp_path):
     assert metadata["odd_images"] == info.odd_images
 
 
+def test_a_resize_policy_lists_the_sources_sizes(tree, tmp_path):
+    # --image_policy shorter_side upscaled the 24x20 picture to 77x64: no longer "tiny".
+    build(tree, tmp_path / "out", *REPORT, "--image_policy", "shorter_side", "--image_size", "64")
+    rows = {row[1]: row[3:] for row in listed(tmp_path / "out")}
+    assert rows["goat/tiny.jpg"] == (["tiny"], 24, 20)
+    width = Image.open(tree / "cat" / "strip.jpg").width
+    assert rows["cat/strip.jpg"] == (["extreme_aspect_ratio"], width, width // 4)
+
+
 def test_the_summary_and_stats_count_them(tree, tmp_path, capsys):
     argv = ["--input_dir", str(tree), "--output_dir", str(tmp_path / "out"), "--quiet", *REPORT]
     assert build_tool.main(argv) == 0

@@ -56,7 +56,8 @@ class ImagePrint:
       label: its label (-1 when unlabelled; the background index for background).
       content: `fingerprints.content_hash` of the stored bytes.
       perceptual, luma_spread, chroma_spread: `fingerprints.Fingerprint`'s.
-      width, height: as stored.
+      width, height: the source's, as decoded before any resize (`--image_policy`): what the
+        odd-image checks (tiny, extreme aspect ratio) and `odd_images.jsonl` tell of.
     """
 
     split: str

@@ -341,8 +341,8 @@ def image_print(labelled: LabelledEntry, image: NormalisedImage) -> ImagePrint:
         found.perceptual,
         found.luma_spread,
         found.chroma_spread,
-        image.width,
-        image.height,
+        image.source_width,  # (a resize policy upscales a tiny source: it is still tiny)
+        image.source_height,
     )
 
 
