@@ -19,6 +19,7 @@ import dataclasses
 import logging
 import os
 import platform
+import posixpath
 import shlex
 import sys
 from collections.abc import Sequence
@@ -123,7 +124,10 @@ def prepare(config: BuildConfig) -> Prepared:
     if config.labels_file:
         text = read_text(config.labels_file, "--labels_file")
         try:
-            classes, display_names = parse_labels_file(text), parse_display_names(text)
+            classes, display_names = _a_builds_labels(config.labels_file, text) or (
+                parse_labels_file(text),
+                parse_display_names(text),
+            )
             Vocabulary(classes)
         except ValueError as error:
             raise ValueError(f"--labels_file {config.labels_file}: {error}") from None
@@ -164,6 +168,21 @@ def held_out_of(config: BuildConfig) -> HoldOut:
                 f"{split} out of --splits, or drop --{name}_split"
             )
     return held_out
+
+
+def _a_builds_labels(path: str, text: str) -> tuple[tuple[str, ...], dict[str, str]] | None:
+    """A build's `labels.txt` (its classes, a line each, beside its metadata): its classes
+    as written, with their display names; None for any other labels file. A class folder's
+    name may hold spaces, where a labels file's class is a line's first word."""
+    from beam_pipeline.output.readback import read_build_info
+
+    try:
+        info = read_build_info(posixpath.dirname(path))
+    except Exception:  # noqa: BLE001 - no build there (or none this code reads): not its labels
+        return None
+    if "".join(name + "\n" for name in info.classes) != text:
+        return None
+    return tuple(info.classes), dict(info.display_names)
 
 
 def _refuse_classes_without_images(train_dir: str, foreign: tuple[str, ...]) -> None:

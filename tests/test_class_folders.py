@@ -363,3 +363,16 @@ def test_splits_named_in_lower_case_take_the_split_folders_of_any_case_and_name(
         ("VALIDATION/cat/0.jpg", 0),
         ("VALIDATION/dog/0.jpg", 1),
     ]
+
+
+def test_a_builds_labels_txt_is_a_labels_file_even_where_its_classes_hold_spaces(tmp_path):
+    # "golden retriever" and "golden doodle": the build's labels.txt lists both, but as a
+    # --labels_file it was refused ("lists these classes twice: ['golden']").
+    root = photos(tmp_path / "photos")
+    (root / "cat").rename(root / "golden retriever")
+    (root / "dog").rename(root / "golden doodle")
+    first = build(root, tmp_path / "first")
+    assert first.classes == ("golden doodle", "golden retriever")
+    again = build(root, tmp_path / "again", "--labels_file", str(tmp_path / "first" / "labels.txt"))
+    assert again.classes == first.classes
+    assert labels(tmp_path / "again", "train") == labels(tmp_path / "first", "train")
