@@ -120,7 +120,8 @@ def prepare(config: BuildConfig) -> Prepared:
     plan = planner.plan_discovery(root, layout, splits, TREE_ACCESS)
     if holding_out:
         plan = dataclasses.replace(plan, splits=(*plan.splits, *held_out_of(config).splits))
-    classes, display_names = None, {}
+    classes: tuple[str, ...] | None = None
+    display_names: dict[str, str] = {}
     if config.labels_file:
         text = read_text(config.labels_file, "--labels_file")
         try:
