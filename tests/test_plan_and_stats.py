@@ -192,6 +192,19 @@ def test_plan_gives_the_budget_refusal_before_an_emptied_split_as_the_build_does
         build(tree, tmp_path / "out", "--splits", "train", "--labels_file", labels)
 
 
+def hold_lock(directory) -> subprocess.Popen:
+    """Another process holding `directory`'s build lock (as a running build does)."""
+    script = (
+        "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); "
+        "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(120)"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", script, str(directory)], stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    return holder
+
+
 def test_plan_refuses_what_the_build_refuses_before_it_starts(sample, capsys, tmp_path):
     tree, out, _ = sample
     code, text, _ = run_plan(capsys, "--input_dir", tree, "--output_dir", out)
@@ -225,6 +238,34 @@ def test_plan_refuses_what_the_build_refuses_before_it_starts(sample, capsys, tm
         capsys, "--input_dir", tree, "--output_dir", copy, "--overwrite", "--resume"
     )
     assert code == 0 and "a rebuild that stopped wrote" not in text
+    # A rebuild under way (its lock held): not called stopped (deleting .staged/ on that
+    # advice failed it); verify says so too.
+    holder = hold_lock(copy)
+    try:
+        code, text, _ = run_plan(capsys, "--input_dir", tree, "--output_dir", copy, "--overwrite")
+        assert code == 1 and "a rebuild that stopped wrote" not in text
+        assert text.splitlines()[-1].startswith("The build would be refused: another build is")
+        from beam_pipeline.tools import verify
+
+        assert verify.main([str(copy), "--no_decode"]) == 0
+        assert capsys.readouterr().out.splitlines()[-1] == (
+            f"note: {copy}/.staged holds 1 shard (25 B) of a rebuild under way (a build holds "
+            "the directory's lock)"
+        )
+    finally:
+        holder.kill()
+    # Resized: the new shards' size is not known before the images are.
+    resized = ("--image_policy", "shorter_side", "--image_size", "64")
+    code, text, _ = run_plan(
+        capsys, "--input_dir", tree, "--output_dir", out, "--overwrite", *resized
+    )
+    assert code == 0
+    assert re.fullmatch(
+        f"Note: {re.escape(str(out))} holds a complete build, kept until the rebuild commits: "
+        r"the new shards, their size unknown until resized \(the build there takes [\d.]+ "
+        r"[KM]iB\), wait beside it in \.staged/ \([\d.]+ [KMGT]iB free\)",
+        text.splitlines()[-2],
+    ), text.splitlines()[-2]
     code, _, err = run_plan(capsys, "--input_dir", tree, "--num_shardz", "2")
     assert code == 2 and err.startswith("error: unknown flag --num_shardz (did you mean")
     # plan's own flags are suggested too.

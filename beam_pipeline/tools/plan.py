@@ -19,14 +19,12 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
-import shutil
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from beam_pipeline.console.summary import human_bytes, plural, tree_notes
+from beam_pipeline.console.summary import tree_notes
 from beam_pipeline.core.entries import IndexEntry, LabelledEntry, ParsedEntry
 from beam_pipeline.core.examples import build_example
 from beam_pipeline.core.holdout import hold_out
@@ -53,11 +51,11 @@ from beam_pipeline.stages.labelling import (
     vocabulary_from_names,
 )
 from beam_pipeline.stages.writing import split_size
-from beam_pipeline.tools.plan_report import BuildPlan, SplitPlanReport, format_plan
+from beam_pipeline.tools.plan_report import BuildPlan, SplitPlanReport, format_plan, rebuild_notes
 from beam_pipeline.tree import layouts, planner
 from beam_pipeline.tree.fileio import read_file
 from beam_pipeline.tree.pairing import pair_files
-from schemas.paths import first_few, is_local, join
+from schemas.paths import first_few, join
 from schemas.tfrecord import encode_record
 
 # Records whose size is sampled per split to estimate the bytes besides the image.
@@ -125,7 +123,7 @@ def plan_build(prepared) -> BuildPlan:
         files_listed=listed,
         unbuilt=plan.unbuilt,
         shared=plan.shared_images(),
-        notes=(*tree_notes(plan, config), *_rebuild_notes(config, reports)),
+        notes=(*tree_notes(plan, config), *rebuild_notes(config, reports)),
     )
 
 
@@ -237,36 +235,6 @@ def _count_rejections(reports, rejections: list[Rejection]) -> None:
     for rejection in rejections:
         if rejection.split in reports:
             reports[rejection.split].count_rejection(rejection)
-
-
-def _rebuild_notes(config, reports: dict[str, SplitPlanReport]) -> list[str]:
-    """What a rebuild costs or loses: with --overwrite over a complete build, the room its
-    staged shards need beside it; without --resume, the shards a stopped rebuild staged."""
-    from beam_pipeline.output.directory import STAGING_DIR, list_shard_files, refuse_complete_build
-
-    if not config.output_dir:
-        return []
-    notes = []
-    complete = refuse_complete_build(config.output_dir, overwrite=True)
-    staged = list_shard_files(config.output_dir, staged=True)
-    if staged and not config.resume:
-        them = "it" if len(staged) == 1 else "them"
-        notes.append(
-            f"Note: {join(config.output_dir, STAGING_DIR)} holds {plural(len(staged), 'shard')} "
-            f"a rebuild that stopped wrote; this build deletes {them}, --resume"
-            f"{' with --overwrite' if complete else ''} keeps what it would write again"
-        )
-    if not (config.overwrite and complete):
-        return notes
-    needed = sum(r.estimated_bytes or 0 for r in reports.values())
-    note = (
-        f"Note: {config.output_dir} holds a complete build, kept until the rebuild commits: "
-        f"the new shards, about {human_bytes(needed)}, wait beside it in {STAGING_DIR}/"
-    )
-    if is_local(config.output_dir) and os.path.isdir(config.output_dir):
-        free = shutil.disk_usage(config.output_dir).free
-        note += f" ({human_bytes(free)} free{'' if free > needed else ': not enough'})"
-    return [*notes, note]
 
 
 def _describe_labels(reports, labelled: list[LabelledEntry], vocabulary: Vocabulary) -> None:

@@ -1,10 +1,13 @@
 """What `plan` reports: the plan of a build (`BuildPlan`, a `SplitPlanReport` per split), as the
-JSON of `--json` and as the text `plan` prints. Computing it is `plan`'s (`plan_build`).
+JSON of `--json` and as the text `plan` prints, and its notes on a rebuild (`rebuild_notes`).
+Computing it is `plan`'s (`plan_build`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,6 +17,7 @@ from beam_pipeline.core.labels import ANNOTATED, unknown_class_name
 from beam_pipeline.core.rejections import DISCOVER, Rejection
 from beam_pipeline.tree.pairing import ANNOTATION_WITHOUT_IMAGE
 from schemas import BACKGROUND, UNLABELLED
+from schemas.paths import is_local, join
 
 ORPHAN_REASONS = (ANNOTATION_WITHOUT_IMAGE, "image_missing")
 
@@ -240,3 +244,41 @@ def _shard_lines(report: SplitPlanReport) -> list[str]:
 
 def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{key} {value:,}" for key, value in sorted(counts.items()))
+
+
+def rebuild_notes(config, reports: dict[str, SplitPlanReport]) -> list[str]:
+    """What a rebuild costs or loses: with --overwrite over a complete build, the room its
+    staged shards need beside it; without --resume, the shards a stopped rebuild staged."""
+    from beam_pipeline.output.directory import STAGING_DIR, list_shard_files, refuse_complete_build
+    from beam_pipeline.output.lock import busy_reason
+
+    if not config.output_dir:
+        return []
+    notes = []
+    complete = refuse_complete_build(config.output_dir, overwrite=True)
+    staged = list_shard_files(config.output_dir, staged=True)
+    if staged and not config.resume and not busy_reason(config.output_dir):  # (else: running)
+        them = "it" if len(staged) == 1 else "them"
+        notes.append(
+            f"Note: {join(config.output_dir, STAGING_DIR)} holds {plural(len(staged), 'shard')} "
+            f"a rebuild that stopped wrote; this build deletes {them}, --resume"
+            f"{' with --overwrite' if complete else ''} keeps what it would write again"
+        )
+    if not (config.overwrite and complete):
+        return notes
+    sizes = [r.estimated_bytes for r in reports.values()]
+    needed = None if None in sizes else sum(size or 0 for size in sizes)
+    if needed is None:  # (resized: the size is known once the images are)
+        built = sum(list_shard_files(config.output_dir).values())
+        size = f"their size unknown until resized (the build there takes {human_bytes(built)})"
+    else:
+        size = f"about {human_bytes(needed)}"
+    note = (
+        f"Note: {config.output_dir} holds a complete build, kept until the rebuild commits: "
+        f"the new shards, {size}, wait beside it in {STAGING_DIR}/"
+    )
+    if is_local(config.output_dir) and os.path.isdir(config.output_dir):
+        free = shutil.disk_usage(config.output_dir).free
+        short = needed is not None and free <= needed
+        note += f" ({human_bytes(free)} free{': not enough' if short else ''})"
+    return [*notes, note]

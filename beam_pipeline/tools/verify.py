@@ -35,6 +35,7 @@ from apache_beam.io.filesystems import FileSystems
 from beam_pipeline.console.summary import human_bytes, plural
 from beam_pipeline.core.rejections import read_dead_letter
 from beam_pipeline.output.directory import STAGING_DIR, list_shard_files
+from beam_pipeline.output.lock import busy_reason
 from beam_pipeline.output.readback import read_build_info
 from beam_pipeline.tools.record_checks import check_example
 from schemas import (
@@ -402,11 +403,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"python -m beam_pipeline upgrade {args.data_dir} adds TFDS's files (shards untouched)"
         )
     if staged := list_shard_files(args.data_dir, staged=True):
-        print(
-            f"note: {join(args.data_dir, STAGING_DIR)} holds {plural(len(staged), 'shard')} "
-            f"({human_bytes(sum(staged.values()))}) of a rebuild that stopped; rerun its command "
-            "with --overwrite --resume to finish it, or delete the folder"
-        )
+        held = f"{join(args.data_dir, STAGING_DIR)} holds {plural(len(staged), 'shard')} "
+        held += f"({human_bytes(sum(staged.values()))}) of a rebuild"
+        if busy_reason(args.data_dir):  # (the rebuild's lock: it runs)
+            print(f"note: {held} under way (a build holds the directory's lock)")
+        else:
+            print(
+                f"note: {held} that stopped; rerun its command with --overwrite --resume to "
+                "finish it, or delete the folder"
+            )
     return 0
 
 
