@@ -129,3 +129,11 @@ def test_a_long_display_name_is_cut_where_a_person_reads_it():
     assert build_records.class_title(names, "n2") == "n2"  # its display name is itself
     assert build_records.class_title(names, "n3") == "n3 short"
     assert build_records.class_title(names, "n4") == "n4"
+
+
+def test_the_histogram_of_a_build_without_background_does_not_say_background(
+    named, tmp_path, capsys
+):
+    # "(4 classes and background; ...)" was printed for a build with no background bar.
+    code, out, _ = run(capsys, "show", named, "--histogram", "-o", str(tmp_path / "h.png"))
+    assert code == 0 and "(4 classes; " in out and "background" not in out

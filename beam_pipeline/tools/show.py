@@ -411,20 +411,14 @@ def _failed(error: Exception, output_dir: str) -> int:
     if isinstance(error, UsageError):
         print(f"error: {error}", file=sys.stderr)
         return 2
+    verify = f"run python -m beam_pipeline verify {output_dir}"
     if isinstance(error, CorruptRecordError):
-        print(
-            f"error: a shard of {output_dir} is corrupt: {error}; run "
-            f"python -m beam_pipeline verify {output_dir}",
-            file=sys.stderr,
-        )
+        said = f"a shard of {output_dir} is corrupt: {error}; {verify}"
     elif isinstance(error, FileNotFoundError):  # a shard the metadata lists
-        print(
-            f"error: {error.filename} is missing: the build in {output_dir} is damaged; "
-            f"run python -m beam_pipeline verify {output_dir}",
-            file=sys.stderr,
-        )
+        said = f"{error.filename} is missing: the build in {output_dir} is damaged; {verify}"
     else:
-        print(f"error: {error}", file=sys.stderr)
+        said = str(error)
+    print(f"error: {said}", file=sys.stderr)
     return 1
 
 
@@ -439,9 +433,10 @@ def _histogram(args: argparse.Namespace) -> int:
     figure = class_histogram(info, splits)
     figure.savefig(args.output, format="png")
     width, height = figure.canvas.get_width_height()
+    background = f" and {BACKGROUND}" if info.has_background else ""  # (as drawn)
     print(
         f"wrote {args.output}: class counts of {', '.join(splits)} "
-        f"({info.num_classes} classes and {BACKGROUND}; {width}x{height} px)"
+        f"({info.num_classes} classes{background}; {width}x{height} px)"
     )
     return 0
 
