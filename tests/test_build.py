@@ -416,6 +416,26 @@ def test_a_rebuild_stopped_in_its_commit_says_what_is_left(tmp_path, capsys, mon
         assert (out / name).read_bytes() == (reference / name).read_bytes(), name
 
 
+def test_a_stop_after_the_commit_finished_says_the_build_is_complete(tmp_path):
+    # A Ctrl-C during the runner's shutdown, after the commit: "the new build was committed
+    # ..., but not all of its commit: ... upgrade writes what is missing", for a whole build.
+    tree, out = tmp_path / "in", tmp_path / "out"
+    for stem, name in (("a", "cat"), ("b", "dog")):
+        ilsvrc_image(tree, "train", stem, jpeg_bytes(), voc_xml([(name, 1, 1, 30, 30)]))
+    assert (
+        build_tool.main(["--input_dir", str(tree), "--splits", "train", "--output_dir", str(out)])
+        == 0
+    )
+    assert build_tool._what_is_left(str(out), None, interrupted=True) == (
+        f"the stop came after the commit: the build in {out} is complete (python -m "
+        f"beam_pipeline verify {out} checks every record)"
+    )
+    (out / "dataset_info.json").unlink()  # (the commit's last file)
+    assert build_tool._what_is_left(str(out), None, interrupted=True).startswith(
+        "the new build was committed (build_info.json is in place), but not all of its commit"
+    )
+
+
 @pytest.mark.parametrize(
     "budget, failure, rejected",
     [

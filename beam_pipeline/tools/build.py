@@ -152,6 +152,21 @@ def _build(argv: list[str], out: console.BuildConsole) -> int:
     return 0
 
 
+def _commit_finished(output_dir: str) -> bool:
+    """Whether a commit wrote its last file (TFDS's marker, after `build_info.json`) and
+    removed the work folders: then a stop during the runner's shutdown left a whole build."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from beam_pipeline.output.directory import PROGRESS_DIR, STAGING_DIR, TEMP_DIR
+    from schemas.paths import join
+    from schemas.tfds_metadata import TFDS_INFO_FILE
+
+    work = (TEMP_DIR, PROGRESS_DIR, STAGING_DIR)
+    return FileSystems.exists(join(output_dir, TFDS_INFO_FILE)) and not any(
+        FileSystems.exists(join(output_dir, folder)) for folder in work
+    )
+
+
 def _what_is_left(output_dir: str, before: bytes | None, interrupted: bool) -> str | None:
     """What a build that stopped left in `output_dir`, and what to do, from its commit marker
     now and `before` the build (that of the complete build --overwrite replaces, or None) and
@@ -182,6 +197,11 @@ def _what_is_left(output_dir: str, before: bytes | None, interrupted: bool) -> s
         return (
             f"nothing was committed, and the complete build in {output_dir} is kept as it was; "
             + rerun
+        )
+    if now is not None and stage is None and _commit_finished(output_dir):
+        return (
+            f"the stop came after the commit: the build in {output_dir} is complete "
+            f"(python -m beam_pipeline verify {output_dir} checks every record)"
         )
     if now is not None and stage != "retiring":
         return (
