@@ -2,7 +2,7 @@
 
 import sys
 
-from beam_pipeline.tools.commands import main
+from beam_pipeline.tools.commands import cli
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

@@ -175,7 +175,13 @@ def interrupts_remembered():
     _lost.clear()
     _lost_event.clear()
     _within[0] += 1  # a build, told from the one before for `_end_workers_later`
-    previous = {number: signal.signal(number, _on_interrupt) for number in _STOPPING_SIGNALS}
+    # A signal the process inherited as ignored (`nohup`, a script's background job: SIGINT)
+    # stays ignored: taken here, it stopped the build or not by when it came.
+    previous = {
+        number: signal.signal(number, _on_interrupt)
+        for number in _STOPPING_SIGNALS
+        if signal.getsignal(number) != signal.SIG_IGN
+    }
     previous_hook = threading.excepthook
     threading.excepthook = functools.partial(_log_thread_failure, otherwise=previous_hook)
     try:
@@ -185,7 +191,9 @@ def interrupts_remembered():
             signal.signal(number, handler)
         # After a lost worker, the runner's threads fail as their channels close, after the
         # build said why it failed: to the log, not after the console's last line.
-        threading.excepthook = _log_late_failure if _lost else previous_hook
+        threading.excepthook = (
+            _log_late_failure if _lost or _interrupted.is_set() else previous_hook
+        )
         _interrupted.clear()
         _within[0] += 1
 

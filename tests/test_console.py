@@ -374,6 +374,49 @@ def test_an_interruption_is_told_from_a_failure():
     assert not failures.was_interrupted(RuntimeError("ValueError: disk on fire"))
 
 
+def test_the_command_lines_console_leaves_late_stderr_in_the_log(tmp_path):
+    # After a Ctrl-C near the commit, the runner's threads and loggers printed ~60 lines of
+    # gRPC tracebacks under "BUILD INTERRUPTED" and the "full log" line, as they ended.
+    log = tmp_path / "build.log"
+    script = (
+        "import os, sys\n"
+        "from beam_pipeline.console.build_console import BuildConsole\n"
+        "BuildConsole.park_stderr = True\n"
+        f"with BuildConsole({str(log)!r}) as out:\n"
+        "    out.say('BUILD INTERRUPTED: the last line')\n"
+        "os.write(2, b'Exception in thread run_worker: late\\n')\n"
+        "print('a late logging line', file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert (done.returncode, done.stderr) == (0, "BUILD INTERRUPTED: the last line\n")
+    assert log.read_text().endswith("Exception in thread run_worker: late\na late logging line\n")
+
+
+def test_an_inherited_ignored_sigint_stays_ignored_and_an_early_one_is_one_line(
+    monkeypatch, capsys
+):
+    # A script's background job starts with SIGINT ignored: the build took it over after its
+    # first second, so a Ctrl-C stopped it or not by when it came. One before the build's own
+    # handling (imports) printed an importlib traceback.
+    from beam_pipeline.interrupts import interrupts_remembered
+    from beam_pipeline.tools import commands
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with interrupts_remembered():
+            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) != signal.SIG_DFL  # (taken)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+    def interrupted(argv=None, *, cli=False):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(commands, "main", interrupted)
+    assert commands.cli() == 130
+    assert capsys.readouterr().err == "INTERRUPTED (Ctrl-C)\n"
+
+
 def test_a_worker_process_traceback_becomes_one_line():
     # What FnApiRunner raises when a DoFn fails in a worker process: the worker's text.
     text = (

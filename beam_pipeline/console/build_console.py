@@ -159,6 +159,12 @@ class BuildConsole:
     pump thread (and, with `verbose`, to the terminal as well).
     """
 
+    # Set by the command line's process (`commands.cli`), which ends after the build: on exit
+    # the console leaves fd 2 on the log file, so what the runner's threads and loggers print
+    # as they end after the build's last line (a Ctrl-C's: gRPC streams cut, "Worker
+    # subprocess exited") is logged, not shown under it.
+    park_stderr = False
+
     def __init__(self, log_path: str | None = None, *, verbose=False, quiet=False):
         """Creates the log file; raises OSError when it cannot be written. Without `log_path`,
         the log goes to the default folder, whose oldest logs it deletes (`prune_logs`)."""
@@ -244,7 +250,12 @@ class BuildConsole:
         with contextlib.suppress(Exception):
             sys.stderr.flush()
         assert self._saved_fd is not None and self._pump is not None  # set by _capture_fd2
-        os.dup2(self._saved_fd, 2)  # the pipe stays open only in worker processes still alive
+        if BuildConsole.park_stderr:
+            parked = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
+            os.dup2(parked, 2)
+            os.close(parked)
+        else:
+            os.dup2(self._saved_fd, 2)  # the pipe stays open only in worker processes alive
         # Wait for their last words, but not for a helper that outlives the build (a Dask
         # LocalCluster leaves multiprocessing's resource tracker holding the pipe until exit):
         # stop once the pipe has been quiet for a moment.

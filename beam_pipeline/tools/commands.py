@@ -10,6 +10,7 @@ import difflib
 import importlib
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -41,7 +42,18 @@ def usage() -> str:
     return USAGE.format(commands="\n".join(lines))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def cli() -> int:
+    """`python -m beam_pipeline` and `imagenet-tfrecords`: `main`, as a process that ends with
+    it. A build's console leaves stderr in its log (`BuildConsole.park_stderr`), and a Ctrl-C
+    before the build's own handling (in the first second: imports) is one line, not a trace."""
+    try:
+        return main(cli=True)
+    except KeyboardInterrupt:
+        print("INTERRUPTED (Ctrl-C)", file=sys.stderr)
+        return 128 + signal.SIGINT
+
+
+def main(argv: Sequence[str] | None = None, *, cli: bool = False) -> int:
     """Runs one command; returns its exit code (2 for an unknown command)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv == ["-h"] or argv == ["--help"]:
@@ -56,6 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = f" (did you mean {close[0]}?)" if close else ""
         print(f"error: unknown command {command!r}{hint}\n\n{usage()}", file=sys.stderr)
         return 2
+    if command == "build" and cli:
+        from beam_pipeline.console.build_console import BuildConsole
+
+        BuildConsole.park_stderr = True
     if command != "build":
         # Beam's import logs "apitools not found" through the root logger, which would set up
         # a stderr handler on the way; the read-only commands print what they have to say.
