@@ -400,12 +400,13 @@ def test_split_with_a_shard_file_and_a_directory_without_a_build_exit_2(built, t
     assert err.startswith(
         f"error: {tmp_path} holds no committed build (build_info.json is missing)"
     )
-    # Shards without their build's metadata: one of them is to be named.
+    # Shards without their build's metadata (a build that stopped): said so; read by name only.
     shutil.copy(path, tmp_path / path.name)
     code, _, err = run(capsys, tmp_path, "--filename", "known.JPEG")
     assert code == 2
     assert err == (
-        f"error: {tmp_path} is a directory; name one shard file, e.g. {tmp_path / path.name}"
+        f"error: {tmp_path} holds no committed build (build_info.json is missing); to read one "
+        f"of its uncommitted shards, name the file, e.g. {tmp_path / path.name}"
     )
 
 

@@ -7,11 +7,10 @@ Every feature key with its value in the schema's order; the image summarised (fo
 decoded size and mode, SHA-256), never printed; the label with its class name (from the build's
 metadata where there is one); every object's box relative and in pixels, with its flags.
 `--index` picks a record by position (negative from the end), `--filename` the one whose
-`image/filename` is NAME or ends with `/NAME`. In a build's directory the records are found
-across its shards (`build_records.locate`: each with its split, shard and position; an image
-may be in several splits). Exit 0 when a record is printed, 2 for bad arguments (a missing
-shard, an index out of range, a name several files end with), 1 when none has the file name or
-a shard is corrupt.
+`image/filename` is NAME or ends with `/NAME`; in a build's directory, across its shards
+(`build_records.locate`: each with its split, shard and position; an image may be in several
+splits). Exit 0 when a record is printed, 2 for bad arguments (a missing shard, an index out of
+range, a name several files end with), 1 when none has the file name or a shard is corrupt.
 """
 
 from __future__ import annotations
@@ -81,15 +80,16 @@ def build_info(shard: str) -> DatasetInfo | None:
 
 def _check_shard(shard: str) -> None:
     if is_local(shard) and os.path.isdir(shard):
-        info = build_info(join(shard, "x"))
-        names = [s.file for split in (info.splits.values() if info else ()) for s in split.shards]
-        if not names:
-            names = sorted(n for n in os.listdir(shard) if is_shard_filename(n))
+        if info := build_info(join(shard, "x")):
+            names = [s.file for split in info.splits.values() for s in split.shards]
+            said = f"{shard} is a directory; name one shard file"
+            find = ", or find a record of its build: --filename NAME, or --split SPLIT --index N"
+        else:  # a build that did not commit: its shards are read only by name
+            names, find = sorted(n for n in os.listdir(shard) if is_shard_filename(n)), ""
+            said = f"{shard} holds no committed build ({BUILD_INFO_FILE} is missing)"
+            said += "; to read one of its uncommitted shards, name the file" if names else ""
         example = f", e.g. {join(shard, names[0])}" if names else ""
-        find = ", or find a record of its build: --filename NAME, or --split SPLIT --index N"
-        raise UsageError(
-            f"{shard} is a directory; name one shard file{example}{find if info else ''}"
-        )
+        raise UsageError(f"{said}{example}{find}")
     if not file_exists(shard):
         raise UsageError(f"{shard} does not exist")
 
