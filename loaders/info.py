@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import warnings
@@ -190,20 +191,28 @@ def dataset_info(data_dir: str | os.PathLike) -> BuildInfo:
 
 
 def _builds_below(data_dir: str) -> str | None:
-    """The message for a local directory without a build whose subdirectories hold builds
-    (the folder the builds were written into, not one of them); None otherwise."""
+    """The message for a local directory without a build whose subdirectories, or theirs,
+    hold builds (the folder the builds were written into, or TFDS's `data_dir` above
+    `NAME/VERSION`, not one of them); None otherwise."""
     if not is_local(data_dir):
         return None
-    try:
-        with os.scandir(data_dir) as entries:
-            folders = sorted(entry.path for entry in entries if entry.is_dir())
-    except OSError:
-        return None
-    builds = [
-        folder
-        for folder in folders[:1000]
-        if any(os.path.isfile(join(folder, name)) for name in (BUILD_INFO_FILE, LEGACY_INFO_FILE))
-    ]
+
+    def folders_in(directories: list[str]) -> list[str]:
+        found = []
+        for directory in directories[:1000]:
+            with contextlib.suppress(OSError), os.scandir(directory) as entries:
+                found += sorted(entry.path for entry in entries if entry.is_dir())
+        return found
+
+    def is_build(folder: str) -> bool:
+        return any(
+            os.path.isfile(join(folder, name)) for name in (BUILD_INFO_FILE, LEGACY_INFO_FILE)
+        )
+
+    children = folders_in([data_dir])
+    builds = [folder for folder in children[:1000] if is_build(folder)]
+    if not builds:
+        builds = [folder for folder in folders_in(children)[:1000] if is_build(folder)]
     if not builds:
         return None
     shown = first_few(builds, 5)

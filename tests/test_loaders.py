@@ -787,6 +787,20 @@ def test_shard_deleted_after_loading_starts_fails_instead_of_hanging(built, tmp_
             pass
 
 
+def test_a_tfds_style_data_dir_names_the_build_two_levels_below(built, tmp_path):
+    # data/class_folders/2.1.0 (TFDS's data_dir/NAME/VERSION): load_dataset("data") said
+    # "build it first", as if there were none.
+    data = tmp_path / "data"
+    (data / "class_folders").mkdir(parents=True)
+    (data / "class_folders" / "2.1.0").symlink_to(built)
+    with pytest.raises(IncompleteDatasetError) as error:
+        dataset_info(str(data))
+    assert str(error.value) == (
+        f"{data} holds no build itself, but the directories below it do "
+        f"({data}/class_folders/2.1.0): pass one as data_dir, e.g. {data}/class_folders/2.1.0"
+    )
+
+
 def test_the_folder_holding_builds_names_them_and_train_example_says_so_in_a_line(built, tmp_path):
     # load_dataset(PARENT) told to build into PARENT; train_example ended in a traceback.
     parent = tmp_path / "builds"
