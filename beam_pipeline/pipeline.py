@@ -20,6 +20,7 @@ import logging
 import os
 import platform
 import posixpath
+import re
 import shlex
 import sys
 from collections.abc import Sequence
@@ -210,11 +211,21 @@ def _refuse_classes_without_images(train_dir: str, foreign: tuple[str, ...]) -> 
         f"hold{'s' if one else ''} no image ({shown}): a build would leave "
         f"{'it' if one else 'them'} out of the vocabulary (the classes seen in train) and "
         f"number the classes after {'it' if one else 'them'} lower than other builds of the "
-        "dataset do. Extract each class's archive into its folder (ImageNet's, in that "
-        'folder: for f in n*.tar; do mkdir -p "${f%.tar}" && tar -xf "$f" -C "${f%.tar}" '
-        '&& rm "$f"; done; an archive inside its class folder: tar -xf it there), '
-        f"{fixes}remove what is not wanted, or pass --labels_file (LOC_synset_mapping.txt, "
-        "or a build's labels.txt) to keep every class's index"
+        f"dataset do. {_fill_classes(said)}{fixes}remove what is not wanted, or pass "
+        "--labels_file (LOC_synset_mapping.txt, or a build's labels.txt) to keep every class's "
+        "index"
+    )
+
+
+def _fill_classes(missing: str) -> str:
+    """How to fill the empty class folders `missing` names: ImageNet's synsets (n01440764)
+    from their archives; any other class with its images."""
+    if not re.search(r"\bn\d{8}\b", missing):
+        return "Put each class's images in its folder, "
+    return (
+        "Extract each class's archive into its folder (ImageNet's, in that folder: for f in "
+        'n*.tar; do mkdir -p "${f%.tar}" && tar -xf "$f" -C "${f%.tar}" && rm "$f"; done; an '
+        "archive inside its class folder: tar -xf it there), "
     )
 
 

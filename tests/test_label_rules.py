@@ -259,7 +259,8 @@ def test_one_class_folder_under_two_names_a_name_not_utf8_or_no_image_format_is_
         ".heic files, not images the build reads: convert them to JPEG or PNG)): a build "
     )
     assert (
-        "tar -xf it there), point each linked class folder at its own images, rename each "
+        "the dataset do. Put each class's images in its folder, point each linked class "
+        "folder at its own images, rename each "
         "folder whose name is not UTF-8 (every name below the split: convmv -f latin1 -t utf8 "
         f"-r --notest {train}), remove what is not wanted, or pass --labels_file" in error
     )
