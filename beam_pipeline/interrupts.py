@@ -34,6 +34,8 @@ _lost_event = threading.Event()
 def _on_interrupt(signum, frame):
     if _lost and not _interrupted.is_set():
         raise WorkerLost(_lost[0])
+    if signum in _ignored:  # inherited as ignored (a script's `&` job): stays so, but for
+        return  # `_worker_lost`'s own SIGINT, above
     if not _interrupted.is_set():
         _end_workers_later(_WORKERS_GRACE_S)
     _interrupted.set()
@@ -46,6 +48,7 @@ _WORKERS_GRACE_S = 5.0
 
 
 _within = [0]  # odd while `interrupts_remembered` runs; counts its entries and exits
+_ignored: list[int] = []  # the stopping signals the process inherited as ignored
 
 
 def _end_workers_later(grace: float) -> None:
@@ -175,13 +178,11 @@ def interrupts_remembered():
     _lost.clear()
     _lost_event.clear()
     _within[0] += 1  # a build, told from the one before for `_end_workers_later`
-    # A signal the process inherited as ignored (`nohup`, a script's background job: SIGINT)
-    # stays ignored: taken here, it stopped the build or not by when it came.
-    previous = {
-        number: signal.signal(number, _on_interrupt)
-        for number in _STOPPING_SIGNALS
-        if signal.getsignal(number) != signal.SIG_IGN
-    }
+    # A signal the process inherited as ignored (a script's background job: SIGINT) stays
+    # ignored, as it was before the handler came (it stopped the build or not by when it came);
+    # the handler is still set, for `_worker_lost`'s SIGINT.
+    _ignored[:] = [n for n in _STOPPING_SIGNALS if signal.getsignal(n) == signal.SIG_IGN]
+    previous = {number: signal.signal(number, _on_interrupt) for number in _STOPPING_SIGNALS}
     previous_hook = threading.excepthook
     threading.excepthook = functools.partial(_log_thread_failure, otherwise=previous_hook)
     try:
@@ -189,6 +190,7 @@ def interrupts_remembered():
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+        _ignored.clear()
         # After a lost worker, the runner's threads fail as their channels close, after the
         # build said why it failed: to the log, not after the console's last line.
         threading.excepthook = (

@@ -390,6 +390,20 @@ def test_the_command_lines_console_leaves_late_stderr_in_the_log(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert (done.returncode, done.stderr) == (0, "BUILD INTERRUPTED: the last line\n")
     assert log.read_text().endswith("Exception in thread run_worker: late\na late logging line\n")
+    # An exception through the console (a Ctrl-C while Beam is imported): the terminal keeps
+    # stderr for what is said of it (parked, `INTERRUPTED (Ctrl-C)` went to the log alone).
+    script = (
+        "import sys\n"
+        "from beam_pipeline.console.build_console import BuildConsole\n"
+        "BuildConsole.park_stderr = True\n"
+        "try:\n"
+        f"    with BuildConsole({str(log)!r}):\n"
+        "        raise KeyboardInterrupt\n"
+        "except KeyboardInterrupt:\n"
+        "    print('INTERRUPTED (Ctrl-C)', file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.stderr == "INTERRUPTED (Ctrl-C)\n"
 
 
 def test_an_inherited_ignored_sigint_stays_ignored_and_an_early_one_is_one_line(
@@ -398,16 +412,24 @@ def test_an_inherited_ignored_sigint_stays_ignored_and_an_early_one_is_one_line(
     # A script's background job starts with SIGINT ignored: the build took it over after its
     # first second, so a Ctrl-C stopped it or not by when it came. One before the build's own
     # handling (imports) printed an importlib traceback.
-    from beam_pipeline.interrupts import interrupts_remembered
+    import threading
+
+    from beam_pipeline import interrupts
     from beam_pipeline.tools import commands
 
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        with interrupts_remembered():
-            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
-            assert signal.getsignal(signal.SIGTERM) != signal.SIG_DFL  # (taken)
+        with interrupts.interrupts_remembered():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)  # ignored: nothing raised
+            # A lost worker still stops the build (by a SIGINT of its own): it hung.
+            with pytest.raises(interrupts.WorkerLost):
+                interrupts._worker_lost(-signal.SIGKILL)
+                time.sleep(5)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)
+        threading.excepthook = threading.__excepthook__
 
     def interrupted(argv=None, *, cli=False):
         raise KeyboardInterrupt

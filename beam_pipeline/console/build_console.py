@@ -159,10 +159,11 @@ class BuildConsole:
     pump thread (and, with `verbose`, to the terminal as well).
     """
 
-    # Set by the command line's process (`commands.cli`), which ends after the build: on exit
-    # the console leaves fd 2 on the log file, so what the runner's threads and loggers print
-    # as they end after the build's last line (a Ctrl-C's: gRPC streams cut, "Worker
-    # subprocess exited") is logged, not shown under it.
+    # Set by the command line's process (`commands.cli`), which ends after the build: on a
+    # return (not an exception, whose traceback or line is the terminal's) the console leaves
+    # fd 2 on the log file, so what the runner's threads and loggers print as they end after
+    # the build's last line (a Ctrl-C's: gRPC streams cut, "Worker subprocess exited") is
+    # logged, not shown under it.
     park_stderr = False
 
     def __init__(self, log_path: str | None = None, *, verbose=False, quiet=False):
@@ -206,7 +207,7 @@ class BuildConsole:
         root.setLevel(self._root_level)
         for handler in self._displaced:
             root.addHandler(handler)
-        self._release_fd2()
+        self._release_fd2(park=BuildConsole.park_stderr and exc_info[0] is None)
         self._log.close()
         _OPEN_LOGS.discard(self.log_path)
 
@@ -246,11 +247,11 @@ class BuildConsole:
                     os.write(self._saved_fd, chunk)
         os.close(read_end)
 
-    def _release_fd2(self) -> None:
+    def _release_fd2(self, park: bool = False) -> None:
         with contextlib.suppress(Exception):
             sys.stderr.flush()
         assert self._saved_fd is not None and self._pump is not None  # set by _capture_fd2
-        if BuildConsole.park_stderr:
+        if park:
             parked = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
             os.dup2(parked, 2)
             os.close(parked)
