@@ -86,9 +86,11 @@ def preprocess_for_eval(
 
     A JPEG decodes as the loader decodes the build's; other formats TensorFlow reads (PNG,
     GIF and WebP: their first frame, BMP) as the build stores them: transparency composited
-    onto white, grey as RGB. `image_size` is (height, width) or one int, as for `load_dataset`
-    (and refused with its messages). float32 scaled to `config.value_range`, or uint8 pixels
-    (`dtype="uint8"`) for a model that starts with `normalization_layer(config)`.
+    onto white, grey as RGB; but a GIF's transparent colour, which TensorFlow's decoder does
+    not apply (decode such a file with Pillow and `beam_pipeline.core.images.to_rgb`).
+    `image_size` is (height, width) or one int, as for `load_dataset` (and refused with its
+    messages). float32 scaled to `config.value_range`, or uint8 pixels (`dtype="uint8"`) for
+    a model that starts with `normalization_layer(config)`.
     """
     size = checked_image_size(image_size)
     return eval_view(encoded, size, config, dtype, decode=decode_as_stored)[0]
@@ -97,7 +99,8 @@ def preprocess_for_eval(
 def decode_as_stored(encoded: tf.Tensor) -> tf.Tensor:
     """uint8 RGB [H, W, 3] of image file bytes, as the build stores them (`preprocess_for_eval`)."""
     jpeg = tf.strings.substr(encoded, 0, 3) == b"\xff\xd8\xff"
-    return tf.cond(jpeg, lambda: _decode_jpeg(encoded), lambda: _on_white(encoded))
+    image = tf.cond(jpeg, lambda: _decode_jpeg(encoded), lambda: _on_white(encoded))
+    return tf.ensure_shape(image, [None, None, 3])  # (the branches' shapes differ in a graph)
 
 
 def _decode_jpeg(encoded: tf.Tensor) -> tf.Tensor:
@@ -107,13 +110,15 @@ def _decode_jpeg(encoded: tf.Tensor) -> tf.Tensor:
 def _on_white(encoded: tf.Tensor) -> tf.Tensor:
     """A non-JPEG's first frame as RGB, its alpha (a PNG's colour key too) over white."""
     png = tf.strings.substr(encoded, 0, 4) == b"\x89PNG"
-    image = tf.cond(
-        png,  # (RGBA asked for: libpng turns a colour key into alpha)
-        lambda: tf.io.decode_png(encoded, channels=4),
-        lambda: tf.ensure_shape(
-            tf.io.decode_image(encoded, expand_animations=False), [None, None, None]
-        ),
+    bmp = tf.strings.substr(encoded, 0, 2) == b"BM"  # (RGB: a 32-bit BMP's 4th byte is no alpha)
+    image = tf.case(
+        [
+            (png, lambda: tf.io.decode_png(encoded, channels=4)),  # (libpng: a key as alpha)
+            (bmp, lambda: tf.io.decode_bmp(encoded, channels=3)),
+        ],
+        default=lambda: tf.io.decode_image(encoded, expand_animations=False),
     )
+    image = tf.ensure_shape(image, [None, None, None])
     channels = tf.shape(image)[-1]
     colour = tf.cond(
         channels < 3, lambda: tf.tile(image[:, :, :1], [1, 1, 3]), lambda: image[:, :, :3]

@@ -229,16 +229,18 @@ def test_preprocess_for_eval_of_other_formats_sees_what_the_build_stores(name):
 
     if name.isupper():
         pixels = np.random.default_rng(0).integers(0, 256, (20, 30, 4), dtype=np.uint8)
+        pixels[:, :, 3] = 0 if name == "BMP" else pixels[:, :, 3]  # (a 32-bit BMP's 4th byte)
         stream = io.BytesIO()
-        Image.fromarray(pixels if name == "WEBP" else pixels[:, :, :3]).save(
-            stream, name, lossless=True
-        )
+        Image.fromarray(pixels).save(stream, name, lossless=True)
         data = stream.getvalue()
     else:
         data = (CORPUS / "images" / "pillow" / name).read_bytes()
     stored = np.asarray(to_rgb(Image.open(io.BytesIO(data))))
     assert np.array_equal(decode_as_stored(tf.constant(data)).numpy(), stored)
     assert preprocess_for_eval(tf.constant(data), 16).shape == (16, 16, 3)
+    # In a tf.data map (a graph): the channels stay known, as Keras's Conv2D needs them.
+    mapped = tf.data.Dataset.from_tensors(data).map(lambda b: preprocess_for_eval(b, 16))
+    assert mapped.element_spec.shape == (16, 16, 3)
 
 
 def test_numpy_integers_are_integer_arguments(built):
