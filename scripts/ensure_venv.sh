@@ -3,8 +3,13 @@
 # requirements and the project itself; reinstalls only when requirements.txt or setup.py
 # change. Source it: `source scripts/ensure_venv.sh`, then $VENV_PYTHON is the interpreter.
 # With TEST_REQUIREMENTS=1 (./run_tests.sh) it also installs requirements-test.txt, and
-# requirements-test-nodeps.txt without the dependencies its packages declare.
+# requirements-test-nodeps.txt without the dependencies its packages declare. With
+# VENV_PYTHON already set (an interpreter whose environment the caller made: the tests run the
+# scripts with their own, the oldest versions' too) it does nothing.
 set -euo pipefail
+if [ -n "${VENV_PYTHON:-}" ]; then
+  return 0
+fi
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${VENV:-$ROOT/.venv}"
 PYTHON="${PYTHON:-python3}"

@@ -8,6 +8,7 @@ import os
 import pathlib
 import shlex
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -36,7 +37,7 @@ def folder(tmp_path_factory):
         cwd=cwd,
         capture_output=True,
         text=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "VENV_PYTHON": sys.executable},
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return cwd

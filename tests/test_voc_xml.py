@@ -87,6 +87,12 @@ def test_split_folders_inside_images_and_annotations_are_the_splits(tmp_path):
     assert (plan.unbuilt, plan.outside) == (("val",), (f"{root}/images/stray.jpg",))
     with pytest.raises(LayoutError, match=r"split 'test' has no folder in .*images: the splits"):
         build(root, tmp_path / "out2", "--splits", "train,test")
+    # Split folders of another case and name: --splits takes them as the default build does.
+    for folder in ("images", "annotations"):
+        (root / folder / "val").rename(root / folder / "VALID")
+    plan = planner.plan_discovery(str(root), VOC_XML, ("train", "validation"), TREE_ACCESS)
+    assert [t.key_prefix for t in plan.tasks if t.kind == "images"] == ["train", "VALID"]
+    assert plan.unbuilt == ()
 
 
 def test_an_image_without_its_xml_is_rejected_not_background(tmp_path):

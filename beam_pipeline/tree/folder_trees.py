@@ -125,6 +125,7 @@ def _plan_inner_splits(
     images, annotations, folders = inner
     tasks: list[ListingTask] = []
     for split in splits:
+        split = _folder_of(split, folders) or split
         if split not in folders:
             raise LayoutError(_no_split_folder(join(root, images), split, folders))
         name = output_split(SPLIT_FOLDERS.get(split.lower(), split))
@@ -132,7 +133,8 @@ def _plan_inner_splits(
         xml = join(root, annotations, split)
         if tree.has_files(xml):
             tasks.append(ListingTask(ANNOTATIONS, xml, name, split, root))
-    unbuilt = tuple(name for name in folders if name not in splits)
+    built = {task.key_prefix for task in tasks}
+    unbuilt = tuple(name for name in folders if name not in built)
     outside = tuple(join(root, images, n) for n in tree.top_level_images(join(root, images)))
     names = tuple(dict.fromkeys(task.split for task in tasks))
     return DiscoveryPlan(VOC_XML, root, names, tuple(tasks), unbuilt=unbuilt, outside=outside)
@@ -186,14 +188,10 @@ def _split_directories(
     found: list[tuple[str, str, str]] = []
     for split in splits:
         if split not in directories:
-            # `--splits train,val` on TRAIN/ and VALIDATION/: the folder of that split, as the
-            # build without --splits takes it (in any case, under any of its names).
-            same = [
-                f for f in folders if SPLIT_FOLDERS[f.lower()] == SPLIT_FOLDERS.get(split.lower())
-            ]
-            if len(same) != 1:
+            folder = _folder_of(split, folders)
+            if folder is None:
                 raise LayoutError(_no_split_folder(root, split, folders))
-            split = same[0]
+            split = folder
         name = output_split(SPLIT_FOLDERS.get(split.lower(), split))
         if name in [output for _, output, _ in found]:
             raise LayoutError(
@@ -205,6 +203,16 @@ def _split_directories(
             raise LayoutError(f"split {split!r} has no images: {cut or directory + ' is empty'}")
         found.append((split, name, directory))
     return found
+
+
+def _folder_of(split: str, folders: Sequence[str]) -> str | None:
+    """The folder of `split` among the split folders: its own name, or else the one folder of
+    the same split in any case and name (`--splits train,val` on TRAIN/ and VALIDATION/, as the
+    build without --splits takes them); None when there is none, or several."""
+    if split in folders:
+        return split
+    same = [f for f in folders if SPLIT_FOLDERS[f.lower()] == SPLIT_FOLDERS.get(split.lower())]
+    return same[0] if len(same) == 1 else None
 
 
 def _no_split_folder(root: str, split: str, folders: Sequence[str]) -> str:
