@@ -38,6 +38,10 @@ from beam_pipeline.tree.fileio import sha256_of
 from schemas import SCHEMA_VERSION, SHARD_SUFFIX, DatasetInfo, ShardInfo
 from schemas.paths import is_local, join
 
+# What a shard's progress record holds of its images' prints (`save`); a record of another
+# version is not resumed from. 2: the source's width and height (the stored ones before).
+PRINTS_VERSION = 2
+
 
 def fingerprint(
     split: str,
@@ -53,6 +57,8 @@ def fingerprint(
     digest = hashlib.sha256()
     header = [SCHEMA_VERSION, split, index, num_shards, list(vocabulary.classes)]
     header.append(dataclasses.asdict(policy))
+    if policy.fingerprints:  # the prints a kept shard's record holds: their sizes the source's
+        header.append(f"prints {PRINTS_VERSION}")
     if drops_copies:
         header.append("drop_leaks")
     digest.update(json.dumps(header, sort_keys=True).encode("utf-8"))
