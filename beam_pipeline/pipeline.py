@@ -144,6 +144,12 @@ def prepare(config: BuildConfig) -> Prepared:
     return Prepared(config, plan, classes, display_names)
 
 
+def held_out_splits(config: BuildConfig) -> tuple[str, ...]:
+    """The splits held out of train (their images' classes are train's: the vocabulary reads
+    them too, so a class whose only box in train is a held-out image's second object stays)."""
+    return held_out_of(config).splits if config.validation_split or config.test_split else ()
+
+
 def held_out_of(config: BuildConfig) -> HoldOut:
     """The held-out splits of a build that asks for them; ValueError when it builds no split
     to take them from, or already builds one of them from the tree."""
@@ -279,7 +285,7 @@ def build_index(pipeline: beam.Pipeline, prepared: Prepared) -> Index:
         vocabulary = pipeline | "Vocabulary" >> beam.Create([Vocabulary(prepared.classes)])
     else:
         vocabulary = parsed | "BuildVocabulary" >> BuildVocabulary(
-            planner.vocabulary_split(plan.splits)
+            planner.vocabulary_split(plan.splits), held_out_splits(config)
         )
     split_kinds = entries | "ClassifySplits" >> ClassifySplits(layouts.has_negatives(plan.layout))
     misplaced = found_rejected | "MisplacedAnnotations" >> beam.FlatMap(

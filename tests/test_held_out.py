@@ -129,6 +129,36 @@ def test_xml_trees_divide_by_the_main_object_and_negatives_apart(tmp_path):
     assert list(info.splits) == ["train", "validation"]
 
 
+def test_a_class_only_a_held_out_image_shows_stays_in_the_vocabulary(tmp_path, capsys):
+    # A bicycle only beside a larger person, in one image: held out into validation, the
+    # vocabulary (train's classes) lost it: every class after it renumbered, that image
+    # rejected as unknown_class within the error budget, exit 0.
+    tree = tmp_path / "in"
+    for number in range(2):
+        objects = [("person", 1, 1, 40, 40)] + ([("bicycle", 1, 1, 10, 10)] if number else [])
+        ilsvrc_image(
+            tree, "train", f"ILSVRC2014_train_0000/p{number}", jpeg_bytes(), voc_xml(objects)
+        )
+    for number in range(3):
+        ilsvrc_image(tree, "train", f"ILSVRC2014_train_0000/c{number}", jpeg_bytes(),
+                     voc_xml([("cat", 1, 1, 40, 40)]))  # fmt: skip
+    for seed in range(10):  # (a seed that holds the bicycle's image out)
+        out = tmp_path / f"out{seed}"
+        info = build(tree, out, "--validation_split", "0.5", "--split_seed", str(seed))
+        held = {e[F.FILENAME][0].decode() for e in read_split(out, "validation")}
+        if "Data/DET/train/ILSVRC2014_train_0000/p1.JPEG" in held:
+            break
+    else:
+        raise AssertionError("no seed held the bicycle's image out")
+    assert info.classes == ("bicycle", "cat", "person")
+    assert info.splits["validation"].num_examples == 3  # (cat 2 of 3, person 1 of 2)
+    assert sum(split.num_rejected for split in info.splits.values()) == 0
+    argv = ["--input_dir", str(tree), "--validation_split", "0.5", "--split_seed", str(seed)]
+    assert plan_tool.main([*argv, "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert (planned["num_classes"], planned["num_rejections"]) == (3, 0)
+
+
 def test_a_split_the_tree_has_is_not_made_twice(tmp_path):
     tree = tmp_path / "in"
     for split in ("train", "val"):

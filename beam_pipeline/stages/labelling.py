@@ -203,18 +203,20 @@ def _refuse_names_alike(names, split: str | None) -> None:
 
 
 class BuildVocabulary(beam.PTransform):
-    """ParsedEntry of the train split (or the one named) → a single Vocabulary (sorted
-    distinct class names)."""
+    """ParsedEntry of the train split (or the one named), and of the splits held out of it
+    (`held_out`: its images, whose classes are train's), → a single Vocabulary (sorted distinct
+    class names)."""
 
-    def __init__(self, train_split: str | None):
+    def __init__(self, train_split: str | None, held_out: tuple[str, ...] = ()):
         super().__init__()
         self._train_split = train_split
+        self._held_out = held_out
 
     def expand(self, parsed):
-        split = self._train_split
+        split, sources = self._train_split, (self._train_split, *self._held_out)
         return (
             parsed
-            | "TrainOnly" >> beam.Filter(lambda p: p.entry.split == split)
+            | "TrainOnly" >> beam.Filter(lambda p: p.entry.split in sources)
             | "ClassNames" >> beam.FlatMap(class_names)
             | "Distinct" >> beam.Distinct()
             | "Collect" >> beam.combiners.ToList()

@@ -161,7 +161,10 @@ def _vocabulary(prepared, parsed: list[ParsedEntry]) -> tuple[Vocabulary | None,
         if prepared.classes is not None:
             return Vocabulary(prepared.classes), None
         split = planner.vocabulary_split(prepared.plan.splits)
-        names = {name for p in parsed if p.entry.split == split for name in class_names(p)}
+        from beam_pipeline.pipeline import held_out_splits
+
+        sources = (split, *held_out_splits(prepared.config))  # (as the build's)
+        names = {name for p in parsed if p.entry.split in sources for name in class_names(p)}
         return vocabulary_from_names(sorted(names), split), None
     except BuildFailed as error:
         return None, _reason(error)
