@@ -75,6 +75,7 @@ from beam_pipeline.tree.fileio import (
 )
 from beam_pipeline.tree.locate import locate_tree
 from schemas import BUILD_INFO_FILE, DatasetInfo
+from schemas.label_map import label_map_classes
 from schemas.paths import first_few, is_local, join
 
 logger = logging.getLogger(__name__)
@@ -126,10 +127,13 @@ def prepare(config: BuildConfig) -> Prepared:
     if config.labels_file:
         text = read_text(config.labels_file, "--labels_file")
         try:
-            classes, display_names = _a_builds_labels(config.labels_file, text) or (
-                parse_labels_file(text),
-                parse_display_names(text),
-            )
+            if re.search(r"^\s*item\s*\{", text, re.MULTILINE):  # the OD API's label map
+                classes, display_names = label_map_classes(text)
+            else:
+                classes, display_names = _a_builds_labels(config.labels_file, text) or (
+                    parse_labels_file(text),
+                    parse_display_names(text),
+                )
             Vocabulary(classes)
         except ValueError as error:
             raise ValueError(f"--labels_file {config.labels_file}: {error}") from None

@@ -65,6 +65,35 @@ def read_label_map(text: str) -> dict[str, int]:
     return {item.name: item.id for item in label_map.item}
 
 
+def label_map_classes(text: str) -> tuple[tuple[str, ...], dict[str, str]]:
+    """(classes in id order, {class: display name}) of an OD API label map (a `--labels_file`
+    such as `pascal_label_map.pbtxt`, or a build's own). ValueError, saying why, for text that
+    does not parse, an item without a name or an id of 1 or more, or a name or id twice."""
+    try:
+        items = text_format.Parse(text, StringIntLabelMap()).item
+    except text_format.ParseError as error:
+        raise ValueError(
+            f"a label map (item {{ name: ... id: ... }}) that does not parse: {error}"
+        ) from None
+    if not items:
+        raise ValueError("the label map has no item")
+    for item in items:
+        if not item.name or not item.HasField("id") or item.id < 1:
+            raise ValueError(
+                f"label map item {text_format.MessageToString(item, as_one_line=True)!r} needs a "
+                "name and an id of 1 or more (the OD API's 0 is the background, which the build "
+                "adds itself)"
+            )
+    for field in ("name", "id"):
+        values = [getattr(item, field) for item in items]
+        twice = sorted({value for value in values if values.count(value) > 1})
+        if twice:
+            raise ValueError(f"the label map gives these {field}s to several items: {twice[:10]}")
+    ordered = sorted(items, key=lambda item: item.id)
+    shown = {item.name: item.display_name for item in ordered if item.display_name}
+    return tuple(item.name for item in ordered), shown
+
+
 def label_map_csv(classes: Sequence[str]) -> str:
     """The label map as Model Garden's CSV: an `id,name` row per class, ids 1..N in class order
     (a name with a comma or a quote quoted, as its `csv.reader` reads it)."""

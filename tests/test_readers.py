@@ -49,6 +49,47 @@ def test_the_label_map_gives_ids_from_1_in_class_order_with_display_names(od_bui
     )
 
 
+def test_a_label_map_is_a_labels_file_in_id_order_with_its_display_names(
+    od_build, tmp_path, capsys
+):
+    # The OD API's pascal_label_map.pbtxt (or a build's own) as --labels_file was read a line a
+    # class: "lists these classes twice: ['id:', 'item', 'name:', '}']", and a one-item map
+    # became the classes item, name:, id:, }.
+    from beam_pipeline.tools import build as build_tool
+
+    tree = tmp_path / "tree"
+    ilsvrc_image(tree, "train", "t0", jpeg_bytes(), voc_xml([("n01443537", 2, 2, 30, 30)]))
+    labels = write(
+        tmp_path / "pascal_label_map.pbtxt",
+        "item {\n  id: 2\n  name: 'n01443537'\n}\nitem {\n  name: \"n01440764\"\n  id: 1\n"
+        "  display_name: 'tench'\n}\n",
+    )
+    info = build(tree, tmp_path / "out", "--splits", "train", "--labels_file", labels)
+    assert info.classes == ("n01440764", "n01443537") and info.display_names == {
+        "n01440764": "tench"
+    }
+    again = build(
+        tree, tmp_path / "again", "--splits", "train", "--labels_file", od_build / LABEL_MAP_FILE
+    )
+    assert again.classes == ("n01440764", "n01443537", "n09999999")
+    bad = write(tmp_path / "bad.pbtxt", "item {\n  name: 'cat'\n}\n")
+    argv = [
+        "--input_dir",
+        tree,
+        "--output_dir",
+        tmp_path / "o",
+        "--splits",
+        "train",
+        "--labels_file",
+        bad,
+    ]
+    assert build_tool.main([str(a) for a in argv]) == 2
+    assert (
+        f"error: --labels_file {bad}: label map item 'name: \"cat\"' needs a name and an id of 1 "
+        "or more (the OD API's 0 is the background, which the build adds itself)"
+    ) in capsys.readouterr().err
+
+
 def test_the_od_api_decoder_logic_finds_every_object_with_a_nonzero_id(od_build):
     """As the OD API's TfExampleDecoder with a label map: ids looked up by object class text;
     0 (its background) never comes out, and each id is the record's own label + 1."""
