@@ -290,6 +290,7 @@ def test_a_class_that_labels_no_image_is_named_with_the_label_rule():
     info = DatasetInfo("1.2", ("car", "dog"), {"train": train, "validation": val}, {}, {}, {}, {})
     assert summary.empty_class_notes(info) == [
         "Warning: no training image is labelled dog (an image's label is its largest object's "
-        "class): a classifier trained on this build never learns it",
-        "Note: no validation image is labelled dog: not measured there",
+        "class): a classifier trained on this build never learns it (its boxes beside larger "
+        "objects, if any, are still a detector's)",
+        "Note: no validation image is labelled dog (by its largest object): not measured there",
     ]

@@ -329,12 +329,19 @@ def empty_class_notes(info: DatasetInfo) -> list[str]:
             sources = {FROM_XML: "its largest object's class", FROM_FOLDER: "its class folder"}
             rule = " or ".join(v for k, v in sources.items() if split.label_sources.get(k))
             left = "; rejected.jsonl lists the images left out" if split.num_rejected else ""
+            boxes = (
+                " (its boxes beside larger objects, if any, are still a detector's)"
+                if split.label_sources.get(FROM_XML)
+                else ""
+            )
             notes.append(
                 f"Warning: no training image is labelled {shown} (an image's label is "
-                f"{rule or 'its class'}): a classifier trained on this build never learns it{left}"
+                f"{rule or 'its class'}): a classifier trained on this build never learns "
+                f"it{boxes}{left}"
             )
         else:
-            notes.append(f"Note: no {name} image is labelled {shown}: not measured there")
+            by = " (by its largest object)" if split.label_sources.get(FROM_XML) else ""
+            notes.append(f"Note: no {name} image is labelled {shown}{by}: not measured there")
     return notes
 
 
