@@ -124,6 +124,11 @@ class DatasetInfo:
         return self.class_list.background_index
 
     @property
+    def shard_files(self) -> frozenset[str]:
+        """The file names of every split's shards."""
+        return frozenset(shard.file for split in self.splits.values() for shard in split.shards)
+
+    @property
     def has_background(self) -> bool:
         """Whether any split holds an image labelled background (an image without objects;
         a build of class folders has none)."""

@@ -107,15 +107,13 @@ def _move_staged_build(output_dir: str, info: DatasetInfo) -> None:
     """Retires the build a rebuild replaces and moves the rebuild's staged shards and
     `rejected.jsonl` in. Each stage is recorded first, so a retried commit neither deletes a
     shard it moved nor retires twice; renames (on Cloud Storage, copies and deletes)."""
-    retired = _commit_stage(output_dir) == _MOVING
-    if not retired:
+    if _commit_stage(output_dir) != _MOVING:
         remove_other_shards(output_dir, info, staged=True)
-    staged = list_shard_files(output_dir, staged=True)
-    if not retired:
-        # The old shards of the staged ones' names stay until the move replaces them.
         write_atomic(output_dir, COMMITTING, _RETIRING)
-        retire_build(output_dir, replaced=set(staged))
+        # The old shards of the new ones' names stay until the move replaces them.
+        retire_build(output_dir, replaced=info.shard_files)
         write_atomic(output_dir, COMMITTING, _MOVING)
+    staged = list_shard_files(output_dir, staged=True)
     names = [
         shard.file
         for split in info.splits.values()
@@ -136,7 +134,7 @@ def remove_other_shards(
     would read beside this build's. `listed`: the directory's `list_shard_files`, if known;
     `staged`: those in `.staged/`."""
     listed = list_shard_files(output_dir, staged=staged) if listed is None else listed
-    ours = {shard.file for split in info.splits.values() for shard in split.shards}
+    ours = info.shard_files
     others = sorted(name for name in listed if is_shard_filename(name) and name not in ours)
     if others:
         logger.info(

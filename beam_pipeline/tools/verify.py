@@ -232,7 +232,7 @@ def check_stray_shards(
 ) -> list[Problem]:
     """Shard-named files of a split that the metadata does not list: a glob such as
     `train-*.tfrecord` (the readers of "Reading the records elsewhere") would read them."""
-    listed = {shard.file for split in info.splits.values() for shard in split.shards}
+    listed = info.shard_files
     (found,) = FileSystems.match([join(data_dir, f"*{SHARD_SUFFIX}")])
     names = sorted(m.path.rsplit("/", 1)[-1] for m in found.metadata_list)
     return [
