@@ -97,7 +97,7 @@ def test_every_summary_line_of_an_imagenet_build_fits_80_columns(monkeypatch, ho
     done = (
         "in 12,345.6 s, 116 images/s,"
         if kept is None
-        else "in 12,345.6 s; kept 1,000 shards (1,234,567 images) from the interrupted build; "
+        else "in 12,345.6 s; kept 1,000 shards (1,234,567 images) from the run that stopped; "
         "wrote 408 shards (196,600 images), 16 images/s,"
     )
     assert sentence(text) == (
@@ -218,7 +218,7 @@ def test_a_resumed_build_says_what_it_kept_and_times_what_it_wrote(tmp_path, mon
     images = sum(sizes.values()) - kept_now.images
     assert sentence(stream.getvalue()) == (
         f"Built {out} from {tree} (ilsvrc_det): 60 examples in 2.0 s; kept 3 shards "
-        f"({kept_now.images} images) from the interrupted build; wrote 3 shards ({images} "
+        f"({kept_now.images} images) from the run that stopped; wrote 3 shards ({images} "
         f"images), {images / 2:,.0f} images/s, in this process (in_memory)"
     )
 
@@ -234,7 +234,7 @@ def test_a_resumed_build_with_nothing_left_to_write_has_no_rate(tmp_path, monkey
     info, kept = resumed_build(argv)
     assert kept == (2, 16)
     text = printed(info, monkeypatch, home, kept=kept, workers="in this process (in_memory)")
-    assert "16 examples in 12,345.6 s; kept 2 shards (16 images) from the interrupted build; " in (
+    assert "16 examples in 12,345.6 s; kept 2 shards (16 images) from the run that stopped; " in (
         sentence(text)
     )
     assert sentence(text).endswith("wrote 0 shards (0 images), in this process (in_memory)")
@@ -277,7 +277,7 @@ def test_the_command_says_what_resume_kept(tmp_path, monkeypatch, capsys):
     text = " ".join(capsys.readouterr().out.split("\n\n")[0].split())
     kept = sum(result.shard.num_examples for result, *_ in written)
     assert (
-        f"; kept 3 shards ({kept} images) from the interrupted build; wrote 3 shards "
+        f"; kept 3 shards ({kept} images) from the run that stopped; wrote 3 shards "
         f"({60 - kept} images), "
     ) in text
 

@@ -224,7 +224,7 @@ def built_chunks(
         kept_shards, kept_images = kept
         written = examples - kept_images
         chunks += [f"in {seconds:,.1f} s;", f"kept {_shards(kept_shards, kept_images)}"]
-        chunks += ["from the interrupted build;", f"wrote {_shards(shards - kept_shards, written)}"]
+        chunks += ["from the run that stopped;", f"wrote {_shards(shards - kept_shards, written)}"]
     else:
         chunks.append(f"in {seconds:,.1f} s")
     if written and seconds > 0:
