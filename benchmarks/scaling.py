@@ -56,11 +56,9 @@ def _cpu(proc: psutil.Process) -> float:
 
 
 def _is_worker(process: psutil.Process, runner: str) -> bool:
-    """A process that runs the pipeline's elements: FnApiRunner's SDK worker (not a wrapper
-    process whose command line names it), or a Dask worker process (multiprocessing's child;
-    not its resource tracker)."""
-    if process.children():
-        return False
+    """A process that runs the pipeline's elements: FnApiRunner's SDK worker, or a Dask worker
+    process (multiprocessing's child; not its resource tracker). A wrapper process whose command
+    line names the worker is dropped later, once it is seen with a child (`run_sampled`)."""
     line = " ".join(process.cmdline())
     if runner == "dask":
         return "multiprocessing" in line and "resource_tracker" not in line
@@ -75,15 +73,18 @@ def run_sampled(command: list[str], interval: float = 0.05, runner: str = "local
     start = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     root = psutil.Process(process.pid)
-    coordinator, workers = 0.0, {}
+    coordinator, workers, parents = 0.0, {}, set()
     while process.poll() is None:
         with contextlib.suppress(psutil.Error):
             coordinator = _cpu(root)
             for child in root.children(recursive=True):
                 with contextlib.suppress(psutil.Error):
+                    parents.add(child.ppid())
                     if _is_worker(child, runner):
                         workers[child.pid] = _cpu(child)
         time.sleep(interval)
+    # A wrapper sampled before it started its worker looked like a worker of its own.
+    workers = {pid: cpu for pid, cpu in workers.items() if pid not in parents}
     seconds = time.perf_counter() - start
     error = process.stderr.read().decode("utf-8", "replace")
     if process.returncode != 0:
