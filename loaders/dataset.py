@@ -38,6 +38,7 @@ def load_dataset(
     background: bool | None = None,
     bounding_box_format: str = "rel_yxyx",
     max_boxes: int | None = None,
+    difficult: str = "keep",
     dtype: str = "float32",
     service: str | None = None,
     with_filenames: bool = False,
@@ -46,13 +47,11 @@ def load_dataset(
 ) -> tf.data.Dataset:
     """Returns `(images [B, H, W, 3], labels)` batches of one split: float32 images in
     `config.value_range` (or uint8 pixels), one-hot labels (or int, detection targets, none).
-    Training batches drop the remainder; evaluation keeps it. The dataset knows its length
-    (`assert_cardinality`: Keras shows `n/N` steps) and, as Keras's, its `class_names`. With a
-    seed, the order and augmentation are deterministic. Other arguments: `LoadSpec`'s fields.
+    Training drops the last partial batch. The dataset knows its length (Keras shows `n/N`
+    steps) and its `class_names`. Other arguments: `LoadSpec`'s fields.
 
     Args:
-      data_dir: a committed build (local or gs://); a local path is made absolute here, so
-        the shards read (by tf.data service workers too) are those of the build read now.
+      data_dir: a committed build (local or gs://; a local path is made absolute here).
       split: e.g. "train" or "validation".
       service: a tf.data service dispatcher ("grpc://host:port", `python -m loaders.service`):
         its workers read, parse and decode (each record once per epoch: "distributed_epoch");
@@ -80,6 +79,7 @@ def load_dataset(
         background=background,
         bounding_box_format=bounding_box_format,
         max_boxes=max_boxes,
+        difficult=difficult,
         dtype=dtype,
         with_filenames=with_filenames,
         config=config,
@@ -239,6 +239,7 @@ class _Parser:
             *((F.LABEL,) if spec.label_mode in ("one_hot", "int") else ()),
             *(F.BOX_KEYS_YX if detection or (spec.training and spec.config.random_crop) else ()),
             *((F.OBJECT_LABEL,) if detection else ()),
+            *((F.OBJECT_DIFFICULT,) if detection and spec.difficult != "keep" else ()),
             *((F.FILENAME,) if spec.with_filenames else ()),
         )
         self.features = tf_feature_spec(num_classes, keys)
@@ -249,6 +250,8 @@ class _Parser:
         boxes = None
         if F.BBOX_YMIN in parsed:
             boxes = tf.stack([tf.sparse.to_dense(parsed[key]) for key in F.BOX_KEYS_YX], axis=1)
+        if spec.label_mode == "detection":
+            boxes, objects = self._detected(parsed, boxes)
         if spec.training:
             image, view = train_view(
                 parsed[F.ENCODED], boxes, spec.image_size, seed, spec.config, spec.dtype
@@ -259,8 +262,7 @@ class _Parser:
         if spec.label_mode is None:
             return (image, *filenames) if filenames else image
         if spec.label_mode == "detection":
-            classes = tf.cast(tf.sparse.to_dense(parsed[F.OBJECT_LABEL]), tf.int32)
-            target = self._objects(*view_boxes(boxes, classes, view))
+            target = self._objects(*view_boxes(boxes, objects, view))
             if filenames:
                 target["filename"] = filenames[0]
             return image, target
@@ -269,8 +271,23 @@ class _Parser:
             label = tf.one_hot(label, self.num_labels, dtype=tf.float32)
         return (image, label, *filenames)
 
-    def _objects(self, boxes, classes):
-        """{"boxes", "classes"} of one image in the chosen format, cut/padded to `max_boxes`."""
+    def _detected(self, parsed, boxes):
+        """(boxes, objects) of the record: `objects` [N, 1] classes, or [N, 2] classes and
+        difficult flags; with `difficult="drop"`, the difficult ones are left out here, before
+        the training crop, which then ignores them too."""
+        objects = tf.cast(tf.sparse.to_dense(parsed[F.OBJECT_LABEL]), tf.int32)[:, None]
+        if self.spec.difficult == "keep":
+            return boxes, objects
+        flags = tf.cast(tf.sparse.to_dense(parsed[F.OBJECT_DIFFICULT]), tf.int32)
+        objects = tf.concat([objects, flags[:, None]], axis=1)
+        if self.spec.difficult == "drop":
+            easy = flags == 0
+            return tf.boolean_mask(boxes, easy), tf.boolean_mask(objects, easy)
+        return boxes, objects
+
+    def _objects(self, boxes, objects):
+        """{"boxes", "classes"[, "difficult"]} of one image in the chosen format, cut/padded to
+        `max_boxes`; `objects`: [N, 1] classes, or [N, 2] classes and difficult flags."""
         box_format, max_boxes = self.spec.bounding_box_format, self.spec.max_boxes
         if box_format in ("yxyx", "xyxy"):
             height, width = self.spec.image_size
@@ -278,19 +295,24 @@ class _Parser:
         if box_format in ("rel_xyxy", "xyxy"):
             boxes = tf.gather(boxes, [1, 0, 3, 2], axis=1)
         if max_boxes is not None:
-            pad = tf.maximum(max_boxes - tf.shape(classes)[0], 0)
+            pad = tf.maximum(max_boxes - tf.shape(objects)[0], 0)
             boxes = tf.pad(boxes[:max_boxes], [[0, pad], [0, 0]], constant_values=-1.0)
-            classes = tf.pad(classes[:max_boxes], [[0, pad]], constant_values=-1)
+            objects = tf.pad(objects[:max_boxes], [[0, pad], [0, 0]], constant_values=-1)
             boxes = tf.ensure_shape(boxes, [max_boxes, 4])
-            classes = tf.ensure_shape(classes, [max_boxes])
-        return {"boxes": boxes, "classes": classes}
+            objects = tf.ensure_shape(objects, [max_boxes, None])
+        target = {"boxes": boxes, "classes": objects[:, 0]}
+        if self.spec.difficult == "flag":
+            target["difficult"] = objects[:, 1]
+        return target
 
     @staticmethod
     def padding_values(element_spec):
-        """`padded_batch`'s padding: -1 for boxes and classes, 0 / "" for the rest."""
+        """`padded_batch`'s padding: -1 for boxes, classes and flags, 0 / "" for the rest."""
         image_spec, target_spec = element_spec
         pads = {
-            key: tf.constant(-1, spec.dtype) if key in ("boxes", "classes") else tf.constant("")
+            key: tf.constant(-1, spec.dtype)
+            if key in ("boxes", "classes", "difficult")
+            else tf.constant("")
             for key, spec in target_spec.items()
         }
         return tf.constant(0, image_spec.dtype), pads

@@ -250,11 +250,12 @@ def _random_flip(image, view: View, seed, config: ReadConfig):
     return image, view._replace(flipped=flipped)
 
 
-def view_boxes(boxes: tf.Tensor, classes: tf.Tensor, view: View) -> tuple[tf.Tensor, tf.Tensor]:
+def view_boxes(boxes: tf.Tensor, objects: tf.Tensor, view: View) -> tuple[tf.Tensor, tf.Tensor]:
     """Boxes of the source image ([N, 4] relative ymin, xmin, ymax, xmax) as the view shows them.
 
     Boxes are moved into the window and clipped to it; those left with no area (they fell out
-    of the crop) are dropped with their classes; a flip mirrors the rest.
+    of the crop) are dropped with their rows of `objects` ([N, ...]: classes, flags); a flip
+    mirrors the rest.
     """
     source = tf.cast(tf.tile(view.source_shape, [2]), tf.float32)
     window = tf.cast(view.window, tf.float32)
@@ -262,11 +263,11 @@ def view_boxes(boxes: tf.Tensor, classes: tf.Tensor, view: View) -> tuple[tf.Ten
     extent = tf.tile(window[2:], [2]) / source
     moved = tf.clip_by_value((boxes - origin) / extent, 0.0, 1.0)
     keep = (moved[:, 2] > moved[:, 0]) & (moved[:, 3] > moved[:, 1])
-    moved, classes = tf.boolean_mask(moved, keep), tf.boolean_mask(classes, keep)
+    moved, objects = tf.boolean_mask(moved, keep), tf.boolean_mask(objects, keep)
     ymin, xmin, ymax, xmax = tf.unstack(moved, num=4, axis=1)
     mirrored = tf.stack([ymin, 1.0 - xmax, ymax, 1.0 - xmin], axis=1)
     moved = tf.cond(view.flipped, lambda: mirrored, lambda: moved)
-    return moved, classes
+    return moved, objects
 
 
 def normalization_layer(config: ReadConfig = ReadConfig()):

@@ -19,6 +19,9 @@ from loaders.preprocessing import checked_image_size, is_int, output_dtype
 LABEL_MODES = ("one_hot", "categorical", "int", "detection", None)
 # KerasHub's names of the corner formats; "rel_" ones are fractions of the output image.
 BOX_FORMATS = ("rel_yxyx", "yxyx", "rel_xyxy", "xyxy")
+# Detection's objects flagged `<difficult>` in their XML: kept as any other, left out (the OD
+# API's `ignore_difficult_instances`), or kept with the flag as a target of its own.
+DIFFICULT_MODES = ("keep", "drop", "flag")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +57,10 @@ class LoadSpec:
         the output image, [ymin, xmin, ymax, xmax]), "yxyx" (its pixels), "rel_xyxy", "xyxy".
       max_boxes: detection pads (and cuts: the first `max_boxes` objects in annotation order
         are kept) every image's objects to this fixed count; None pads to the batch's largest.
+      difficult: detection's objects whose XML flags them `<difficult>1</difficult>` (Pascal
+        VOC's, left out of its evaluation): "keep" them as any other; "drop" them (as the OD
+        API's `ignore_difficult_instances`: the training crop then ignores them too); or
+        "flag" them: the targets gain "difficult", int32 [B, N], 1 or 0 (-1 in padding).
       dtype: "float32" (images in `config.value_range`) or "uint8" (pixels: a quarter of the
         bytes to the accelerator and no float conversion on the host; put
         `loaders.normalization_layer(config)` first in the model); a TensorFlow dtype is kept
@@ -73,6 +80,7 @@ class LoadSpec:
     background: bool | None = None
     bounding_box_format: str = "rel_yxyx"
     max_boxes: int | None = None
+    difficult: str = "keep"
     dtype: str = "float32"
     with_filenames: bool = False
     config: ReadConfig = ReadConfig()
@@ -82,7 +90,7 @@ class LoadSpec:
         """The spec of these arguments (named as the fields; one left out takes the field's
         default), checked in a fixed order: `training`, `with_filenames`, `seed`, `config`,
         `background`, `batch_size`, `image_size`, `label_mode`, `bounding_box_format`,
-        `max_boxes`, `dtype`.
+        `max_boxes`, `difficult`, `dtype`.
         """
         given = cls(**arguments)
         given._check_types()
@@ -130,6 +138,14 @@ class LoadSpec:
             raise ValueError(
                 "bounding_box_format and max_boxes shape detection's boxes: they need "
                 f'label_mode="detection", not {self.label_mode!r}'
+            )
+        if self.difficult not in DIFFICULT_MODES:
+            raise ValueError(f"difficult must be one of {DIFFICULT_MODES}, not {self.difficult!r}")
+        if self.label_mode != "detection" and self.difficult != "keep":
+            raise ValueError(
+                f"difficult={self.difficult!r} picks detection's objects: it needs "
+                f'label_mode="detection", not {self.label_mode!r} (a classification label is '
+                "the largest object's, difficult or not)"
             )
 
     def refuse_unlabelled(self, info: BuildInfo, split: str) -> None:

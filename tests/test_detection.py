@@ -45,9 +45,15 @@ def scene(rng, names):
     return out.getvalue(), objects
 
 
+def is_difficult(index: int, position: int) -> int:
+    """Whether the XML flags object `position` of image `index` `<difficult>` (a third)."""
+    return int((index + position) % 3 == 0)
+
+
 @pytest.fixture(scope="module")
 def detection_build(tmp_path_factory):
-    """A DET tree of 24 train and 4 val images with 0-3 objects each; (output, {file: objects})."""
+    """A DET tree of 24 train and 4 val images with 0-3 objects each, a third of them flagged
+    difficult (`is_difficult`); (output, {file: objects})."""
     rng = np.random.default_rng(5)
     root = tmp_path_factory.mktemp("det")
     truth = {}
@@ -56,7 +62,8 @@ def detection_build(tmp_path_factory):
             names = [n for n in COLOURS if rng.random() < 0.6] if index else []
             data, objects = scene(rng, names)
             stem = f"{split}_{index:03d}"
-            xml = voc_xml(objects, size=(WIDTH, HEIGHT))
+            flagged = [(*o, is_difficult(index, i), 0) for i, o in enumerate(objects)]
+            xml = voc_xml(flagged, size=(WIDTH, HEIGHT))
             ilsvrc_image(root, split, stem, data, xml)
             truth[f"Data/DET/{split}/{stem}.JPEG"] = objects
     out = tmp_path_factory.mktemp("out")
@@ -230,6 +237,92 @@ def test_bad_detection_arguments_are_named(detection_build, kwargs, error, messa
     with pytest.raises(error) as raised:
         load_dataset(out, "train", **arguments)
     assert str(raised.value) == message or str(raised.value).startswith(message)
+
+
+def difficult_flags(truth, filename):
+    """The difficult flags the fixture wrote for the file's objects, in annotation order."""
+    index = int(filename.rsplit("_", 1)[1].split(".")[0])
+    return [is_difficult(index, i) for i in range(len(truth[filename]))]
+
+
+def test_difficult_objects_are_kept_flagged_or_dropped(detection_build):
+    out, truth = detection_build
+    names = dataset_info(out).class_names
+
+    def load(difficult, **kwargs):
+        return load_dataset(
+            out,
+            "train",
+            batch_size=5,
+            image_size=(HEIGHT, WIDTH),
+            label_mode="detection",
+            bounding_box_format="xyxy",
+            with_filenames=True,
+            difficult=difficult,
+            **kwargs,
+        )
+
+    flagged = load("flag")
+    assert flagged.element_spec[1]["difficult"] == tf.TensorSpec((None, None), tf.int32)
+    assert "difficult" not in load("keep").element_spec[1]
+    seen_flags, dropped = [], 0
+    for (_, target), (_, easy) in zip(flagged, load("drop"), strict=True):
+        for i, name in enumerate(target["filename"].numpy()):
+            name = name.decode()
+            flags = difficult_flags(truth, name)
+            real = target["classes"][i].numpy() >= 0
+            assert list(target["difficult"][i].numpy()[real]) == flags
+            assert np.all(target["difficult"][i].numpy()[~real] == -1)
+            kept = easy["classes"][i].numpy()
+            kept = kept[kept >= 0]
+            expected = [o for o, flag in zip(truth[name], flags, strict=True) if not flag]
+            assert [names[c] for c in kept] == [o[0] for o in expected]
+            np.testing.assert_allclose(
+                easy["boxes"][i].numpy()[: len(kept)],
+                np.reshape([o[1:] for o in expected], (-1, 4)),
+                atol=1e-3,
+            )
+            seen_flags += flags
+            dropped += sum(flags)
+    assert len(seen_flags) > 20 and 5 < dropped < len(seen_flags)
+    # Through the training crop (which drops objects) and max_boxes' cut and padding, each
+    # flag stays with its object (one per class in these scenes); "drop" yields none flagged.
+    for difficult in ("flag", "drop"):
+        for _, target in load(difficult, max_boxes=2, training=True, seed=1):
+            for i, name in enumerate(target["filename"].numpy()):
+                name = name.decode()
+                flag_of = dict(
+                    zip((o[0] for o in truth[name]), difficult_flags(truth, name), strict=True)
+                )
+                classes = target["classes"][i].numpy()
+                yielded = [names[c] for c in classes[classes >= 0]]
+                if difficult == "drop":
+                    assert not any(flag_of[n] for n in yielded)
+                    continue
+                flags = target["difficult"][i].numpy()
+                assert list(flags[classes >= 0]) == [flag_of[n] for n in yielded]
+                assert np.all(flags[classes < 0] == -1)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"difficult": "ignore"},
+            "difficult must be one of ('keep', 'drop', 'flag'), not 'ignore'",
+        ),
+        (
+            {"label_mode": "int", "difficult": "drop"},
+            "difficult='drop' picks detection's objects: it needs label_mode=\"detection\", "
+            "not 'int'",
+        ),
+    ],
+)
+def test_bad_difficult_arguments_are_named(detection_build, kwargs, message):
+    arguments = {"label_mode": "detection", "batch_size": 4, **kwargs}
+    with pytest.raises(ValueError) as raised:
+        load_dataset(detection_build[0], "train", **arguments)
+    assert str(raised.value).startswith(message)
 
 
 def test_a_detection_model_fits_on_the_padded_batches(detection_build):
