@@ -17,11 +17,13 @@ set -euo pipefail
 CALLER_DIR="$PWD"
 cd "$(dirname "$0")"
 source scripts/ensure_venv.sh
+# This checkout's code, wherever the command runs and whichever checkout the environment
+# (VENV=...) was installed from; Beam's worker processes inherit it.
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 # No runner flags: the builder then runs on FnApiRunner with one worker process per core
 # (DirectRunner would first try to download Prism); name a runner or a mode to choose. Run
-# from the caller's directory: its relative paths are the user's (the venv installs this
-# checkout editable, so the package imports from anywhere).
+# from the caller's directory: its relative paths are the user's.
 if [ $# -gt 0 ]; then
   cd "$CALLER_DIR"
   exec "$VENV_PYTHON" -m beam_pipeline "$@"

@@ -33,6 +33,7 @@ from beam_pipeline.runners import machine
 from beam_pipeline.stages import writing
 from beam_pipeline.tools import build as build_tool
 from beam_pipeline.tools import sample_tree, verify
+from beam_pipeline.tools.commands import COMMANDS
 from schemas import SplitInfo
 
 WORKERS = ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
@@ -164,6 +165,21 @@ def test_a_command_run_as_its_own_module_prints_only_its_answer(module, tmp_path
     assert done.returncode != 0
     assert "apitools" not in done.stderr and "WARNING:root" not in done.stderr
     assert f"error: {missing}" in done.stderr
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_module_runs_alone_as_its_command(command):
+    """`python -m beam_pipeline.tools.MODULE --help` is `python -m beam_pipeline COMMAND
+    --help` (the build's module once ran nothing and exited 0)."""
+    module = COMMANDS[command][0]
+    alone, through = (
+        subprocess.run(
+            [sys.executable, "-m", *argv, "--help"], capture_output=True, text=True, timeout=600
+        )
+        for argv in ([f"beam_pipeline.tools.{module}"], ["beam_pipeline", command])
+    )
+    assert alone.returncode == through.returncode == 0, alone.stderr
+    assert alone.stdout.split("\n", 1)[1] == through.stdout.split("\n", 1)[1] != ""
 
 
 def test_a_good_build_prints_a_short_summary_naming_the_output(small_tree, tmp_path):

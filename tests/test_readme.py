@@ -3,14 +3,21 @@ the docs site), run on the bundled sample exactly as `./run_local.sh` builds it:
 page shows must be what the command prints (they had drifted: a record key added in schema 1.2,
 the sizes it grew)."""
 
+import os
+import pathlib
 import re
 import shlex
+import shutil
+import subprocess
+import sys
 
 import pytest
 from helpers import build
 from test_readers import readme_blocks
 
 from beam_pipeline.tools import commands, sample_tree
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
 
 # Seconds vary from run to run; everything else must not.
 _SECONDS = re.compile(r"\(\d+(\.\d+)? s\)")
@@ -73,3 +80,29 @@ def test_the_readme_shows_what_the_command_prints(sample_dir, monkeypatch, capsy
         capsys.readouterr()
         assert commands.main([command, *argv]) == 0
         assert_shows(capsys.readouterr().out, shown)
+
+
+def test_run_local_runs_its_own_checkout_from_any_directory(tmp_path):
+    """`./run_local.sh COMMAND` from another directory runs the script's checkout, not the
+    one its environment was installed from (VENV=... of another clone ran that clone's code)."""
+    checkout = tmp_path / "clone"
+    (checkout / "scripts").mkdir(parents=True)
+    for script in ("run_local.sh", "scripts/ensure_venv.sh"):
+        shutil.copy2(REPO / script, checkout / script)
+    package = checkout / "beam_pipeline"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text("import sys\nprint(__file__, sys.argv[1:])\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [str(checkout / "run_local.sh"), "plan", "tree"],
+        cwd=elsewhere,
+        env={**env, "VENV_PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{package / '__main__.py'} ['plan', 'tree']\n"

@@ -267,3 +267,9 @@ def _failed(
         out.say(note)
     out.say(f"full log: {out.log_path}")
     return 1
+
+
+if __name__ == "__main__":  # `python -m beam_pipeline.tools.build ...`: the `build` command
+    from beam_pipeline.tools.commands import cli
+
+    raise SystemExit(cli(["build", *sys.argv[1:]]))

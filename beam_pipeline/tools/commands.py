@@ -42,12 +42,12 @@ def usage() -> str:
     return USAGE.format(commands="\n".join(lines))
 
 
-def cli() -> int:
+def cli(argv: Sequence[str] | None = None) -> int:
     """`python -m beam_pipeline` and `imagenet-tfrecords`: `main`, as a process that ends with
     it. A build's console leaves stderr in its log (`BuildConsole.park_stderr`), and a Ctrl-C
     before the build's own handling (in the first second: imports) is one line, not a trace."""
     try:
-        return main(cli=True)
+        return main(argv, cli=True)
     except KeyboardInterrupt:
         print("INTERRUPTED (Ctrl-C)", file=sys.stderr)
         return 128 + signal.SIGINT
