@@ -94,7 +94,7 @@ class DaliSettings:
             `image_slice` for training crops and evaluation central crops); DALI refuses a
             name it does not know. On the GPU the loader sets `hw_decoder_load` to 0 (every
             image decoded by CUDA kernels, none by the A100's, H100's or H200's hardware JPEG
-            decoder: the model was fed faster so, see the README); `{"hw_decoder_load": 0.65}`
+            decoder: the model was fed faster so, see docs/dali.md); `{"hw_decoder_load": 0.65}`
             is DALI's own default. The loader's own (`device`, `output_type`,
             `adjust_orientation`, the crop window's `axis_names`, `normalized_anchor`,
             `normalized_shape`, and `dtype`) are refused.

@@ -205,6 +205,44 @@ def _resolves(dotted: str) -> bool:
     return re.search(defined, source.read_text(encoding="utf-8"), re.M) is not None
 
 
+def test_every_flag_of_the_build_has_a_row_in_the_flag_table():
+    """docs/building.md's table names each flag `BuildOptions` adds (the console's too)."""
+    import argparse
+
+    from beam_pipeline.options import BuildOptions
+
+    parser = argparse.ArgumentParser()
+    BuildOptions._add_argparse_args(parser)
+    flags = {flag for action in parser._actions for flag in action.option_strings} - {
+        "-h",
+        "--help",
+    }
+    rows = [
+        line for line in (DOCS / "building.md").read_text().splitlines() if line.startswith("| `--")
+    ]
+    named = {flag for row in rows for flag in re.findall(r"`(--[a-z_]+)", row.split(" | ")[0])}
+    assert flags - named == set()
+
+
+def test_where_the_code_lives_names_every_module_of_the_builder():
+    """How it works' table of the builder's modules, by sub-package, misses none."""
+    text = (DOCS / "how-it-works.md").read_text().split("## Where the code lives")[1]
+    rows = {}
+    for line in text.split("\n\n", 2)[2].splitlines():
+        if line.startswith("| ") and not line.startswith("| sub-package"):
+            package, modules = line.split(" | ")[:2]
+            folder = package.strip("| `/") if "top level" not in package else ""
+            rows.setdefault(folder, set()).update(re.findall(r"`(\w+)`", modules))
+    package = ROOT / "beam_pipeline"
+    missing = [
+        str(path.relative_to(package))
+        for path in sorted(package.rglob("*.py"))
+        if path.stem not in ("__init__", "__main__")
+        and path.stem not in rows.get("" if path.parent == package else path.parent.name, ())
+    ]
+    assert missing == []
+
+
 def test_the_modules_the_docs_name_exist():
     """The pages name modules by their paths in the package: each path and dotted name, and each
     module of the table in how-it-works.md, is a module (or a name in one) of the checkout."""

@@ -218,6 +218,7 @@ def test_upgrade_makes_a_schema_1_build_a_tfds_dataset_without_touching_a_shard(
         f"schema 1.2.0, unchanged); tfds.builder_from_directory('{legacy}') reads it\n"
     )
     assert shard_digests(legacy) == before
+    assert not (legacy / ".tmp").exists()  # (its writes' temp folder, left empty, is gone)
     info = DatasetInfo.from_json((legacy / BUILD_INFO_FILE).read_text())
     assert info.schema_version == "1.2.0"
     assert json.loads((legacy / TFDS_INFO_FILE).read_text())["version"] == "1.2.0"

@@ -319,6 +319,14 @@ def remove_work_dirs(output_dir: str) -> None:
         _remove_dir(join(output_dir, name))
 
 
+def remove_empty_temp_dir(output_dir: str) -> None:
+    """Deletes `OUT/.tmp/` when nothing is in it: what `write_atomic`'s renames leave."""
+    directory = join(output_dir, TEMP_DIR)
+    (match,) = FileSystems.match([join(directory, "**")])
+    if not match.metadata_list and FileSystems.exists(directory):
+        FileSystems.delete([directory])
+
+
 def _remove_dir(directory: str) -> None:
     """Deletes `directory` and what is in it, if it is there."""
     (match,) = FileSystems.match([join(directory, "**")])

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.output.commit import commit_stage
-from beam_pipeline.output.directory import remove_work_dirs, write_atomic
+from beam_pipeline.output.directory import remove_empty_temp_dir, remove_work_dirs, write_atomic
 from beam_pipeline.output.lock import busy_reason
 from beam_pipeline.output.readback import read_build_info
 from schemas import BUILD_INFO_FILE, DatasetInfo
@@ -65,6 +65,8 @@ def upgrade(output_dir: str) -> tuple[DatasetInfo, list[str]]:
     write_atomic(output_dir, TFDS_INFO_FILE, tfds_info.encode("utf-8"))
     written.append(TFDS_INFO_FILE)
     finish_stopped_commit(output_dir)
+    if busy_reason(output_dir) is None:  # (a build that holds the directory writes there)
+        remove_empty_temp_dir(output_dir)
     return info, written
 
 
