@@ -240,7 +240,12 @@ class BuildConfig:
         elif shards is not None and shards < 1:
             raise ValueError(f"--num_shards must be at least 1, not {shards}")
         if isinstance(shards, dict) and self.splits:
-            built = [output_split(s) for s in self.splits]
+            held_out = [
+                name
+                for name, fraction in ((VALIDATION, self.validation_split), (TEST, self.test_split))
+                if fraction
+            ]
+            built = [output_split(s) for s in self.splits] + held_out
             unknown = sorted(set(shards) - set(built))
             if unknown:
                 raise ValueError(

@@ -94,8 +94,11 @@ def test_class_folders_divide_per_class(photos, tmp_path):
     build(photos, tmp_path / "reshuffled", "--validation_split", "0.2", "--test_split", "0.1",
           "--seed", "7")  # fmt: skip
     assert members(tmp_path / "reshuffled") == found
-    build(photos, tmp_path / "reseeded", "--validation_split", "0.2", "--split_seed", "1")
+    # A held-out split takes a shard count of its own.
+    reseeded = build(photos, tmp_path / "reseeded", "--validation_split", "0.2", "--split_seed",
+                     "1", "--num_shards", "train=1,validation=2")  # fmt: skip
     assert members(tmp_path / "reseeded")["validation"] != found["validation"]
+    assert [len(reseeded.splits[s].shards) for s in ("train", "validation")] == [1, 2]
 
 
 def test_every_runner_divides_alike(photos, tmp_path):

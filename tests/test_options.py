@@ -426,6 +426,22 @@ def test_split_keyed_values_name_only_splits_being_built(value, unknown):
     }
 
 
+def test_split_keyed_shard_counts_name_the_held_out_splits_too():
+    held_out = ("--splits", "train", "--validation_split", "0.2", "--test_split", "0.1")
+    counts = "train=2,validation=3,test=1"
+    assert config(*held_out, "--num_shards", counts).num_shards == {
+        "train": 2,
+        "validation": 3,
+        "test": 1,
+    }
+    with pytest.raises(ValueError) as error:
+        config(*held_out[:4], "--num_shards", counts)
+    assert str(error.value) == (
+        "--num_shards names ['test'], which this build does not write; its splits are "
+        "['train', 'validation'] (--splits train; val is written as validation)"
+    )
+
+
 @pytest.mark.parametrize("where", ["alone", "after Beam flags"])
 def test_help_lists_every_project_flag_wherever_it_is_asked(where, capsys):
     argv = ["--help"] if where == "alone" else ["--direct_num_workers", "2", "--help"]
