@@ -18,7 +18,7 @@ from schemas import (
     SplitInfo,
     read_build_info,
 )
-from schemas.metadata import tree_instead_of_build
+from schemas.metadata import metadata_text, tree_instead_of_build
 from schemas.paths import first_few, is_local, join, not_a_directory
 
 
@@ -174,7 +174,7 @@ def dataset_info(data_dir: str | os.PathLike) -> BuildInfo:
         if not tf.io.gfile.exists(path):
             return None
         with tf.io.gfile.GFile(path, "rb") as f:
-            read[name] = f.read().decode("utf-8")
+            read[name] = metadata_text(f.read(), path)
         return read[name]
 
     if what := not_a_directory(directory):

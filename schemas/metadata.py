@@ -290,6 +290,17 @@ _DAMAGED = "{} is damaged and the build cannot be read"
 _REBUILD = "rebuild it (--overwrite replaces it)"
 
 
+def metadata_text(data: bytes, path: str) -> str:
+    """A metadata file's text; DamagedBuildError, naming it, for bytes that are not UTF-8 (a
+    PNG written over it, say)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise DamagedBuildError(
+            f"{_DAMAGED.format(path)} (not UTF-8 text: {error}); {_REBUILD}"
+        ) from None
+
+
 def _parse_build_info(text: str, path: str) -> DatasetInfo:
     try:
         payload = json.loads(text)

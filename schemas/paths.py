@@ -28,3 +28,12 @@ def first_few(names: Sequence[str], shown: int) -> str:
     """`a, b, c and 2 more`: the first `shown` of `names`, for a message."""
     rest = len(names) - shown
     return ", ".join(names[:shown]) + (f" and {rest} more" if rest > 0 else "")
+
+
+def within(path: str, directory: str) -> bool:
+    """Whether the local `path` is `directory` or lies below it (links resolved); False for
+    URLs and empty names."""
+    if not (path and directory and is_local(path) and is_local(directory)):
+        return False
+    path, directory = os.path.realpath(path), os.path.realpath(directory)
+    return os.path.commonpath([path, directory]) == directory

@@ -374,6 +374,15 @@ def test_stats_text_names_rejections_and_says_what_an_old_build_lacks(bad_tree, 
         f"error: {out} already holds a build whose build_info.json is damaged; pass "
         "--overwrite to replace it\n"
     )
+    # Bytes that are not text (a PNG written over it): named alike (was a bare codec error).
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    binary = f"{path} is damaged and the build cannot be read (not UTF-8 text: "
+    assert commands.main(["stats", str(out)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {binary}")
+    assert commands.main(["verify", str(out)]) == 1
+    assert capsys.readouterr().out.startswith(f"FAIL {binary}")
+    with pytest.raises(ValueError, match=re.escape(binary)):
+        load_dataset(str(out), "train", batch_size=2)
 
 
 def test_stats_of_a_directory_without_a_build(tmp_path, capsys):

@@ -351,6 +351,10 @@ def test_the_palette_sheet_keeps_the_drawing_colours_exact(built, tmp_path, caps
             "error: split 'test' is unlabelled; --class needs a labelled split",
         ),
         (["-n", "0"], "error: -n must be at least 1, not 0"),
+        (
+            ["--histogram", "--class", "circle"],
+            "error: --histogram plots every class; --class and --leaks pick examples",
+        ),
     ],
 )
 def test_bad_arguments_exit_2_with_what_is_known(built, tmp_path, capsys, argv, message):
@@ -366,6 +370,23 @@ def test_an_output_in_a_missing_folder_exits_2_naming_it(built, tmp_path, capsys
         err
         == f"error: --output {tmp_path}/nowhere/x.png: the folder {tmp_path}/nowhere does not exist"
     )
+
+
+def test_an_output_in_the_build_or_not_a_png_file_is_refused(built, tmp_path, capsys):
+    """A sheet written over a shard or build_info.json left the build broken, exit 0."""
+    before = {p.name: p.read_bytes() for p in built.iterdir() if p.is_file()}
+    for target, problem in [
+        (built / "train-00000-of-00001.tfrecord", f"it is inside the build {built}"),
+        (built / "sheet.png", f"it is inside the build {built}"),
+        (tmp_path, "name the PNG file to write"),
+        ("", "name the PNG file to write"),
+        (tmp_path / "x.jpg", "the picture is a PNG: name the file .png"),
+    ]:
+        code, out, err = run(capsys, built, "-o", target)
+        assert (code, out) == (2, "")
+        assert err.startswith(f"error: --output {target}: {problem}")
+    assert {p.name: p.read_bytes() for p in built.iterdir() if p.is_file()} == before
+    assert not (tmp_path / "x.jpg").exists()
 
 
 def test_a_directory_without_a_build_exits_2(tmp_path, capsys):

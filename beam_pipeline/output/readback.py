@@ -14,7 +14,7 @@ from schemas import DatasetInfo
 from schemas import NoBuildError as NoBuildError  # re-exported: what read_build_info raises
 from schemas import read_build_info as read_metadata
 from schemas.example_proto import Example
-from schemas.metadata import tree_instead_of_build
+from schemas.metadata import metadata_text, tree_instead_of_build
 from schemas.paths import is_local, join, not_a_directory
 
 UNLABELLED_NAME = "unlabelled"  # what `show` and `inspect` call label -1
@@ -75,7 +75,7 @@ def read_build_info(output_dir: str) -> DatasetInfo:
         if not file_exists(path):
             return None
         with open_file(path) as stream:
-            return stream.read().decode("utf-8")
+            return metadata_text(stream.read(), path)
 
     try:
         return read_metadata(read_text, output_dir)

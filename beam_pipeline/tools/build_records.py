@@ -6,17 +6,18 @@ reads every shard of the build for the records whose stored file name (`image/fi
 name or ends with `/name`; `locate` is what `inspect OUT` asks of both, with its messages.
 `class_title` names a class for a person: `n01440764 tench` where the build knows its display
 name (`--labels_file LOC_synset_mapping.txt`), the class alone where it does not;
-`classes_named` finds a class by either.
+`classes_named` finds a class by either, `class_label` its label (`show --class`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
 
 from beam_pipeline.output.readback import example_values, first_value, open_file
-from schemas import BUILD_INFO_FILE, DatasetInfo, SplitInfo
+from schemas import BACKGROUND, BUILD_INFO_FILE, DatasetInfo, SplitInfo
 from schemas import features as F
 from schemas.paths import first_few, join
 from schemas.tfrecord import CorruptRecordError, read_records
@@ -269,3 +270,34 @@ def classes_named(info: DatasetInfo, text: str) -> list[str]:
         if wanted in {n.strip().casefold() for n in names if n.strip()}:
             found.append(name)
     return found
+
+
+def class_label(info: DatasetInfo, name: str) -> int:
+    """The label of a class (`background` included), or of the class a display name names
+    (`tench`: see `classes_named`); RequestError naming some known classes, or the classes that
+    share the display name given."""
+    names = info.class_list.names
+    if name in names:
+        return names.index(name)
+    named = classes_named(info, name)
+    if len(named) == 1:
+        return names.index(named[0])
+    if named:
+        which = ", ".join(class_title(info.display_names, n) for n in named[:10])
+        raise RequestError(
+            f"--class {name!r} names {len(named)} classes ({which}); name one by its class, "
+            f"e.g. --class {named[0]}"
+        )
+    titles = [class_title(info.display_names, n) for n in info.classes]
+    spelled = {n: n for n in names}  # what a person may type → how the hint names it
+    for n, title in zip(info.classes, titles, strict=True):
+        display = info.display_names.get(n, "")
+        spelled.update({part.strip(): title for part in display.split(",") if part.strip()})
+        spelled[n] = title
+    close = difflib.get_close_matches(name, list(spelled), n=3)
+    hint = f"; did you mean {', '.join(dict.fromkeys(spelled[c] for c in close))}?" if close else ""
+    examples = ", ".join([*titles[:5], "..."] if info.num_classes > 5 else titles)
+    listed = f"({examples}) and {BACKGROUND}" if info.has_background else f"({examples})"
+    raise RequestError(
+        f"unknown class {name!r}: this build has {info.num_classes} classes {listed}{hint}"
+    )

@@ -8,31 +8,26 @@ The contact sheet shows records as stored: a grid of tiles, each the stored imag
 the tile (aspect kept, on a grey ground), every object box outlined in its class colour with the
 class name, and a caption with the example's class (`unlabelled` for label -1) and file name; a
 class the build knows the display name of is drawn as `n01440764 tench` (`tench` on a box).
-`--seed` draws a deterministic sample of `-n` examples of the split (all of them when it has
-fewer): record positions are drawn from the per-shard counts in the build's metadata, and only
-the shards holding them are read. `--class NAME` keeps the examples of that label (`background`
-too; or of the class whose display name, or a name it lists, is NAME: `tench`): shards are
-visited in a seeded order until `-n` are found, so a sample of one class reads a few shards of a
-large build, not all of it. `--palette` writes a 256-colour PNG, about four times smaller.
+`--seed` draws a deterministic sample of `-n` examples of the split (all when it has fewer),
+reading only the shards that hold them. `--class NAME` keeps the examples of that label
+(`background` too; or of the class whose display name, or a name it lists, is NAME: `tench`):
+shards are visited in a seeded order until `-n` are found, so a sample of one class reads a few
+shards of a large build, not all of it. `--palette` writes a 256-colour PNG, four times smaller.
 `--duplicates` draws the groups of copies in a `--duplicates report` build's
 `duplicates.jsonl`, a row each: a title with the kind (`near copies: 2 bits apart`), `LEAK` and
 `CLASH`; the members side by side as stored, captioned with split, class and stored file name
 (`not stored`: no shard holds it). Leaks and clashes come first, then the rest, in the file's
 order; `-n` groups, with a member in `--split`, with `--leaks` only those that leak.
 `--histogram` plots `class_counts` of every split (or `--split`) with matplotlib (the `show`
-extra); builds of many classes show their 30 most and 30 least frequent. Exit code 0 when the
-PNG is written; 2 for bad arguments, a directory without a committed build, or (`--duplicates`)
-a build that did not look for copies; 1 when a shard cannot be read or nothing is to be shown
-(no examples of the split or class; no copies, or none that `--split` / `--leaks` keep).
-
-The command: its arguments, reading the build's metadata, sampling its records (the shards
-holding them only) and its copies; the drawing is `sheet`'s, the histogram `histogram`'s.
+extra); builds of many classes show their 30 most and 30 least frequent. The PNG is written
+outside the build. Exit code 0 when it is written; 2 for bad arguments, a directory without a
+committed build, or (`--duplicates`) a build that did not look for copies; 1 when a shard
+cannot be read or nothing is to be shown (no examples, or no copies that the flags keep).
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import os
 import random
@@ -48,7 +43,7 @@ from beam_pipeline.output.readback import (
     open_file,
     read_build_info,
 )
-from beam_pipeline.tools.build_records import class_title, classes_named, records_at
+from beam_pipeline.tools.build_records import RequestError, class_label, class_title, records_at
 from beam_pipeline.tools.histogram import class_histogram
 from beam_pipeline.tools.sheet import (
     CopyGroup,
@@ -60,7 +55,7 @@ from beam_pipeline.tools.sheet import (
 )
 from schemas import BACKGROUND, BUILD_INFO_FILE, DUPLICATES_FILE, UNLABELLED, DatasetInfo, SplitInfo
 from schemas import features as F
-from schemas.paths import join
+from schemas.paths import join, within
 from schemas.tfrecord import CorruptRecordError, read_records
 
 HISTOGRAM_MATPLOTLIB = 'error: --histogram needs matplotlib: pip install "imagenet-tfrecords[show]"'
@@ -92,37 +87,6 @@ def _split(info: DatasetInfo, split: str | None) -> tuple[str, SplitInfo]:
             f"no split {split!r} in this build; its splits are {', '.join(sorted(info.splits))}"
         )
     return split, info.splits[split]
-
-
-def class_label(info: DatasetInfo, name: str) -> int:
-    """The label of a class (`background` included), or of the class a display name names
-    (`tench`: see `classes_named`); UsageError naming some known classes, or the classes that
-    share the display name given."""
-    names = info.class_list.names
-    if name in names:
-        return names.index(name)
-    named = classes_named(info, name)
-    if len(named) == 1:
-        return names.index(named[0])
-    if named:
-        which = ", ".join(class_title(info.display_names, n) for n in named[:10])
-        raise UsageError(
-            f"--class {name!r} names {len(named)} classes ({which}); name one by its class, "
-            f"e.g. --class {named[0]}"
-        )
-    titles = [class_title(info.display_names, n) for n in info.classes]
-    spelled = {n: n for n in names}  # what a person may type → how the hint names it
-    for n, title in zip(info.classes, titles, strict=True):
-        display = info.display_names.get(n, "")
-        spelled.update({part.strip(): title for part in display.split(",") if part.strip()})
-        spelled[n] = title
-    close = difflib.get_close_matches(name, list(spelled), n=3)
-    hint = f"; did you mean {', '.join(dict.fromkeys(spelled[c] for c in close))}?" if close else ""
-    examples = ", ".join([*titles[:5], "..."] if info.num_classes > 5 else titles)
-    listed = f"({examples}) and {BACKGROUND}" if info.has_background else f"({examples})"
-    raise UsageError(
-        f"unknown class {name!r}: this build has {info.num_classes} classes {listed}{hint}"
-    )
 
 
 def _records_at(output_dir: str, split: SplitInfo, indices: Sequence[int]) -> Iterator[Record]:
@@ -315,18 +279,29 @@ def copies_sheet(
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    folder = os.path.dirname(os.path.abspath(args.output))
-    if not os.path.isdir(folder):
-        print(f"error: --output {args.output}: the folder {folder} does not exist", file=sys.stderr)
+    if problem := _output_problem(args.output, args.output_dir):
+        print(f"error: --output {args.output}: {problem}", file=sys.stderr)
         return 2
     try:
         if args.histogram:
             return _histogram(args)
         summary = _write_copies(args) if args.duplicates else _write_sheet(args)
-    except (UsageError, NothingToShow, CorruptRecordError, OSError) as error:
+    except (UsageError, RequestError, NothingToShow, CorruptRecordError, OSError) as error:
         return _failed(error, args.output_dir)
     print(f"wrote {args.output}: {summary}")
     return 0
+
+
+def _output_problem(output: str, build: str) -> str | None:
+    """Why the PNG cannot be written at `output`, or None."""
+    folder = os.path.dirname(os.path.abspath(output))
+    if not output or os.path.isdir(output):
+        return "name the PNG file to write"
+    if within(output, build) and os.path.isfile(join(build, BUILD_INFO_FILE)):  # (over its files)
+        return f"it is inside the build {build}: write the PNG outside it"
+    if os.path.splitext(output)[1].lower() not in ("", ".png"):
+        return "the picture is a PNG: name the file .png"
+    return None if os.path.isdir(folder) else f"the folder {folder} does not exist"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -408,7 +383,7 @@ def _save(sheet: Image.Image, args: argparse.Namespace) -> None:
 def _failed(error: Exception, output_dir: str) -> int:
     """Says why the command stopped; its exit code: 2 for bad arguments, 1 for a damaged build
     or nothing to show."""
-    if isinstance(error, UsageError):
+    if isinstance(error, (UsageError, RequestError)):
         print(f"error: {error}", file=sys.stderr)
         return 2
     verify = f"run python -m beam_pipeline verify {output_dir}"
@@ -423,6 +398,8 @@ def _failed(error: Exception, output_dir: str) -> int:
 
 
 def _histogram(args: argparse.Namespace) -> int:
+    if args.class_name is not None or args.leaks:
+        raise UsageError("--histogram plots every class; --class and --leaks pick examples")
     info = read_info(args.output_dir)
     splits = [_split(info, args.split)[0]] if args.split else sorted(info.splits)
     try:
