@@ -527,7 +527,7 @@ def test_a_cloud_jobs_link_reaches_the_console_and_the_rest_only_the_log(tmp_pat
 
 def test_a_log_file_that_cannot_be_written_is_refused(tmp_path, capsys):
     (tmp_path / "file").write_text("not a directory")
-    argv = ["--input_dir", str(tmp_path), "--output_dir", str(tmp_path / "out")]
+    argv = ["--input_dir", str(tmp_path / "tree"), "--output_dir", str(tmp_path / "out")]
     assert build_tool.main([*argv, "--log_file", str(tmp_path / "file" / "build.log")]) == 2
     assert capsys.readouterr().err.startswith("error: --log_file: cannot write the log: ")
     assert not (tmp_path / "out").exists()

@@ -130,3 +130,33 @@ def test_the_command_line_prunes_the_default_folder(tmp_path, ended):
     (new,) = names(folder) - set(old)
     assert names(folder) == {*old[11:], new}
     assert f"Deleted 11 old build logs in {folder}" in (folder / new).read_text()
+
+
+@pytest.mark.parametrize(
+    "where, problem",
+    [
+        ("tree/a.JPEG", "it is inside the tree ({tree}): write the log outside it"),
+        ("tree/new.log", "it is inside the tree ({tree}): write the log outside it"),
+        ("out", "it is inside the output ({out}): write the log outside it"),
+        ("labels.txt", "it is the labels file: name another file for the log"),
+        ("", "name the file the log is written to"),
+    ],
+)
+def test_a_log_file_in_the_tree_the_output_or_the_labels_file_is_refused(
+    tmp_path, capsys, where, problem
+):
+    """A log appended to one of the tree's images was stored in the build with it, exit 0."""
+    from beam_pipeline.tools import build
+
+    tree, out, labels = tmp_path / "tree", tmp_path / "out", tmp_path / "labels.txt"
+    tree.mkdir()
+    (tree / "a.JPEG").write_bytes(b"\xff\xd8 an image")
+    labels.write_text("cat\n")
+    log = str(tmp_path / where) if where else ""
+    argv = ["--input_dir", tree, "--output_dir", out, "--labels_file", labels, "--log_file", log]
+    assert build.main([str(a) for a in argv]) == 2
+    said = problem.format(tree=tree, out=out)
+    assert capsys.readouterr().err == f"error: --log_file {log}: {said}\n"
+    assert (tree / "a.JPEG").read_bytes() == b"\xff\xd8 an image"
+    assert labels.read_text() == "cat\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["labels.txt", "tree"]

@@ -78,7 +78,8 @@ def add_console_flags(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="Where the full log goes (default: a new file build-<time>-<pid>.log in an "
         "imagenet-tfrecords folder of the system's temp directory, which keeps the newest "
-        f"{KEEP_LOGS}; its path is printed). A log named here is never deleted.",
+        f"{KEEP_LOGS}; its path is printed). A log named here is never deleted; it may not lie "
+        "in the tree or the output directory.",
     )
 
 
