@@ -385,6 +385,15 @@ def test_stats_text_names_rejections_and_says_what_an_old_build_lacks(bad_tree, 
         load_dataset(str(out), "train", batch_size=2)
 
 
+@pytest.mark.parametrize("command", ["stats", "verify", "upgrade", "show"])
+def test_a_url_beam_cannot_reach_is_one_line_not_a_traceback(command, tmp_path, capsys):
+    png = ["-o", str(tmp_path / "x.png")] if command == "show" else []
+    assert commands.main([command, "s3://bucket/out", *png]) == 2
+    captured = capsys.readouterr()
+    said = "s3://bucket/out cannot be read: ValueError: Must provide one of client or options"
+    assert said in captured.err + captured.out and "Traceback" not in captured.err
+
+
 def test_stats_of_a_directory_without_a_build(tmp_path, capsys):
     assert commands.main(["stats", str(tmp_path)]) == 2
     assert capsys.readouterr().err.startswith(f"error: {tmp_path} holds no committed build")

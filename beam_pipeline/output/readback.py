@@ -10,6 +10,7 @@ import collections
 import os
 from typing import Any, BinaryIO
 
+from beam_pipeline.tree.fileio import file_system_error
 from schemas import DatasetInfo
 from schemas import NoBuildError as NoBuildError  # re-exported: what read_build_info raises
 from schemas import read_build_info as read_metadata
@@ -77,12 +78,16 @@ def read_build_info(output_dir: str) -> DatasetInfo:
         with open_file(path) as stream:
             return metadata_text(stream.read(), path)
 
+    from apache_beam.io.filesystems import BeamIOError
+
     try:
         return read_metadata(read_text, output_dir)
     except NoBuildError:
         if tree := tree_instead_of_build(output_dir, _is_dir):
             raise tree from None
         raise
+    except BeamIOError as error:  # a URL Beam's file system cannot read here (s3:// unset)
+        raise NoBuildError(f"{output_dir} cannot be read: {file_system_error(error)}") from None
 
 
 def _is_dir(path: str) -> bool:

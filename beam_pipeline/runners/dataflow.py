@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.filesystems import BeamIOError, FileSystems
 from apache_beam.options.pipeline_options import (
     PipelineOptions,
     SetupOptions,
@@ -15,6 +15,7 @@ from apache_beam.options.pipeline_options import (
 )
 
 from beam_pipeline.options import BuildConfig
+from beam_pipeline.tree.fileio import file_system_error
 from schemas.paths import is_local
 
 _INSTALL_HINTS = {
@@ -30,13 +31,20 @@ def check_file_systems(config: BuildConfig) -> None:
     for flag, path in _path_flags(config):
         if is_local(path):
             continue
+        scheme = path.split("://", 1)[0]
         try:
             FileSystems.get_filesystem(path)
         except ValueError:
-            scheme = path.split("://", 1)[0]
             hint = f": {_INSTALL_HINTS[scheme]}" if scheme in _INSTALL_HINTS else ""
             raise ValueError(
                 f"{flag} {path}: no Apache Beam file system for {scheme}:// is installed{hint}"
+            ) from None
+        try:  # (s3:// and hdfs:// file systems are there, but not set up to reach anything)
+            FileSystems.exists(path)
+        except BeamIOError as error:
+            raise ValueError(
+                f"{flag} {path}: Beam's {scheme}:// file system cannot reach it: "
+                f"{file_system_error(error)}"
             ) from None
 
 
