@@ -898,3 +898,17 @@ def test_the_sample_command_writes_the_bundled_tree(tmp_path, capsys):
     for path in written["cmd"]:
         if (tmp_path / "cmd" / path).is_file():
             assert (tmp_path / "cmd" / path).read_bytes() == (tmp_path / "api" / path).read_bytes()
+    # Drawn over a tree (its XML kept beside new images), into a file, or of no image: refused.
+    (tmp_path / "file").write_text("x")
+    for argv, said in [
+        (["cmd"], f"{tmp_path / 'cmd'} is not empty: name a new folder"),
+        (["file"], f"{tmp_path / 'file'} is a file: name a new folder"),
+        (["new", "--train", "0"], "--train takes 1 image or more and --val 0 or more, not 0, 250"),
+        (["new", "--val", "-5"], "--train takes 1 image or more and --val 0 or more, not 1000, -5"),
+    ]:
+        assert commands.main(["sample", str(tmp_path / argv[0]), *argv[1:]]) == 2
+        assert capsys.readouterr().err.startswith(f"error: {said}")
+    assert not (tmp_path / "new").exists()
+    assert written["cmd"] == sorted(
+        p.relative_to(tmp_path / "cmd") for p in (tmp_path / "cmd").rglob("*")
+    )

@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import io
 import os
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -162,9 +163,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--val", type=int, default=250, help="validation images (default 250)")
     parser.add_argument("--seed", type=int, default=0, help="the drawing's seed (default 0)")
     args = parser.parse_args(argv)
-    images = write_tree(args.output_dir, args.train, args.val, args.seed)
+    if problem := _refusal(args):
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    try:
+        images = write_tree(args.output_dir, args.train, args.val, args.seed)
+    except OSError as error:
+        print(f"error: cannot write the tree to {args.output_dir}: {error}", file=sys.stderr)
+        return 1
     print(f"wrote {len(images)} images to {args.output_dir}")
     return 0
+
+
+def _refusal(args: argparse.Namespace) -> str | None:
+    """Why the tree is not written: counts below 1 (0 for --val), or a folder that is not new
+    (a tree drawn over another kept its old XML beside the new images)."""
+    if args.train < 1 or args.val < 0:
+        return f"--train takes 1 image or more and --val 0 or more, not {args.train}, {args.val}"
+    folder = args.output_dir
+    if not folder:
+        return "name the folder to write the tree to"
+    if os.path.exists(folder) and (not os.path.isdir(folder) or os.listdir(folder)):
+        what = "a file" if not os.path.isdir(folder) else "not empty"
+        return f"{folder} is {what}: name a new folder (the sample tree is written whole)"
+    return None
 
 
 if __name__ == "__main__":
