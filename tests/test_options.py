@@ -518,6 +518,18 @@ README = str(pathlib.Path(__file__).resolve().parents[1] / "README.md")
             "--output_dir gs://b/out: no Apache Beam file system for gs:// is installed: "
             "pip install 'imagenet-tfrecords[dataflow]' (Beam's gcp extra)",
         ),
+        # A Dataflow job's flags without its runner: a local build of the whole tree began.
+        (
+            ["--project", "p", "--region", "us-central1"],
+            "--project, --region name a Dataflow job, and this command line names no runner: "
+            "add --runner DataflowRunner to build on Dataflow, or leave them out",
+        ),
+        # Beam only logs that in_memory ignores the count.
+        (
+            ["--direct_running_mode", "in_memory", "--direct_num_workers", "4"],
+            "--direct_running_mode in_memory runs one worker, in this process: "
+            "--direct_num_workers 4 asks for more",
+        ),
         # Beam's s3:// file system is there, but set up to reach nothing (was exit 1, its error).
         (
             ["--output_dir", "s3://b/out"],

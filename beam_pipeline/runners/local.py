@@ -31,6 +31,15 @@ LOCAL_RUNNER = "FnApiRunner"
 
 # Beam options (WorkerOptions) that only a cloud runner reads; locally they would be ignored.
 _CLOUD_WORKER_FLAGS = {"--num_workers", "--max_num_workers"}
+# Options that name a Dataflow job: without --runner they say a cloud build was meant (a local
+# build of ImageNet would start instead, on this machine).
+_DATAFLOW_JOB_FLAGS = {
+    "--project",
+    "--region",
+    "--job_name",
+    "--machine_type",
+    "--staging_location",
+}
 
 
 # A local build of fewer images than this runs in the launching process: worker processes take
@@ -82,6 +91,12 @@ def pipeline_options(
                 "local build: pass --direct_num_workers N for N local worker processes, or "
                 "--runner DataflowRunner"
             )
+        if job := sorted(named & _DATAFLOW_JOB_FLAGS):
+            raise ValueError(
+                f"{', '.join(job)} name a Dataflow job, and this command line names no runner: "
+                "add --runner DataflowRunner to build on Dataflow, or leave them out to build "
+                "on this machine"
+            )
         standard.runner = LOCAL_RUNNER
         direct = options.view_as(DirectOptions)
         if every_core and "--direct_running_mode" not in named:
@@ -132,6 +147,14 @@ def check_runner(options: PipelineOptions, argv: Sequence[str]) -> None:
                 f"machine has {machine.available_cores()} cores; each process is a Python "
                 "interpreter of its own, started one after another)"
             )
+    direct = options.view_as(DirectOptions)
+    mode = direct.direct_running_mode if "--direct_running_mode" in named else None
+    if mode == "in_memory" and direct.direct_num_workers not in (None, 1):
+        raise ValueError(
+            f"--direct_running_mode in_memory runs one worker, in this process: "
+            f"--direct_num_workers {direct.direct_num_workers} asks for more; pass "
+            "--direct_running_mode multi_processing (or leave the mode out)"
+        )
     runner = options.view_as(StandardOptions).runner
     if runner is None:
         return
