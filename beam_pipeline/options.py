@@ -217,6 +217,11 @@ class BuildConfig:
                 raise ValueError(
                     f"--{name}_split must be a fraction in [0, 1), e.g. 0.2, not {fraction}"
                 )
+        if self.split_seed and not (self.validation_split or self.test_split):
+            raise ValueError(
+                f"--split_seed {self.split_seed} seeds the splits --validation_split and "
+                "--test_split hold out; this build holds none out: drop it, or add one"
+            )
         if self.validation_split + self.test_split >= 1.0:
             raise ValueError(
                 f"--validation_split {self.validation_split} and --test_split "

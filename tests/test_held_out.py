@@ -216,6 +216,11 @@ def test_the_tree_s_own_split_left_out_is_said_with_flags_that_build_it(tmp_path
             "--validation_split 0.5 and --test_split 0.5 would hold out every training image: "
             "their sum must be below 1",
         ),
+        (
+            ("--split_seed", "5"),
+            "--split_seed 5 seeds the splits --validation_split and --test_split hold out; this "
+            "build holds none out: drop it, or add one",
+        ),
     ],
 )
 def test_fractions_outside_0_1_are_refused(photos, tmp_path, flags, message):

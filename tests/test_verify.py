@@ -48,6 +48,11 @@ def test_a_clean_build_verifies(built, capsys):
     code, output = run(built, capsys)
     assert code == 0 and output.strip() == "OK: 4 shards verified"
     assert verify.main([str(built), "--workers", "2"]) == 0
+    for workers in ("0", "-1", "100000"):  # (were taken: 0 and -1 as one, 100000 as asked)
+        with pytest.raises(SystemExit) as exited:
+            verify.main([str(built), "--workers", workers])
+        assert exited.value.code == 2
+        assert f"error: --workers {workers}: give 1 to " in capsys.readouterr().err
 
 
 def test_flipped_byte_is_located(copy, capsys):

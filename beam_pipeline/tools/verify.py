@@ -373,9 +373,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m beam_pipeline verify", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("data_dir")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="Processes that check shards at once (default: one per core).",
+    )
     parser.add_argument("--no_decode", action="store_true", help="Skip decoding the images.")
     args = parser.parse_args(argv)
+    if not 1 <= args.workers <= 4 * (os.cpu_count() or 1):
+        parser.error(f"--workers {args.workers}: give 1 to {4 * (os.cpu_count() or 1)} processes")
     try:
         num_shards, problems = verify(args.data_dir, args.workers, not args.no_decode)
     except DamagedBuildError as error:
