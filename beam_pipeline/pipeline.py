@@ -359,7 +359,8 @@ def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollect
         )
 
     if config.duplicates == duplicates.DROP_LEAKS:
-        results, write_rejected, prints = _write_training_first(assigned, write)
+        training = planner.vocabulary_split(plan.splits)
+        results, write_rejected, prints = _write_training_first(assigned, write, training)
     else:
         results, write_rejected, prints = write("WriteShards", assigned)
     rejected = (index_rejected, write_rejected) | "AllRejected" >> beam.Flatten()
@@ -378,15 +379,23 @@ def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollect
     )
 
 
-def _write_training_first(assigned, write):
-    """`--duplicates drop_leaks`: the training shards, then the other splits' shards, whose
-    writers leave out the copies of training images (`leaks.TrainingCopies`)."""
-    training, held_out = assigned | "TrainingFirst" >> beam.Partition(
-        lambda shard, _: 0 if shard[0][0] == duplicates.TRAIN else 1, 2
-    )
+def _write_training_first(assigned, write, split: str | None):
+    """`--duplicates drop_leaks`: the training `split`'s shards, then the others', whose writers
+    leave out the copies of training images (`leaks.TrainingCopies`)."""
+    training, held_out = assigned | "TrainingFirst" >> beam.Partition(_TrainingFirst(split), 2)
     first = write("WriteShards", training)
     then = write("WriteHeldOutShards", held_out, training_copies(first[2]))
     return tuple((first[i], then[i]) | f"AllWritten{i}" >> beam.Flatten() for i in range(3))
+
+
+class _TrainingFirst(beam.PartitionFn):
+    """Partition 0 for a shard of the training split, 1 for the others."""
+
+    def __init__(self, split: str | None):
+        self._split = split
+
+    def partition_for(self, element, num_partitions, *args, **kwargs) -> int:
+        return 0 if element[0][0] == self._split else 1
 
 
 def prepare_build(

@@ -8,13 +8,27 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 
 import pytest
-from helpers import build, dead_letters, failure_line, interrupted_build, read_split
+from helpers import (
+    build,
+    dead_letters,
+    failure_line,
+    interrupted_build,
+    read_split,
+    six_photos,
+    write,
+)
+from PIL import Image
 from test_duplicates import PLANTED, reported, tree  # noqa: F401 (the planted tree)
 
-from beam_pipeline.core.duplicates import EXACT, NEAR, ImagePrint
+from beam_pipeline.console import summary
+from beam_pipeline.core import duplicates
+from beam_pipeline.core.annotations import voc_xml
+from beam_pipeline.core.duplicates import EXACT, NEAR, Group, ImagePrint, Member
 from beam_pipeline.core.leaks import Chunk, Copy, TrainingCopies
+from beam_pipeline.failures import BuildFailed
 from beam_pipeline.stages import resume
 from beam_pipeline.tools import build as build_tool
 from schemas import BUILD_INFO_FILE
@@ -124,9 +138,9 @@ def test_a_held_out_shard_that_drops_copies_is_another_shard_to_resume():
     assert resume.fingerprint(*args) == resume.fingerprint(*args, False)
 
 
-def image(name, perceptual, content=None, spread=100, split="train") -> ImagePrint:
+def image(name, perceptual, content=None, spread=100, split="train", label=0) -> ImagePrint:
     content = content or random.Random(name).randbytes(16)
-    return ImagePrint(split, name, 0, content, perceptual, spread, 40, 64, 64)
+    return ImagePrint(split, name, label, content, perceptual, spread, 40, 64, 64)
 
 
 def copies(training) -> TrainingCopies:
@@ -143,17 +157,17 @@ def test_training_copies_finds_exact_and_near_copies_as_the_report_does():
     some = training[17]
     held = dict(split="validation")
     assert index.copy_of(image("v/a", some.perceptual ^ 1, some.content, **held)) == Copy(
-        some.filename, EXACT, 0
+        some.filename, EXACT, 0, 0
     )
     for flipped in range(7):  # within the radius: found in some block, at its distance
         near = some.perceptual ^ ((1 << flipped) - 1) << 40
-        assert index.copy_of(image("v/b", near, **held)) == Copy(some.filename, NEAR, flipped)
+        assert index.copy_of(image("v/b", near, **held)) == Copy(some.filename, NEAR, flipped, 0)
     assert index.copy_of(image("v/c", some.perceptual ^ 0x7F, **held)) is None  # 7 bits
     # A nearly uniform image is an exact copy or none: blank frames hash alike.
     blank = training[-1]
     assert index.copy_of(image("v/d", 1, **held)) is None
     assert index.copy_of(image("v/e", 0, content=blank.content, spread=2, **held)) == Copy(
-        "train/blank.jpg", EXACT, 0
+        "train/blank.jpg", EXACT, 0, 0
     )
     assert index.copy_of(image("v/f", 0, spread=2, **held)) is None
     assert TrainingCopies([]).copy_of(some) is None
@@ -163,10 +177,40 @@ def test_training_copies_names_the_nearest_then_the_first_file_name():
     index = copies([image("train/b.jpg", 0b111 << 20), image("train/a.jpg", 0b111 << 20),
                     image("train/c.jpg", 0b1 << 20)])  # fmt: skip
     assert index.copy_of(image("v", 0b1 << 20 | 0b1 << 30, split="validation")) == Copy(
-        "train/c.jpg", NEAR, 1
+        "train/c.jpg", NEAR, 1, 0
     )
     assert index.copy_of(image("v", 0b1111 << 20, split="validation")) == Copy(
-        "train/a.jpg", NEAR, 1
+        "train/a.jpg", NEAR, 1, 0
+    )
+
+
+def test_a_dropped_copy_of_another_class_says_the_clash_it_is_in():
+    """Dropped, it is in no group of duplicates.jsonl: the clash was said nowhere."""
+    index = copies([image("train/cat.jpg", 0b1 << 20, label=0), image("train/x.jpg", 1 << 50)])
+    copy = index.copy_of(image("val/goat.jpg", 0b11 << 20, split="validation", label=1))
+    assert copy == Copy("train/cat.jpg", NEAR, 1, 0)
+    names = ("cat", "goat", "background")
+    assert copy.detail(1, names) == (
+        "a copy of the training image train/cat.jpg (near copy, 1 bits apart), labelled cat "
+        "there and goat here: a clash; --duplicates drop_leaks"
+    )
+    plain = "a copy of the training image train/cat.jpg (near copy, 1 bits apart); --duplicates"
+    assert copy.detail(0, names).startswith(plain) and copy.detail(-1, names).startswith(plain)
+
+
+def test_drop_leaks_counts_and_warns_of_the_clashes_of_the_copies_it_drops(tmp_path):
+    root = six_photos(tmp_path / "tree")
+    shutil.copy(root / "train/cat/a.jpg", root / "val/goat/a_as_goat.jpg")
+    info = build(root, tmp_path / "out", *DROP)
+    assert info.duplicates["dropped"] == {"validation": 1}
+    assert info.duplicates["dropped_clashes"] == 1
+    (line,) = [d for d in dead_letters(tmp_path / "out") if d["reason"] == "duplicate"]
+    assert line["detail"].endswith(
+        "(exact copy), labelled cat there and goat here: a clash; --duplicates drop_leaks"
+    )
+    assert summary.duplicates_notes(info.duplicates)[1] == (
+        "Warning: 1 dropped image is labelled otherwise than the training image it copies "
+        "(rejected.jsonl: a clash); one of each pair is mislabelled"
     )
 
 
@@ -199,3 +243,73 @@ def test_a_rebuild_without_duplicates_leaves_no_report_of_the_build_it_replaced(
         "duplicates.jsonl: is here, but build_info.json records no search for copies (an "
         "earlier build's report: delete it, or rebuild with --duplicates report)"
     ) in capsys.readouterr().out
+
+
+def member(split, name):
+    return Member(split, name, 0)
+
+
+def test_a_leak_is_any_held_out_image_that_copies_a_training_one_through_its_exact_copies():
+    """The near search pairs one image of each content hash (the first in split order), so a
+    report that judged the pair alone missed leaks that drop_leaks then dropped."""
+    train, test = member("train", "t/x.jpg"), member("test", "s/x_copy.jpg")
+    val, val_twin = member("validation", "v/x_q80.jpg"), member("validation", "v/x_q80b.jpg")
+    other = member("validation", "v/other.jpg")
+    groups = duplicates.report_order(
+        [
+            Group(EXACT, (test, train)),  # sorted members: the test copy first
+            Group(NEAR, (test, val), 3),  # the near pair the search found: test's x, not train's
+            Group(EXACT, (val, val_twin)),  # two copies of one re-encode, both in validation
+            Group(NEAR, (other, val_twin), 5),  # not a copy of a training image
+        ]
+    )
+    leaks, leaking = duplicates.leaks_of(groups, "train")
+    assert [(leak.member, leak.original, leak.kind, leak.distance) for leak in leaks] == [
+        (test, train, EXACT, 0),
+        (val, train, NEAR, 3),
+        (val_twin, train, NEAR, 3),
+    ]
+    assert leaking == {groups[0], groups[2]}  # the exact group and the test-validation pair
+    assert duplicates.counts(groups, leaks)["leaked"] == {"test": 1, "validation": 2}
+    said, every = duplicates.leak_list(leaks)
+    assert said.startswith("1 test and 2 validation images copy training images: ")
+    assert every[1] == "v/x_q80.jpg copies t/x.jpg (near copy, 3 bits apart)"
+    # VOC's training split is trainval; a build without one has no leaks.
+    voc = [Group(EXACT, (member("test", "a.jpg"), member("trainval", "b.jpg")))]
+    assert [leak.member.split for leak in duplicates.leaks_of(voc, "trainval")[0]] == ["test"]
+    assert duplicates.leaks_of(voc, "train") == ([], set())
+    assert duplicates.leaks_of(groups, None) == ([], set())
+    one = duplicates.leak_list(duplicates.leaks_of(voc, "trainval")[0])[0]
+    assert one == "1 test image copies a training image: a.jpg copies b.jpg (exact copy)"
+
+
+def voc_with_a_leak(root):
+    """A VOC2007 tree (trainval and test lists) whose test image 3 is trainval image 1's bytes."""
+    year = root / "VOCdevkit" / "VOC2007"
+    photos = six_photos(root / "photos")
+    for number, path in enumerate(sorted(photos.rglob("*.jpg"))):
+        image = Image.open(path)
+        write(year / "JPEGImages" / f"{number}.jpg", path.read_bytes())
+        xml = voc_xml([(path.parent.name, 1, 1, image.width - 1, image.height - 1)], image.size)
+        write(year / "Annotations" / f"{number}.xml", xml)
+    shutil.copy(year / "JPEGImages" / "1.jpg", year / "JPEGImages" / "6.jpg")
+    shutil.copy(year / "Annotations" / "1.xml", year / "Annotations" / "6.xml")
+    write(year / "ImageSets" / "Main" / "trainval.txt", "0\n1\n2\n3\n")
+    write(year / "ImageSets" / "Main" / "test.txt", "4\n5\n6\n")
+    return root / "VOCdevkit"
+
+
+def test_voc_s_trainval_is_the_training_split_whose_copies_leak(tmp_path):
+    """`--splits trainval,test` (VOC07's protocol): fail passed and drop_leaks dropped nothing."""
+    devkit = voc_with_a_leak(tmp_path / "voc")
+    splits = ("--splits", "trainval,test")
+    info = build(devkit, tmp_path / "report", *splits, "--duplicates", "report")
+    assert info.duplicates["leaked"] == {"test": 1}
+    assert [row[2] for row in reported(tmp_path / "report")] == [True]
+    info = build(devkit, tmp_path / "drop", *splits, *DROP)
+    assert [(d[0], d[1], d[2]) for d in dropped(tmp_path / "drop", devkit)] == [
+        ("test", "VOC2007/JPEGImages/6.jpg", "duplicate")
+    ]
+    assert info.splits["test"].num_examples == 2
+    with pytest.raises(BuildFailed, match="1 test image copies a training image: VOC2007/"):
+        build(devkit, tmp_path / "fail", *splits, "--duplicates", "fail")

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from beam_pipeline.core import odd_images
+from beam_pipeline.core.leaks import CLASH
 from schemas import (
     DEAD_LETTER_FILE,
     DUPLICATES_FILE,
@@ -355,6 +356,13 @@ def duplicates_notes(found: Mapping) -> list[str]:
         f"({DEAD_LETTER_FILE}, reason duplicate)"
         for split, count in found.get("dropped", {}).items()
     ]
+    if clashes := found.get("dropped_clashes"):
+        one = clashes == 1
+        notes.append(
+            f"Warning: {plural(clashes, 'dropped image')} {'is' if one else 'are'} labelled "
+            f"otherwise than the training image {'it copies' if one else 'they copy'} "
+            f"({DEAD_LETTER_FILE}: {CLASH}); one of each pair is mislabelled"
+        )
     if not found.get("images"):
         return notes
     groups = [

@@ -9,10 +9,12 @@ found once, in the group of the first block the two share. Nearly uniform images
 frame, a flat colour) are left out of the near search: their hashes crowd together without
 being copies. This module holds the pure parts: the prints, the pairs' verdicts, the report.
 
-A group is a leak when it holds a training image and an image of another split (a validation
-image that is a copy of a training one makes the validation score a memory test); a clash when
-its labelled members are of different classes (one picture labelled two ways). Both are
-warnings; a group within one class and one split is a note.
+A held-out image leaks when it copies an image of the build's training split (`train`, or
+VOC's `trainval`): a validation image that is a copy of a training one makes the validation
+score a memory test (`leaks_of`; a near pair stands for the exact copies of both its members,
+as the search pairs one image of each content hash). A group is a clash when its labelled
+members are of different classes (one picture labelled two ways). Both are warnings; a group
+within one class and one split is a note.
 """
 
 from __future__ import annotations
@@ -35,8 +37,6 @@ EXACT, NEAR = "exact", "near"
 OFF, REPORT, DROP_LEAKS, FAIL = "off", "report", "drop_leaks", "fail"
 POLICIES = (REPORT, DROP_LEAKS, FAIL, OFF)
 DUPLICATE = "duplicate"
-# The split whose copies elsewhere are leaks.
-TRAIN = "train"
 
 
 class Member(NamedTuple):
@@ -106,12 +106,6 @@ class Group(NamedTuple):
     distance: int = 0
 
     @property
-    def leaks(self) -> bool:
-        """A training image and an image of another split."""
-        splits = {m.split for m in self.members}
-        return TRAIN in splits and len(splits) > 1
-
-    @property
     def clash(self) -> bool:
         """Labelled members of different classes."""
         return len({m.label for m in self.members if m.label >= 0}) > 1
@@ -167,10 +161,45 @@ def groups_of(parts: Iterable[tuple[str, Any]]) -> list[Group]:
     return groups
 
 
-def rows(groups: Iterable[Group], class_names: Sequence[str]) -> str:
+class Leak(NamedTuple):
+    """A held-out image that copies a training image: the one, the other, how."""
+
+    member: Member
+    original: Member
+    kind: str
+    distance: int
+
+
+def leaks_of(groups: Sequence[Group], training: str | None) -> tuple[list[Leak], set[Group]]:
+    """The held-out images that copy an image of the `training` split, each once (by the
+    first group that shows it: exact ones first, in report order), and the groups that show
+    one. A near pair stands for the exact copies of both its members: the search pairs one
+    image of each content hash, so a validation image near a test copy of a training image
+    copies the training image too (the writers' search, `leaks.TrainingCopies`, drops it)."""
+    if training is None:
+        return [], set()
+    exact_of = {m: g.members for g in groups if g.kind == EXACT for m in g.members}
+    found: dict[Member, Leak] = {}
+    leaking: set[Group] = set()
+    for group in groups:
+        if group.kind == EXACT:
+            sides = [(group.members, group.members)]
+        else:
+            first, second = (exact_of.get(m, (m,)) for m in group.members)
+            sides = [(first, second), (second, first)]
+        for held, others in sides:
+            trained = [m for m in others if m.split == training]
+            for member in (m for m in held if trained and m.split != training):
+                leaking.add(group)
+                found.setdefault(member, Leak(member, min(trained), group.kind, group.distance))
+    return sorted(found.values()), leaking
+
+
+def rows(groups: Iterable[Group], class_names: Sequence[str], leaking: set[Group]) -> str:
     """The `duplicates.jsonl` lines of `groups`: each group's kind, distance, whether it leaks
-    or clashes, and each member's split, file name and class name ("" when unlabelled). Each
-    member's JSON is written once: a crowded tree's 21,654 pairs share 8,000 images."""
+    (is in `leaking`) or clashes, and each member's split, file name and class name ("" when
+    unlabelled). Each member's JSON is written once: a crowded tree's 21,654 pairs share
+    8,000 images."""
     written: dict[Member, str] = {}
 
     def member(m: Member) -> str:
@@ -181,34 +210,31 @@ def rows(groups: Iterable[Group], class_names: Sequence[str]) -> str:
 
     return "".join(
         f'{{"kind": "{group.kind}", "distance": {group.distance}, '
-        f'"leak": {"true" if group.leaks else "false"}, '
+        f'"leak": {"true" if group in leaking else "false"}, '
         f'"clash": {"true" if group.clash else "false"}, '
         f'"members": [{", ".join(member(m) for m in group.members)}]}}\n'
         for group in groups
     )
 
 
-def leak_list(leaks: Sequence[Group], limit: int = 3) -> tuple[str, list[str]]:
+def leak_list(leaks: Sequence[Leak], limit: int = 3) -> tuple[str, list[str]]:
     """The held-out images that copy training images, as a refusal says them: one line (how
     many per split, the first `limit` named with the training image they copy), and a line
     for every one."""
     lines: list[str] = []
     per_split: collections.Counter[str] = collections.Counter()
-    for group in leaks:
-        original = next(m for m in group.members if m.split == TRAIN)
-        how = "exact copy" if group.kind == EXACT else f"near copy, {group.distance} bits apart"
-        for member in group.members:
-            if member.split != TRAIN:
-                per_split[member.split] += 1
-                lines.append(f"{member.filename} copies {original.filename} ({how})")
+    for leak in leaks:
+        how = "exact copy" if leak.kind == EXACT else f"near copy, {leak.distance} bits apart"
+        per_split[leak.member.split] += 1
+        lines.append(f"{leak.member.filename} copies {leak.original.filename} ({how})")
     counted = " and ".join(f"{count:,} {split}" for split, count in sorted(per_split.items()))
     more = [f"{len(lines) - limit:,} more"] if len(lines) > limit else []
-    return f"{counted} images copy training images: {'; '.join(lines[:limit] + more)}", lines
+    images = "image copies a training image" if len(lines) == 1 else "images copy training images"
+    return f"{counted} {images}: {'; '.join(lines[:limit] + more)}", lines
 
 
-def counts(groups: Sequence[Group]) -> dict:
-    """What `build_info.json` and the summary say of the groups."""
-    leaked: dict[str, set[str]] = {}
+def counts(groups: Sequence[Group], leaks: Sequence[Leak]) -> dict:
+    """What `build_info.json` and the summary say of the groups and the leaks among them."""
     kinds: collections.Counter[str] = collections.Counter()
     images: set[Member] = set()
     clashes = 0
@@ -216,14 +242,11 @@ def counts(groups: Sequence[Group]) -> dict:
         kinds[group.kind] += 1
         clashes += group.clash
         images.update(group.members)
-        if group.leaks:
-            for member in group.members:
-                if member.split != TRAIN:
-                    leaked.setdefault(member.split, set()).add(member.filename)
+    leaked = collections.Counter(leak.member.split for leak in leaks)
     return {
         "exact_groups": kinds[EXACT],
         "near_pairs": kinds[NEAR],
         "images": len({(m.split, m.filename) for m in images}),
-        "leaked": {split: len(names) for split, names in sorted(leaked.items())},
+        "leaked": dict(sorted(leaked.items())),
         "clashes": clashes,
     }

@@ -28,29 +28,40 @@ BLOCKS = fp.DEFAULT_RADIUS + 1
 _CONTENT = fp.CONTENT_HASH_BYTES
 
 
+# How a dropped copy's `rejected.jsonl` detail says that it and its original have different
+# classes: a clash that `duplicates.jsonl` cannot show (the dropped image is in no group).
+CLASH = "a clash"
+
+
 class Copy(NamedTuple):
     """The training image a held-out image copies: its file name, EXACT or NEAR, the bits
-    between their perceptual hashes (0 for an exact copy)."""
+    between their perceptual hashes (0 for an exact copy), and its label (-1: unlabelled)."""
 
     original: str
     kind: str
     distance: int
+    label: int = -1
 
-    def detail(self) -> str:
-        """The `rejected.jsonl` detail of the held-out image dropped for it."""
+    def detail(self, label: int = -1, names: Sequence[str] = ()) -> str:
+        """The `rejected.jsonl` detail of the held-out image (of `label`) dropped for it; with
+        the classes' `names`, one that says a clash when the two are labelled differently."""
         how = "exact copy" if self.kind == EXACT else f"near copy, {self.distance} bits apart"
-        return f"a copy of the training image {self.original} ({how}); --duplicates drop_leaks"
+        said = f"a copy of the training image {self.original} ({how})"
+        if min(label, self.label) >= 0 and label != self.label and names:
+            said += f", labelled {names[self.label]} there and {names[label]} here: {CLASH}"
+        return f"{said}; --duplicates drop_leaks"
 
 
 class Chunk(NamedTuple):
     """A batch of training prints in columns: names (UTF-8, joined) and their byte lengths,
-    content hashes (joined), perceptual hashes, and which are nearly uniform."""
+    content hashes (joined), perceptual hashes, which are nearly uniform, and labels."""
 
     names: bytes
     lengths: np.ndarray
     contents: bytes
     perceptual: np.ndarray
     uniform: np.ndarray
+    labels: np.ndarray
 
     @classmethod
     def of(cls, prints: Sequence[ImagePrint]) -> Chunk:
@@ -61,6 +72,7 @@ class Chunk(NamedTuple):
             b"".join(p.content for p in prints),
             np.array([p.perceptual for p in prints], dtype=np.uint64),
             np.array([p.nearly_uniform for p in prints], dtype=bool),
+            np.array([p.label for p in prints], dtype=np.int64),
         )
 
 
@@ -76,6 +88,7 @@ class TrainingCopies:
         self._contents = b"".join(c.contents for c in chunks)
         self._perceptual = np.concatenate([np.zeros(0, np.uint64), *(c.perceptual for c in chunks)])
         uniform = np.concatenate([np.zeros(0, bool), *(c.uniform for c in chunks)])
+        self._labels = np.concatenate([np.zeros(0, np.int64), *(c.labels for c in chunks)])
         # Exact copies: the first 8 bytes of each content hash, sorted.
         heads = np.frombuffer(self._contents, dtype=">u8")[::2].astype(np.uint64)
         self._content_order = np.argsort(heads, kind="stable")
@@ -100,12 +113,13 @@ class TrainingCopies:
         low = int(np.searchsorted(self._content_heads, head, side="left"))
         high = int(np.searchsorted(self._content_heads, head, side="right"))
         exact = [
-            self._name(int(i))
+            (self._name(int(i)), int(i))
             for i in self._content_order[low:high]
             if self._contents[int(i) * _CONTENT : (int(i) + 1) * _CONTENT] == image.content
         ]
         if exact:
-            return Copy(min(exact), EXACT, 0)
+            name, index = min(exact)
+            return Copy(name, EXACT, 0, int(self._labels[index]))
         if image.nearly_uniform:
             return None
         found = []
@@ -120,4 +134,5 @@ class TrainingCopies:
         if not found:
             return None
         distance = min(d for d, _ in found)
-        return Copy(min(self._name(i) for d, i in found if d == distance), NEAR, distance)
+        name, index = min((self._name(i), i) for d, i in found if d == distance)
+        return Copy(name, NEAR, distance, int(self._labels[index]))

@@ -25,10 +25,12 @@ from beam_pipeline.core.duplicates import DUPLICATE
 from beam_pipeline.core.entries import ShardResult
 from beam_pipeline.core.jpegdata import KEEP_FLAG, STRAY_JPEG_BYTES
 from beam_pipeline.core.labels import Vocabulary, unknown_class_name
+from beam_pipeline.core.leaks import CLASH
 from beam_pipeline.core.rejections import DISCOVER, Rejection
 from beam_pipeline.core.sharding import SplitPlan
 from beam_pipeline.failures import BuildFailed
 from beam_pipeline.output import commit
+from beam_pipeline.tree.planner import vocabulary_split
 from schemas import (
     DEAD_LETTER_FILE,
     DUPLICATES_FILE,
@@ -329,7 +331,7 @@ def _copies(
     a defect, never committed)."""
     policy = spec.options["duplicates"]
     groups = duplicates.report_order(duplicates.groups_of(packed))
-    leaks = [group for group in groups if group.leaks]
+    leaks, leaking = duplicates.leaks_of(groups, vocabulary_split(spec.splits))
     if leaks and policy != duplicates.REPORT:
         said, every = duplicates.leak_list(leaks)
         if policy == duplicates.FAIL:
@@ -341,11 +343,14 @@ def _copies(
         else:  # drop_leaks: its writers' search and the report disagree
             fix = "this is a defect of the build, please report it; --duplicates report builds"
         raise BuildFailed("\n".join([f"--duplicates {policy}: {said}. To fix: {fix}", *every]))
-    found = duplicates.counts(groups)
-    dropped = collections.Counter(r.split for r in rejections if r.reason == DUPLICATE)
-    if dropped:
-        found["dropped"] = dict(sorted(dropped.items()))
-    rows = duplicates.rows(groups, info.class_list.names)
+    found = duplicates.counts(groups, leaks)
+    copies = [r for r in rejections if r.reason == DUPLICATE]
+    if copies:
+        found["dropped"] = dict(sorted(collections.Counter(r.split for r in copies).items()))
+        # A dropped copy is in no group: its clash is said in its rejected.jsonl detail.
+        if clashing := sum(r.detail.endswith(f"{CLASH}; --duplicates drop_leaks") for r in copies):
+            found["dropped_clashes"] = clashing
+    rows = duplicates.rows(groups, info.class_list.names, leaking)
     return dataclasses.replace(info, duplicates=found), rows.encode("utf-8")
 
 

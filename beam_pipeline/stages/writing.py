@@ -273,7 +273,7 @@ class _WriteShardFn(beam.DoFn):
                         tally.add()
                         try:
                             record, image = self._encode(labelled, data.result(), vocabulary)
-                            image_print = _print_of(labelled, image, training)
+                            image_print = _print_of(labelled, image, training, vocabulary)
                         except InputError as error:
                             rejections.append(
                                 Rejection.from_error(
@@ -346,15 +346,18 @@ def image_print(labelled: LabelledEntry, image: NormalisedImage) -> ImagePrint:
     )
 
 
-def _print_of(labelled: LabelledEntry, image: NormalisedImage, training) -> ImagePrint | None:
+def _print_of(
+    labelled: LabelledEntry, image: NormalisedImage, training, vocabulary: Vocabulary
+) -> ImagePrint | None:
     """The image's print (None under `--duplicates off`); InputError `duplicate` when it
-    copies one of `training` (a TrainingCopies, under `--duplicates drop_leaks`)."""
+    copies one of `training` (a TrainingCopies, under `--duplicates drop_leaks`), its detail
+    naming both classes where they differ."""
     if image.fingerprint is None:
         return None
     found = image_print(labelled, image)
     copy = training.copy_of(found) if training is not None else None
     if copy is not None:
-        raise InputError(DUPLICATE, copy.detail())
+        raise InputError(DUPLICATE, copy.detail(labelled.label, vocabulary.names))
     return found
 
 
