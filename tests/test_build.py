@@ -712,6 +712,12 @@ def test_one_voc_year_whose_split_mostly_lacks_xml_beside_an_annotated_split_is_
         write(cut / "Annotations" / f"{i}.xml", voc_xml([]))
     info = build(cut, tmp_path / "out2")
     assert info.splits["train"].label_sources == {"xml": 1, "background": 2}
+    # An id listed with neither image nor XML is an image_missing rejection, not an image
+    # without XML (it was refused as "would label the other 1 background (ghost)").
+    listed = cut / "ImageSets/Main/train.txt"
+    listed.write_text(listed.read_text() + "ghost\n")
+    info = build(cut, tmp_path / "out3", "--max_bad_fraction", "0.5")
+    assert info.failures == {"image_missing": 1}
 
 
 def test_voc_xml_in_a_folder_below_annotations_is_refused(tmp_path, capsys):

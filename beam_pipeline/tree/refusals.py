@@ -78,12 +78,21 @@ def refuse_unannotated_voc_years(
         }
         for prefix, directory in folders.items()
     }
-    counts, missing = _annotated_counts(plan, folders, annotated)
+    # Ids listed without an image are the build's `image_missing` rejections, not images
+    # without XML: left out of the counts.
+    stems = {
+        task.key_prefix: {
+            posixpath.splitext(posixpath.basename(p))[0] for p in match(join(task.directory, "*"))
+        }
+        for task in plan.tasks
+        if task.kind != ANNOTATIONS and task.key_prefix in folders
+    }
+    counts, missing = _annotated_counts(plan, folders, annotated, stems)
     for prefix, directory in folders.items():  # the lists not requested, as anchors only
         for name, path in split_lists(posixpath.dirname(directory), match).items():
             if (output_split(name), prefix) in counts:
                 continue
-            ids = parse_split_list(read_text(path))
+            ids = [i for i in parse_split_list(read_text(path)) if i in stems.get(prefix, {i})]
             if ids:
                 with_xml = sum(image_id in annotated[prefix] for image_id in ids)
                 counts[output_split(name), prefix] = [len(ids), with_xml]
@@ -103,15 +112,18 @@ def refuse_unannotated_voc_years(
 
 
 def _annotated_counts(
-    plan: DiscoveryPlan, folders: dict[str, str], annotated: dict[str, set[str]]
+    plan: DiscoveryPlan,
+    folders: dict[str, str],
+    annotated: dict[str, set[str]],
+    stems: dict[str, set[str]],
 ) -> tuple[dict[tuple[str, str], list[int]], dict[tuple[str, str], list[str]]]:
     """(split, year) -> [images, with XML], and (split, year) -> the ids without XML, of the
-    images the plan's split lists name."""
+    images the plan's split lists name (those whose image is among the year's `stems`)."""
     counts: dict[tuple[str, str], list[int]] = {}
     missing: dict[tuple[str, str], list[str]] = {}
     for key, member in plan.memberships:
         prefix, _, image_id = key.partition("/")
-        if prefix in folders:
+        if prefix in folders and image_id in stems.get(prefix, {image_id}):
             count = counts.setdefault((member, prefix), [0, 0])
             count[0] += 1
             count[1] += image_id in annotated[prefix]
