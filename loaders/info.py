@@ -96,6 +96,8 @@ class BuildInfo:
         return tuple(sorted(self.info.splits))
 
     def split(self, name: str) -> SplitInfo:
+        if not isinstance(name, str):
+            raise TypeError(f"split must be a split's name, one of {self.splits}, not {name!r}")
         try:
             return self.info.splits[name]
         except KeyError:

@@ -550,6 +550,11 @@ def test_a_leading_tilde_is_the_home_directory_and_val_is_named_validation(built
     )
     with pytest.raises(KeyError, match=r"'valid'; .*; valid is written as validation"):
         load_dataset(path, "valid", batch_size=5)  # Roboflow's folder name
+    with pytest.raises(TypeError) as error:  # (was AttributeError: no attribute 'lower')
+        load_dataset(path, None, batch_size=5)
+    assert str(error.value) == (
+        "split must be a split's name, one of ('train', 'validation'), not None"
+    )
 
 
 @pytest.mark.parametrize(
