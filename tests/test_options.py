@@ -530,6 +530,11 @@ README = str(pathlib.Path(__file__).resolve().parents[1] / "README.md")
             "--direct_running_mode in_memory runs one worker, in this process: "
             "--direct_num_workers 4 asks for more",
         ),
+        (
+            ["--input_dir", "file:///data/tree"],
+            "--input_dir file:///data/tree: no Apache Beam file system for file:// is installed: "
+            "name a local path without file:// (/data/tree)",
+        ),
         # Beam's s3:// file system is there, but set up to reach nothing (was exit 1, its error).
         (
             ["--output_dir", "s3://b/out"],

@@ -22,6 +22,7 @@ _INSTALL_HINTS = {
     "gs": "pip install 'imagenet-tfrecords[dataflow]' (Beam's gcp extra)",
     "s3": "pip install 'apache-beam[aws]'",
     "az": "pip install 'apache-beam[azure]'",
+    "file": "name a local path without file:// (/data/tree)",
 }
 
 
