@@ -12,6 +12,7 @@ import pytest
 from helpers import build, interrupted_build, six_photos, two_photos, write
 from PIL import Image, ImageOps
 
+from beam_pipeline.console import summary
 from beam_pipeline.core import duplicates
 from beam_pipeline.core.duplicates import EXACT, NEAR, ImagePrint
 from beam_pipeline.tools import build as build_tool
@@ -113,6 +114,9 @@ def test_a_build_without_copies_says_nothing_of_them(tmp_path):
         "clashes": 0,
     }
     assert (tmp_path / "out" / DUPLICATES_FILE).read_bytes() == b""
+    # The summary says the build looked (it said nothing: was the search run?).
+    assert summary.duplicates_notes(info.duplicates) == ["Copies: none found (duplicates.jsonl)"]
+    assert summary.duplicates_notes({}) == []
 
 
 def prints(*specs) -> list[ImagePrint]:

@@ -349,7 +349,7 @@ def empty_class_notes(info: DatasetInfo) -> list[str]:
 def duplicates_notes(found: Mapping) -> list[str]:
     """What the summary says of the copies among the images (`core.duplicates.counts`):
     the held-out images dropped as copies of training ones, leaks and clashes as warnings,
-    copies within a class as a note; nothing without any."""
+    copies within a class as a note; "none found" where the build looked and found none."""
     notes = [
         f"Dropped {plural(count, split + ' image')} that "
         f"{'copies a training image' if count == 1 else 'copy training images'} "
@@ -363,8 +363,8 @@ def duplicates_notes(found: Mapping) -> list[str]:
             f"otherwise than the training image {'it copies' if one else 'they copy'} "
             f"({DEAD_LETTER_FILE}: {CLASH}); one of each pair is mislabelled"
         )
-    if not found.get("images"):
-        return notes
+    if not found.get("images"):  # (a build that looked: said, so that it shows it looked)
+        return notes or ([f"Copies: none found ({DUPLICATES_FILE})"] if found else [])
     groups = [
         plural(found["exact_groups"], "group") + " of exact copies"
         if found["exact_groups"]

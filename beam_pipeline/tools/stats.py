@@ -205,7 +205,7 @@ def _copies_lines(found: dict[str, Any] | None, odd: dict[str, int] | None) -> l
 
     if not found:
         return []
-    copies = duplicates_notes(found) or ["Copies: none found (duplicates.jsonl)"]
+    copies = duplicates_notes(found)
     oddities = odd_images.note(odd or {}, ODD_IMAGES_FILE) or "Odd images: none (odd_images.jsonl)"
     return ["", *copies, oddities]
 
