@@ -37,3 +37,11 @@ def within(path: str, directory: str) -> bool:
         return False
     path, directory = os.path.realpath(path), os.path.realpath(directory)
     return os.path.commonpath([path, directory]) == directory
+
+
+def file_system_error(error: Exception) -> str:
+    """What went wrong under an error that wraps one per path (Beam's `BeamIOError`, with its
+    `exception_details`), without the wrapping."""
+    details = getattr(error, "exception_details", None) or {}
+    causes = {f"{type(cause).__name__}: {cause}" for cause in details.values()}
+    return "; ".join(sorted(causes)) or str(error)

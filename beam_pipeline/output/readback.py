@@ -10,13 +10,12 @@ import collections
 import os
 from typing import Any, BinaryIO
 
-from beam_pipeline.tree.fileio import file_system_error
 from schemas import DatasetInfo
 from schemas import NoBuildError as NoBuildError  # re-exported: what read_build_info raises
 from schemas import read_build_info as read_metadata
 from schemas.example_proto import Example
 from schemas.metadata import metadata_text, tree_instead_of_build
-from schemas.paths import is_local, join, not_a_directory
+from schemas.paths import file_system_error, is_local, join, not_a_directory
 
 UNLABELLED_NAME = "unlabelled"  # what `show` and `inspect` call label -1
 

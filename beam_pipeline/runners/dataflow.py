@@ -15,8 +15,7 @@ from apache_beam.options.pipeline_options import (
 )
 
 from beam_pipeline.options import BuildConfig
-from beam_pipeline.tree.fileio import file_system_error
-from schemas.paths import is_local
+from schemas.paths import file_system_error, is_local
 
 _INSTALL_HINTS = {
     "gs": "pip install 'imagenet-tfrecords[dataflow]' (Beam's gcp extra)",

@@ -396,10 +396,3 @@ TREE_ACCESS = TreeAccess(
     without_images,
     top_level_images,
 )
-
-
-def file_system_error(error: Exception) -> str:
-    """What went wrong under a Beam file system's `BeamIOError`, without its wrapping."""
-    details = getattr(error, "exception_details", None) or {}
-    causes = {f"{type(cause).__name__}: {cause}" for cause in details.values()}
-    return "; ".join(sorted(causes)) or str(error)
