@@ -207,6 +207,12 @@ def hold_lock(directory) -> subprocess.Popen:
 
 def test_plan_refuses_what_the_build_refuses_before_it_starts(sample, capsys, tmp_path):
     tree, out, _ = sample
+    # A Dataflow job's flag without its runner, as the build refuses it; a negative count.
+    code, _, err = run_plan(capsys, "--input_dir", tree, "--project", "p")
+    assert code == 2 and err.startswith("error: --project names a Dataflow job, and this ")
+    with pytest.raises(SystemExit):
+        run_plan(capsys, "--input_dir", tree, "--rejections", "-1")
+    assert "error: --rejections -1: give 0 or more" in capsys.readouterr().err
     code, text, _ = run_plan(capsys, "--input_dir", tree, "--output_dir", out)
     assert code == 1
     assert text.splitlines()[-1] == (

@@ -91,12 +91,6 @@ def pipeline_options(
                 "local build: pass --direct_num_workers N for N local worker processes, or "
                 "--runner DataflowRunner"
             )
-        if job := sorted(named & _DATAFLOW_JOB_FLAGS):
-            raise ValueError(
-                f"{', '.join(job)} name a Dataflow job, and this command line names no runner: "
-                "add --runner DataflowRunner to build on Dataflow, or leave them out to build "
-                "on this machine"
-            )
         standard.runner = LOCAL_RUNNER
         direct = options.view_as(DirectOptions)
         if every_core and "--direct_running_mode" not in named:
@@ -147,6 +141,12 @@ def check_runner(options: PipelineOptions, argv: Sequence[str]) -> None:
                 f"machine has {machine.available_cores()} cores; each process is a Python "
                 "interpreter of its own, started one after another)"
             )
+    if options.view_as(StandardOptions).runner is None and (job := named & _DATAFLOW_JOB_FLAGS):
+        raise ValueError(
+            f"{', '.join(sorted(job))} {'names' if len(job) == 1 else 'name'} a Dataflow job, "
+            "and this command line names no runner: add --runner DataflowRunner to build on "
+            "Dataflow, or leave them out to build on this machine"
+        )
     direct = options.view_as(DirectOptions)
     mode = direct.direct_running_mode if "--direct_running_mode" in named else None
     if mode == "in_memory" and direct.direct_num_workers not in (None, 1):

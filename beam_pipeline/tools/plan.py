@@ -392,6 +392,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--rejections", type=int, default=20, help="rejections listed in the text (default 20)"
     )
     ours, rest = parser.parse_known_args(argv)
+    if ours.rejections < 0:
+        parser.error(f"--rejections {ours.rejections}: give 0 or more")
     if "-h" in rest or "--help" in rest:
         parser.print_help()
         return 0
