@@ -271,4 +271,7 @@ def test_the_index_budget_message_does_not_depend_on_the_order_workers_ran_in():
 def test_the_index_budget_passes_within_the_budget_and_ignores_non_images():
     strays = [rejection("/t/x.txt", "not_an_image_file", DISCOVER, is_image=False)] * 50
     check_index_budget(spec(max_bad_fraction=0.1), {"train": 20}, [*unknown("eel", 2), *strays])
-    check_index_budget(spec(max_bad_fraction=0.0), {"train": 0}, [])
+    check_index_budget(spec(max_bad_fraction=0.0), {"train": 1}, [])
+    # A split with no image fails here, before any shard is written, as Finalize would after.
+    with pytest.raises(BuildFailed, match="BUILD FAILED: split 'train' has no images"):
+        check_index_budget(spec(max_bad_fraction=0.0), {"train": 0}, [])

@@ -188,6 +188,8 @@ def test_a_split_the_tree_has_is_not_made_twice(tmp_path):
         "--validation_split"
     )
     assert not (tmp_path / "out" / BUILD_INFO_FILE).exists()  # nothing committed
+    # Found before any shard is written (it was found once every shard had been).
+    assert not list((tmp_path / "out").glob("*.tfrecord"))
 
 
 def test_the_tree_s_own_split_left_out_is_said_with_flags_that_build_it(tmp_path, capsys):

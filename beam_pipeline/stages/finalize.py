@@ -140,7 +140,11 @@ def check_index_budget(
     rejections = list(rejections)
     _refuse_unread_inputs(rejections)
     images = [r for r in rejections if r.is_image]
-    total = sum(index_counts.values()) + sum(1 for r in images if r.stage == DISCOVER)
+    found = collections.Counter(r.split for r in images if r.stage == DISCOVER)
+    for split in spec.splits:  # (as Finalize would, once every shard was written)
+        if not index_counts.get(split, 0) + found[split]:
+            raise BuildFailed(f"split {split!r} has no images" + _none_held_out(spec, split))
+    total = sum(index_counts.values()) + sum(found.values())
     bad = len(images)
     if not total or bad <= spec.max_bad_fraction * total:
         return
