@@ -18,7 +18,7 @@ from typing import Any
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline.console.build_console import add_console_flags
-from beam_pipeline.core.duplicates import OFF, POLICIES
+from beam_pipeline.core.duplicates import DROP_LEAKS, FAIL, OFF, POLICIES
 from beam_pipeline.core.holdout import TEST, VALIDATION, HoldOut
 from beam_pipeline.core.images import EXACT, ORIGINAL, RESIZE_MODES, SHORTER_SIDE, ImagePolicy
 from beam_pipeline.core.sharding import DEFAULT_TARGET_SHARD_BYTES
@@ -212,22 +212,7 @@ class BuildConfig:
             raise ValueError(f"--layout must be one of {(AUTO, *LAYOUTS)}")
         if len(set(self.splits)) != len(self.splits):
             raise ValueError(f"--splits must name distinct splits, got {self.splits}")
-        for name, fraction in (("validation", self.validation_split), ("test", self.test_split)):
-            if not 0.0 <= fraction < 1.0:  # (NaN too)
-                raise ValueError(
-                    f"--{name}_split must be a fraction in [0, 1), e.g. 0.2, not {fraction}"
-                )
-        if self.split_seed and not (self.validation_split or self.test_split):
-            raise ValueError(
-                f"--split_seed {self.split_seed} seeds the splits --validation_split and "
-                "--test_split hold out; this build holds none out: drop it, or add one"
-            )
-        if self.validation_split + self.test_split >= 1.0:
-            raise ValueError(
-                f"--validation_split {self.validation_split} and --test_split "
-                f"{self.test_split} would hold out every training image: their sum must be "
-                "below 1"
-            )
+        self._check_splits()
         if not 0.0 <= self.max_bad_fraction <= 1.0:
             raise ValueError("--max_bad_fraction must be in [0, 1]")
         if self.target_shard_bytes <= 0:
@@ -257,6 +242,32 @@ class BuildConfig:
                     f"--num_shards names {unknown}, which this build does not write; its splits "
                     f"are {built} (--splits {','.join(self.splits)}; val is written as validation)"
                 )
+
+    def _check_splits(self) -> None:
+        """The held-out fractions and seed, and a training split where --duplicates needs one."""
+        for name, fraction in (("validation", self.validation_split), ("test", self.test_split)):
+            if not 0.0 <= fraction < 1.0:  # (NaN too)
+                raise ValueError(
+                    f"--{name}_split must be a fraction in [0, 1), e.g. 0.2, not {fraction}"
+                )
+        training = {"train", "trainval"} & {split.lower() for split in self.splits}
+        if self.duplicates in (DROP_LEAKS, FAIL) and self.splits and not training:
+            raise ValueError(
+                f"--duplicates {self.duplicates} acts on held-out copies of training images; "
+                f"--splits {','.join(self.splits)} builds no training split (train, or VOC's "
+                "trainval): --duplicates report finds the copies among them"
+            )
+        if self.split_seed and not (self.validation_split or self.test_split):
+            raise ValueError(
+                f"--split_seed {self.split_seed} seeds the splits --validation_split and "
+                "--test_split hold out; this build holds none out: drop it, or add one"
+            )
+        if self.validation_split + self.test_split >= 1.0:
+            raise ValueError(
+                f"--validation_split {self.validation_split} and --test_split "
+                f"{self.test_split} would hold out every training image: their sum must be "
+                "below 1"
+            )
 
     @classmethod
     def from_options(cls, options: PipelineOptions, *, need_output: bool = True) -> BuildConfig:

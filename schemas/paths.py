@@ -31,11 +31,11 @@ def first_few(names: Sequence[str], shown: int) -> str:
 
 
 def within(path: str, directory: str) -> bool:
-    """Whether the local `path` is `directory` or lies below it (links resolved); False for
-    URLs and empty names."""
+    """Whether the local `path` is `directory` or lies below it (`~` expanded, links
+    resolved); False for URLs and empty names."""
     if not (path and directory and is_local(path) and is_local(directory)):
         return False
-    path, directory = os.path.realpath(path), os.path.realpath(directory)
+    path, directory = (os.path.realpath(os.path.expanduser(p)) for p in (path, directory))
     return os.path.commonpath([path, directory]) == directory
 
 

@@ -160,3 +160,19 @@ def test_a_log_file_in_the_tree_the_output_or_the_labels_file_is_refused(
     assert (tree / "a.JPEG").read_bytes() == b"\xff\xd8 an image"
     assert labels.read_text() == "cat\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["labels.txt", "tree"]
+
+
+def test_a_log_file_in_the_tree_is_refused_when_the_tree_is_named_from_home(
+    tmp_path, capsys, monkeypatch
+):
+    """`--input_dir=~/tree` (a shell leaves that tilde): the check compared the raw strings."""
+    from beam_pipeline.tools import build
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "a.JPEG").write_bytes(b"\xff\xd8 an image")
+    for log in (str(tmp_path / "tree" / "a.JPEG"), "~/tree/a.JPEG"):
+        argv = ["--input_dir=~/tree", "--output_dir", str(tmp_path / "out"), "--log_file", log]
+        assert build.main(argv) == 2
+        assert "it is inside the tree (~/tree): write the log outside it" in capsys.readouterr().err
+    assert (tmp_path / "tree" / "a.JPEG").read_bytes() == b"\xff\xd8 an image"

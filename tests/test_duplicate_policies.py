@@ -157,17 +157,17 @@ def test_training_copies_finds_exact_and_near_copies_as_the_report_does():
     some = training[17]
     held = dict(split="validation")
     assert index.copy_of(image("v/a", some.perceptual ^ 1, some.content, **held)) == Copy(
-        some.filename, EXACT, 0, 0
+        some.filename, EXACT, 0, (0,)
     )
     for flipped in range(7):  # within the radius: found in some block, at its distance
         near = some.perceptual ^ ((1 << flipped) - 1) << 40
-        assert index.copy_of(image("v/b", near, **held)) == Copy(some.filename, NEAR, flipped, 0)
+        assert index.copy_of(image("v/b", near, **held)) == Copy(some.filename, NEAR, flipped, (0,))
     assert index.copy_of(image("v/c", some.perceptual ^ 0x7F, **held)) is None  # 7 bits
     # A nearly uniform image is an exact copy or none: blank frames hash alike.
     blank = training[-1]
     assert index.copy_of(image("v/d", 1, **held)) is None
     assert index.copy_of(image("v/e", 0, content=blank.content, spread=2, **held)) == Copy(
-        "train/blank.jpg", EXACT, 0, 0
+        "train/blank.jpg", EXACT, 0, (0,)
     )
     assert index.copy_of(image("v/f", 0, spread=2, **held)) is None
     assert TrainingCopies([]).copy_of(some) is None
@@ -177,10 +177,10 @@ def test_training_copies_names_the_nearest_then_the_first_file_name():
     index = copies([image("train/b.jpg", 0b111 << 20), image("train/a.jpg", 0b111 << 20),
                     image("train/c.jpg", 0b1 << 20)])  # fmt: skip
     assert index.copy_of(image("v", 0b1 << 20 | 0b1 << 30, split="validation")) == Copy(
-        "train/c.jpg", NEAR, 1, 0
+        "train/c.jpg", NEAR, 1, (0,)
     )
     assert index.copy_of(image("v", 0b1111 << 20, split="validation")) == Copy(
-        "train/a.jpg", NEAR, 1, 0
+        "train/a.jpg", NEAR, 1, (0,)
     )
 
 
@@ -188,7 +188,7 @@ def test_a_dropped_copy_of_another_class_says_the_clash_it_is_in():
     """Dropped, it is in no group of duplicates.jsonl: the clash was said nowhere."""
     index = copies([image("train/cat.jpg", 0b1 << 20, label=0), image("train/x.jpg", 1 << 50)])
     copy = index.copy_of(image("val/goat.jpg", 0b11 << 20, split="validation", label=1))
-    assert copy == Copy("train/cat.jpg", NEAR, 1, 0)
+    assert copy == Copy("train/cat.jpg", NEAR, 1, (0,))
     names = ("cat", "goat", "background")
     assert copy.detail(1, names) == (
         "a copy of the training image train/cat.jpg (near copy, 1 bits apart), labelled cat "
@@ -196,6 +196,15 @@ def test_a_dropped_copy_of_another_class_says_the_clash_it_is_in():
     )
     plain = "a copy of the training image train/cat.jpg (near copy, 1 bits apart); --duplicates"
     assert copy.detail(0, names).startswith(plain) and copy.detail(-1, names).startswith(plain)
+    # Nearest to an image of its own class, within the radius of one of another: the report
+    # shows that second pair's clash, which dropping the image would hide.
+    index = copies([image("train/goat1.jpg", 0, label=1), image("train/cat2.jpg", 0x7F, label=0),
+                    image("train/x.jpg", 1 << 50)])  # fmt: skip
+    copy = index.copy_of(image("val/goat.jpg", 0b111, split="validation", label=1))
+    assert copy == Copy("train/goat1.jpg", NEAR, 3, (0, 1))
+    assert copy.detail(1, names).endswith(
+        "labelled cat there and goat here: a clash; --duplicates drop_leaks"
+    )
 
 
 def test_drop_leaks_counts_and_warns_of_the_clashes_of_the_copies_it_drops(tmp_path):
@@ -274,6 +283,17 @@ def test_a_leak_is_any_held_out_image_that_copies_a_training_one_through_its_exa
     said, every = duplicates.leak_list(leaks)
     assert said.startswith("1 test and 2 validation images copy training images: ")
     assert every[1] == "v/x_q80.jpg copies t/x.jpg (near copy, 3 bits apart)"
+    # The copy named is the one drop_leaks names: exact first, then the nearest, then the name.
+    near = member("validation", "v/near.jpg")
+    far, close = member("train", "t/a_far.jpg"), member("train", "t/b_close.jpg")
+    pairs = duplicates.report_order([Group(NEAR, (far, near), 4), Group(NEAR, (close, near), 3)])
+    (leak,), leaking = duplicates.leaks_of(pairs, "train")
+    assert (leak.original, leak.distance) == (close, 3) and leaking == set(pairs)
+    # A pair of two training images, one with a held-out exact copy, leaks nothing itself.
+    twin = member("validation", "v/a_far_copy.jpg")
+    groups = duplicates.report_order([Group(EXACT, (far, twin)), Group(NEAR, (far, close), 2)])
+    leaks, leaking = duplicates.leaks_of(groups, "train")
+    assert [(x.member, x.kind) for x in leaks] == [(twin, EXACT)] and leaking == {groups[0]}
     # VOC's training split is trainval; a build without one has no leaks.
     voc = [Group(EXACT, (member("test", "a.jpg"), member("trainval", "b.jpg")))]
     assert [leak.member.split for leak in duplicates.leaks_of(voc, "trainval")[0]] == ["test"]

@@ -104,7 +104,7 @@ def test_the_summary_warns_of_leaks_and_clashes(tree, tmp_path, capsys):
     ) in text
 
 
-def test_a_build_without_copies_says_nothing_of_them(tmp_path):
+def test_a_build_without_copies_says_it_found_none(tmp_path):
     info = build(two_photos(tmp_path / "photos"), tmp_path / "out", *REPORT)
     assert info.duplicates == {
         "exact_groups": 0,

@@ -531,9 +531,19 @@ README = str(pathlib.Path(__file__).resolve().parents[1] / "README.md")
             "--direct_num_workers 4 asks for more",
         ),
         (
-            ["--input_dir", "file:///data/tree"],
-            "--input_dir file:///data/tree: no Apache Beam file system for file:// is installed: "
-            "name a local path without file:// (/data/tree)",
+            ["--input_dir", "file:///srv/photos"],
+            "--input_dir file:///srv/photos: no Apache Beam file system for file:// is "
+            "installed: name the local path without file:// (/srv/photos)",
+        ),
+        (
+            ["--input_dir", "hdfs://namenode/tree"],
+            "--input_dir hdfs://namenode/tree: no Apache Beam file system for hdfs:// is "
+            "installed: pip install 'apache-beam[hadoop]'",
+        ),
+        (
+            ["--splits", "val", "--duplicates", "fail"],
+            "--duplicates fail acts on held-out copies of training images; --splits val builds "
+            "no training split (train, or VOC's trainval): --duplicates report finds",
         ),
         # Beam's s3:// file system is there, but set up to reach nothing (was exit 1, its error).
         (
@@ -624,3 +634,16 @@ def test_an_error_while_reading_the_tree_is_one_line_not_a_traceback(tmp_path, c
         "in the log"
     )
     assert lines[1].startswith("full log: ")
+
+
+def test_a_dataflow_job_s_flags_pass_where_the_tree_or_output_is_on_cloud_storage():
+    """Beam's Cloud Storage client reads --project: a local build of a gs:// tree may need it."""
+    import dataclasses
+
+    from beam_pipeline.runners.dataflow import check_dataflow
+
+    project = PipelineOptions(["--project", "p"])
+    with pytest.raises(ValueError, match="--project names a Dataflow job"):
+        check_dataflow(project, config())
+    for paths in ({"input_dir": "gs://b/tree"}, {"output_dir": "gs://b/out"}):
+        check_dataflow(project, dataclasses.replace(config(), **paths))

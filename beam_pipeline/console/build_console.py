@@ -170,7 +170,7 @@ class BuildConsole:
     def __init__(self, log_path: str | None = None, *, verbose=False, quiet=False):
         """Creates the log file; raises OSError when it cannot be written. Without `log_path`,
         the log goes to the default folder, whose oldest logs it deletes (`prune_logs`)."""
-        self.log_path = os.path.abspath(log_path or default_log_path())
+        self.log_path = os.path.abspath(os.path.expanduser(log_path or default_log_path()))
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
         self._log = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 - closed on exit
         _OPEN_LOGS.add(self.log_path)

@@ -171,11 +171,11 @@ class Leak(NamedTuple):
 
 
 def leaks_of(groups: Sequence[Group], training: str | None) -> tuple[list[Leak], set[Group]]:
-    """The held-out images that copy an image of the `training` split, each once (by the
-    first group that shows it: exact ones first, in report order), and the groups that show
-    one. A near pair stands for the exact copies of both its members: the search pairs one
-    image of each content hash, so a validation image near a test copy of a training image
-    copies the training image too (the writers' search, `leaks.TrainingCopies`, drops it)."""
+    """The held-out images that copy an image of the `training` split, each once (with the
+    copy `_rank` picks), and the groups that show one (a held-out member of theirs copies a
+    training image). A near pair stands for the exact copies of both its members: the search
+    pairs one image of each content hash, so a validation image near a test copy of a
+    training image copies the training image too (`leaks.TrainingCopies` drops it)."""
     if training is None:
         return [], set()
     exact_of = {m: g.members for g in groups if g.kind == EXACT for m in g.members}
@@ -190,9 +190,18 @@ def leaks_of(groups: Sequence[Group], training: str | None) -> tuple[list[Leak],
         for held, others in sides:
             trained = [m for m in others if m.split == training]
             for member in (m for m in held if trained and m.split != training):
-                leaking.add(group)
-                found.setdefault(member, Leak(member, min(trained), group.kind, group.distance))
+                leak = Leak(member, min(trained), group.kind, group.distance)
+                if member in group.members:  # (a pair of two training images shows none)
+                    leaking.add(group)
+                if member not in found or _rank(leak) < _rank(found[member]):
+                    found[member] = leak
     return sorted(found.values()), leaking
+
+
+def _rank(leak: Leak) -> tuple:
+    """The copy a held-out image is said to copy, as `leaks.TrainingCopies` picks it: an exact
+    one first, then the nearest, then the smallest file name."""
+    return leak.kind != EXACT, leak.distance, leak.original.filename
 
 
 def rows(groups: Iterable[Group], class_names: Sequence[str], leaking: set[Group]) -> str:

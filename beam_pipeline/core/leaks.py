@@ -35,20 +35,23 @@ CLASH = "a clash"
 
 class Copy(NamedTuple):
     """The training image a held-out image copies: its file name, EXACT or NEAR, the bits
-    between their perceptual hashes (0 for an exact copy), and its label (-1: unlabelled)."""
+    between their perceptual hashes (0 for an exact copy), and the labels of every training
+    copy found (its exact copies; else every one within the radius: the pairs the report
+    would show of the image), each once."""
 
     original: str
     kind: str
     distance: int
-    label: int = -1
+    labels: tuple[int, ...] = ()
 
     def detail(self, label: int = -1, names: Sequence[str] = ()) -> str:
         """The `rejected.jsonl` detail of the held-out image (of `label`) dropped for it; with
-        the classes' `names`, one that says a clash when the two are labelled differently."""
+        the classes' `names`, one that says a clash where a copy is labelled otherwise."""
         how = "exact copy" if self.kind == EXACT else f"near copy, {self.distance} bits apart"
         said = f"a copy of the training image {self.original} ({how})"
-        if min(label, self.label) >= 0 and label != self.label and names:
-            said += f", labelled {names[self.label]} there and {names[label]} here: {CLASH}"
+        other = [names[n] for n in self.labels if n >= 0 and n != label]
+        if label >= 0 and other and names:
+            said += f", labelled {', '.join(other)} there and {names[label]} here: {CLASH}"
         return f"{said}; --duplicates drop_leaks"
 
 
@@ -118,8 +121,8 @@ class TrainingCopies:
             if self._contents[int(i) * _CONTENT : (int(i) + 1) * _CONTENT] == image.content
         ]
         if exact:
-            name, index = min(exact)
-            return Copy(name, EXACT, 0, int(self._labels[index]))
+            labels = tuple(sorted({int(self._labels[i]) for _, i in exact}))
+            return Copy(min(exact)[0], EXACT, 0, labels)
         if image.nearly_uniform:
             return None
         found = []
@@ -134,5 +137,5 @@ class TrainingCopies:
         if not found:
             return None
         distance = min(d for d, _ in found)
-        name, index = min((self._name(i), i) for d, i in found if d == distance)
-        return Copy(name, NEAR, distance, int(self._labels[index]))
+        name = min(self._name(i) for d, i in found if d == distance)
+        return Copy(name, NEAR, distance, tuple(sorted({int(self._labels[i]) for _, i in found})))

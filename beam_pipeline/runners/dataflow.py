@@ -8,6 +8,7 @@ import os
 
 from apache_beam.io.filesystems import BeamIOError, FileSystems
 from apache_beam.options.pipeline_options import (
+    GoogleCloudOptions,
     PipelineOptions,
     SetupOptions,
     StandardOptions,
@@ -21,7 +22,7 @@ _INSTALL_HINTS = {
     "gs": "pip install 'imagenet-tfrecords[dataflow]' (Beam's gcp extra)",
     "s3": "pip install 'apache-beam[aws]'",
     "az": "pip install 'apache-beam[azure]'",
-    "file": "name a local path without file:// (/data/tree)",
+    "hdfs": "pip install 'apache-beam[hadoop]'",
 }
 
 
@@ -34,8 +35,10 @@ def check_file_systems(config: BuildConfig) -> None:
         scheme = path.split("://", 1)[0]
         try:
             FileSystems.get_filesystem(path)
-        except ValueError:
+        except (ValueError, BeamIOError):
             hint = f": {_INSTALL_HINTS[scheme]}" if scheme in _INSTALL_HINTS else ""
+            if scheme == "file":
+                hint = f": name the local path without file:// ({path[len('file://') :]})"
             raise ValueError(
                 f"{flag} {path}: no Apache Beam file system for {scheme}:// is installed{hint}"
             ) from None
@@ -71,6 +74,30 @@ def with_absolute_paths(config: BuildConfig) -> BuildConfig:
 _DATAFLOW = ("dataflowrunner", "dataflow", "testdataflowrunner")
 
 
+def _refuse_job_flags(options: PipelineOptions, config: BuildConfig) -> None:
+    """ValueError for a Dataflow job's flags on a command line that names no runner: a cloud
+    build was meant, and the whole tree would be built on this machine instead. (Not where the
+    tree or the output is on gs://, whose client reads --project.)"""
+    cloud, worker = options.view_as(GoogleCloudOptions), options.view_as(WorkerOptions)
+    given = [
+        flag
+        for flag, value in (
+            ("--project", cloud.project),
+            ("--region", cloud.region),
+            ("--job_name", cloud.job_name),
+            ("--staging_location", cloud.staging_location),
+            ("--machine_type", worker.machine_type),
+        )
+        if value
+    ]
+    if given and not any(path.startswith("gs://") for _, path in _path_flags(config)):
+        raise ValueError(
+            f"{', '.join(given)} {'names' if len(given) == 1 else 'name'} a Dataflow job, and "
+            "this command line names no runner: add --runner DataflowRunner to build on "
+            "Dataflow, or leave them out to build on this machine"
+        )
+
+
 def check_dataflow(options: PipelineOptions, config: BuildConfig) -> None:
     """ValueError for a Dataflow build its workers could not run: local paths (they read
     Cloud Storage, not this machine's disk), no way to install this package on them, a
@@ -78,6 +105,8 @@ def check_dataflow(options: PipelineOptions, config: BuildConfig) -> None:
     `--project`): all found before the tree is read, which on an unreachable Cloud Storage
     takes minutes of retries."""
     runner = options.view_as(StandardOptions).runner or ""
+    if not runner:
+        _refuse_job_flags(options, config)
     if runner.lower().rsplit(".", 1)[-1] not in _DATAFLOW:
         return
     local = [f"{flag} {path}" for flag, path in _path_flags(config) if is_local(path)]

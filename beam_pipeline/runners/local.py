@@ -31,16 +31,6 @@ LOCAL_RUNNER = "FnApiRunner"
 
 # Beam options (WorkerOptions) that only a cloud runner reads; locally they would be ignored.
 _CLOUD_WORKER_FLAGS = {"--num_workers", "--max_num_workers"}
-# Options that name a Dataflow job: without --runner they say a cloud build was meant (a local
-# build of ImageNet would start instead, on this machine).
-_DATAFLOW_JOB_FLAGS = {
-    "--project",
-    "--region",
-    "--job_name",
-    "--machine_type",
-    "--staging_location",
-}
-
 
 # A local build of fewer images than this runs in the launching process: worker processes take
 # ~2.3 s longer to start than an in-process build, which 2 of them first win back at ~2,000
@@ -141,12 +131,6 @@ def check_runner(options: PipelineOptions, argv: Sequence[str]) -> None:
                 f"machine has {machine.available_cores()} cores; each process is a Python "
                 "interpreter of its own, started one after another)"
             )
-    if options.view_as(StandardOptions).runner is None and (job := named & _DATAFLOW_JOB_FLAGS):
-        raise ValueError(
-            f"{', '.join(sorted(job))} {'names' if len(job) == 1 else 'name'} a Dataflow job, "
-            "and this command line names no runner: add --runner DataflowRunner to build on "
-            "Dataflow, or leave them out to build on this machine"
-        )
     direct = options.view_as(DirectOptions)
     mode = direct.direct_running_mode if "--direct_running_mode" in named else None
     if mode == "in_memory" and direct.direct_num_workers not in (None, 1):
