@@ -129,8 +129,8 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
     A JPEG is decoded at the smallest DCT scale the output allows (1/8 when its bytes are kept
     as they are): libjpeg still reads and entropy-decodes every coefficient of the stream, which
     is where truncated and corrupt data are found, but skips the inverse DCT and colour
-    conversion of pixels that would be thrown away (benchmarks/RESULTS.md, "The validating decode
-    at 1/8 scale", `68f8ce3`).
+    conversion of pixels that would be thrown away (benchmarks/RESULTS.md, "The JPEG check",
+    `68f8ce3`).
 
     Raises:
       InputError: `empty_file`, `not_an_image`, `decompression_bomb`, `truncated_image`,
