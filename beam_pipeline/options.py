@@ -292,7 +292,7 @@ class BuildConfig:
             output_dir=_home(flags.output_dir) or "",
             layout=flags.layout,
             splits=_splits(flags.splits),
-            labels_file=_home(flags.labels_file),
+            labels_file=_home(_given("--labels_file", flags.labels_file)),
             num_shards=parse_num_shards(flags.num_shards),
             target_shard_bytes=_shard_bytes(flags.target_shard_mb),
             seed=flags.seed,
@@ -358,6 +358,13 @@ class BuildConfig:
         return {"held_out": held_out.to_metadata()}
 
 
+def _given(flag: str, value: str | None) -> str | None:
+    """A path flag's value; ValueError for an empty one, which was taken as not given."""
+    if value is not None and not value.strip():
+        raise ValueError(f"{flag} is empty: name the file, or leave the flag out")
+    return value
+
+
 def _splits(text: str | None) -> tuple[str, ...]:
     """`--splits train,val` → ("train", "val"); not given → () (the layout's default)."""
     if text is None:
@@ -370,8 +377,10 @@ def _splits(text: str | None) -> tuple[str, ...]:
 
 def parse_num_shards(text: str | None) -> dict[str, int] | int | None:
     """`16` → 16; `train=16,val=4` → {"train": 16, "validation": 4}; None → None."""
-    if text is None or not str(text).strip():
+    if text is None:
         return None
+    if not str(text).strip():  # (a shell variable left empty: it was taken as not given)
+        raise ValueError("--num_shards is empty: give N or split=N,..., or leave the flag out")
     text = str(text).strip()
     malformed = ValueError(f"--num_shards must be N or split=N,...; got {text!r}")
     if "=" not in text:

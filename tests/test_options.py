@@ -216,6 +216,10 @@ def test_parsers():
     assert parse_num_shards("16") == 16
     assert parse_num_shards("train=4, val=2") == {"train": 4, "validation": 2}
     assert parse_num_shards(None) is None
+    with pytest.raises(ValueError, match=r"^--num_shards is empty: give N or split=N"):
+        parse_num_shards(" ")  # (taken as not given: the size-based default, silently)
+    with pytest.raises(ValueError, match=r"^--labels_file is empty: name the file"):
+        config("--labels_file", "")
     for twice in ("train=2,train=3", "val=2,validation=3"):  # not the last one silently
         with pytest.raises(ValueError, match=r"^--num_shards names '(train|validation)' twice: "):
             parse_num_shards(twice)

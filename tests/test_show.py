@@ -353,7 +353,11 @@ def test_the_palette_sheet_keeps_the_drawing_colours_exact(built, tmp_path, caps
         (["-n", "0"], "error: -n must be at least 1, not 0"),
         (
             ["--histogram", "--class", "circle"],
-            "error: --histogram plots every class; --class and --leaks pick examples",
+            "error: --histogram plots every class; --class, --leaks and -n pick examples",
+        ),
+        (
+            ["--histogram", "-n", "5"],
+            "error: --histogram plots every class; --class, --leaks and -n pick examples",
         ),
     ],
 )

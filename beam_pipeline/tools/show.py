@@ -279,6 +279,8 @@ def copies_sheet(
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.n is None and not args.histogram:
+        args.n = 16
     if problem := _output_problem(args.output, args.output_dir):
         print(f"error: --output {args.output}: {problem}", file=sys.stderr)
         return 2
@@ -311,7 +313,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("output_dir", metavar="OUT", help="A build's output directory.")
     parser.add_argument("-o", "--output", required=True, metavar="PNG", help="The PNG to write.")
     parser.add_argument("--split", help="The split to show (default: train, else the first).")
-    parser.add_argument("-n", type=int, default=16, help="Examples or copy groups (default 16).")
+    parser.add_argument("-n", type=int, help="Examples or copy groups (default 16).")
     parser.add_argument(
         "--class",
         dest="class_name",
@@ -398,8 +400,8 @@ def _failed(error: Exception, output_dir: str) -> int:
 
 
 def _histogram(args: argparse.Namespace) -> int:
-    if args.class_name is not None or args.leaks:
-        raise UsageError("--histogram plots every class; --class and --leaks pick examples")
+    if args.class_name is not None or args.leaks or args.n is not None:
+        raise UsageError("--histogram plots every class; --class, --leaks and -n pick examples")
     info = read_info(args.output_dir)
     splits = [_split(info, args.split)[0]] if args.split else sorted(info.splits)
     try:
