@@ -58,7 +58,7 @@ def _cpu(proc: psutil.Process) -> float:
 def _is_worker(process: psutil.Process, runner: str) -> bool:
     """A process that runs the pipeline's elements: FnApiRunner's SDK worker, or a Dask worker
     process (multiprocessing's child; not its resource tracker). A wrapper process whose command
-    line names the worker is dropped later, once it is seen with a child (`run_sampled`)."""
+    line names the worker is dropped later, once seen as a worker's parent (`run_sampled`)."""
     line = " ".join(process.cmdline())
     if runner == "dask":
         return "multiprocessing" in line and "resource_tracker" not in line
@@ -79,11 +79,12 @@ def run_sampled(command: list[str], interval: float = 0.05, runner: str = "local
             coordinator = _cpu(root)
             for child in root.children(recursive=True):
                 with contextlib.suppress(psutil.Error):
-                    parents.add(child.ppid())
                     if _is_worker(child, runner):
                         workers[child.pid] = _cpu(child)
+                        parents.add(child.ppid())
         time.sleep(interval)
-    # A wrapper sampled before it started its worker looked like a worker of its own.
+    # A wrapper sampled before it started its worker looked like a worker of its own (a Dask
+    # worker's own children, such as multiprocessing's resource tracker, are no workers).
     workers = {pid: cpu for pid, cpu in workers.items() if pid not in parents}
     seconds = time.perf_counter() - start
     error = process.stderr.read().decode("utf-8", "replace")
