@@ -254,8 +254,8 @@ class BuildConfig:
         if self.duplicates in (DROP_LEAKS, FAIL) and self.splits and not training:
             raise ValueError(
                 f"--duplicates {self.duplicates} acts on held-out copies of training images; "
-                f"--splits {','.join(self.splits)} builds no training split (train, or VOC's "
-                "trainval): --duplicates report finds the copies among them"
+                f"the splits this build writes ({', '.join(self.splits)}) hold no training "
+                "split (train, or VOC's trainval): --duplicates report finds the copies among them"
             )
         if self.split_seed and not (self.validation_split or self.test_split):
             raise ValueError(

@@ -546,8 +546,9 @@ README = str(pathlib.Path(__file__).resolve().parents[1] / "README.md")
         ),
         (
             ["--splits", "val", "--duplicates", "fail"],
-            "--duplicates fail acts on held-out copies of training images; --splits val builds "
-            "no training split (train, or VOC's trainval): --duplicates report finds",
+            "--duplicates fail acts on held-out copies of training images; the splits this "
+            "build writes (val) hold no training split (train, or VOC's trainval): "
+            "--duplicates report finds",
         ),
         # Beam's s3:// file system is there, but set up to reach nothing (was exit 1, its error).
         (
