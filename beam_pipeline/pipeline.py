@@ -53,7 +53,7 @@ from beam_pipeline.runners.local import (
     pipeline_options,
 )
 from beam_pipeline.stages.discovery import DiscoverImages
-from beam_pipeline.stages.duplicates import FindDuplicates, training_copies
+from beam_pipeline.stages.duplicates import FindDuplicates, TrainingFirst, training_copies
 from beam_pipeline.stages.finalize import CheckIndexBudget, Finalize, FinalizeSpec
 from beam_pipeline.stages.labelling import (
     BuildVocabulary,
@@ -382,20 +382,10 @@ def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollect
 def _write_training_first(assigned, write, split: str | None):
     """`--duplicates drop_leaks`: the training `split`'s shards, then the others', whose writers
     leave out the copies of training images (`leaks.TrainingCopies`)."""
-    training, held_out = assigned | "TrainingFirst" >> beam.Partition(_TrainingFirst(split), 2)
+    training, held_out = assigned | "TrainingFirst" >> beam.Partition(TrainingFirst(split), 2)
     first = write("WriteShards", training)
     then = write("WriteHeldOutShards", held_out, training_copies(first[2]))
     return tuple((first[i], then[i]) | f"AllWritten{i}" >> beam.Flatten() for i in range(3))
-
-
-class _TrainingFirst(beam.PartitionFn):
-    """Partition 0 for a shard of the training split, 1 for the others."""
-
-    def __init__(self, split: str | None):
-        self._split = split
-
-    def partition_for(self, element, num_partitions, *args, **kwargs) -> int:
-        return 0 if element[0][0] == self._split else 1
 
 
 def prepare_build(

@@ -82,10 +82,10 @@ def targets(dataset):
             yield images[i].numpy(), boxes[real], classes[real], target["filename"][i].numpy()
 
 
-def test_evaluation_boxes_and_classes_are_the_xml_ones(detection_build):
-    out, truth = detection_build
-    names = dataset_info(out).class_names
-    pixels = load_dataset(
+def in_pixels(out, **kwargs):
+    """The build's train split in batches of 5 at the source size, boxes in pixels (xyxy),
+    with file names."""
+    return load_dataset(
         out,
         "train",
         batch_size=5,
@@ -93,7 +93,14 @@ def test_evaluation_boxes_and_classes_are_the_xml_ones(detection_build):
         label_mode="detection",
         bounding_box_format="xyxy",
         with_filenames=True,
+        **kwargs,
     )
+
+
+def test_evaluation_boxes_and_classes_are_the_xml_ones(detection_build):
+    out, truth = detection_build
+    names = dataset_info(out).class_names
+    pixels = in_pixels(out)
     assert pixels.element_spec[1]["boxes"] == tf.TensorSpec((None, None, 4), tf.float32)
     assert pixels.element_spec[1]["classes"] == tf.TensorSpec((None, None), tf.int32)
     relative = load_dataset(
@@ -250,17 +257,7 @@ def test_difficult_objects_are_kept_flagged_or_dropped(detection_build):
     names = dataset_info(out).class_names
 
     def load(difficult, **kwargs):
-        return load_dataset(
-            out,
-            "train",
-            batch_size=5,
-            image_size=(HEIGHT, WIDTH),
-            label_mode="detection",
-            bounding_box_format="xyxy",
-            with_filenames=True,
-            difficult=difficult,
-            **kwargs,
-        )
+        return in_pixels(out, difficult=difficult, **kwargs)
 
     flagged = load("flag")
     assert flagged.element_spec[1]["difficult"] == tf.TensorSpec((None, None), tf.int32)

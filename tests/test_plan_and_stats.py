@@ -366,29 +366,23 @@ def test_stats_text_names_rejections_and_says_what_an_old_build_lacks(bad_tree, 
     capsys.readouterr()
     assert commands.main(["stats", str(out)]) == 2
     assert capsys.readouterr().err.startswith(f"error: {out}/rejected.jsonl cannot be read (")
-    # A damaged build_info.json is named, for stats, verify, the loader and a new build.
-    path.write_text(path.read_text()[:300])
-    damaged = f"{path} is damaged and the build cannot be read (not JSON: "
-    assert commands.main(["stats", str(out)]) == 2
-    assert capsys.readouterr().err.startswith(f"error: {damaged}")
-    assert commands.main(["verify", str(out)]) == 1
-    assert capsys.readouterr().out.startswith(f"FAIL {damaged}")
-    with pytest.raises(ValueError, match=re.escape(damaged)):
-        load_dataset(str(out), "train", batch_size=2)
-    assert build_tool.main(["--input_dir", str(root), "--output_dir", str(out)]) == 2
-    assert capsys.readouterr().err == (
-        f"error: {out} already holds a build whose build_info.json is damaged; pass "
-        "--overwrite to replace it\n"
-    )
-    # Bytes that are not text (a PNG written over it): named alike (was a bare codec error).
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
-    binary = f"{path} is damaged and the build cannot be read (not UTF-8 text: "
-    assert commands.main(["stats", str(out)]) == 2
-    assert capsys.readouterr().err.startswith(f"error: {binary}")
-    assert commands.main(["verify", str(out)]) == 1
-    assert capsys.readouterr().out.startswith(f"FAIL {binary}")
-    with pytest.raises(ValueError, match=re.escape(binary)):
-        load_dataset(str(out), "train", batch_size=2)
+    # A damaged build_info.json is named, for stats, verify, the loader and a new build: cut
+    # short, or bytes that are not text (a PNG written over it: was a bare codec error).
+    cut, png = path.read_bytes()[:300], b"\x89PNG\r\n\x1a\n" + bytes(range(256))
+    for damage, why in ((cut, "not JSON"), (png, "not UTF-8 text")):
+        path.write_bytes(damage)
+        damaged = f"{path} is damaged and the build cannot be read ({why}: "
+        assert commands.main(["stats", str(out)]) == 2
+        assert capsys.readouterr().err.startswith(f"error: {damaged}")
+        assert commands.main(["verify", str(out)]) == 1
+        assert capsys.readouterr().out.startswith(f"FAIL {damaged}")
+        with pytest.raises(ValueError, match=re.escape(damaged)):
+            load_dataset(str(out), "train", batch_size=2)
+        assert build_tool.main(["--input_dir", str(root), "--output_dir", str(out)]) == 2
+        assert capsys.readouterr().err == (
+            f"error: {out} already holds a build whose build_info.json is damaged; pass "
+            "--overwrite to replace it\n"
+        )
 
 
 @pytest.mark.parametrize("command", ["stats", "verify", "upgrade", "show"])

@@ -166,3 +166,14 @@ def training_copies(prints):
     """The training writers' batches of ImagePrint → a singleton TrainingCopies (empty when
     the build writes no training image)."""
     return prints | "TrainingCopies" >> beam.CombineGlobally(_TrainingCopiesFn())
+
+
+class TrainingFirst(beam.PartitionFn):
+    """`--duplicates drop_leaks`'s shards (split, shard) → partition 0 for the training
+    split's, which are written first, 1 for the others'."""
+
+    def __init__(self, split: str | None):
+        self._split = split
+
+    def partition_for(self, element, num_partitions, *args, **kwargs) -> int:
+        return 0 if element[0][0] == self._split else 1
