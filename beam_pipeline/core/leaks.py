@@ -31,6 +31,7 @@ _CONTENT = fp.CONTENT_HASH_BYTES
 # How a dropped copy's `rejected.jsonl` detail says that it and its original have different
 # classes: a clash that `duplicates.jsonl` cannot show (the dropped image is in no group).
 CLASH = "a clash"
+_POLICY = "; --duplicates drop_leaks"
 
 
 class Copy(NamedTuple):
@@ -52,7 +53,12 @@ class Copy(NamedTuple):
         other = [names[n] for n in self.labels if n >= 0 and n != label]
         if label >= 0 and other and names:
             said += f", labelled {', '.join(other)} there and {names[label]} here: {CLASH}"
-        return f"{said}; --duplicates drop_leaks"
+        return f"{said}{_POLICY}"
+
+
+def says_clash(detail: str) -> bool:
+    """Whether a dropped copy's `rejected.jsonl` detail (`Copy.detail`) says a clash."""
+    return detail.endswith(f"{CLASH}{_POLICY}")
 
 
 class Chunk(NamedTuple):

@@ -25,7 +25,7 @@ from beam_pipeline.core.duplicates import DUPLICATE
 from beam_pipeline.core.entries import ShardResult
 from beam_pipeline.core.jpegdata import KEEP_FLAG, STRAY_JPEG_BYTES
 from beam_pipeline.core.labels import Vocabulary, unknown_class_name
-from beam_pipeline.core.leaks import CLASH
+from beam_pipeline.core.leaks import says_clash
 from beam_pipeline.core.rejections import DISCOVER, Rejection
 from beam_pipeline.core.sharding import SplitPlan
 from beam_pipeline.failures import BuildFailed
@@ -352,7 +352,7 @@ def _copies(
     if copies:
         found["dropped"] = dict(sorted(collections.Counter(r.split for r in copies).items()))
         # A dropped copy is in no group: its clash is said in its rejected.jsonl detail.
-        if clashing := sum(r.detail.endswith(f"{CLASH}; --duplicates drop_leaks") for r in copies):
+        if clashing := sum(says_clash(r.detail) for r in copies):
             found["dropped_clashes"] = clashing
     rows = duplicates.rows(groups, info.class_list.names, leaking)
     return dataclasses.replace(info, duplicates=found), rows.encode("utf-8")

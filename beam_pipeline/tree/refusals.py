@@ -78,24 +78,19 @@ def refuse_unannotated_voc_years(
         }
         for prefix, directory in folders.items()
     }
-    # Ids listed without an image are the build's `image_missing` rejections, not images
-    # without XML: left out of the counts.
-    stems = {
-        task.key_prefix: {
-            posixpath.splitext(posixpath.basename(p))[0] for p in match(join(task.directory, "*"))
+    counts, missing = _year_counts(plan, folders, annotated, {}, match, read_text)
+    if any(xml < images for images, xml in counts.values()):
+        # Ids listed without an image are the build's `image_missing` rejections, not images
+        # without XML: left out of the counts (the image folders are listed only for this).
+        stems = {
+            task.key_prefix: {
+                posixpath.splitext(posixpath.basename(p))[0]
+                for p in match(join(task.directory, "*"))
+            }
+            for task in plan.tasks
+            if task.kind != ANNOTATIONS and task.key_prefix in folders
         }
-        for task in plan.tasks
-        if task.kind != ANNOTATIONS and task.key_prefix in folders
-    }
-    counts, missing = _annotated_counts(plan, folders, annotated, stems)
-    for prefix, directory in folders.items():  # the lists not requested, as anchors only
-        for name, path in split_lists(posixpath.dirname(directory), match).items():
-            if (output_split(name), prefix) in counts:
-                continue
-            ids = [i for i in parse_split_list(read_text(path)) if i in stems.get(prefix, {i})]
-            if ids:
-                with_xml = sum(image_id in annotated[prefix] for image_id in ids)
-                counts[output_split(name), prefix] = [len(ids), with_xml]
+        counts, missing = _year_counts(plan, folders, annotated, stems, match, read_text)
     complete = [group for group, (images, xml) in counts.items() if xml == images]
     for split in plan.splits:
         years = {prefix: counts[split, prefix] for prefix in folders if (split, prefix) in counts}
@@ -109,6 +104,21 @@ def refuse_unannotated_voc_years(
         if lacking:
             ids = sorted(missing.get((split, lacking[0]), []))
             _refuse_year(split, lacking[0], years, folders, complete, ids)
+
+
+def _year_counts(plan, folders, annotated, stems, match, read_text):
+    """`_annotated_counts`, and those of each year's split lists the plan does not build (as
+    anchors only); `stems`: the ids that have an image, per year ({}: every id)."""
+    counts, missing = _annotated_counts(plan, folders, annotated, stems)
+    for prefix, directory in folders.items():
+        for name, path in split_lists(posixpath.dirname(directory), match).items():
+            if (output_split(name), prefix) in counts:
+                continue
+            ids = [i for i in parse_split_list(read_text(path)) if i in stems.get(prefix, {i})]
+            if ids:
+                with_xml = sum(image_id in annotated[prefix] for image_id in ids)
+                counts[output_split(name), prefix] = [len(ids), with_xml]
+    return counts, missing
 
 
 def _annotated_counts(
