@@ -250,8 +250,8 @@ class BuildConfig:
                 raise ValueError(
                     f"--{name}_split must be a fraction in [0, 1), e.g. 0.2, not {fraction}"
                 )
-        training = {"train", "trainval"} & {split.lower() for split in self.splits}
-        if self.duplicates in (DROP_LEAKS, FAIL) and self.splits and not training:
+        training = vocabulary_split([split.lower() for split in self.splits])
+        if self.duplicates in (DROP_LEAKS, FAIL) and self.splits and training is None:
             raise ValueError(
                 f"--duplicates {self.duplicates} acts on held-out copies of training images; "
                 f"the splits this build writes ({', '.join(self.splits)}) hold no training "
