@@ -2,7 +2,9 @@
 
 import collections
 import http.server
+import os
 import pathlib
+import signal
 import threading
 import time
 
@@ -265,6 +267,62 @@ def test_a_build_whose_workers_all_died_fails_loudly(monkeypatch):
     assert failures.failure_message(raised.value).startswith(
         f"BUILD FAILED: the Dask cluster at {local.scheduler_address} has had no worker for 2 s"
     )
+
+
+def test_a_builds_only_sink_is_its_commit(cluster, tree, tmp_path, monkeypatch):
+    # Unread outputs of steps that also feed others (the writers' prints without --duplicates,
+    # the listing's subdirectories) were sinks: held to the end, a worker lost after the commit
+    # had the shard writers run again, into a committed build.
+    sinks = []
+    find_sinks = dask_translation.Translator.sinks
+
+    def recorded(translator):
+        bags = find_sinks(translator)
+        names = {bag.name for bag in bags}
+        sinks.extend(
+            p.producer.full_label for p, bag in translator.bags.items() if bag.name in names
+        )
+        return bags
+
+    monkeypatch.setattr(dask_translation.Translator, "sinks", recorded)
+    build(tree, tmp_path / "out", "--max_bad_fraction", "0.05", *dask_flags(cluster))
+    assert sinks == ["Finalize/Commit"]
+
+
+def _effect(path):
+    with open(path, "a") as out:
+        out.write(f"{os.getpid()}\n")
+
+
+def test_a_finished_sink_is_not_computed_again_when_its_worker_is_lost(tmp_path):
+    # The result of a finished sink is let go: a worker lost later (a nanny's restart for
+    # memory) then has nothing of it to compute again; held, its steps ran a second time.
+    effects = tmp_path / "effects.txt"
+    local = LocalCluster(
+        n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address=None
+    )
+    with local, Client(local, set_as_default=False) as client:
+        first, second = list(client.nthreads())
+        futures = [
+            client.submit(
+                _effect, str(effects), pure=False, workers=[first], allow_other_workers=True
+            ),
+            client.submit(time.sleep, 4, pure=False, workers=[second]),
+        ]
+        result = dask_runner.DaskRunnerResult(client, futures, local.scheduler_address)
+        del futures
+
+        def kill_the_first_when_done():
+            while not effects.exists():
+                time.sleep(0.05)
+            time.sleep(1)  # the result has been let go of (polled every 0.2 s)
+            os.kill(int(effects.read_text()), signal.SIGKILL)
+
+        killer = threading.Thread(target=kill_the_first_when_done)
+        killer.start()
+        assert result.wait_until_finish() == "DONE"
+        killer.join()
+    assert len(effects.read_text().split()) == 1
 
 
 def test_held_out_splits_on_dask_are_the_local_ones(cluster, tree, tmp_path):

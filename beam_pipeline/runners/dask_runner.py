@@ -61,9 +61,7 @@ class DaskRunnerResult(PipelineResult):
         try:
             deadline = None if duration is None else time.monotonic() + duration / 1000
             without_workers = None
-            while not all(future.done() for future in self._futures):
-                if any(future.status == "error" for future in self._futures):
-                    break
+            while self._still_running():
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"the build did not finish in {duration} ms")
                 if self._client.nthreads():
@@ -73,7 +71,6 @@ class DaskRunnerResult(PipelineResult):
                 elif time.monotonic() - without_workers > dask_preflight.NO_WORKERS_SECONDS:
                     raise BuildFailed(dask_preflight.no_workers_message(self._address, "has had"))
                 time.sleep(_POLL_SECONDS)
-            self._client.gather(self._futures)  # the results are empty; raises a task's error
             self._state = PipelineState.DONE
         except BaseException:
             self._state = PipelineState.FAILED
@@ -83,6 +80,19 @@ class DaskRunnerResult(PipelineResult):
             if self._state != PipelineState.RUNNING:
                 self._client.close()
         return self._state
+
+    def _still_running(self) -> bool:
+        """Whether a sink is still running. Raises a finished sink's error, else lets go of its
+        (empty) result: held, a worker lost later had Dask compute the sink again, and every
+        step before it with it (shards written again after the build's commit)."""
+        running = []
+        for future in self._futures:
+            if future.done():
+                future.result()
+            else:
+                running.append(future)
+        self._futures = running
+        return bool(running)
 
     def cancel(self):
         self._state = PipelineState.CANCELLING

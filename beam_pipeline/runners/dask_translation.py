@@ -281,10 +281,18 @@ class Translator(PipelineVisitor):
             self.bags[output] = tagged.map_partitions(_select, tag)
 
     def sinks(self) -> list:
-        """The bags nothing consumes: computing them computes the whole pipeline."""
+        """The bags nothing consumes: computing them computes the whole pipeline.
+
+        An unread output of a step whose other output is read is none: the step runs for that
+        reader. Computed as a sink of its own, it held the step's results until the build's
+        end, and a worker lost after the commit had the step (shard writers) run again.
+        """
+        read_steps = {pcollection.producer for pcollection in self.consumed}
         seen, sinks = set(), []
         for pcollection, bag in self.bags.items():
-            if pcollection not in self.consumed and bag.name not in seen:
+            if pcollection in self.consumed or pcollection.producer in read_steps:
+                continue
+            if bag.name not in seen:
                 seen.add(bag.name)
                 sinks.append(bag)
         return sinks
