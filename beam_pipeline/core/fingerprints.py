@@ -119,6 +119,8 @@ def dhash(image: Pixels) -> int:
 # The DCT-II basis of ImageHash's `phash` (8 lowest of 32 frequencies), scaled by 8192 and
 # rounded: with 8-bit pixels every product and partial sum is an integer below 2^53, which
 # float64 adds exactly in any order, so the bits are the same on every machine and BLAS.
+# Keep products small: one of over 2^18 multiply-adds starts OpenBLAS threads in every worker
+# process of a build (0.64x its throughput: benchmarks/RESULTS.md, "Fingerprints").
 _DCT = np.round(np.cos(np.pi * np.outer(np.arange(8), 2 * np.arange(32) + 1) / 64) * 8192)
 _DCT_T = np.ascontiguousarray(_DCT.T)
 
