@@ -405,6 +405,8 @@ def parse_num_shards(text: str | None) -> dict[str, int] | int | None:
 
 def parse_image_size(mode: str, text: str | None) -> tuple[int, ...]:
     """`--image_size` for the given policy: () for original, (N,) or (H, W)."""
+    if text is not None and not text.strip():
+        raise ValueError("--image_size is empty: give N or HxW, or leave the flag out")
     if mode == ORIGINAL:
         if text:
             raise ValueError("--image_size needs --image_policy shorter_side or exact")

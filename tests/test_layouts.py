@@ -372,6 +372,18 @@ def test_a_tree_one_level_down_is_found(tmp_path):
         f"{tmp_path}/kaggle/ILSVRC holds the layout 'ilsvrc_cls_loc', not 'ilsvrc_det': pass "
         "--layout ilsvrc_cls_loc or leave --layout out (it is detected)"
     )
+    # Class folders or XML beside images, named on an ILSVRC tree: its folders (Annotations,
+    # Data) were taken for classes, and its XML for none ("restore its annotations").
+    for named in (layouts.CLASS_FOLDERS, layouts.VOC_XML):
+        with pytest.raises(layouts.LayoutError) as error:
+            found_at(tmp_path / "kaggle/ILSVRC", named)
+        assert str(error.value).startswith(
+            f"{tmp_path}/kaggle/ILSVRC holds the layout 'ilsvrc_cls_loc', not '{named}': pass "
+        )
+    with pytest.raises(layouts.LayoutError, match="holds the layout 'voc', not 'class_folders'"):
+        found_at(voc, layouts.CLASS_FOLDERS)
+    # A VOC year without split lists builds as XML beside images when that is asked for.
+    assert found_at(voc, layouts.VOC_XML) == (str(voc), layouts.VOC_XML)
     # A folder inside a tree, and a folder two levels above trees: the refusal says where.
     with pytest.raises(layouts.LayoutError) as error:
         found_at(tmp_path / "kaggle/ILSVRC/Data/CLS-LOC")

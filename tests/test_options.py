@@ -378,6 +378,7 @@ def test_a_typo_never_runs_a_build(tmp_path, capsys):
             ["--image_policy", "exact", "--image_size", "224x0"],
             "--image_size 224x0: sizes are pixels, at least 1",
         ),
+        (["--image_size", ""], "--image_size is empty: give N or HxW, or leave the flag out"),
         (["--jpeg_quality", "0"], "--jpeg_quality must be in [1, 100], not 0"),
         (["--num_shards", "0"], "--num_shards must be at least 1, not 0"),
         (

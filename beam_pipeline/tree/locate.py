@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Callable, Iterator
+from typing import NoReturn
 
 from beam_pipeline.tree.layouts import (
     ANNOTATION_FOLDERS,
@@ -241,10 +242,13 @@ def locate_tree(
     `root` itself is looked at).
     """
     root = root.rstrip("/") or "/"
-    if layout == CLASS_FOLDERS:  # named: no other layout is looked for
-        return find_class_folders(root, subdirectories) or root, CLASS_FOLDERS
-    if layout == VOC_XML:
-        return find_voc_xml(root, subdirectories) or root, VOC_XML
+    if layout in (CLASS_FOLDERS, VOC_XML):  # named: no other layout is looked for, but one
+        # whose folders would be taken for classes or for XML beside images is refused
+        others = (ILSVRC_DET, ILSVRC_CLS_LOC) if layout == VOC_XML else LAYOUTS
+        if standard := [name for name in layouts_at(root, has_files) if name in others]:
+            _refuse_layout(root, standard[0], layout)
+        finder = find_class_folders if layout == CLASS_FOLDERS else find_voc_xml
+        return finder(root, subdirectories) or root, layout
     wanted = LAYOUTS if layout == AUTO else (layout,)
     here = [found for found in layouts_at(root, has_files) if found in wanted]
     if here:
@@ -275,11 +279,14 @@ def locate_tree(
             for found in layouts_at(join(root, name), has_files)
         ]
         if other:
-            path, found = other[0]
-            raise LayoutError(
-                f"{path} holds the layout {found!r}, not {layout!r}: pass --layout {found} or "
-                "leave --layout out (it is detected)"
-            )
+            _refuse_layout(*other[0], layout)
         if any(has_files(join(root, folder)) for folder in _MARKERS[layout]):
             return root, layout  # a tree with a gap: plan_discovery names what is missing
     raise _not_a_tree(root, has_files, subdirectories)
+
+
+def _refuse_layout(path: str, found: str, layout: str) -> NoReturn:
+    raise LayoutError(
+        f"{path} holds the layout {found!r}, not {layout!r}: pass --layout {found} or leave "
+        "--layout out (it is detected)"
+    )
