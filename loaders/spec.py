@@ -9,6 +9,7 @@ spelled, checked and documented here alone.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 from loaders.config import ReadConfig
@@ -148,6 +149,22 @@ class LoadSpec:
                 "the largest object's, difficult or not)"
             )
 
+        self._refuse_batches_past_memory()
+
+    def _refuse_batches_past_memory(self) -> None:
+        """ValueError for a batch larger than this machine's memory (image_size=100000 ran the
+        process out of memory, killed with no word of why)."""
+        height, width = checked_image_size(self.image_size)
+        dtype = output_dtype(self.dtype)
+        needed = self.batch_size * height * width * 3 * (4 if dtype == "float32" else 1)
+        memory = physical_memory()
+        if memory and needed > memory:
+            raise ValueError(
+                f"a batch of {self.batch_size} images of {height}x{width} {dtype} needs "
+                f"{needed / 2**30:,.0f} GiB, more than this machine's {memory / 2**30:,.0f} GiB "
+                "of memory: lower image_size or batch_size"
+            )
+
     def refuse_unlabelled(self, info: BuildInfo, split: str) -> None:
         """ValueError when a labelled `label_mode` asks for an unlabelled split (label -1)."""
         if self.label_mode is not None and not info.split(split).labelled:
@@ -189,3 +206,11 @@ class LoadSpec:
                 f"({num_examples} examples per input pipeline): training drops the last "
                 "partial batch, so an epoch would have no batch at all; lower batch_size"
             )
+
+
+def physical_memory() -> int | None:
+    """This machine's memory in bytes, or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return None

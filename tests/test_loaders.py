@@ -92,6 +92,16 @@ def test_keras_names_categorical_int_image_size_and_class_names(built):
         ({"image_size": "224"}, TypeError, "image_size must be an int or (height, width)"),
         ({"image_size": (32, 32.0)}, TypeError, "image_size must be an int or (height, width)"),
         ({"image_size": 0}, ValueError, "image_size must be positive, not 0"),
+        (
+            {"image_size": 100000},  # ran the process out of memory
+            ValueError,
+            "a batch of 8 images of 100000x100000 float32 needs 894 GiB, more than this machine's ",
+        ),
+        (
+            {"batch_size": 10**9, "dtype": "uint8"},
+            ValueError,
+            "a batch of 1000000000 images of 224x224 uint8 needs 140,190 GiB, more than",
+        ),
         ({"label_mode": "sparse"}, ValueError, "label_mode must be one of"),
         ({"dtype": "int8"}, ValueError, "dtype must be one of"),
         ({"training": "yes"}, TypeError, "training must be True or False, not 'yes'"),
