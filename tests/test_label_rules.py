@@ -438,8 +438,8 @@ def _misplaced(root, image, xml) -> str:
     place = str(image.with_suffix(".xml")).replace("/Data/", "/Annotations/", 1)
     return (
         f"no XML at {place}, where its XML belongs, while {xml}, that path with folders added "
-        f"or left out or in another case, pairs with no image: move that XML to {place}; "
-        "built, the image would lack its objects"
+        "or left out or written otherwise (case, Unicode form, spaces, the image's extension), "
+        f"pairs with no image: move that XML to {place}; built, the image would lack its objects"
     )
 
 
@@ -498,18 +498,29 @@ def test_an_orphan_xml_of_another_folders_image_of_that_name_is_not_taken_for_it
     assert [d["reason"] for d in dead_letters(out)] == ["annotation_without_image"]
 
 
-def test_an_xml_named_in_another_case_than_its_image_is_not_read_as_a_negative(tmp_path):
-    # Img1.JPEG beside img1.xml: keys are case-sensitive, so the image came out background
-    # and its XML an orphan, exit 0.
-    for n in range(4):
+@pytest.mark.parametrize(
+    "image_name, xml_name",
+    [
+        ("Img0", "img0"),  # another case
+        ("Zo\u0065\u0308", "Zo\u00eb"),  # decomposed and composed (a tree copied from a Mac)
+        ("trail", "trail "),  # a space at the end of the name
+        ("dbl", "dbl.JPEG"),  # the image's whole file name before .xml
+    ],
+)
+def test_an_xml_named_otherwise_than_its_image_is_not_read_as_a_negative(
+    tmp_path, image_name, xml_name
+):
+    # Img1.JPEG beside img1.xml, or names that differ in Unicode form, a space or the image's
+    # extension: keys are exact, so the image came out background and its XML an orphan, exit 0.
+    for n in range(1, 4):
         xml = voc_xml([("cat", 1, 1, 30, 30)], size=(64, 48))
-        ilsvrc_image(tmp_path, "train", f"Img{n}", jpeg_bytes(), xml if n else None)
-    write(tmp_path / "Annotations/DET/train/img0.xml", voc_xml([("cat", 1, 1, 30, 30)]))
+        ilsvrc_image(tmp_path, "train", f"Img{n}", jpeg_bytes(), xml)
+    ilsvrc_image(tmp_path, "train", image_name, jpeg_bytes())
+    xml = write(tmp_path / f"Annotations/DET/train/{xml_name}.xml", voc_xml([("cat", 1, 1, 9, 9)]))
     out = tmp_path / "out"
     info = build(tmp_path, out, "--splits", "train", "--max_bad_fraction", "0.5")
     assert info.splits["train"].label_sources == {"xml": 3}
-    image = tmp_path / "Data/DET/train/Img0.JPEG"
-    xml = tmp_path / "Annotations/DET/train/img0.xml"
+    image = tmp_path / f"Data/DET/train/{image_name}.JPEG"
     found = [(d["reason"], d["path"], d["detail"]) for d in dead_letters(out)]
     assert ("annotation_misplaced", str(image), _misplaced(tmp_path, image, xml)) in found
 

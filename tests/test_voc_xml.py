@@ -108,6 +108,22 @@ def test_an_image_without_its_xml_is_rejected_not_background(tmp_path):
     )
 
 
+def test_an_image_beside_its_xml_named_in_another_case_is_told_to_rename_it(tmp_path):
+    # Img1.jpg beside img1.xml: rejected as no_class ("restore its XML") while its XML lay
+    # beside it; DET's trees named the XML to move.
+    root = roboflow(tmp_path / "export")
+    write(root / "train" / "Img9.jpg", jpeg_bytes())
+    write(root / "train" / "img9.xml", voc_xml([("cat", 1, 1, 20, 20)], size=(64, 48)))
+    build(root, tmp_path / "out", "--max_bad_fraction", "0.5")
+    rejected = {line["path"]: line for line in dead_letters(tmp_path / "out")}
+    image = rejected[str(root / "train/Img9.jpg")]
+    assert image["reason"] == "annotation_misplaced"
+    assert image["detail"].startswith(
+        f"no XML at {root}/train/Img9.xml, where its XML belongs, while {root}/train/img9.xml"
+    )
+    assert rejected[str(root / "train/img9.xml")]["reason"] == "annotation_without_image"
+
+
 def test_an_xml_without_objects_is_background(tmp_path):
     root = roboflow(tmp_path / "export")
     write(root / "train" / "empty.jpg", jpeg_bytes())

@@ -35,7 +35,7 @@ from beam_pipeline.stages import packing
 from beam_pipeline.stages.coders import ParsedEntryCoder
 from beam_pipeline.stages.metrics import count_rejection
 from beam_pipeline.tree.fileio import header_size, read_file
-from beam_pipeline.tree.layouts import ANNOTATIONS, ListingTask
+from beam_pipeline.tree.layouts import ANNOTATIONS, IMAGE_EXTENSIONS, MIXED, ListingTask
 from beam_pipeline.tree.pairing import ANNOTATION_WITHOUT_IMAGE
 from schemas.paths import join
 
@@ -304,10 +304,9 @@ def misplaced_annotations(
         return
     for task in tasks:
         folder = task.directory.rstrip("/") + "/"
-        if task.kind == ANNOTATIONS and task.split and rejection.path.startswith(folder):
+        if task.kind in (ANNOTATIONS, MIXED) and task.split and rejection.path.startswith(folder):
             below = posixpath.splitext(rejection.path[len(folder) :])[0]
-            name = posixpath.basename(below).lower()
-            yield (rejection.split, name), (below, rejection.path)
+            yield (rejection.split, _loose(posixpath.basename(below))), (below, rejection.path)
             return
 
 
@@ -323,11 +322,23 @@ def misplaced_index(
     return {key: sorted(found) for key, found in index.items()}
 
 
+def _loose(path: str) -> str:
+    """A relative path (without its extension) as file systems and the tools that name XML
+    files may have written it otherwise: in another case or Unicode form (a tree copied from
+    a Mac has decomposed names), with spaces around a name, or with the image's extension
+    before `.xml` (`x.JPEG.xml`). Keys are exact; this finds an image's XML written so."""
+    parts = unicodedata.normalize("NFC", path).casefold().split("/")
+    parts = [part.strip() for part in parts]
+    stem, extension = posixpath.splitext(parts[-1])
+    if extension in IMAGE_EXTENSIONS:
+        parts[-1] = stem.strip()
+    return "/".join(parts)
+
+
 def _related(first: str, second: str) -> bool:
     """Whether one relative path is the other with folders above it (`val/X` and `X`), or
-    the other in another case (`Img1` and `img1`: keys are case-sensitive, file systems and
-    the tools that name XML files not always)."""
-    first, second = first.lower(), second.lower()
+    the other written otherwise (`_loose`: `Img1` and `img1`)."""
+    first, second = _loose(first), _loose(second)
     return first == second or first.endswith("/" + second) or second.endswith("/" + first)
 
 
@@ -343,12 +354,13 @@ def label_entry(
     An image without XML is rejected (`annotation_misplaced`) when `misplaced` (from
     `misplaced_annotations`) holds an XML of its split that paired with no image and lies
     where its XML would with folders added or left out (`val/val/X.xml` for `val/X.JPEG`, or
-    `n01/X.xml` for a flat `X.JPEG`), or is named in another case (`img1.xml` for
-    `Img1.JPEG`): that XML is its own, misplaced. (`cat/1.xml` is not `dog/1.JPEG`'s.)"""
+    `n01/X.xml` for a flat `X.JPEG`), or is named otherwise (`img1.xml` or `Img1.JPEG.xml`
+    for `Img1.JPEG`: `_loose`): that XML is its own, misplaced. (`cat/1.xml` is not
+    `dog/1.JPEG`'s.)"""
     entry = parsed.entry
     if misplaced and entry.annotation_filename is None:
         below = entry.key.split("/", 1)[-1]  # the image's path below its split folder
-        candidates = misplaced.get((entry.split, posixpath.basename(below).lower()), ())
+        candidates = misplaced.get((entry.split, _loose(posixpath.basename(below))), ())
         for xml_below, xml in candidates:
             if not _related(xml_below, below):
                 continue
@@ -360,8 +372,9 @@ def label_entry(
                 LABEL,
                 "annotation_misplaced",
                 f"no XML at {place}, where its XML belongs, while {xml}, that path with "
-                "folders added or left out or in another case, pairs with no image: move that "
-                f"XML to {place}; built, the image would lack its objects",
+                "folders added or left out or written otherwise (case, Unicode form, spaces, "
+                f"the image's extension), pairs with no image: move that XML to {place}; "
+                "built, the image would lack its objects",
             )
     try:
         found = image_label(parsed.annotation, entry.folder_class, vocabulary, kinds[entry.split])
