@@ -137,6 +137,26 @@ def test_floating_point_pixels_are_refused_not_guessed():
     )
 
 
+def test_32_bit_integer_pixels_past_16_bits_are_refused_and_16_bit_ones_scaled():
+    # A 32-bit integer TIFF (Pillow's mode I) was read as 16 bits and clipped: a third of its
+    # pixels stored 0 and most others 255, exit 0.
+    def tiff(values):
+        out = io.BytesIO()
+        Image.fromarray(values.reshape(8, 8).astype(np.int32), "I").save(out, format="TIFF")
+        return out.getvalue()
+
+    with pytest.raises(InputError) as error:
+        normalise_image(tiff(np.linspace(-5e5, 1e6, 64)), KEEP)
+    assert (error.value.reason, error.value.detail) == (
+        "unsupported_image",
+        "32-bit integer pixels from -500000 to 1000000, past 16 bits, have no fixed range: "
+        "store it as 8 or 16 bits",
+    )
+    within = np.arange(64) * 1000  # 0..63000: 16-bit values, scaled to their top 8 bits
+    stored = pixels(normalise_image(tiff(within), KEEP).data)
+    assert np.abs(stored[:, :, 0].astype(int) - (within.reshape(8, 8) >> 8)).max() <= 3
+
+
 def test_sizes_jpeg_cannot_hold_are_refused_as_the_images_fault():
     # 70000x2: a valid PNG, but JPEG holds 65,500 px a side (the encoder raised OSError, which
     # the writer took for a fault of the output directory and failed the build).
