@@ -139,7 +139,8 @@ def test_class_folders_that_differ_only_in_spaces_are_refused(tmp_path, capsys):
     argv = ["--input_dir", str(root), "--output_dir", str(tmp_path / "out")]
     assert build_tool.main(argv) == 1
     assert (
-        "names classes that differ only in case, spaces or Unicode form: 'cat' and 'cat '; a "
+        "names classes that differ only in case, spaces, invisible characters or Unicode form: "
+        "'cat' and 'cat '; a "
         "build would make each a class of its own" in capsys.readouterr().err
     )
     assert not (tmp_path / "out" / "labels.txt").exists()

@@ -526,19 +526,19 @@ def test_an_xml_named_otherwise_than_its_image_is_not_read_as_a_negative(
 
 
 def test_classes_that_differ_only_in_case_or_unicode_form_are_refused(tmp_path, capsys):
-    # LabelImg sessions that typed 'Dog' and 'dog', or 'café' composed and decomposed: each
-    # spelling became a class of its own, exit 0.
+    # LabelImg sessions that typed 'Dog' and 'dog', 'café' composed and decomposed, or 'cat'
+    # with a zero-width space pasted in: each spelling became a class of its own, exit 0.
     root = tmp_path / "tree"
-    names = ["Dog", "dog", "caf\u00e9", "cafe\u0301", "cat"]
+    names = ["Dog", "dog", "caf\u00e9", "cafe\u0301", "cat", "cat\u200b"]
     for i, name in enumerate(names):
         xml = voc_xml([(name, 1, 1, 30, 30)], size=(64, 48))
         ilsvrc_image(root, "train", f"img{i}", jpeg_bytes(), xml)
     argv = ["--input_dir", str(root), "--splits", "train", "--output_dir", str(tmp_path / "o")]
     assert build_tool.main(argv) == 1
     assert (
-        "the train split names classes that differ only in case, spaces or Unicode form: "
-        "'Dog' and "
-        "'dog'; 'cafe\\u0301' and 'caf\\xe9'; a build would make each a class of its own. Use "
+        "the train split names classes that differ only in case, spaces, invisible characters "
+        "or Unicode form: 'Dog' and 'dog'; 'cafe\\u0301' and 'caf\\xe9'; 'cat' and 'cat\\u200b'; "
+        "a build would make each a class of its own. Use "
         "one spelling in the XML <name>s or class folders, or pass --labels_file listing each "
         "to keep them apart" in capsys.readouterr().err
     )
@@ -546,4 +546,4 @@ def test_classes_that_differ_only_in_case_or_unicode_form_are_refused(tmp_path, 
     out = tmp_path / "out"
     assert build_tool.main([*argv[:-1], str(out), "--labels_file", str(labels)]) == 0
     info = DatasetInfo.from_json((out / BUILD_INFO_FILE).read_text())
-    assert info.class_list.names[:5] == tuple(names)
+    assert info.class_list.names[:6] == tuple(names)

@@ -183,12 +183,14 @@ def vocabulary_from_names(names, split: str | None = "train") -> Vocabulary:
 
 
 def _refuse_names_alike(names, split: str | None) -> None:
-    """Refuses class names of one split that differ only in case, spaces or Unicode form ('Dog'
-    and 'dog' from two labelling sessions, 'café' typed on two systems, folders 'cat' and
-    'cat '): each would be a class of its own, the same objects under two labels."""
+    """Refuses class names of one split that differ only in case, spaces, invisible characters
+    or Unicode form ('Dog' and 'dog' from two labelling sessions, 'café' typed on two systems,
+    folders 'cat' and 'cat ', 'dog' and 'dog' with a zero-width space pasted in): each would be
+    a class of its own, the same objects under two labels."""
     groups: dict[str, list[str]] = {}
     for name in sorted(set(names)):
-        key = " ".join(unicodedata.normalize("NFC", name).split()).casefold()
+        shown = "".join(c for c in name if unicodedata.category(c) != "Cf")  # format characters
+        key = " ".join(unicodedata.normalize("NFC", shown).split()).casefold()
         groups.setdefault(key, []).append(name)
     alike = [group for group in groups.values() if len(group) > 1]
     if not alike:
@@ -196,7 +198,8 @@ def _refuse_names_alike(names, split: str | None) -> None:
     shown = "; ".join(" and ".join(ascii(name) for name in group) for group in alike[:5])
     more = f" (and {len(alike) - 5} more)" if len(alike) > 5 else ""
     raise BuildFailed(
-        f"the {split} split names classes that differ only in case, spaces or Unicode form: "
+        f"the {split} split names classes that differ only in case, spaces, invisible characters "
+        f"or Unicode form: "
         f"{shown}{more}; a build would make each a class of its own. Use one spelling in the XML "
         "<name>s or class folders, or pass --labels_file listing each to keep them apart"
     )
