@@ -308,6 +308,13 @@ def test_annotation_without_image_and_listed_image_missing():
         "the val list names 'VOC/2012_000004.jpg' but no image has that key (a list names an "
         "image by its id, without extension: 2012_000004)"
     ]
+    # café listed composed while the file's name is decomposed (copied from a Mac).
+    _, rejections = pairing.pair_files("VOC/caf\u00e9", [], [], ["train"], "/r")
+    assert [r.detail for r in rejections] == [
+        "the train list names 'VOC/caf\u00e9' but no image has that key (an image whose name is "
+        "written in another Unicode form, as a tree copied from a Mac has decomposed names, has "
+        "another key: rename it as the list writes it)"
+    ]
 
 
 def test_two_images_with_one_key_are_rejected_where_an_xml_or_a_list_names_it():

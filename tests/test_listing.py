@@ -36,12 +36,25 @@ def test_follows_directory_links_and_stops_loops(tmp_path):
 def test_reports_broken_links_and_special_files(tmp_path):
     os.symlink(tmp_path / "gone.JPEG", tmp_path / "a.JPEG")
     os.mkfifo(tmp_path / "b.JPEG")
+    os.symlink(tmp_path / "c.JPEG", tmp_path / "c.JPEG")  # a loop: it said "does not exist"
     items = list(list_tree(str(tmp_path)))
     assert [
-        (type(i).__name__, os.path.basename(i.path), getattr(i, "reason", None)) for i in items
+        (type(i).__name__, os.path.basename(i.path), getattr(i, "reason", None), i.detail)
+        for i in items
     ] == [
-        ("Unlisted", "a.JPEG", "broken_symlink"),
-        ("Unlisted", "b.JPEG", "not_a_regular_file"),
+        (
+            "Unlisted",
+            "a.JPEG",
+            "broken_symlink",
+            f"links to '{tmp_path}/gone.JPEG', which does not exist",
+        ),
+        ("Unlisted", "b.JPEG", "not_a_regular_file", "a device, socket or pipe"),
+        (
+            "Unlisted",
+            "c.JPEG",
+            "broken_symlink",
+            f"links to '{tmp_path}/c.JPEG', and the links from there lead back to it (a loop)",
+        ),
     ]
 
 

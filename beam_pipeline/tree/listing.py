@@ -17,6 +17,7 @@ dropped, so the parts list exactly what the single walk lists.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import posixpath
 from collections.abc import Iterable, Iterator, Sequence
@@ -236,6 +237,18 @@ def is_below(path: str, directories: Iterable[str]) -> bool:
     return any(path.startswith(directory + "/") for directory in directories)
 
 
+def _broken_link(path: str) -> str:
+    """What is wrong with a link whose target cannot be reached: it is gone, or the links
+    lead back to one another (ELOOP)."""
+    target = os.readlink(path)
+    try:
+        os.stat(path)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return f"links to {target!r}, and the links from there lead back to it (a loop)"
+    return f"links to {target!r}, which does not exist"
+
+
 def _scan(path: str, subdirectory) -> Iterator:
     """The entries of directory `path` in name order; `subdirectory(child path)` gives what
     a subdirectory yields."""
@@ -253,13 +266,13 @@ def _scan(path: str, subdirectory) -> Iterator:
             elif entry.is_file():
                 yield Listed(entry.path, entry.stat().st_size)
             elif entry.is_symlink():
-                target = os.readlink(entry.path)
-                yield Unlisted(
-                    entry.path, "broken_symlink", f"links to {target!r}, which does not exist"
-                )
+                yield Unlisted(entry.path, "broken_symlink", _broken_link(entry.path))
             else:
                 yield Unlisted(entry.path, "not_a_regular_file", "a device, socket or pipe")
         except OSError as error:
+            if error.errno == errno.ELOOP:
+                yield Unlisted(entry.path, "broken_symlink", _broken_link(entry.path))
+                continue
             yield Unlisted(
                 entry.path, "unreadable_file", f"{type(error).__name__}: {error.strerror}"
             )

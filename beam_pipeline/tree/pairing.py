@@ -183,6 +183,11 @@ def _without_image(
     hint = ""
     if extension.lower() in IMAGE_EXTENSIONS | {ANNOTATION_EXTENSION}:
         hint = f" (a list names an image by its id, without extension: {posixpath.basename(stem)})"
+    elif not key.isascii():
+        hint = (
+            " (an image whose name is written in another Unicode form, as a tree copied from a "
+            "Mac has decomposed names, has another key: rename it as the list writes it)"
+        )
     for split in listed_splits:
         rejections.append(
             Rejection(
