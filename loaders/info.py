@@ -104,6 +104,12 @@ class BuildInfo:
             hint = ""
             if name.lower() in ("val", "valid") and "validation" in self.info.splits:
                 hint = f"; {name} is written as validation"
+            elif any(mark in name for mark in "[+%"):  # TFDS's slicing: "train[:10%]"
+                hint = (
+                    "; the loader reads whole splits (TFDS's slices such as train[:10%] are "
+                    "tfds.load's: the build is a TFDS dataset), or take part of one with "
+                    "dataset.take(n)"
+                )
             raise KeyError(
                 f"{self.data_dir} has no split {name!r}; it has {self.splits}{hint}"
             ) from None

@@ -7,6 +7,7 @@ served model sees exactly what it was validated on.
 from __future__ import annotations
 
 import numbers
+import os
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -93,7 +94,30 @@ def preprocess_for_eval(
     a model that starts with `normalization_layer(config)`.
     """
     size = checked_image_size(image_size)
+    _refuse_not_one_file(encoded)
     return eval_view(encoded, size, config, dtype, decode=decode_as_stored)[0]
+
+
+def _refuse_not_one_file(encoded) -> None:
+    """TypeError for a file's path (keras.utils.load_img's habit: TensorFlow read the path as
+    image bytes and said the format was unknown) or a batch of files (a NumPy error from
+    inside TensorFlow)."""
+    if isinstance(encoded, (str, os.PathLike)) or (
+        isinstance(encoded, bytes)
+        and len(encoded) < 4096
+        and b"\0" not in encoded
+        and os.path.isfile(encoded)
+    ):
+        raise TypeError(
+            f"preprocess_for_eval takes an image file's bytes, not its path {encoded!r}: pass "
+            "tf.io.read_file(path)"
+        )
+    rank = getattr(getattr(encoded, "shape", None), "rank", None)
+    if rank:
+        raise ValueError(
+            f"preprocess_for_eval takes one image file's bytes (a scalar string), not a batch "
+            f"of shape {encoded.shape}: map it over the files (dataset.map) before batching"
+        )
 
 
 def decode_as_stored(encoded: tf.Tensor) -> tf.Tensor:

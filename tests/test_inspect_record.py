@@ -408,6 +408,14 @@ def test_split_with_a_shard_file_and_a_directory_without_a_build_exit_2(built, t
         f"error: {tmp_path} holds no committed build (build_info.json is missing); to read one "
         f"of its uncommitted shards, name the file, e.g. {tmp_path / path.name}"
     )
+    # An input tree is named as one, as stats, show and verify name it.
+    (tmp_path / "tree" / "Data").mkdir(parents=True)
+    code, _, err = run(capsys, tmp_path / "tree")
+    assert code == 2
+    assert err == (
+        f"error: {tmp_path}/tree is an input tree (it holds Data/), not a build: build it first "
+        f"(python -m beam_pipeline --input_dir {tmp_path}/tree --output_dir OUT) and read OUT"
+    )
 
 
 def test_a_damaged_build_names_the_shard_and_verify(built, tmp_path, capsys):

@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import build, build_sample, read_split
+from helpers import build, build_sample, read_split, write
 from PIL import Image
 
 tf = pytest.importorskip("tensorflow")
@@ -215,6 +215,27 @@ def test_eval_images_equal_preprocess_for_eval_of_the_stored_jpeg(built):
         for x in batch
     }
     assert loaded == stored
+
+
+def test_preprocess_for_eval_refuses_a_path_or_a_batch_by_name(built, tmp_path):
+    # A path (keras.utils.load_img's habit) was decoded as image bytes: "Unknown image file
+    # format"; a batch of files raised NumPy's "truth value of an array ... is ambiguous".
+    raw = read_split(built, "validation")[0][F.ENCODED][0]
+    path = write(tmp_path / "x.jpg", raw)
+    for given in (str(path), path, str(path).encode()):
+        with pytest.raises(TypeError) as error:
+            preprocess_for_eval(given, 16)
+        assert str(error.value) == (
+            f"preprocess_for_eval takes an image file's bytes, not its path {given!r}: pass "
+            "tf.io.read_file(path)"
+        )
+    with pytest.raises(ValueError) as error:
+        preprocess_for_eval(tf.constant([raw, raw]), 16)
+    assert str(error.value) == (
+        "preprocess_for_eval takes one image file's bytes (a scalar string), not a batch of "
+        "shape (2,): map it over the files (dataset.map) before batching"
+    )
+    assert preprocess_for_eval(tf.io.read_file(str(path)), 16).shape == (16, 16, 3)
 
 
 def test_preprocess_for_eval_on_a_raw_jpeg_file(built):
@@ -560,6 +581,13 @@ def test_a_leading_tilde_is_the_home_directory_and_val_is_named_validation(built
     )
     with pytest.raises(KeyError, match=r"'valid'; .*; valid is written as validation"):
         load_dataset(path, "valid", batch_size=5)  # Roboflow's folder name
+    with pytest.raises(KeyError) as error:  # TFDS's habit
+        load_dataset(path, "train[:10%]", batch_size=5)
+    assert error.value.args[0] == (
+        f"{built} has no split 'train[:10%]'; it has ('train', 'validation'); the loader reads "
+        "whole splits (TFDS's slices such as train[:10%] are tfds.load's: the build is a TFDS "
+        "dataset), or take part of one with dataset.take(n)"
+    )
     with pytest.raises(TypeError) as error:  # (was AttributeError: no attribute 'lower')
         load_dataset(path, None, batch_size=5)
     assert str(error.value) == (

@@ -53,7 +53,7 @@ class CorruptShardError(CorruptRecordError):
         self.path = path
 
 
-def _read(path: str) -> Iterator[bytes]:
+def read_shard(path: str) -> Iterator[bytes]:
     """The records of one shard; CorruptShardError (naming it) at its first bad frame."""
     try:
         with open_file(path) as stream:
@@ -75,7 +75,9 @@ def records_at(
     for shard in split_info.shards:
         end = start + shard.num_examples
         if target is not None and target < end:
-            for position, record in enumerate(_read(join(output_dir, shard.file)), start=start):
+            for position, record in enumerate(
+                read_shard(join(output_dir, shard.file)), start=start
+            ):
                 if position == target:
                     yield Located(split, shard.file, position - start, position, record)
                     target = next(wanted, None)
@@ -134,7 +136,7 @@ def find_filename(
         read = 0
         for shard in info.splits[split].shards:
             path, start = join(output_dir, shard.file), read
-            for index, record in enumerate(_read(path)):
+            for index, record in enumerate(read_shard(path)):
                 read += 1
                 if needle in record:
                     stored = _stored_name(record, path, index)

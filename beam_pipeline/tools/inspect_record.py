@@ -49,6 +49,7 @@ from schemas import (
 )
 from schemas import features as F
 from schemas.example_proto import Example
+from schemas.metadata import tree_instead_of_build
 from schemas.paths import is_local, join
 from schemas.tfrecord import CorruptRecordError, read_records
 
@@ -84,6 +85,8 @@ def _check_shard(shard: str) -> None:
             names = [s.file for split in info.splits.values() for s in split.shards]
             said = f"{shard} is a directory; name one shard file"
             find = ", or find a record of its build: --filename NAME, or --split SPLIT --index N"
+        elif tree := tree_instead_of_build(shard, os.path.isdir):
+            raise UsageError(str(tree))
         else:  # a build that did not commit: its shards are read only by name
             names, find = sorted(n for n in os.listdir(shard) if is_shard_filename(n)), ""
             said = f"{shard} holds no committed build ({BUILD_INFO_FILE} is missing)"

@@ -43,7 +43,14 @@ from beam_pipeline.output.readback import (
     open_file,
     read_build_info,
 )
-from beam_pipeline.tools.build_records import RequestError, class_label, class_title, records_at
+from beam_pipeline.tools.build_records import (
+    CorruptShardError,
+    RequestError,
+    class_label,
+    class_title,
+    read_shard,
+    records_at,
+)
 from beam_pipeline.tools.histogram import class_histogram
 from beam_pipeline.tools.sheet import (
     CopyGroup,
@@ -56,7 +63,7 @@ from beam_pipeline.tools.sheet import (
 from schemas import BACKGROUND, BUILD_INFO_FILE, DUPLICATES_FILE, UNLABELLED, DatasetInfo, SplitInfo
 from schemas import features as F
 from schemas.paths import join, within
-from schemas.tfrecord import CorruptRecordError, read_records
+from schemas.tfrecord import CorruptRecordError
 
 HISTOGRAM_MATPLOTLIB = 'error: --histogram needs matplotlib: pip install "imagenet-tfrecords[show]"'
 
@@ -111,13 +118,13 @@ def _records_of_class(
     random.Random(seed).shuffle(order)
     found: list[Record] = []
     for i in order:
-        with open_file(join(output_dir, split.shards[i].file)) as stream:
-            for position, record in enumerate(read_records(stream), start=starts[i]):
-                values = example_values(record)
-                if first_value(values, F.LABEL, UNLABELLED) == label:
-                    found.append(Record(position, split.shards[i].file, values))
-                    if len(found) == n:
-                        return sorted(found, key=lambda record: record.index)
+        records = read_shard(join(output_dir, split.shards[i].file))
+        for position, record in enumerate(records, start=starts[i]):
+            values = example_values(record)
+            if first_value(values, F.LABEL, UNLABELLED) == label:
+                found.append(Record(position, split.shards[i].file, values))
+                if len(found) == n:
+                    return sorted(found, key=lambda record: record.index)
     return sorted(found, key=lambda record: record.index)
 
 
@@ -231,14 +238,13 @@ def copies_stored(
         for shard in info.splits[split].shards:
             if not needles:
                 break
-            with open_file(join(output_dir, shard.file)) as stream:
-                for record in read_records(stream):
-                    if any(needle in record for needle in needles.values()):
-                        values = example_values(record)
-                        stored = first_value(values, F.FILENAME, b"").decode("utf-8", "replace")
-                        if needles.pop(stored, None) is not None:
-                            found[(split, stored)] = Record(position, shard.file, values)
-                    position += 1
+            for record in read_shard(join(output_dir, shard.file)):
+                if any(needle in record for needle in needles.values()):
+                    values = example_values(record)
+                    stored = first_value(values, F.FILENAME, b"").decode("utf-8", "replace")
+                    if needles.pop(stored, None) is not None:
+                        found[(split, stored)] = Record(position, shard.file, values)
+                position += 1
     return found
 
 
@@ -389,7 +395,9 @@ def _failed(error: Exception, output_dir: str) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     verify = f"run python -m beam_pipeline verify {output_dir}"
-    if isinstance(error, CorruptRecordError):
+    if isinstance(error, CorruptShardError):
+        said = f"{error.path} is corrupt: {error}; {verify}"
+    elif isinstance(error, CorruptRecordError):
         said = f"a shard of {output_dir} is corrupt: {error}; {verify}"
     elif isinstance(error, FileNotFoundError):  # a shard the metadata lists
         said = f"{error.filename} is missing: the build in {output_dir} is damaged; {verify}"
