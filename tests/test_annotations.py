@@ -5,6 +5,8 @@ from beam_pipeline.core.annotations import Box, parse_annotation, voc_xml
 from beam_pipeline.core.labels import main_object_index
 from beam_pipeline.core.rejections import InputError
 
+BOX = "<bndbox><xmin>1</xmin><ymin>2</ymin><xmax>3</xmax><ymax>4</ymax></bndbox>"
+
 
 def test_real_voc2008_annotation_reads_every_object_in_any_element_order():
     data = (CORPUS / "voc_xml/tzutalin_ImageNet_Utils/2008_004649.xml").read_bytes()
@@ -176,7 +178,6 @@ def test_an_object_without_a_pose_has_an_empty_one():
         ("<pose/>", ""),
         ("<pose>   </pose>", ""),
         ("<pose>Left &amp; Right</pose>", "Left & Right"),
-        ("<pose>Right</pose><pose>Left</pose>", "Right"),  # the first, as for every tag
         ("<part><name>head</name><pose>Left</pose></part>", ""),  # a part's, not the object's
     ],
 )
@@ -188,6 +189,28 @@ def test_odd_poses_are_read_as_written_without_surrounding_whitespace(markup, po
     )
     (dog,) = parse_annotation(data.encode()).objects
     assert dog.pose == pose
+
+
+@pytest.mark.parametrize(
+    "inside, markup, reason, detail",
+    [
+        ("<object>", "<name>cat</name>", "annotation_bad_object", "<object> holds 2 <name>"),
+        ("<object>", "<pose>Left</pose>", "annotation_bad_object", "<object> holds 2 <pose>"),
+        ("<object>", BOX, "annotation_bad_object", "<object> holds 2 <bndbox>"),
+        ("<bndbox>", "<xmin>2</xmin>", "annotation_bad_coordinate", "<bndbox> holds 2 <xmin>"),
+        ("<annotation>", "<size/>", "annotation_bad_size", "<annotation> holds 2 <size>"),
+        ("<size>", "<width>9</width>", "annotation_bad_size", "<size> holds 2 <width>"),
+    ],
+)
+def test_a_tag_given_twice_is_refused_not_read_as_its_first(inside, markup, reason, detail):
+    # <name>dog</name><name>cat</name> in one object was labelled dog, silently.
+    data = (
+        "<annotation><size><width>9</width><height>9</height></size><object>"
+        f"<name>dog</name><pose>Right</pose>{BOX}</object></annotation>"
+    ).replace(inside, inside + markup, 1)
+    with pytest.raises(InputError) as error:
+        parse_annotation(data.encode())
+    assert (error.value.reason, error.value.detail) == (reason, f"{detail}: which is meant?")
 
 
 def test_voc_xml_writes_a_pose_only_when_given():

@@ -105,8 +105,10 @@ def parse_annotation(data: bytes) -> Annotation:
     return Annotation(width=width, height=height, objects=objects)
 
 
-def _text(node: etree._Element, tag: str) -> str | None:
-    child = node.find(tag)
+def _text(node: etree._Element, tag: str, reason: str = "annotation_bad_object") -> str | None:
+    """The stripped text of `node`'s one child `tag`, or None; InputError `reason` when it has
+    several (which one is meant cannot be told: the first was taken, silently)."""
+    child = _one(node, tag, reason)
     if child is None:
         return None
     if len(child) and any(isinstance(part, etree._Entity) for part in child):
@@ -114,13 +116,20 @@ def _text(node: etree._Element, tag: str) -> str | None:
     return (child.text or "").strip()
 
 
+def _one(node: etree._Element, tag: str, reason: str) -> etree._Element | None:
+    children = node.findall(tag)
+    if len(children) > 1:
+        raise InputError(reason, f"<{node.tag}> holds {len(children)} <{tag}>: which is meant?")
+    return children[0] if children else None
+
+
 def _parse_size(root: etree._Element) -> tuple[int | None, int | None]:
-    size = root.find("size")
+    size = _one(root, "size", "annotation_bad_size")
     if size is None:
         return None, None
     values = []
     for tag in ("width", "height"):
-        text = _text(size, tag)
+        text = _text(size, tag, "annotation_bad_size")
         try:
             value = float(text) if text else 0.0
         except ValueError:
@@ -147,12 +156,12 @@ def _parse_object(node: etree._Element, index: int) -> AnnotatedObject:
             "no labels file can hold",
         )
     # Only the object's own <bndbox>: a <part><bndbox> belongs to a body part, not the object.
-    bndbox = node.find("bndbox")
+    bndbox = _one(node, "bndbox", "annotation_bad_object")
     if bndbox is None:
         raise InputError("annotation_bad_object", f"{where} ({name}) has no <bndbox>")
     coords = {}
     for tag in ("xmin", "ymin", "xmax", "ymax"):
-        text = _text(bndbox, tag)
+        text = _text(bndbox, tag, "annotation_bad_coordinate")
         # A decimal number, as annotation tools write it: float() alone would also take
         # "1_0", "nan" and "infinity".
         value = float(text) if text and _NUMBER.fullmatch(text) else math.nan
