@@ -120,6 +120,12 @@ def test_size_mismatch_and_box_outside_image_are_input_errors():
     outside = AnnotatedObject("cat", Box(50, 2, 60, 10), difficult=False, truncated=False)
     with pytest.raises(InputError, match="annotation_box_outside_image"):
         build_example(labelled((outside,), label=0), IMAGE, VOCAB)
+    # 5 to 5.0000001 px: a width in float64, none in the record's float32 (stored, exit 0).
+    thin = AnnotatedObject("cat", Box(5, 2, 5.0000001, 10), difficult=False, truncated=False)
+    with pytest.raises(InputError) as error:
+        build_example(labelled((thin,), label=0), IMAGE, VOCAB)
+    assert error.value.reason == "annotation_degenerate_box"
+    assert error.value.detail.startswith("cat box Box(xmin=5, ymin=2, xmax=5.0000001, ymax=10) has")
 
 
 def test_dataset_info_json_round_trip():

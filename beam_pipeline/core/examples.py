@@ -7,6 +7,7 @@ so the same input always gives the same bytes.
 
 from __future__ import annotations
 
+import array
 import dataclasses
 
 from beam_pipeline.core.entries import LabelledEntry
@@ -28,7 +29,8 @@ def normalised_boxes(
 
     Raises:
       InputError: `size_mismatch` when the XML's `<size>` disagrees with the decoded image;
-        `annotation_box_outside_image` when a box has no area inside the image.
+        `annotation_box_outside_image` when a box has no area inside the image;
+        `annotation_degenerate_box` when it has none once stored as float32.
     """
     annotation = labelled.annotation
     if annotation is None:
@@ -51,6 +53,13 @@ def normalised_boxes(
             raise InputError(
                 "annotation_box_outside_image",
                 f"{obj.name} box {obj.box} lies outside the {width}x{height} image",
+            )
+        stored = array.array("f", box)  # as the record holds them
+        if stored[2] <= stored[0] or stored[3] <= stored[1]:  # (5 to 5.0000001 px: no width)
+            raise InputError(
+                "annotation_degenerate_box",
+                f"{obj.name} box {obj.box} has no width or height once stored (float32) for "
+                f"the {width}x{height} image",
             )
         boxes.append(box)
     return boxes
