@@ -194,23 +194,40 @@ def test_odd_poses_are_read_as_written_without_surrounding_whitespace(markup, po
 @pytest.mark.parametrize(
     "inside, markup, reason, detail",
     [
-        ("<object>", "<name>cat</name>", "annotation_bad_object", "<object> holds 2 <name>"),
-        ("<object>", "<pose>Left</pose>", "annotation_bad_object", "<object> holds 2 <pose>"),
-        ("<object>", BOX, "annotation_bad_object", "<object> holds 2 <bndbox>"),
-        ("<bndbox>", "<xmin>2</xmin>", "annotation_bad_coordinate", "<bndbox> holds 2 <xmin>"),
-        ("<annotation>", "<size/>", "annotation_bad_size", "<annotation> holds 2 <size>"),
-        ("<size>", "<width>9</width>", "annotation_bad_size", "<size> holds 2 <width>"),
+        ("<object>", "<name>cat</name>", "annotation_bad_object", "object #0: <object> holds 2"),
+        ("<object>", "<pose>Left</pose>", "annotation_bad_object", "object #0 (dog): <object>"),
+        ("<object>", "<difficult>1</difficult>", "annotation_bad_object", "object #0 (dog): "),
+        ("<object>", BOX.replace("1", "0"), "annotation_bad_object", "object #0 (dog): "),
+        ("<bndbox>", "<xmin>2</xmin>", "annotation_bad_coordinate", "object #0 (dog): <bndbox>"),
+        ("<annotation>", "<size/>", "annotation_bad_size", "<annotation> holds 2 different"),
+        ("<size>", "<width>8</width>", "annotation_bad_size", "<size> holds 2 different <width>"),
     ],
 )
-def test_a_tag_given_twice_is_refused_not_read_as_its_first(inside, markup, reason, detail):
+def test_a_tag_given_twice_with_two_values_is_refused_not_read_as_its_first(
+    inside, markup, reason, detail
+):
     # <name>dog</name><name>cat</name> in one object was labelled dog, silently.
     data = (
-        "<annotation><size><width>9</width><height>9</height></size><object>"
-        f"<name>dog</name><pose>Right</pose>{BOX}</object></annotation>"
+        "<annotation><size><width>9</width><height>9</height></size><object><name>dog</name>"
+        f"<pose>Right</pose><difficult>0</difficult>{BOX}</object></annotation>"
     ).replace(inside, inside + markup, 1)
     with pytest.raises(InputError) as error:
         parse_annotation(data.encode())
-    assert (error.value.reason, error.value.detail) == (reason, f"{detail}: which is meant?")
+    assert error.value.reason == reason
+    assert error.value.detail.startswith(detail) and error.value.detail.endswith(
+        "different <" + markup.split(">")[0].strip("<").rstrip("/") + ">: which is meant?"
+    )
+
+
+def test_a_tag_given_twice_with_one_value_is_one():
+    # Scripts that add <difficult>0</difficult> to every object, or copy a <size> or a box.
+    size = "<size><width>9</width><height>9</height></size>"
+    data = (
+        f"<annotation>{size}{size}<object><name>dog</name><difficult>0</difficult>"
+        f"<difficult> 0 </difficult><name>dog</name>{BOX}{BOX}</object></annotation>"
+    )
+    (dog,) = parse_annotation(data.encode()).objects
+    assert (dog.name, dog.difficult, dog.box) == ("dog", False, Box(1, 2, 3, 4))
 
 
 def test_voc_xml_writes_a_pose_only_when_given():

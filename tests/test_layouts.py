@@ -381,15 +381,18 @@ def test_a_tree_one_level_down_is_found(tmp_path):
     )
     # Class folders or XML beside images, named on an ILSVRC tree: its folders (Annotations,
     # Data) were taken for classes, and its XML for none ("restore its annotations").
+    # The tree itself or the download folder around it (class_folders built one class,
+    # 'ILSVRC', exit 0).
     for named in (layouts.CLASS_FOLDERS, layouts.VOC_XML):
-        with pytest.raises(layouts.LayoutError) as error:
-            found_at(tmp_path / "kaggle/ILSVRC", named)
-        assert str(error.value).startswith(
-            f"{tmp_path}/kaggle/ILSVRC holds the layout 'ilsvrc_cls_loc', not '{named}': pass "
-        )
+        for given in ("kaggle/ILSVRC", "kaggle"):
+            with pytest.raises(layouts.LayoutError) as error:
+                found_at(tmp_path / given, named)
+            assert str(error.value).startswith(
+                f"{tmp_path}/kaggle/ILSVRC holds the layout 'ilsvrc_cls_loc', not '{named}': "
+            )
     with pytest.raises(layouts.LayoutError, match="holds the layout 'voc', not 'class_folders'"):
         found_at(voc, layouts.CLASS_FOLDERS)
-    # A VOC year without split lists builds as XML beside images when that is asked for.
+    # A VOC year builds as XML beside images when that is asked for (its lists unread).
     assert found_at(voc, layouts.VOC_XML) == (str(voc), layouts.VOC_XML)
     # A folder inside a tree, and a folder two levels above trees: the refusal says where.
     with pytest.raises(layouts.LayoutError) as error:

@@ -105,10 +105,11 @@ def parse_annotation(data: bytes) -> Annotation:
     return Annotation(width=width, height=height, objects=objects)
 
 
-def _text(node: etree._Element, tag: str, reason: str = "annotation_bad_object") -> str | None:
-    """The stripped text of `node`'s one child `tag`, or None; InputError `reason` when it has
-    several (which one is meant cannot be told: the first was taken, silently)."""
-    child = _one(node, tag, reason)
+def _text(
+    node: etree._Element, tag: str, reason: str = "annotation_bad_object", where: str = ""
+) -> str | None:
+    """The stripped text of `node`'s child `tag` (`_one`), or None."""
+    child = _one(node, tag, reason, where)
     if child is None:
         return None
     if len(child) and any(isinstance(part, etree._Entity) for part in child):
@@ -116,11 +117,21 @@ def _text(node: etree._Element, tag: str, reason: str = "annotation_bad_object")
     return (child.text or "").strip()
 
 
-def _one(node: etree._Element, tag: str, reason: str) -> etree._Element | None:
+def _one(node: etree._Element, tag: str, reason: str, where: str = "") -> etree._Element | None:
+    """`node`'s child `tag`, or None. Copies that say the same are one (scripts that add
+    <difficult>0</difficult> to every object); InputError `reason` where they differ: which
+    is meant cannot be told (the first was taken, silently)."""
     children = node.findall(tag)
-    if len(children) > 1:
-        raise InputError(reason, f"<{node.tag}> holds {len(children)} <{tag}>: which is meant?")
+    if len({_said(child) for child in children}) > 1:
+        at = f"{where}: " if where else ""
+        raise InputError(
+            reason, f"{at}<{node.tag}> holds {len(children)} different <{tag}>: which is meant?"
+        )
     return children[0] if children else None
+
+
+def _said(element: etree._Element) -> tuple:
+    return tuple((str(part.tag), (part.text or "").strip()) for part in element.iter())
 
 
 def _parse_size(root: etree._Element) -> tuple[int | None, int | None]:
@@ -144,7 +155,7 @@ def _parse_size(root: etree._Element) -> tuple[int | None, int | None]:
 
 def _parse_object(node: etree._Element, index: int) -> AnnotatedObject:
     where = f"object #{index}"
-    name = _text(node, "name")
+    name = _text(node, "name", where=where)
     if not name:
         raise InputError("annotation_bad_object", f"{where} has no <name>")
     if any(unicodedata.category(char) in _LINE_OR_CONTROL for char in name):
@@ -156,12 +167,12 @@ def _parse_object(node: etree._Element, index: int) -> AnnotatedObject:
             "no labels file can hold",
         )
     # Only the object's own <bndbox>: a <part><bndbox> belongs to a body part, not the object.
-    bndbox = _one(node, "bndbox", "annotation_bad_object")
+    bndbox = _one(node, "bndbox", "annotation_bad_object", f"{where} ({name})")
     if bndbox is None:
         raise InputError("annotation_bad_object", f"{where} ({name}) has no <bndbox>")
     coords = {}
     for tag in ("xmin", "ymin", "xmax", "ymax"):
-        text = _text(bndbox, tag, "annotation_bad_coordinate")
+        text = _text(bndbox, tag, "annotation_bad_coordinate", f"{where} ({name})")
         # A decimal number, as annotation tools write it: float() alone would also take
         # "1_0", "nan" and "infinity".
         value = float(text) if text and _NUMBER.fullmatch(text) else math.nan
@@ -177,14 +188,14 @@ def _parse_object(node: etree._Element, index: int) -> AnnotatedObject:
     return AnnotatedObject(
         name=name,
         box=box,
-        difficult=_flag(node, "difficult", where),
-        truncated=_flag(node, "truncated", where),
-        pose=_text(node, "pose") or "",
+        difficult=_flag(node, "difficult", f"{where} ({name})"),
+        truncated=_flag(node, "truncated", f"{where} ({name})"),
+        pose=_text(node, "pose", where=f"{where} ({name})") or "",
     )
 
 
 def _flag(node: etree._Element, tag: str, where: str) -> bool:
-    text = _text(node, tag)
+    text = _text(node, tag, where=where)
     if not text:
         return False
     if text.lower() in _BOOLEANS:  # some converters write Python's True/False

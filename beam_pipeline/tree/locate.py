@@ -244,9 +244,11 @@ def locate_tree(
     root = root.rstrip("/") or "/"
     if layout in (CLASS_FOLDERS, VOC_XML):  # named: no other layout is looked for, but one
         # whose folders would be taken for classes or for XML beside images is refused
+        # (here or a folder down, where the finders also look: a download folder around it)
         others = (ILSVRC_DET, ILSVRC_CLS_LOC) if layout == VOC_XML else LAYOUTS
-        if standard := [name for name in layouts_at(root, has_files) if name in others]:
-            _refuse_layout(root, standard[0], layout)
+        for path in [root, *(join(root, name) for name in subdirectories(root))]:
+            if standard := [name for name in layouts_at(path, has_files) if name in others]:
+                _refuse_layout(path, standard[0], layout)
         finder = find_class_folders if layout == CLASS_FOLDERS else find_voc_xml
         return finder(root, subdirectories) or root, layout
     wanted = LAYOUTS if layout == AUTO else (layout,)
