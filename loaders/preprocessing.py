@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable
 from typing import NamedTuple
 
+import numpy as np
 import tensorflow as tf
 
 from loaders.config import ReadConfig
@@ -100,23 +101,29 @@ def preprocess_for_eval(
 
 def _refuse_not_one_file(encoded) -> None:
     """TypeError for a file's path (keras.utils.load_img's habit: TensorFlow read the path as
-    image bytes and said the format was unknown) or a batch of files (a NumPy error from
-    inside TensorFlow)."""
-    if isinstance(encoded, (str, os.PathLike)) or (
-        isinstance(encoded, bytes)
-        and len(encoded) < 4096
-        and b"\0" not in encoded
-        and os.path.isfile(encoded)
-    ):
-        raise TypeError(
-            f"preprocess_for_eval takes an image file's bytes, not its path {encoded!r}: pass "
-            "tf.io.read_file(path)"
-        )
-    rank = getattr(getattr(encoded, "shape", None), "rank", None)
-    if rank:
+    image bytes and said the format was unknown), ValueError for a batch of files (a NumPy
+    error from inside TensorFlow)."""
+    shape = encoded.shape if isinstance(encoded, tf.Tensor) else np.shape(encoded)
+    if len(shape) if isinstance(shape, tuple) else shape.rank:
         raise ValueError(
             f"preprocess_for_eval takes one image file's bytes (a scalar string), not a batch "
-            f"of shape {encoded.shape}: map it over the files (dataset.map) before batching"
+            f"of shape {tuple(shape)}: map it over the files (dataset.map) before batching"
+        )
+    value = encoded
+    if isinstance(encoded, tf.Tensor):
+        try:
+            value = encoded.numpy()  # eager; a graph's tensor (dataset.map) has no value yet
+        except (AttributeError, NotImplementedError):
+            return
+    if isinstance(value, (str, os.PathLike)) or (
+        isinstance(value, bytes)
+        and len(value) < 4096
+        and b"\0" not in value
+        and os.path.isfile(value)
+    ):
+        raise TypeError(
+            f"preprocess_for_eval takes an image file's bytes, not its path {value!r}: pass "
+            "tf.io.read_file(path)"
         )
 
 

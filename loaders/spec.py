@@ -161,8 +161,8 @@ class LoadSpec:
         if memory and needed > memory:
             raise ValueError(
                 f"a batch of {self.batch_size} images of {height}x{width} {dtype} needs "
-                f"{needed / 2**30:,.0f} GiB, more than this machine's {memory / 2**30:,.0f} GiB "
-                "of memory: lower image_size or batch_size"
+                f"{_gib(needed)}, more than this machine's {_gib(memory)} of memory: lower "
+                "image_size or batch_size"
             )
 
     def refuse_unlabelled(self, info: BuildInfo, split: str) -> None:
@@ -209,8 +209,21 @@ class LoadSpec:
 
 
 def physical_memory() -> int | None:
-    """This machine's memory in bytes, or None where the system does not say."""
+    """The memory this process may use, in bytes: the machine's, or a container's (cgroup)
+    limit where lower; None where the system does not say."""
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        found = [os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")]
     except (AttributeError, OSError, ValueError):
-        return None
+        found = []
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(limit) as text:
+                found.append(int(text.read().strip()))  # ("max": no limit, a ValueError)
+        except (OSError, ValueError):
+            pass
+    found = [value for value in found if value > 0]
+    return min(found) if found else None
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:,.0f} GiB" if size >= 10 * 2**30 else f"{size / 2**30:.2g} GiB"

@@ -137,7 +137,7 @@ def test_floating_point_pixels_are_refused_not_guessed():
     )
 
 
-def test_32_bit_integer_pixels_past_16_bits_are_refused_and_16_bit_ones_scaled():
+def test_integer_pixels_outside_16_bits_are_refused_and_16_bit_ones_scaled():
     # A 32-bit integer TIFF (Pillow's mode I) was read as 16 bits and clipped: a third of its
     # pixels stored 0 and most others 255, exit 0.
     def tiff(values):
@@ -149,8 +149,8 @@ def test_32_bit_integer_pixels_past_16_bits_are_refused_and_16_bit_ones_scaled()
         normalise_image(tiff(np.linspace(-5e5, 1e6, 64)), KEEP)
     assert (error.value.reason, error.value.detail) == (
         "unsupported_image",
-        "32-bit integer pixels from -500000 to 1000000, past 16 bits, have no fixed range: "
-        "store it as 8 or 16 bits",
+        "integer pixels from -500000 to 1000000, outside 0-65535 (signed, or 32 bits), have no "
+        "fixed range: store it as unsigned 8 or 16 bits",
     )
     within = np.arange(64) * 1000  # 0..63000: 16-bit values, scaled to their top 8 bits
     stored = pixels(normalise_image(tiff(within), KEEP).data)

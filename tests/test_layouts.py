@@ -311,8 +311,8 @@ def test_annotation_without_image_and_listed_image_missing():
     # café listed composed while the file's name is decomposed (copied from a Mac).
     _, rejections = pairing.pair_files("VOC/caf\u00e9", [], [], ["train"], "/r")
     assert [r.detail for r in rejections] == [
-        "the train list names 'VOC/caf\u00e9' but no image has that key (an image whose name is "
-        "written in another Unicode form, as a tree copied from a Mac has decomposed names, has "
+        "the train list names 'VOC/caf\u00e9' but no image has that key (if its image is there, "
+        "named in another Unicode form, as a tree copied from a Mac has decomposed names, it has "
         "another key: rename it as the list writes it)"
     ]
 

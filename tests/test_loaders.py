@@ -28,6 +28,7 @@ from loaders import (  # noqa: E402
     normalization_layer,
     preprocess_for_eval,
     preprocess_for_train,
+    spec,
 )
 from loaders.reader import read_records  # noqa: E402
 from loaders.spec import LoadSpec  # noqa: E402
@@ -95,7 +96,8 @@ def test_keras_names_categorical_int_image_size_and_class_names(built):
         (
             {"image_size": 100000},  # ran the process out of memory
             ValueError,
-            "a batch of 8 images of 100000x100000 float32 needs 894 GiB, more than this machine's ",
+            "a batch of 8 images of 100000x100000 float32 needs 894 GiB, more than this "
+            "machine's 16 GiB of memory: lower image_size or batch_size",
         ),
         (
             {"batch_size": 10**9, "dtype": "uint8"},
@@ -116,7 +118,10 @@ def test_keras_names_categorical_int_image_size_and_class_names(built):
         ({"input_context": "x"}, TypeError, "input_context must be a tf.distribute.InputContext"),
     ],
 )
-def test_a_bad_argument_is_named_before_any_graph_is_built(built, kwargs, error, message):
+def test_a_bad_argument_is_named_before_any_graph_is_built(
+    built, kwargs, error, message, monkeypatch
+):
+    monkeypatch.setattr(spec, "physical_memory", lambda: 16 * 2**30)  # any machine's figures
     arguments = {"batch_size": 8, **kwargs}
     with pytest.raises(error) as raised:
         load_dataset(built, "validation", **arguments)
@@ -229,12 +234,17 @@ def test_preprocess_for_eval_refuses_a_path_or_a_batch_by_name(built, tmp_path):
             f"preprocess_for_eval takes an image file's bytes, not its path {given!r}: pass "
             "tf.io.read_file(path)"
         )
-    with pytest.raises(ValueError) as error:
-        preprocess_for_eval(tf.constant([raw, raw]), 16)
-    assert str(error.value) == (
-        "preprocess_for_eval takes one image file's bytes (a scalar string), not a batch of "
-        "shape (2,): map it over the files (dataset.map) before batching"
-    )
+    with pytest.raises(TypeError, match="not its path b'/"):  # an eager tensor of the path
+        preprocess_for_eval(tf.constant(str(path)), 16)
+    for batch in (tf.constant([raw, raw]), [raw, raw], np.array([raw, raw], dtype=object)):
+        with pytest.raises(ValueError) as error:
+            preprocess_for_eval(batch, 16)
+        assert str(error.value) == (
+            "preprocess_for_eval takes one image file's bytes (a scalar string), not a batch of "
+            "shape (2,): map it over the files (dataset.map) before batching"
+        )
+    files = tf.data.Dataset.from_tensor_slices([raw, raw]).map(lambda x: preprocess_for_eval(x, 8))
+    assert [image.shape for image in files] == [(8, 8, 3), (8, 8, 3)]  # a graph's tensors
     assert preprocess_for_eval(tf.io.read_file(str(path)), 16).shape == (16, 16, 3)
 
 

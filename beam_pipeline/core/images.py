@@ -295,8 +295,8 @@ def to_rgb(image: Image.Image) -> Image.Image:
     key of any mode) is composited onto white.
 
     Raises:
-      InputError: `unsupported_image` for floating-point pixels, or 32-bit integer ones past
-        16 bits, whose range is unknown.
+      InputError: `unsupported_image` for floating-point pixels, or integer ones outside
+        0-65535 (signed, or 32 bits), whose range is unknown.
     """
     mode = image.mode
     key = image.info.get("transparency")
@@ -309,11 +309,11 @@ def to_rgb(image: Image.Image) -> Image.Image:
     if mode in ("I;16", "I;16B", "I;16L", "I"):
         # 16-bit grey: keep the top 8 bits (Pillow's convert would clip, not scale).
         raw = np.asarray(image).astype(np.int64)
-        if raw.size and (raw.min() < 0 or raw.max() > 65535):  # "I" holds 32 bits
+        if raw.size and (raw.min() < 0 or raw.max() > 65535):  # "I": 32 bits, or signed
             raise InputError(
                 "unsupported_image",
-                f"32-bit integer pixels from {raw.min()} to {raw.max()}, past 16 bits, have no "
-                "fixed range: store it as 8 or 16 bits",
+                f"integer pixels from {raw.min()} to {raw.max()}, outside 0-65535 (signed, or "
+                "32 bits), have no fixed range: store it as unsigned 8 or 16 bits",
             )
         grey = np.clip(raw >> 8, 0, 255).astype(np.uint8)
         if isinstance(key, int):

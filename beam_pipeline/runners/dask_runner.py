@@ -28,6 +28,7 @@ The translation is in `dask_translation.py`, the checks made before a build in
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 from apache_beam.runners.dask import dask_runner as beam_dask
@@ -54,6 +55,9 @@ class DaskRunnerResult(PipelineResult):
         self._client = client
         self._futures = futures
         self._address = address or client.scheduler.address
+        self._finished = threading.Event()  # set as each sink finishes
+        for future in futures:
+            future.add_done_callback(lambda _: self._finished.set())
 
     def wait_until_finish(self, duration=None):
         if self._state in (PipelineState.DONE, PipelineState.FAILED, PipelineState.CANCELLED):
@@ -70,7 +74,7 @@ class DaskRunnerResult(PipelineResult):
                     without_workers = time.monotonic()
                 elif time.monotonic() - without_workers > dask_preflight.NO_WORKERS_SECONDS:
                     raise BuildFailed(dask_preflight.no_workers_message(self._address, "has had"))
-                time.sleep(_POLL_SECONDS)
+                self._wait_for_one()
             self._state = PipelineState.DONE
         except BaseException:
             self._state = PipelineState.FAILED
@@ -80,6 +84,12 @@ class DaskRunnerResult(PipelineResult):
             if self._state != PipelineState.RUNNING:
                 self._client.close()
         return self._state
+
+    def _wait_for_one(self) -> None:
+        """Until a sink finishes (then at once: `_still_running` lets it go) or the poll's
+        interval has passed."""
+        self._finished.wait(_POLL_SECONDS)
+        self._finished.clear()
 
     def _still_running(self) -> bool:
         """Whether a sink is still running. Raises a finished sink's error, else lets go of its

@@ -185,8 +185,8 @@ def _without_image(
         hint = f" (a list names an image by its id, without extension: {posixpath.basename(stem)})"
     elif not key.isascii():
         hint = (
-            " (an image whose name is written in another Unicode form, as a tree copied from a "
-            "Mac has decomposed names, has another key: rename it as the list writes it)"
+            " (if its image is there, named in another Unicode form, as a tree copied from a Mac "
+            "has decomposed names, it has another key: rename it as the list writes it)"
         )
     for split in listed_splits:
         rejections.append(
