@@ -471,6 +471,22 @@ def test_an_xml_one_folder_away_from_its_image_is_not_read_as_a_negative(tmp_pat
     assert names == [f"Data/DET/val/v{n}.JPEG" for n in range(2, 6)]
 
 
+def test_an_xml_a_folder_off_inside_the_split_is_not_read_as_a_negative(tmp_path):
+    # n01/sub/x.xml for n01/x.JPEG: only folders at the front of the path counted, so the
+    # image came out background, exit 0 (a plan-against-build trial).
+    for n in range(1, 4):
+        xml = voc_xml([("cat", 1, 1, 30, 30)], size=(64, 48))
+        ilsvrc_image(tmp_path, "train", f"n01/t{n}", jpeg_bytes(), xml)
+    ilsvrc_image(tmp_path, "train", "n01/t0", jpeg_bytes())
+    xml = write(tmp_path / "Annotations/DET/train/n01/sub/t0.xml", voc_xml([("cat", 1, 1, 9, 9)]))
+    out = tmp_path / "out"
+    info = build(tmp_path, out, "--splits", "train", "--max_bad_fraction", "0.5")
+    assert info.splits["train"].label_sources == {"xml": 3}
+    image = tmp_path / "Data/DET/train/n01/t0.JPEG"
+    found = [(d["reason"], d["path"], d["detail"]) for d in dead_letters(out)]
+    assert ("annotation_misplaced", str(image), _misplaced(tmp_path, image, xml)) in found
+
+
 def test_a_split_whose_xml_all_lie_one_folder_deeper_is_refused_not_unlabelled(tmp_path):
     # CLS-LOC's val XML unpacked into Annotations/CLS-LOC/val/val/: the split had no XML where
     # the images' mirror is, and came out unlabelled (label -1), exit 0.

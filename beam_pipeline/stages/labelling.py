@@ -339,10 +339,15 @@ def _loose(path: str) -> str:
 
 
 def _related(first: str, second: str) -> bool:
-    """Whether one relative path is the other with folders above it (`val/X` and `X`), or
-    the other written otherwise (`_loose`: `Img1` and `img1`)."""
-    first, second = _loose(first), _loose(second)
-    return first == second or first.endswith("/" + second) or second.endswith("/" + first)
+    """Whether one relative path is the other with folders added anywhere (`val/X`, `n01/sub/X`
+    and `X`, `n01/X`), written otherwise or not (`_loose`: `Img1` and `img1`); not two paths
+    that each have a folder the other lacks (`cat/1` and `dog/1`)."""
+    first_parts, second_parts = _loose(first).split("/"), _loose(second).split("/")
+    if first_parts[-1] != second_parts[-1]:
+        return False
+    shorter, longer = sorted((first_parts[:-1], second_parts[:-1]), key=len)
+    remaining = iter(longer)
+    return all(folder in remaining for folder in shorter)  # in order: a subsequence
 
 
 def label_entry(
