@@ -18,8 +18,8 @@ import pytest
 from helpers import build, decode, read_split, six_photos, write
 from PIL import Image
 
+from beam_pipeline.tools import build_records, show
 from beam_pipeline.tools import sheet as sheet_tool
-from beam_pipeline.tools import show
 from schemas import BUILD_INFO_FILE, DUPLICATES_FILE, DatasetInfo
 from schemas import features as F
 
@@ -240,13 +240,13 @@ def test_n_split_and_leaks_pick_the_groups(built, tmp_path, capsys, flags, summa
 
 def test_each_split_is_read_once_for_all_its_members(built, info, monkeypatch):
     opened = []
-    open_file = show.open_file
+    open_file = build_records.open_file  # (show reads shards through build_records.read_shard)
 
     def counting(path):
         opened.append(path)
         return open_file(path)
 
-    monkeypatch.setattr(show, "open_file", counting)
+    monkeypatch.setattr(build_records, "open_file", counting)
     show.copies_sheet(str(built))
     shards = [p for p in opened if p.endswith(".tfrecord")]
     assert len(shards) == len(set(shards)) and len(shards) <= 3

@@ -242,15 +242,8 @@ def locate_tree(
     `root` itself is looked at).
     """
     root = root.rstrip("/") or "/"
-    if layout in (CLASS_FOLDERS, VOC_XML):  # named: no other layout is looked for, but one
-        # whose folders would be taken for classes or for XML beside images is refused
-        # (here or a folder down, where the finders also look: a download folder around it)
-        others = (ILSVRC_DET, ILSVRC_CLS_LOC) if layout == VOC_XML else LAYOUTS
-        for path in [root, *(join(root, name) for name in subdirectories(root))]:
-            if standard := [name for name in layouts_at(path, has_files) if name in others]:
-                _refuse_layout(path, standard[0], layout)
-        finder = find_class_folders if layout == CLASS_FOLDERS else find_voc_xml
-        return finder(root, subdirectories) or root, layout
+    if layout in (CLASS_FOLDERS, VOC_XML):  # named: no other layout is looked for
+        return _named_folders(root, layout, has_files, subdirectories), layout
     wanted = LAYOUTS if layout == AUTO else (layout,)
     here = [found for found in layouts_at(root, has_files) if found in wanted]
     if here:
@@ -285,6 +278,20 @@ def locate_tree(
         if any(has_files(join(root, folder)) for folder in _MARKERS[layout]):
             return root, layout  # a tree with a gap: plan_discovery names what is missing
     raise _not_a_tree(root, has_files, subdirectories)
+
+
+def _named_folders(
+    root: str, layout: str, has_files: HasFiles, subdirectories: Callable[[str], list[str]]
+) -> str:
+    """The root of the class folders or VOC XML named by `--layout`; LayoutError where an
+    ILSVRC or VOC tree is here or a folder down (where the finders also look: a download
+    folder around it), whose folders would be taken for classes or for XML beside images."""
+    others = (ILSVRC_DET, ILSVRC_CLS_LOC) if layout == VOC_XML else LAYOUTS
+    for path in [root, *(join(root, name) for name in subdirectories(root))]:
+        if standard := [name for name in layouts_at(path, has_files) if name in others]:
+            _refuse_layout(path, standard[0], layout)
+    finder = find_class_folders if layout == CLASS_FOLDERS else find_voc_xml
+    return finder(root, subdirectories) or root
 
 
 def _refuse_layout(path: str, found: str, layout: str) -> NoReturn:
