@@ -61,8 +61,8 @@ from beam_pipeline.stages.labelling import (
     HoldOutSplits,
     LabelImages,
     ParseAnnotations,
-    misplaced_annotations,
 )
+from beam_pipeline.stages.misplaced import misplaced_annotations
 from beam_pipeline.stages.writing import AssignShards, WriteShards
 from beam_pipeline.tree import layouts, planner
 from beam_pipeline.tree.fileio import (

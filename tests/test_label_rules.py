@@ -487,6 +487,24 @@ def test_an_xml_a_folder_off_inside_the_split_is_not_read_as_a_negative(tmp_path
     assert ("annotation_misplaced", str(image), _misplaced(tmp_path, image, xml)) in found
 
 
+def test_an_orphan_xml_that_several_images_could_be_of_rejects_none_of_them(tmp_path):
+    # n01/IMG_1.xml (its own image deleted) was taken for both n01/day/IMG_1.JPEG's and
+    # n01/night/IMG_1.JPEG's: each good image was rejected, told to move the same XML.
+    for synset in SYNSETS:
+        for n in range(3):
+            cls_loc(tmp_path, f"{synset}/{synset}_{n}", "train", jpeg_bytes())
+    for folder in ("day", "night"):
+        cls_loc(tmp_path, f"{SYNSETS[0]}/{folder}/IMG_1", "train", jpeg_bytes())
+    xml = voc_xml([(SYNSETS[0], 1, 1, 30, 30)], size=(64, 48))
+    orphan = write(tmp_path / f"Annotations/CLS-LOC/train/{SYNSETS[0]}/IMG_1.xml", xml)
+    out = tmp_path / "out"
+    info = build(tmp_path, out, "--splits", "train", "--max_bad_fraction", "0.5")
+    assert info.splits["train"].label_sources == {"folder": 3 * len(SYNSETS) + 2}
+    assert [(d["reason"], d["path"]) for d in dead_letters(out)] == [
+        ("annotation_without_image", str(orphan))
+    ]
+
+
 def test_a_split_whose_xml_all_lie_one_folder_deeper_is_refused_not_unlabelled(tmp_path):
     # CLS-LOC's val XML unpacked into Annotations/CLS-LOC/val/val/: the split had no XML where
     # the images' mirror is, and came out unlabelled (label -1), exit 0.

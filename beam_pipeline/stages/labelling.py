@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 import unicodedata
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping
 
 import apache_beam as beam
 from apache_beam.typehints import Tuple
@@ -34,9 +34,8 @@ from beam_pipeline.failures import BuildFailed
 from beam_pipeline.stages import packing
 from beam_pipeline.stages.coders import ParsedEntryCoder
 from beam_pipeline.stages.metrics import count_rejection
+from beam_pipeline.stages.misplaced import misplaced_claim, one_claim
 from beam_pipeline.tree.fileio import header_size, read_file
-from beam_pipeline.tree.layouts import ANNOTATIONS, IMAGE_EXTENSIONS, MIXED, ListingTask
-from beam_pipeline.tree.pairing import ANNOTATION_WITHOUT_IMAGE
 from schemas.paths import join
 
 
@@ -295,95 +294,37 @@ def disagreement(root: str, labelled: LabelledEntry, vocabulary: Vocabulary) -> 
     )
 
 
-def misplaced_annotations(
-    rejection: Rejection, tasks: Sequence[ListingTask]
-) -> Iterator[tuple[tuple[str, str], tuple[str, str]]]:
-    """((split, file name without extension in lower case), (path below its annotation
-    folder without the extension, path)) of an XML that pairs with no image, for
-    `label_entry`: one a folder deeper or shallower than its image's mirror (`val/val/X.xml`
-    for `val/X.JPEG`), or named in another case, would leave its image without XML, and so
-    background or unlabelled. `tasks`: the plan's."""
-    if rejection.reason != ANNOTATION_WITHOUT_IMAGE:
-        return
-    for task in tasks:
-        folder = task.directory.rstrip("/") + "/"
-        if task.kind in (ANNOTATIONS, MIXED) and task.split and rejection.path.startswith(folder):
-            below = posixpath.splitext(rejection.path[len(folder) :])[0]
-            yield (rejection.split, _loose(posixpath.basename(below))), (below, rejection.path)
-            return
-
-
-def misplaced_index(
-    rejections: Iterable[Rejection], tasks: Sequence[ListingTask]
-) -> dict[tuple[str, str], list[tuple[str, str]]]:
-    """`misplaced_annotations` of every rejection, as `label_entry` takes them: a sorted list
-    for each (split, name). (The build makes the same with a GroupByKey, `LabelImages`.)"""
-    index: dict[tuple[str, str], list[tuple[str, str]]] = {}
-    for rejection in rejections:
-        for key, found in misplaced_annotations(rejection, tasks):
-            index.setdefault(key, []).append(found)
-    return {key: sorted(found) for key, found in index.items()}
-
-
-def _loose(path: str) -> str:
-    """A relative path (without its extension) as file systems and the tools that name XML
-    files may have written it otherwise: in another case or Unicode form (a tree copied from
-    a Mac has decomposed names), with spaces around a name, or with the image's extension
-    before `.xml` (`x.JPEG.xml`). Keys are exact; this finds an image's XML written so."""
-    parts = unicodedata.normalize("NFC", path).casefold().split("/")
-    parts = [part.strip() for part in parts]
-    stem, extension = posixpath.splitext(parts[-1])
-    if extension in IMAGE_EXTENSIONS:
-        parts[-1] = stem.strip()
-    return "/".join(parts)
-
-
-def _related(first: str, second: str) -> bool:
-    """Whether one relative path is the other with folders added anywhere (`val/X`, `n01/sub/X`
-    and `X`, `n01/X`), written otherwise or not (`_loose`: `Img1` and `img1`); not two paths
-    that each have a folder the other lacks (`cat/1` and `dog/1`)."""
-    first_parts, second_parts = _loose(first).split("/"), _loose(second).split("/")
-    if first_parts[-1] != second_parts[-1]:
-        return False
-    shorter, longer = sorted((first_parts[:-1], second_parts[:-1]), key=len)
-    remaining = iter(longer)
-    return all(folder in remaining for folder in shorter)  # in order: a subsequence
-
-
 def label_entry(
     root: str,
     parsed: ParsedEntry,
     vocabulary: Vocabulary,
     kinds: Mapping[str, str],
-    misplaced: Mapping[tuple[str, str], Sequence[tuple[str, str]]] | None = None,
+    misplaced: Mapping[str, tuple[str, str]] | None = None,
 ) -> LabelledEntry | Rejection:
     """The label rule applied to one parsed entry (`kinds`: split → `split_kind`).
 
-    An image without XML is rejected (`annotation_misplaced`) when `misplaced` (from
-    `misplaced_annotations`) holds an XML of its split that paired with no image and lies
-    where its XML would with folders added or left out (`val/val/X.xml` for `val/X.JPEG`, or
-    `n01/X.xml` for a flat `X.JPEG`), or is named otherwise (`img1.xml` or `Img1.JPEG.xml`
-    for `Img1.JPEG`: `_loose`): that XML is its own, misplaced. (`cat/1.xml` is not
-    `dog/1.JPEG`'s.)"""
+    An image without XML is rejected (`annotation_misplaced`) when `misplaced` (image key →
+    (XML path below its folder, XML path): `misplaced.misplaced_index`, or `LabelImages`)
+    names an XML of its split that paired with no image and that it alone could be the image
+    of: one that lies where its XML would with folders added or left out (`val/val/X.xml` for
+    `val/X.JPEG`, or `n01/X.xml` for a flat `X.JPEG`), or is named otherwise (`img1.xml` or
+    `Img1.JPEG.xml` for `Img1.JPEG`). (`cat/1.xml` is not `dog/1.JPEG`'s.)"""
     entry = parsed.entry
-    if misplaced and entry.annotation_filename is None:
-        below = entry.key.split("/", 1)[-1]  # the image's path below its split folder
-        candidates = misplaced.get((entry.split, _loose(posixpath.basename(below))), ())
-        for xml_below, xml in candidates:
-            if not _related(xml_below, below):
-                continue
-            extension = posixpath.splitext(xml)[1]
-            place = xml[: len(xml) - len(xml_below + extension)] + below + extension
-            return Rejection(
-                entry.split,
-                join(root, entry.filename),
-                LABEL,
-                "annotation_misplaced",
-                f"no XML at {place}, where its XML belongs, while {xml}, that path with "
-                "folders added or left out or written otherwise (case, Unicode form, spaces, "
-                f"the image's extension), pairs with no image: move that XML to {place}; "
-                "built, the image would lack its objects",
-            )
+    if misplaced and entry.annotation_filename is None and entry.key in misplaced:
+        below = entry.key.split("/", 1)[-1]
+        xml_below, xml = misplaced[entry.key]
+        extension = posixpath.splitext(xml)[1]
+        place = xml[: len(xml) - len(xml_below + extension)] + below + extension
+        return Rejection(
+            entry.split,
+            join(root, entry.filename),
+            LABEL,
+            "annotation_misplaced",
+            f"no XML at {place}, where its XML belongs, while {xml}, that path with "
+            "folders added or left out or written otherwise (case, Unicode form, spaces, "
+            f"the image's extension), pairs with no image: move that XML to {place}; "
+            "built, the image would lack its objects",
+        )
     try:
         found = image_label(parsed.annotation, entry.folder_class, vocabulary, kinds[entry.split])
     except InputError as error:
@@ -421,10 +362,16 @@ class LabelImages(beam.PTransform):
         misplaced = self._misplaced
         if misplaced is None:
             misplaced = parsed.pipeline | "NoMisplaced" >> beam.Create([])
-        misplaced = (  # few (XML without an image), in a dict of lists: AsDict on every runner
+        lists = (  # few (XML without an image), in a dict of lists: AsDict on every runner
             misplaced
             | "GroupMisplaced" >> beam.GroupByKey()
             | "MisplacedLists" >> beam.MapTuple(lambda key, found: (key, sorted(found)))
+        )
+        misplaced = (  # image key → its XML, where one image alone claims it
+            parsed
+            | "ClaimMisplaced" >> beam.FlatMap(misplaced_claim, beam.pvalue.AsDict(lists))
+            | "GroupClaims" >> beam.GroupByKey()
+            | "OneClaim" >> beam.FlatMapTuple(one_claim)
         )
         result = packed | "Label" >> beam.ParDo(
             _LabelFn(self._root),

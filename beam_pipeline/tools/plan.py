@@ -44,12 +44,12 @@ from beam_pipeline.stages.labelling import (
     class_names,
     disagreement,
     label_entry,
-    misplaced_index,
     parse_entry,
     split_marks,
     stratum,
     vocabulary_from_names,
 )
+from beam_pipeline.stages.misplaced import misplaced_index
 from beam_pipeline.stages.writing import split_size
 from beam_pipeline.tools.plan_report import BuildPlan, SplitPlanReport, format_plan, rebuild_notes
 from beam_pipeline.tree import layouts, planner
@@ -187,9 +187,9 @@ def _label(plan, parsed, vocabulary, kinds, rejections: list[Rejection]) -> list
     """The labelled entries (none without a vocabulary); the entries refused, and the folder
     disagreements, are added to `rejections`."""
     labelled: list[LabelledEntry] = []
-    misplaced = misplaced_index(rejections, plan.tasks)
     if vocabulary is None:
         return labelled
+    misplaced = misplaced_index(rejections, plan.tasks, parsed)
     for p in parsed:
         result = label_entry(plan.root, p, vocabulary, kinds, misplaced)
         if isinstance(result, Rejection):
