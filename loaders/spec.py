@@ -208,14 +208,19 @@ class LoadSpec:
             )
 
 
+# A container's memory limit: cgroup v2's ("max": none), then v1's (a huge number: none).
+CGROUP_MEMORY_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
 def physical_memory() -> int | None:
     """The memory this process may use, in bytes: the machine's, or a container's (cgroup)
     limit where lower; None where the system does not say."""
     try:
-        found = [os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")]
+        page, pages = os.sysconf("SC_PAGE_SIZE"), os.sysconf("SC_PHYS_PAGES")
+        found = [page * pages] if page > 0 and pages > 0 else []  # (-1: not known)
     except (AttributeError, OSError, ValueError):
         found = []
-    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+    for limit in CGROUP_MEMORY_LIMITS:
         try:
             with open(limit) as text:
                 found.append(int(text.read().strip()))  # ("max": no limit, a ValueError)

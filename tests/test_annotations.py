@@ -220,11 +220,14 @@ def test_a_tag_given_twice_with_two_values_is_refused_not_read_as_its_first(
 
 
 def test_a_tag_given_twice_with_one_value_is_one():
-    # Scripts that add <difficult>0</difficult> to every object, or copy a <size> or a box.
+    # Scripts that add <difficult>0</difficult> to every object, or copy a <size> or a box;
+    # copies that read alike (1 and 1.0, 0 and nothing, a <depth> more) are one.
     size = "<size><width>9</width><height>9</height></size>"
+    box = BOX.replace("<xmin>1</xmin>", "<xmin>1.0</xmin>")
     data = (
-        f"<annotation>{size}{size}<object><name>dog</name><difficult>0</difficult>"
-        f"<difficult> 0 </difficult><name>dog</name>{BOX}{BOX}</object></annotation>"
+        f"<annotation>{size}{size.replace('</size>', '<depth>3</depth></size>')}<object>"
+        "<name>dog</name><difficult>0</difficult><difficult/><difficult> false </difficult>"
+        f"<name> dog </name>{BOX}{box}</object></annotation>"
     )
     (dog,) = parse_annotation(data.encode()).objects
     assert (dog.name, dog.difficult, dog.box) == ("dog", False, Box(1, 2, 3, 4))

@@ -128,6 +128,21 @@ def test_a_bad_argument_is_named_before_any_graph_is_built(
     assert str(raised.value).startswith(message)
 
 
+def test_the_memory_a_batch_may_use_is_a_containers_limit_where_lower(tmp_path, monkeypatch):
+    machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    v2, v1 = tmp_path / "memory.max", tmp_path / "memory.limit_in_bytes"
+    monkeypatch.setattr(spec, "CGROUP_MEMORY_LIMITS", (str(v2), str(v1)))
+    assert spec.physical_memory() == machine  # no cgroup files
+    v2.write_text("max\n")
+    v1.write_text("9223372036854771712\n")  # v1's "no limit"
+    assert spec.physical_memory() == machine
+    v2.write_text(f"{2**30}\n")
+    assert spec.physical_memory() == 2**30
+    v2.write_text("max\n")
+    v1.write_text(f"{3 * 2**30}\n")
+    assert spec.physical_memory() == min(machine, 3 * 2**30)
+
+
 def test_load_datasets_defaults_are_the_specs_and_it_builds_one_checked_spec():
     # The arguments `load_dataset` passes on are one `LoadSpec`: same names, same defaults.
     parameters = inspect.signature(load_dataset).parameters

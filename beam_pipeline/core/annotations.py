@@ -130,8 +130,28 @@ def _one(node: etree._Element, tag: str, reason: str, where: str = "") -> etree.
     return children[0] if children else None
 
 
+# The parts of a tag the parser reads: two copies that read alike are one (a <size> with a
+# <depth> and one without, <xmin>1</xmin> and <xmin>1.0</xmin>, <difficult/> and 0).
+_READ = {"size": ("width", "height"), "bndbox": ("xmin", "ymin", "xmax", "ymax")}
+
+
 def _said(element: etree._Element) -> tuple:
-    return tuple((str(part.tag), (part.text or "").strip()) for part in element.iter())
+    tag = str(element.tag)
+    if tag in _READ:
+        return tuple(_value(element.findtext(part), part) for part in _READ[tag])
+    return (_value(element.text, tag),)
+
+
+def _value(text: str | None, tag: str):
+    text = (text or "").strip()
+    number = float(text) if _NUMBER.fullmatch(text) else None
+    if tag in ("difficult", "truncated"):  # as `_flag` reads them
+        return (
+            False
+            if not text
+            else _BOOLEANS.get(text.lower(), text if number is None else number != 0)
+        )
+    return text if number is None else number
 
 
 def _parse_size(root: etree._Element) -> tuple[int | None, int | None]:
