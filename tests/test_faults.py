@@ -125,10 +125,14 @@ def test_full_output_location_fails_loudly_and_commits_nothing(tree, tmpfs, caps
 def test_probe_left_by_a_killed_run_is_removed(tree, tmp_path, resume):
     out = tmp_path / "out"
     out.mkdir()
-    (out / ".write-probe-0123456789abcdef").write_bytes(b"probe")
+    stale = out / ".write-probe-0123456789abcdef"
+    stale.write_bytes(b"probe")
+    os.utime(stale, (time.time() - 120, time.time() - 120))
+    # Another build's, probing now: deleted under it, both builds said "cannot write".
+    (out / ".write-probe-fedcba9876543210").write_bytes(b"probe")
     argv = ["--input_dir", str(tree), "--output_dir", str(out)]
     assert build_tool.main([*argv, *(["--resume"] if resume else [])]) == 0
-    assert not list(out.glob(".write-probe-*"))
+    assert [p.name for p in out.glob(".write-probe-*")] == [".write-probe-fedcba9876543210"]
 
 
 def test_output_location_that_is_a_file_gives_a_clear_error(tree, tmp_path, capsys):
