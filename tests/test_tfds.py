@@ -16,7 +16,7 @@ from helpers import build, ilsvrc_image, jpeg_bytes, read_split
 
 from beam_pipeline.core.annotations import voc_xml
 from beam_pipeline.output import commit, directory
-from beam_pipeline.tools import upgrade, verify
+from beam_pipeline.tools import commands, upgrade, verify
 from loaders import IncompleteDatasetError, dataset_info, load_dataset
 from schemas import (
     BUILD_INFO_FILE,
@@ -291,6 +291,29 @@ def test_a_commit_cut_short_leaves_nothing_tfds_reads_as_complete(built, tmp_pat
     monkeypatch.setattr(commit, "write_atomic", real)
     commit.commit(str(copy), info)
     assert tfds.builder_from_directory(str(copy)).info.splits["train"].num_examples == 9 + 1
+
+
+def test_a_build_killed_between_its_two_markers_is_named_and_upgrade_finishes_it(
+    built, tree, tmp_path, capsys
+):
+    # build_info.json written, dataset_info.json not, work folders left: a rerun said only
+    # "pass --overwrite", and upgrade left .progress/ and .tmp/ behind (a crash trial).
+    copy = shutil.copytree(built, tmp_path / "copy")
+    (copy / TFDS_INFO_FILE).unlink()
+    for work in (".progress", ".tmp"):
+        (copy / work).mkdir()
+        (copy / work / "left").write_bytes(b"x")
+    argv = ["--input_dir", str(tree), "--output_dir", str(copy), "--resume"]
+    assert commands.main(argv) == 2
+    said = capsys.readouterr().err.strip()
+    assert said.endswith(
+        "already holds a complete build; pass --overwrite to replace it; its dataset_info.json "
+        "is missing (the build stopped as it committed): python -m beam_pipeline upgrade "
+        f"{copy} writes it"
+    )
+    upgrade.upgrade(str(copy))
+    assert sorted(p.name for p in copy.iterdir()) == sorted(p.name for p in built.iterdir())
+    assert verify.verify(str(copy)) == (4, [])
 
 
 def test_a_schema_1_build_with_a_field_missing_is_named_damaged(built, tmp_path, capsys):

@@ -59,7 +59,7 @@ from schemas import (
 )
 from schemas.label_map import LABEL_MAP_CSV_FILE, LABEL_MAP_FILE
 from schemas.paths import first_few, is_local, join
-from schemas.tfds_metadata import TFDS_FILES
+from schemas.tfds_metadata import TFDS_FILES, TFDS_INFO_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -206,6 +206,11 @@ def refuse_complete_build(output_dir: str, *, overwrite: bool) -> bool:
             if staged
             else ""
         )
+        if not staged and not FileSystems.exists(join(output_dir, TFDS_INFO_FILE)):
+            hint = (  # a build stopped between its two metadata files: only TFDS's is missing
+                f"; its {TFDS_INFO_FILE} is missing (the build stopped as it committed): "
+                f"python -m beam_pipeline upgrade {output_dir} writes it"
+            )
         raise OutputExistsError(
             f"{output_dir} already holds {what}; pass --overwrite to replace it{hint}"
         )

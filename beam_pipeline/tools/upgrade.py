@@ -27,7 +27,12 @@ from collections.abc import Sequence
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.output.commit import commit_stage
-from beam_pipeline.output.directory import remove_empty_temp_dir, remove_work_dirs, write_atomic
+from beam_pipeline.output.directory import (
+    STAGING_DIR,
+    remove_empty_temp_dir,
+    remove_work_dirs,
+    write_atomic,
+)
 from beam_pipeline.output.lock import busy_reason
 from beam_pipeline.output.readback import read_build_info
 from schemas import BUILD_INFO_FILE, DatasetInfo
@@ -71,11 +76,15 @@ def upgrade(output_dir: str) -> tuple[DatasetInfo, list[str]]:
 
 
 def finish_stopped_commit(output_dir: str) -> None:
-    """Removes the work folders a rebuild's commit left when it stopped after writing
-    `build_info.json` (its stage record says it was moving the shards in), unless a build
-    holds the directory. Any other work folders (a stopped rebuild's staged shards, kept for
-    --overwrite --resume) are left alone."""
-    if commit_stage(output_dir) == "moving" and busy_reason(output_dir) is None:
+    """Removes the work folders a commit left when it stopped after writing `build_info.json`
+    (a rebuild's stage record says it was moving the shards in; a first build's progress
+    records and temp files, with no staged shard), unless a build holds the directory. A
+    stopped rebuild's staged shards, kept for --overwrite --resume, are left alone."""
+    if busy_reason(output_dir) is not None:
+        return
+    if commit_stage(output_dir) == "moving" or not FileSystems.exists(
+        join(output_dir, STAGING_DIR)
+    ):
         remove_work_dirs(output_dir)
 
 
