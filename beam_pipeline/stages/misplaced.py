@@ -24,11 +24,11 @@ from beam_pipeline.tree.pairing import ANNOTATION_WITHOUT_IMAGE
 def misplaced_annotations(
     rejection: Rejection, tasks: Sequence[ListingTask]
 ) -> Iterator[tuple[tuple[str, str], tuple[str, str]]]:
-    """((split, file name without extension in lower case), (path below its annotation
-    folder without the extension, path)) of an XML that pairs with no image, for
-    `label_entry`: one a folder deeper or shallower than its image's mirror (`val/val/X.xml`
-    for `val/X.JPEG`), or named in another case, would leave its image without XML, and so
-    background or unlabelled. `tasks`: the plan's."""
+    """((split, file name without extension as `_loose` writes it), (path below its
+    annotation folder without the extension, path)) of an XML that pairs with no image, for
+    `misplaced_claim`: one a folder deeper or shallower than its image's mirror
+    (`val/val/X.xml` for `val/X.JPEG`), or named otherwise, would leave its image without XML,
+    and so background or unlabelled. `tasks`: the plan's."""
     if rejection.reason != ANNOTATION_WITHOUT_IMAGE:
         return
     for task in tasks:
