@@ -322,6 +322,18 @@ def test_plan_counts_images_by_class_folder(tmp_path):
     assert "train (class_folders):\n  images 5: in a class folder 4, outside any 1\n" in done.stdout
 
 
+@pytest.mark.parametrize("named", [layouts.VOC, layouts.ILSVRC_DET, layouts.ILSVRC_CLS_LOC])
+def test_another_layout_named_on_class_folders_is_refused_naming_them(tmp_path, named):
+    # It said the images "lie in no class folder" and proposed an unlabelled test split.
+    root = photos(tmp_path / "photos")
+    with pytest.raises(LayoutError) as error:
+        locate.locate_tree(str(root), named, has_files, subdirectories)
+    assert str(error.value) == (
+        f"{root} holds the layout 'class_folders', not '{named}': pass --layout class_folders "
+        "or leave --layout out (it is detected)"
+    )
+
+
 def test_an_object_store_folder_names_the_folder_layouts():
     with pytest.raises(LayoutError) as error:
         locate.locate_tree("gs://bucket/photos", layouts.AUTO, lambda path: path.endswith("os"))

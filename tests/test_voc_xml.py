@@ -7,9 +7,9 @@ import pytest
 from helpers import build, dead_letters, jpeg_bytes, png_bytes, read_split, write
 
 from beam_pipeline.core.annotations import voc_xml
-from beam_pipeline.tree import planner
-from beam_pipeline.tree.fileio import TREE_ACCESS
-from beam_pipeline.tree.layouts import VOC_XML, LayoutError
+from beam_pipeline.tree import locate, planner
+from beam_pipeline.tree.fileio import TREE_ACCESS, has_files, subdirectories
+from beam_pipeline.tree.layouts import VOC, VOC_XML, LayoutError
 from schemas import features as F
 
 
@@ -122,6 +122,12 @@ def test_an_image_beside_its_xml_named_in_another_case_is_told_to_rename_it(tmp_
         f"no XML at {root}/train/Img9.xml, where its XML belongs, while {root}/train/img9.xml"
     )
     assert rejected[str(root / "train/img9.xml")]["reason"] == "annotation_without_image"
+
+
+def test_a_voc_layout_named_on_an_export_is_refused_naming_it(tmp_path):
+    root = roboflow(tmp_path / "export")
+    with pytest.raises(LayoutError, match=r"holds the layout 'voc_xml', not 'voc': pass --layout"):
+        locate.locate_tree(str(root), VOC, has_files, subdirectories)
 
 
 def test_an_xml_without_objects_is_background(tmp_path):

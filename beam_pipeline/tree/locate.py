@@ -277,6 +277,11 @@ def locate_tree(
             _refuse_layout(*other[0], layout)
         if any(has_files(join(root, folder)) for folder in _MARKERS[layout]):
             return root, layout  # a tree with a gap: plan_discovery names what is missing
+        if not _tree_near(root, has_files, subdirectories):  # (inside one: said below)
+            if folders := find_class_folders(root, subdirectories, at_least=2):
+                _refuse_layout(folders, CLASS_FOLDERS, layout)  # (it said "in no class folder")
+            if found := find_voc_xml(root, subdirectories):
+                _refuse_layout(found, VOC_XML, layout)
     raise _not_a_tree(root, has_files, subdirectories)
 
 
