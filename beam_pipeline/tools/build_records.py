@@ -13,13 +13,21 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
 
-from beam_pipeline.output.readback import example_values, first_value, open_file
-from schemas import BACKGROUND, BUILD_INFO_FILE, DatasetInfo, SplitInfo
+from beam_pipeline.output.readback import (
+    example_values,
+    file_exists,
+    first_value,
+    open_file,
+    read_build_info,
+)
+from schemas import BACKGROUND, BUILD_INFO_FILE, DatasetInfo, SplitInfo, is_shard_filename
 from schemas import features as F
-from schemas.paths import first_few, join
+from schemas.metadata import tree_instead_of_build
+from schemas.paths import first_few, is_local, join
 from schemas.tfrecord import CorruptRecordError, read_records
 
 # A display name longer than this is cut (with "…") where a class is named for a person.
@@ -303,3 +311,41 @@ def class_label(info: DatasetInfo, name: str) -> int:
     raise RequestError(
         f"unknown class {name!r}: this build has {info.num_classes} classes {listed}{hint}"
     )
+
+
+def shard_directory(path: str) -> str:
+    """The directory a shard file lies in (its build's, where it has one)."""
+    if is_local(path):
+        return os.path.dirname(os.path.abspath(path))
+    return path.rsplit("/", 1)[0]
+
+
+def _build_at(directory: str) -> DatasetInfo | None:
+    try:
+        return read_build_info(directory)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def shard_build_info(shard: str) -> DatasetInfo | None:
+    """The metadata of the build a shard lies in, or None when there is none readable."""
+    return _build_at(shard_directory(shard))
+
+
+def check_shard(shard: str) -> None:
+    """RequestError (naming what to give instead) for a directory or a path with no file."""
+    if is_local(shard) and os.path.isdir(shard):
+        if info := _build_at(shard):
+            names = [s.file for split in info.splits.values() for s in split.shards]
+            said = f"{shard} is a directory; name one shard file"
+            find = ", or find a record of its build: --filename NAME, or --split SPLIT --index N"
+        elif tree := tree_instead_of_build(shard, os.path.isdir):
+            raise RequestError(str(tree))
+        else:  # a build that did not commit: its shards are read only by name
+            names, find = sorted(n for n in os.listdir(shard) if is_shard_filename(n)), ""
+            said = f"{shard} holds no committed build ({BUILD_INFO_FILE} is missing)"
+            said += "; to read one of its uncommitted shards, name the file" if names else ""
+        example = f", e.g. {join(shard, names[0])}" if names else ""
+        raise RequestError(f"{said}{example}{find}")
+    if not file_exists(shard):
+        raise RequestError(f"{shard} does not exist")

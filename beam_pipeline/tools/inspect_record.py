@@ -38,7 +38,14 @@ from beam_pipeline.output.readback import (
     open_file,
     read_build_info,
 )
-from beam_pipeline.tools.build_records import CorruptShardError, RequestError, locate
+from beam_pipeline.tools.build_records import (
+    CorruptShardError,
+    RequestError,
+    check_shard,
+    locate,
+    shard_build_info,
+    shard_directory,
+)
 from schemas import (
     BUILD_INFO_FILE,
     FEATURES,
@@ -49,7 +56,6 @@ from schemas import (
 )
 from schemas import features as F
 from schemas.example_proto import Example
-from schemas.metadata import tree_instead_of_build
 from schemas.paths import is_local, join
 from schemas.tfrecord import CorruptRecordError, read_records
 
@@ -65,38 +71,6 @@ class NotFoundError(LookupError):
     """No record has the file name asked for: exit code 1."""
 
 
-def _directory(path: str) -> str:
-    if is_local(path):
-        return os.path.dirname(os.path.abspath(path))
-    return path.rsplit("/", 1)[0]
-
-
-def build_info(shard: str) -> DatasetInfo | None:
-    """The metadata of the build a shard lies in, or None when there is none readable."""
-    try:
-        return read_build_info(_directory(shard))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _check_shard(shard: str) -> None:
-    if is_local(shard) and os.path.isdir(shard):
-        if info := build_info(join(shard, "x")):
-            names = [s.file for split in info.splits.values() for s in split.shards]
-            said = f"{shard} is a directory; name one shard file"
-            find = ", or find a record of its build: --filename NAME, or --split SPLIT --index N"
-        elif tree := tree_instead_of_build(shard, os.path.isdir):
-            raise UsageError(str(tree))
-        else:  # a build that did not commit: its shards are read only by name
-            names, find = sorted(n for n in os.listdir(shard) if is_shard_filename(n)), ""
-            said = f"{shard} holds no committed build ({BUILD_INFO_FILE} is missing)"
-            said += "; to read one of its uncommitted shards, name the file" if names else ""
-        example = f", e.g. {join(shard, names[0])}" if names else ""
-        raise UsageError(f"{said}{example}{find}")
-    if not file_exists(shard):
-        raise UsageError(f"{shard} does not exist")
-
-
 def find_record(
     shard: str, index: int | None = None, filename: str | None = None
 ) -> tuple[int, bytes, int]:
@@ -106,7 +80,7 @@ def find_record(
     (equal to `filename` or ending with `/filename`). Raises UsageError for a missing shard or an
     index out of range, NotFoundError when no record has the name, CorruptRecordError.
     """
-    _check_shard(shard)
+    check_shard(shard)
     count = 0
     with open_file(shard) as stream:
         records = read_records(stream)
@@ -337,11 +311,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.split is not None:
             raise UsageError(
                 f"--split finds a record in a build's directory; {args.shard} is one shard "
-                f"file: drop --split, or name its directory ({_directory(args.shard)})"
+                f"file: drop --split, or name its directory ({shard_directory(args.shard)})"
             )
         else:
             index, record, _ = find_record(args.shard, args.index, args.filename)
-            info = build_info(args.shard)
+            info = shard_build_info(args.shard)
             described = describe_record(record, info, args.shard, index)
             payload = _payload(args.shard, index, info, described)
             lines = format_text(args.shard, index, info, described)
@@ -415,7 +389,7 @@ def _payload(shard: str, index: int, info: DatasetInfo | None, described: dict) 
 def _is_build(args: argparse.Namespace) -> bool:
     """Whether the command names a build's directory and a record to find in it."""
     if args.filename is None and args.split is None and args.index is None:
-        return False  # a directory alone: `_check_shard` says what to name
+        return False  # a directory alone: `check_shard` says what to name
     if is_local(args.shard):
         return os.path.isdir(args.shard)
     return not args.shard.endswith(SHARD_SUFFIX) and file_exists(join(args.shard, BUILD_INFO_FILE))
@@ -429,7 +403,7 @@ def _inspect_build(args: argparse.Namespace) -> str:
         info = read_build_info(output_dir)
     except NoBuildError as error:
         if is_local(output_dir) and any(map(is_shard_filename, os.listdir(output_dir))):
-            _check_shard(output_dir)  # shards without a build's metadata: name one of them
+            check_shard(output_dir)  # shards without a build's metadata: name one of them
         raise UsageError(str(error)) from None
     found = locate(output_dir, info, filename=args.filename, split=args.split, index=args.index)
     payloads, lines = [], []
