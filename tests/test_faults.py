@@ -125,14 +125,30 @@ def test_full_output_location_fails_loudly_and_commits_nothing(tree, tmpfs, caps
 def test_probe_left_by_a_killed_run_is_removed(tree, tmp_path, resume):
     out = tmp_path / "out"
     out.mkdir()
+    # A run killed while probing, long ago and a moment ago (a rerun at once keeps no stray file).
     stale = out / ".write-probe-0123456789abcdef"
     stale.write_bytes(b"probe")
     os.utime(stale, (time.time() - 120, time.time() - 120))
-    # Another build's, probing now: deleted under it, both builds said "cannot write".
     (out / ".write-probe-fedcba9876543210").write_bytes(b"probe")
     argv = ["--input_dir", str(tree), "--output_dir", str(out)]
     assert build_tool.main([*argv, *(["--resume"] if resume else [])]) == 0
-    assert [p.name for p in out.glob(".write-probe-*")] == [".write-probe-fedcba9876543210"]
+    assert list(out.glob(".write-probe-*")) == []
+
+
+def test_a_probe_deleted_by_a_build_probing_beside_is_no_refusal(tmp_path, monkeypatch):
+    # Two builds probing one folder at once: each deletes the other's probe. The one whose
+    # probe went first wrote it all the same; the lock, next, tells it it is not alone.
+    real_match = directory.FileSystems.match
+
+    def match_then_other_build_deletes(patterns, *args, **kwargs):
+        found = real_match(patterns, *args, **kwargs)
+        for probe in (tmp_path / "out").glob(".write-probe-*"):
+            probe.unlink()
+        return found
+
+    monkeypatch.setattr(directory.FileSystems, "match", match_then_other_build_deletes)
+    directory.check_writable(str(tmp_path / "out"))
+    assert list((tmp_path / "out").iterdir()) == []
 
 
 def test_output_location_that_is_a_file_gives_a_clear_error(tree, tmp_path, capsys):

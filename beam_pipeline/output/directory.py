@@ -35,7 +35,6 @@ import json
 import logging
 import os
 import posixpath
-import time
 import uuid
 from collections.abc import Collection, Iterator
 
@@ -287,9 +286,9 @@ def files_a_build_replaces(output_dir: str) -> list[str]:
 def check_writable(output_dir: str) -> None:
     """Creates the directory and writes and deletes a probe file, so a bad location fails now.
 
-    Probes a minute old, left by a run killed at this very moment, are deleted too (best
-    effort); not a younger one, which may be another build's probing now: deleted under it,
-    both were refused as "cannot write", before the lock could tell one it was not alone.
+    The other probes found there are deleted too: a run killed while probing left them. One
+    may be another build's, probing now; that build finds its probe gone, which says its write
+    worked, and the lock then tells it it is not alone (`lock_output`).
     """
     if reason := unwritable_reason(output_dir):
         raise OutputNotWritableError(reason)
@@ -299,11 +298,15 @@ def check_writable(output_dir: str) -> None:
         with FileSystems.create(probe) as stream:
             stream.write(b"probe")
         (found,) = FileSystems.match([join(output_dir, _PROBE_PREFIX + "*")])
-        FileSystems.delete([probe])
+        try:
+            FileSystems.delete([probe])
+        except Exception:  # deleted by a build probing beside this one: its write worked
+            if FileSystems.exists(probe):
+                raise
     except Exception as error:  # noqa: BLE001 - every file system raises its own errors
         raise OutputNotWritableError(f"cannot write to {output_dir}: {error}") from None
     for stale in found.metadata_list:
-        if stale.path != probe and stale.last_updated_in_seconds < time.time() - 60:
+        if stale.path != probe:
             with contextlib.suppress(Exception):
                 FileSystems.delete([stale.path])
 
