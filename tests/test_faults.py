@@ -13,7 +13,7 @@ import time
 import pytest
 from helpers import build, failure_line, write
 
-from beam_pipeline.output import directory
+from beam_pipeline.output import commit, directory
 from beam_pipeline.stages import writing
 from beam_pipeline.stages.coders import LabelledEntryCoder
 from beam_pipeline.tools import build as build_tool
@@ -389,6 +389,44 @@ def test_resume_removes_the_shards_of_an_attempt_with_other_options(tree, tmp_pa
     assert files(out) == {**files(reference), "notes.txt": b"not ours: kept"}
 
 
+def same_size_jpeg(path, colour) -> bytes:
+    """Another picture of the JPEG at `path`'s dimensions, in exactly as many bytes (a comment
+    pads it)."""
+    import io
+
+    from PIL import Image
+
+    stream, size = io.BytesIO(), path.stat().st_size
+    with Image.open(path) as image:
+        Image.new("RGB", image.size, colour).save(stream, "JPEG", quality=90)
+    data = stream.getvalue()
+    padding = size - len(data) - 4  # the comment segment: marker and length, then its text
+    assert 0 <= padding < 65533
+    return data[:2] + b"\xff\xfe" + (padding + 2).to_bytes(2, "big") + b" " * padding + data[2:]
+
+
+def test_resume_writes_again_the_shard_of_an_image_replaced_since_by_one_of_its_size(
+    tree, tmp_path, monkeypatch
+):
+    root, out, reference = tmp_path / "tree", tmp_path / "out", tmp_path / "reference"
+    shutil.copytree(tree, root)
+    args = ["--num_shards", "train=3,val=2"]
+    monkeypatch.setattr(commit, "commit", lambda *a, **k: sys.exit("stopped before the commit"))
+    with pytest.raises(SystemExit):
+        build(root, out, *args)
+    monkeypatch.undo()
+    assert len(list((out / ".progress").glob("*.json"))) == 5
+    image = next(root.glob("Data/DET/train/*/*000007.JPEG"))
+    before = image.stat()
+    image.write_bytes(same_size_jpeg(image, (200, 30, 30)))
+    os.utime(image, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))
+    assert image.stat().st_size == before.st_size
+
+    build(root, out, *args, "--resume")
+    build(root, reference, *args)
+    assert built_files(out) == built_files(reference)
+
+
 FOREIGN = {
     "coco-00000-of-00004.tfrecord": b"another dataset's shard",
     "train-00000-of-00001.tfrecord": b"someone's shard",
@@ -486,7 +524,7 @@ def test_a_second_build_into_a_directory_being_written_is_refused(tree, tmp_path
 
 LOCK_AND_WAIT = """
 import sys, time
-from beam_pipeline.output import directory
+from beam_pipeline.output import commit, directory
 directory.prepare_output(sys.argv[1], overwrite=False, resume=False)  # locks it, as a build does
 print("locked", flush=True)
 time.sleep(600)

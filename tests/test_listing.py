@@ -11,12 +11,16 @@ from beam_pipeline.tree.listing import Listed, Unlisted, list_tree
 from schemas import features as F
 
 
-def test_lists_files_in_path_order_with_sizes(tmp_path):
+def listed(path) -> Listed:
+    return Listed(str(path), path.stat().st_size, path.stat().st_mtime_ns)
+
+
+def test_lists_files_in_path_order_with_sizes_and_times(tmp_path):
     write(tmp_path / "b" / "2.JPEG", b"12")
     write(tmp_path / "a.JPEG", b"1")
     assert list(list_tree(str(tmp_path))) == [
-        Listed(str(tmp_path / "a.JPEG"), 1),
-        Listed(str(tmp_path / "b" / "2.JPEG"), 2),
+        Listed(str(tmp_path / "a.JPEG"), 1, (tmp_path / "a.JPEG").stat().st_mtime_ns),
+        Listed(str(tmp_path / "b" / "2.JPEG"), 2, (tmp_path / "b" / "2.JPEG").stat().st_mtime_ns),
     ]
     assert list(list_tree(str(tmp_path / "missing"))) == []
 
@@ -29,7 +33,7 @@ def test_follows_directory_links_and_stops_loops(tmp_path):
     os.symlink(tree, tree / "loop")
     items = list(list_tree(str(tree)))
     assert items[0] == Unlisted(str(tree / "loop"), "directory_visited_twice", items[0].detail)
-    assert items[1] == Listed(str(tree / "n01" / "x.JPEG"), 1)
+    assert items[1] == listed(tree / "n01" / "x.JPEG")
     assert len(items) == 2
 
 
@@ -132,7 +136,7 @@ def test_a_link_to_a_directory_of_the_tree_is_refused_wherever_it_sorts(tmp_path
         str(tmp_path / "A_alias"), "directory_visited_twice", items[0].detail
     )
     assert "listed by its own path" in items[0].detail
-    assert items[1:] == [Listed(str(tmp_path / "n02" / "x.JPEG"), 1)]
+    assert items[1:] == [listed(tmp_path / "n02" / "x.JPEG")]
 
 
 def test_an_alias_of_an_annotated_folder_keeps_its_images_paired_with_their_xml(tmp_path):

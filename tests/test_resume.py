@@ -20,8 +20,10 @@ SHARD = "train-00000-of-00002.tfrecord"
 DATA = b"the shard's bytes"
 
 
-def member(rank, stem, label=0):
-    entry = IndexEntry("train", f"train/{stem}", f"Data/{stem}.JPEG", None, None, 1000 + rank)
+def member(rank, stem, label=0, modified_ns=0):
+    entry = IndexEntry(
+        "train", f"train/{stem}", f"Data/{stem}.JPEG", None, None, 1000 + rank, modified_ns
+    )
     objects = (AnnotatedObject("cat", Box(1, 2, 30, 40), False, False),)
     return rank, LabelledEntry(entry, Annotation(64, 48, objects), label, (0,), "xml")
 
@@ -51,6 +53,8 @@ def fingerprint(**changes):
         {"members": MEMBERS[:1]},
         {"members": [member(0, "a"), member(1, "b", label=1)]},
         {"members": [member(0, "a"), member(2, "b", label=2)]},
+        # An image replaced since by one of the same size: its modification time tells.
+        {"members": [member(0, "a"), member(1, "b", label=2, modified_ns=1)]},
         {"vocabulary": Vocabulary(("cat", "dog", "eel"))},
         {"policy": ImagePolicy(jpeg_quality=90)},
     ],

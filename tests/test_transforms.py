@@ -150,6 +150,7 @@ def test_discover_images_pairs_files_and_reports_strays(tmp_path):
         str(tmp_path), layouts.ILSVRC_DET, ("train",), TreeAccess(has_files, match, None)
     )
     root = str(tmp_path)
+    modified = {k: (tmp_path / f"Data/DET/train/s/{k}.JPEG").stat().st_mtime_ns for k in "ab"}
     with TestPipeline() as p:
         entries, rejected = p | DiscoverImages(plan)
         assert_that(
@@ -163,6 +164,7 @@ def test_discover_images_pairs_files_and_reports_strays(tmp_path):
                         "Annotations/DET/train/s/a.xml",
                         None,
                         1,
+                        modified["a"],
                     ),
                     IndexEntry(
                         "train",
@@ -171,6 +173,7 @@ def test_discover_images_pairs_files_and_reports_strays(tmp_path):
                         None,
                         None,
                         1,
+                        modified["b"],
                     ),
                 ]
             ),

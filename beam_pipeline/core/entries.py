@@ -23,6 +23,8 @@ class FileRef:
       split: the output split the file's directory belongs to, or "" when a split list decides.
       num_bytes: file size from the listing.
       folder_class: class named by the file's synset folder (ILSVRC CLS-LOC train), or None.
+      modified_ns: modification time from the listing, in nanoseconds (0: not known). Output
+        bytes never depend on it; `--resume` does not keep a shard of a file changed since.
     """
 
     relative_path: str
@@ -30,6 +32,7 @@ class FileRef:
     split: str
     num_bytes: int
     folder_class: str | None = None
+    modified_ns: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +45,7 @@ class IndexEntry:
     annotation_filename: str | None
     folder_class: str | None
     num_bytes: int
+    modified_ns: int = 0  # the image's (`FileRef.modified_ns`)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -111,12 +111,13 @@ def _fields_of(element_type) -> operator.attrgetter:
 
 
 def _file_ref_to(ref: FileRef):
-    return _path_to(ref.relative_path, ref.key), ref.key, ref.split, ref.num_bytes, ref.folder_class
+    path = _path_to(ref.relative_path, ref.key)
+    return path, ref.key, ref.split, ref.num_bytes, ref.folder_class, ref.modified_ns
 
 
 def _file_ref_from(value) -> FileRef:
-    path, key, split, num_bytes, folder_class = value
-    return FileRef(_required_path_from(path, key), key, split, num_bytes, folder_class)
+    path, key, split, num_bytes, folder_class, modified_ns = value
+    return FileRef(_required_path_from(path, key), key, split, num_bytes, folder_class, modified_ns)
 
 
 def _entry_to(entry: IndexEntry):
@@ -128,11 +129,12 @@ def _entry_to(entry: IndexEntry):
         _path_to(entry.annotation_filename, key),
         entry.folder_class,
         entry.num_bytes,
+        entry.modified_ns,
     )
 
 
 def _entry_from(value) -> IndexEntry:
-    split, key, filename, annotation_filename, folder_class, num_bytes = value
+    split, key, filename, annotation_filename, folder_class, num_bytes, modified_ns = value
     return IndexEntry(
         split,
         key,
@@ -140,6 +142,7 @@ def _entry_from(value) -> IndexEntry:
         _path_from(annotation_filename, key),
         folder_class,
         num_bytes,
+        modified_ns,
     )
 
 

@@ -5,8 +5,10 @@ fingerprint of everything that decides the shard's bytes (schema version, split 
 numbers, vocabulary, image policy, and every member's index record and rank), the shard's
 result, and the inputs the writer rejected. On `--resume` a shard is kept only if its record
 exists, its fingerprint matches the new plan and the file still has the recorded size and
-SHA-256; otherwise it is written again. Image bytes themselves are not fingerprinted: resuming
-assumes the input files did not change since the interrupted run (their sizes are checked).
+SHA-256; otherwise it is written again. Image bytes themselves are not fingerprinted: an image
+changed since the interrupted run is told by its size and modification time from the listing
+(`IndexEntry`), as make and rsync tell it; a file replaced by one of the same size and time
+(`cp -p`, `touch -r`) is not.
 A record that cannot be read as one (another version's, a damaged one) counts as absent.
 Finalize deletes the records once the build is committed; `output` owns their directory.
 

@@ -31,6 +31,7 @@ from schemas.paths import is_local, join
 class Listed:
     path: str
     num_bytes: int
+    modified_ns: int  # the file's modification time (`FileRef.modified_ns`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +93,11 @@ def list_tree(directory: str, foreign: Sequence[str] = ()) -> Iterator[Listed | 
             folders = metadata.path[len(directory.rstrip("/")) + 1 :].split("/")[:-1]
             hidden = next((i for i, name in enumerate(folders) if is_skipped_folder(name)), None)
             if hidden is None:
-                yield Listed(metadata.path, metadata.size_in_bytes)
+                yield Listed(
+                    metadata.path,
+                    metadata.size_in_bytes,
+                    round(metadata.last_updated_in_seconds * 1e9),
+                )
                 continue
             folder = join(directory.rstrip("/"), *folders[: hidden + 1])
             if folder not in skipped:
@@ -264,7 +269,8 @@ def _scan(path: str, subdirectory) -> Iterator:
             elif entry.is_dir():
                 yield from subdirectory(entry.path)
             elif entry.is_file():
-                yield Listed(entry.path, entry.stat().st_size)
+                stat = entry.stat()
+                yield Listed(entry.path, stat.st_size, stat.st_mtime_ns)
             elif entry.is_symlink():
                 yield Unlisted(entry.path, "broken_symlink", _broken_link(entry.path))
             else:

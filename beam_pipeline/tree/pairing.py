@@ -54,7 +54,9 @@ def unlisted_rejection(task: ListingTask, path: str, reason: str, detail: str) -
     )
 
 
-def classify(task: ListingTask, path: str, num_bytes: int) -> FileRef | Rejection:
+def classify(
+    task: ListingTask, path: str, num_bytes: int, modified_ns: int = 0
+) -> FileRef | Rejection:
     """Turns one listed file into a FileRef, or a Rejection for a file that cannot be one."""
     relative = path[len(task.directory.rstrip("/")) + 1 :]
     stem, extension = posixpath.splitext(relative)
@@ -84,6 +86,7 @@ def classify(task: ListingTask, path: str, num_bytes: int) -> FileRef | Rejectio
         split=task.split,
         num_bytes=num_bytes,
         folder_class=folder_class,
+        modified_ns=modified_ns,
     )
 
 
@@ -209,6 +212,7 @@ def _entry(split: str, key: str, image: FileRef, annotation: FileRef | None) -> 
         annotation_filename=annotation.relative_path if annotation else None,
         folder_class=image.folder_class,
         num_bytes=image.num_bytes,
+        modified_ns=image.modified_ns,
     )
 
 
