@@ -239,6 +239,23 @@ def test_a_corrupt_shard_exits_1_with_the_frame_error(built, tmp_path, capsys):
     assert err == f"error: {corrupt} is corrupt: record 0 at byte 0: data checksum mismatch"
 
 
+@pytest.mark.parametrize("data", [b"hello world", b"\xff\xd8\xff\xe0 a JPEG, say: no record"])
+def test_a_file_that_is_no_tfrecord_is_said_to_be_none(tmp_path, capsys, data):
+    path = tmp_path / "photo.jpg"
+    path.write_bytes(data)
+    code, out, err = run(capsys, path)
+    assert (code, out) == (1, "")
+    problem = (
+        "truncated length header"
+        if len(data) < 12
+        else "length checksum mismatch at the file's start (is it a TFRecord file?)"
+    )
+    assert err == (
+        f"error: {path} is not a TFRecord file (record 0 at byte 0: {problem}): inspect reads "
+        "a shard of a build (NAME.tfrecord) or the build's directory"
+    )
+
+
 def test_a_record_that_is_no_example_or_no_image_is_named(built, tmp_path, capsys):
     garbage = tmp_path / "garbage.tfrecord"
     garbage.write_bytes(encode_record(b"\xff\xff\xff not a protobuf"))

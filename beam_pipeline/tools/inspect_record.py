@@ -360,6 +360,12 @@ def _failed(error: Exception, path: str) -> int:
             f"error: {error.path} is corrupt: {error}; run python -m beam_pipeline verify {path}",
             file=sys.stderr,
         )
+    elif isinstance(error, CorruptRecordError) and error.offset == 0 and "length" in error.problem:
+        print(
+            f"error: {path} is not a TFRecord file ({error}): inspect reads a shard of a build "
+            "(NAME.tfrecord) or the build's directory",
+            file=sys.stderr,
+        )
     elif isinstance(error, CorruptRecordError):
         print(f"error: {path} is corrupt: {error}", file=sys.stderr)
     elif isinstance(error, FileNotFoundError) and error.filename not in (None, path):
