@@ -559,6 +559,39 @@ def test_an_xml_named_otherwise_than_its_image_is_not_read_as_a_negative(
     assert ("annotation_misplaced", str(image), _misplaced(tmp_path, image, xml)) in found
 
 
+def test_a_held_out_image_whose_xml_is_misplaced_is_rejected_as_a_training_one_is(tmp_path, capsys):
+    # --validation_split took one of two images whose XML lay named otherwise out of train:
+    # orphans were looked for in the image's new split (validation), where none lay, so it
+    # came out background, exit 0 (in CLS-LOC its folder's class; no_class in a VOC export).
+    for n in range(4):
+        xml = voc_xml([("cat", 1, 1, 30, 30)], size=(64, 48))
+        ilsvrc_image(tmp_path, "train", f"ILSVRC2014_train_0000/t{n}", jpeg_bytes(), xml)
+    xmls = {"Img8": "img8", "Img9": "Img9.JPEG"}  # (the two images alone are of no class)
+    for image, name in xmls.items():
+        ilsvrc_image(tmp_path, "train", f"ILSVRC2014_train_0000/{image}", jpeg_bytes())
+        xml = voc_xml([("cat", 1, 1, 9, 9)])
+        write(tmp_path / f"Annotations/DET/train/ILSVRC2014_train_0000/{name}.xml", xml)
+    argv = ["--splits", "train", "--validation_split", "0.5", "--max_bad_fraction", "0.5"]
+    assert plan_tool.main(["--input_dir", str(tmp_path), "--json", *argv]) == 0
+    planned = json.loads(capsys.readouterr().out)["splits"]
+    assert [planned[s]["rejected"] for s in ("train", "validation")] == [
+        {"annotation_misplaced": 1}
+    ] * 2
+    out = tmp_path / "out"
+    info = build(tmp_path, out, *argv)
+    # The images whose XML lie where they belong are held out as before, labelled by it.
+    assert [info.splits[s].label_sources for s in ("train", "validation")] == [{"xml": 2}] * 2
+    found = {d["path"]: (d["split"], d["reason"], d["detail"]) for d in dead_letters(out)}
+    splits = set()
+    for image, name in xmls.items():
+        path = tmp_path / f"Data/DET/train/ILSVRC2014_train_0000/{image}.JPEG"
+        xml = tmp_path / f"Annotations/DET/train/ILSVRC2014_train_0000/{name}.xml"
+        split, reason, detail = found[str(path)]
+        assert (reason, detail) == ("annotation_misplaced", _misplaced(tmp_path, path, xml))
+        splits.add(split)
+    assert splits == {"train", "validation"}
+
+
 def test_classes_that_differ_only_in_case_or_unicode_form_are_refused(tmp_path, capsys):
     # LabelImg sessions that typed 'Dog' and 'dog', 'café' composed and decomposed, or 'cat'
     # with a zero-width space pasted in: each spelling became a class of its own, exit 0.

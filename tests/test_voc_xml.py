@@ -124,6 +124,28 @@ def test_an_image_beside_its_xml_named_in_another_case_is_told_to_rename_it(tmp_
     assert rejected[str(root / "train/img9.xml")]["reason"] == "annotation_without_image"
 
 
+def test_a_held_out_image_beside_its_xml_named_otherwise_is_told_to_rename_it(tmp_path):
+    # With --validation_split, the one of Img8.jpg and Img9.jpg (img8.xml, 'Img9 .xml' beside
+    # them) held out was rejected as no_class ("restore its XML"); the other named its XML.
+    root = tmp_path / "export"
+    for number in range(4):
+        write(root / f"img{number}.jpg", jpeg_bytes())
+        write(root / f"img{number}.xml", voc_xml([("cat", 1, 1, 20, 20)], size=(64, 48)))
+    for image, xml in (("Img8", "img8"), ("Img9", "Img9 ")):
+        write(root / f"{image}.jpg", jpeg_bytes())
+        write(root / f"{xml}.xml", voc_xml([("dog", 1, 1, 20, 20)], size=(64, 48)))
+    out = tmp_path / "out"
+    build(root, out, "--validation_split", "0.5", "--max_bad_fraction", "0.5")
+    images = {line["path"]: line for line in dead_letters(out) if line["is_image"]}
+    assert sorted((line["split"], line["reason"]) for line in images.values()) == [
+        ("train", "annotation_misplaced"),
+        ("validation", "annotation_misplaced"),
+    ]
+    assert images[str(root / "Img9.jpg")]["detail"].startswith(
+        f"no XML at {root}/Img9.xml, where its XML belongs, while {root}/Img9 .xml"
+    )
+
+
 def test_a_voc_layout_named_on_an_export_is_refused_naming_it(tmp_path):
     root = roboflow(tmp_path / "export")
     with pytest.raises(LayoutError, match=r"holds the layout 'voc_xml', not 'voc': pass --layout"):

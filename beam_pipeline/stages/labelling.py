@@ -305,10 +305,11 @@ def label_entry(
 
     An image without XML is rejected (`annotation_misplaced`) when `misplaced` (image key →
     (XML path below its folder, XML path): `misplaced.misplaced_index`, or `LabelImages`)
-    names an XML of its split that paired with no image and that it alone could be the image
-    of: one that lies where its XML would with folders added or left out (`val/val/X.xml` for
-    `val/X.JPEG`, or `n01/X.xml` for a flat `X.JPEG`), or is named otherwise (`img1.xml` or
-    `Img1.JPEG.xml` for `Img1.JPEG`). (`cat/1.xml` is not `dog/1.JPEG`'s.)"""
+    names an XML of its split folder (train's for an image held out of it) that paired with no
+    image and that it alone could be the image of: one that lies where its XML would with
+    folders added or left out (`val/val/X.xml` for `val/X.JPEG`, or `n01/X.xml` for a flat
+    `X.JPEG`), or is named otherwise (`img1.xml` or `Img1.JPEG.xml` for `Img1.JPEG`).
+    (`cat/1.xml` is not `dog/1.JPEG`'s.)"""
     entry = parsed.entry
     if misplaced and entry.annotation_filename is None and entry.key in misplaced:
         below = entry.key.split("/", 1)[-1]

@@ -24,18 +24,21 @@ from beam_pipeline.tree.pairing import ANNOTATION_WITHOUT_IMAGE
 def misplaced_annotations(
     rejection: Rejection, tasks: Sequence[ListingTask]
 ) -> Iterator[tuple[tuple[str, str], tuple[str, str]]]:
-    """((split, file name without extension as `_loose` writes it), (path below its
-    annotation folder without the extension, path)) of an XML that pairs with no image, for
-    `misplaced_claim`: one a folder deeper or shallower than its image's mirror
+    """((its split folder's key prefix, file name without extension as `_loose` writes it),
+    (path below its annotation folder without the extension, path)) of an XML that pairs with
+    no image, for `misplaced_claim`: one a folder deeper or shallower than its image's mirror
     (`val/val/X.xml` for `val/X.JPEG`), or named otherwise, would leave its image without XML,
-    and so background or unlabelled. `tasks`: the plan's."""
+    and so background or unlabelled. `tasks`: the plan's.
+
+    Keyed by the tree's split folder (`train`, as the image's key starts), not by the output
+    split: an image held out of train (`--validation_split`) has its XML in train's folder."""
     if rejection.reason != ANNOTATION_WITHOUT_IMAGE:
         return
     for task in tasks:
         folder = task.directory.rstrip("/") + "/"
         if task.kind in (ANNOTATIONS, MIXED) and task.split and rejection.path.startswith(folder):
             below = posixpath.splitext(rejection.path[len(folder) :])[0]
-            yield (rejection.split, _loose(posixpath.basename(below))), (below, rejection.path)
+            yield (task.key_prefix, _loose(posixpath.basename(below))), (below, rejection.path)
             return
 
 
@@ -61,13 +64,15 @@ def misplaced_claim(
     parsed: ParsedEntry, misplaced: Mapping[tuple[str, str], Sequence[tuple[str, str]]]
 ) -> Iterator[tuple[str, tuple[str, str, str]]]:
     """(XML path, (image key, the XML's path below its folder, XML path)) for an image without
-    XML and the first orphan XML of `misplaced` (from `misplaced_annotations`) that lies where
-    its XML would with folders added or left out, or is named otherwise (`_related`)."""
+    XML and the first orphan XML of `misplaced` (from `misplaced_annotations`) of its split
+    folder (held out of train or not) that lies where its XML would with folders added or
+    left out, or is named otherwise (`_related`)."""
     entry = parsed.entry
     if not misplaced or entry.annotation_filename is not None:
         return
-    below = entry.key.split("/", 1)[-1]  # the image's path below its split folder
-    for xml_below, xml in misplaced.get((entry.split, _loose(posixpath.basename(below))), ()):
+    *prefix, below = entry.key.split("/", 1)  # the image's split folder, its path below it
+    found = misplaced.get(("".join(prefix), _loose(posixpath.basename(below))), ())
+    for xml_below, xml in found:
         if _related(xml_below, below):
             yield xml, (entry.key, xml_below, xml)
             return
