@@ -157,17 +157,19 @@ def test_training_copies_finds_exact_and_near_copies_as_the_report_does():
     some = training[17]
     held = dict(split="validation")
     assert index.copy_of(image("v/a", some.perceptual ^ 1, some.content, **held)) == Copy(
-        some.filename, EXACT, 0, (0,)
+        some.filename, EXACT, 0, ((0, some.filename),)
     )
     for flipped in range(7):  # within the radius: found in some block, at its distance
         near = some.perceptual ^ ((1 << flipped) - 1) << 40
-        assert index.copy_of(image("v/b", near, **held)) == Copy(some.filename, NEAR, flipped, (0,))
+        assert index.copy_of(image("v/b", near, **held)) == Copy(
+            some.filename, NEAR, flipped, ((0, some.filename),)
+        )
     assert index.copy_of(image("v/c", some.perceptual ^ 0x7F, **held)) is None  # 7 bits
     # A nearly uniform image is an exact copy or none: blank frames hash alike.
     blank = training[-1]
     assert index.copy_of(image("v/d", 1, **held)) is None
     assert index.copy_of(image("v/e", 0, content=blank.content, spread=2, **held)) == Copy(
-        "train/blank.jpg", EXACT, 0, (0,)
+        "train/blank.jpg", EXACT, 0, ((0, "train/blank.jpg"),)
     )
     assert index.copy_of(image("v/f", 0, spread=2, **held)) is None
     assert TrainingCopies([]).copy_of(some) is None
@@ -177,10 +179,10 @@ def test_training_copies_names_the_nearest_then_the_first_file_name():
     index = copies([image("train/b.jpg", 0b111 << 20), image("train/a.jpg", 0b111 << 20),
                     image("train/c.jpg", 0b1 << 20)])  # fmt: skip
     assert index.copy_of(image("v", 0b1 << 20 | 0b1 << 30, split="validation")) == Copy(
-        "train/c.jpg", NEAR, 1, (0,)
+        "train/c.jpg", NEAR, 1, ((0, "train/c.jpg"),)
     )
     assert index.copy_of(image("v", 0b1111 << 20, split="validation")) == Copy(
-        "train/a.jpg", NEAR, 1, (0,)
+        "train/a.jpg", NEAR, 1, ((0, "train/a.jpg"),)
     )
 
 
@@ -188,7 +190,7 @@ def test_a_dropped_copy_of_another_class_says_the_clash_it_is_in():
     """Dropped, it is in no group of duplicates.jsonl: the clash was said nowhere."""
     index = copies([image("train/cat.jpg", 0b1 << 20, label=0), image("train/x.jpg", 1 << 50)])
     copy = index.copy_of(image("val/goat.jpg", 0b11 << 20, split="validation", label=1))
-    assert copy == Copy("train/cat.jpg", NEAR, 1, (0,))
+    assert copy == Copy("train/cat.jpg", NEAR, 1, ((0, "train/cat.jpg"),))
     names = ("cat", "goat", "background")
     assert copy.detail(1, names) == (
         "a copy of the training image train/cat.jpg (near copy, 1 bits apart), labelled cat "
@@ -201,9 +203,18 @@ def test_a_dropped_copy_of_another_class_says_the_clash_it_is_in():
     index = copies([image("train/goat1.jpg", 0, label=1), image("train/cat2.jpg", 0x7F, label=0),
                     image("train/x.jpg", 1 << 50)])  # fmt: skip
     copy = index.copy_of(image("val/goat.jpg", 0b111, split="validation", label=1))
-    assert copy == Copy("train/goat1.jpg", NEAR, 3, (0, 1))
-    assert copy.detail(1, names).endswith(
-        "labelled cat there and goat here: a clash; --duplicates drop_leaks"
+    assert copy == Copy("train/goat1.jpg", NEAR, 3, ((0, "train/cat2.jpg"), (1, "train/goat1.jpg")))
+    assert copy.detail(1, names) == (
+        "a copy of the training image train/goat1.jpg (near copy, 3 bits apart) and of "
+        "train/cat2.jpg, labelled cat there and goat here: a clash; --duplicates drop_leaks"
+    )
+    # An exact copy of two training images, of its class and of another: the other named.
+    index = copies([image("train/cat/a.jpg", 5, bytes(16), label=0),
+                    image("train/goat/b.jpg", 5, bytes(16), label=1)])  # fmt: skip
+    copy = index.copy_of(image("val/cat/c.jpg", 5, bytes(16), split="validation", label=0))
+    assert copy.detail(0, names) == (
+        "a copy of the training image train/cat/a.jpg (exact copy) and of train/goat/b.jpg, "
+        "labelled goat there and cat here: a clash; --duplicates drop_leaks"
     )
 
 

@@ -36,24 +36,36 @@ _POLICY = "; --duplicates drop_leaks"
 
 class Copy(NamedTuple):
     """The training image a held-out image copies: its file name, EXACT or NEAR, the bits
-    between their perceptual hashes (0 for an exact copy), and the labels of every training
-    copy found (its exact copies; else every one within the radius: the pairs the report
-    would show of the image), each once."""
+    between their perceptual hashes (0 for an exact copy), and each label of the training
+    copies found (its exact copies; else every one within the radius: the pairs the report
+    would show of the image) with the copy of that label `copy_of` would name."""
 
     original: str
     kind: str
     distance: int
-    labels: tuple[int, ...] = ()
+    labelled: tuple[tuple[int, str], ...] = ()
 
     def detail(self, label: int = -1, names: Sequence[str] = ()) -> str:
         """The `rejected.jsonl` detail of the held-out image (of `label`) dropped for it; with
-        the classes' `names`, one that says a clash where a copy is labelled otherwise."""
+        the classes' `names`, one that says a clash where a copy is labelled otherwise, and
+        names that copy."""
         how = "exact copy" if self.kind == EXACT else f"near copy, {self.distance} bits apart"
         said = f"a copy of the training image {self.original} ({how})"
-        other = [names[n] for n in self.labels if n >= 0 and n != label]
+        other = [(n, copy) for n, copy in self.labelled if n >= 0 and n != label]
         if label >= 0 and other and names:
-            said += f", labelled {', '.join(other)} there and {names[label]} here: {CLASH}"
+            for n, copy in other:
+                said += f"{'' if copy == self.original else f' and of {copy}'}, labelled "
+                said += f"{names[n]} there"
+            said += f" and {names[label]} here: {CLASH}"
         return f"{said}{_POLICY}"
+
+
+def _first_of_each_label(found: Iterable[tuple[tuple, str, int]]) -> tuple[tuple[int, str], ...]:
+    """(label, name) of the first copy of each label among (rank, name, label)."""
+    first: dict[int, tuple] = {}
+    for rank, name, label in found:
+        first[label] = min(first.get(label, (rank, name)), (rank, name))
+    return tuple((label, first[label][1]) for label in sorted(first))
 
 
 def says_clash(detail: str) -> bool:
@@ -127,8 +139,8 @@ class TrainingCopies:
             if self._contents[int(i) * _CONTENT : (int(i) + 1) * _CONTENT] == image.content
         ]
         if exact:
-            labels = tuple(sorted({int(self._labels[i]) for _, i in exact}))
-            return Copy(min(exact)[0], EXACT, 0, labels)
+            labelled = _first_of_each_label(((), n, int(self._labels[i])) for n, i in exact)
+            return Copy(min(exact)[0], EXACT, 0, labelled)
         if image.nearly_uniform:
             return None
         found = []
@@ -142,6 +154,6 @@ class TrainingCopies:
             found += [(int(distances[i]), int(candidates[i])) for i in near]
         if not found:
             return None
-        distance = min(d for d, _ in found)
-        name = min(self._name(i) for d, i in found if d == distance)
-        return Copy(name, NEAR, distance, tuple(sorted({int(self._labels[i]) for _, i in found})))
+        named = [((d,), self._name(i), int(self._labels[i])) for d, i in set(found)]
+        (distance,), name, _ = min(named)
+        return Copy(name, NEAR, distance, _first_of_each_label(named))
