@@ -198,10 +198,13 @@ def test_near_pairs_of_a_crowded_bucket_are_every_pair_within_the_radius():
         )
 
     with beam.Pipeline() as pipeline:
+        plans = pipeline | "Plans" >> beam.Create([("train", None)])
         found = (
             pipeline
-            | beam.Create([tuple(members[:600]), tuple(members[600:])])
-            | FindDuplicates()
+            | beam.Create(
+                [(("train", 0), tuple(members[:600])), (("train", 1), tuple(members[600:]))]
+            )
+            | FindDuplicates(plans)
             | beam.combiners.ToList()
             | beam.Map(named)
         )
