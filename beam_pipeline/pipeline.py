@@ -291,7 +291,10 @@ def build_index(pipeline: beam.Pipeline, prepared: Prepared) -> Index:
         vocabulary = parsed | "BuildVocabulary" >> BuildVocabulary(
             planner.vocabulary_split(plan.splits), held_out_splits(config)
         )
-    split_kinds = entries | "ClassifySplits" >> ClassifySplits(layouts.has_negatives(plan.layout))
+    holding_out = held_out_of(config) if config.validation_split or config.test_split else None
+    split_kinds = entries | "ClassifySplits" >> ClassifySplits(
+        layouts.has_negatives(plan.layout), holding_out
+    )
     misplaced = found_rejected | "MisplacedAnnotations" >> beam.FlatMap(
         misplaced_annotations, plan.tasks
     )

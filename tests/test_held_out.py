@@ -132,6 +132,28 @@ def test_xml_trees_divide_by_the_main_object_and_negatives_apart(tmp_path):
     assert list(info.splits) == ["train", "validation"]
 
 
+def test_a_held_out_split_of_negatives_only_is_background_as_they_are_in_train(tmp_path, capsys):
+    # It was taken for a split without annotations: its images stored unlabelled (-1).
+    tree = tmp_path / "in"
+    for name in ("cat", "dog"):
+        ilsvrc_image(tree, "train", f"ILSVRC2014_train_0000/{name}", jpeg_bytes(),
+                     voc_xml([(name, 1, 1, 40, 40)]))  # fmt: skip
+    for number in range(4):
+        ilsvrc_image(tree, "train", f"ILSVRC2013_train_extra0/neg{number}", jpeg_bytes())
+    info = build(tree, tmp_path / "out", "--validation_split", "0.5")
+    assert info.splits["validation"].labelled and info.splits["validation"].class_counts == (
+        0,
+        0,
+        2,
+    )
+    assert [e[F.LABEL] for e in read_split(tmp_path / "out", "validation")] == [[2], [2]]
+    assert info.splits["train"].class_counts == (1, 1, 2)
+    argv = ["--input_dir", str(tree), "--validation_split", "0.5", "--json"]
+    assert plan_tool.main(argv) == 0
+    planned = json.loads(capsys.readouterr().out)["splits"]["validation"]
+    assert (planned["kind"], list(planned["class_counts"].values())) == ("annotated", [0, 0, 2])
+
+
 def test_a_class_only_a_held_out_image_shows_stays_in_the_vocabulary(tmp_path, capsys):
     # A bicycle only beside a larger person, in one image: held out into validation, the
     # vocabulary (train's classes) lost it: every class after it renumbered, that image

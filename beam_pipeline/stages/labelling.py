@@ -238,22 +238,39 @@ def any_marks(marks):
     return has_annotations, has_class_folders
 
 
+def kinds_of(split: str, marks, negatives: bool, held_out: tuple[str, ...] = ()):
+    """(split, kind) of a tree's split from its images' `any_marks`, and of the splits
+    `held_out` of it: theirs are its (a validation split of only negatives is background, as
+    those images are in train, not unlabelled)."""
+    has_annotations, has_class_folders = marks
+    kind = split_kind(has_annotations, has_class_folders, negatives)
+    return [(name, kind) for name in (split, *held_out)]
+
+
 class ClassifySplits(beam.PTransform):
     """IndexEntry → (split, kind): how each split is labelled (`labels.split_kind`; `negatives`:
-    whether the layout has images of no class)."""
+    whether the layout has images of no class). `held_out`: the held-out splits and the split
+    they are taken from (`HoldOut`), whose kind they have."""
 
-    def __init__(self, negatives: bool = True):
+    def __init__(self, negatives: bool = True, held_out=None):
         super().__init__()
         self._negatives = negatives
+        self._held_out = held_out
 
     def expand(self, entries):
-        negatives = self._negatives
+        negatives, held_out = self._negatives, self._held_out
+        splits, source = (held_out.splits, held_out.source) if held_out else ((), "")
         return (
             entries
-            | "SplitMarks" >> beam.Map(split_marks).with_output_types(Tuple[str, Tuple[bool, bool]])
+            | "SplitMarks"
+            >> beam.Map(
+                lambda e: (source if e.split in splits else e.split, split_marks(e)[1])
+            ).with_output_types(Tuple[str, Tuple[bool, bool]])
             | "AnyPerSplit" >> beam.CombinePerKey(any_marks)
             | "SplitKind"
-            >> beam.MapTuple(lambda split, marks: (split, split_kind(*marks, negatives)))
+            >> beam.FlatMapTuple(
+                lambda split, marks: kinds_of(split, marks, negatives, splits * (split == source))
+            )
         )
 
 

@@ -32,7 +32,6 @@ from beam_pipeline.core.images import ORIGINAL, NormalisedImage, normalise_image
 from beam_pipeline.core.labels import (
     UNLABELLED_SPLIT,
     Vocabulary,
-    split_kind,
 )
 from beam_pipeline.core.rejections import DISCOVER, IMAGE, InputError, Rejection
 from beam_pipeline.core.sharding import SplitPlan, plan_split, shard_start, sort_key
@@ -43,6 +42,7 @@ from beam_pipeline.stages.labelling import (
     any_marks,
     class_names,
     disagreement,
+    kinds_of,
     label_entry,
     parse_entry,
     split_marks,
@@ -76,6 +76,7 @@ def plan_build(prepared) -> BuildPlan:
     started = time.monotonic()
     config, plan = prepared.config, prepared.plan
     entries, rejections, listed = _index_entries(plan)
+    held_out = None
     if config.validation_split or config.test_split:  # as the build's HoldOut step divides
         held_out = held_out_of(config)
         strata = {e.filename: stratum(plan.root, e) for e in entries if e.split == held_out.source}
@@ -89,7 +90,7 @@ def plan_build(prepared) -> BuildPlan:
     spec = finalize_spec(prepared)
     reports = {name: SplitPlanReport(name, "") for name in plan.splits}
     vocabulary, refusal = _vocabulary(prepared, parsed)
-    kinds = _split_kinds(entries, layouts.has_negatives(plan.layout))
+    kinds = _split_kinds(entries, layouts.has_negatives(plan.layout), held_out)
     labelled = _label(plan, parsed, vocabulary, kinds, rejections)
     unread, small_read = _small_files(config, labelled, vocabulary)
     dropped = {r.path for r in unread}
@@ -170,16 +171,17 @@ def _vocabulary(prepared, parsed: list[ParsedEntry]) -> tuple[Vocabulary | None,
         return None, _reason(error)
 
 
-def _split_kinds(entries: list[IndexEntry], negatives: bool) -> dict[str, str]:
-    """Each split's kind (annotated, classified, unlabelled...), from its entries' marks."""
+def _split_kinds(entries: list[IndexEntry], negatives: bool, held_out=None) -> dict[str, str]:
+    """Each split's kind (annotated, classified, unlabelled...), from its entries' marks; a
+    held-out split's is the kind of the split it is taken from (`held_out`: `HoldOut`)."""
+    splits, source = (held_out.splits, held_out.source) if held_out else ((), "")
     marks = collections.defaultdict(list)
     for entry in entries:
         split, mark = split_marks(entry)
-        marks[split].append(mark)
+        marks[source if split in splits else split].append(mark)
     kinds = {}
     for split, found in marks.items():
-        has_annotations, has_class_folders = any_marks(found)
-        kinds[split] = split_kind(has_annotations, has_class_folders, negatives)
+        kinds.update(kinds_of(split, any_marks(found), negatives, splits * (split == source)))
     return kinds
 
 
