@@ -118,6 +118,12 @@ def test_fail_stops_the_build_with_the_list_and_resume_drops_them(tree, tmp_path
         "duplicate) Copies: 2 pairs of near copies among 4 images (duplicates.jsonl) Warning: "
         "1 group of copies holds images of different classes"
     ) in said
+    # Over a complete build, the way on is --overwrite --resume (--resume alone is refused).
+    assert build_tool.main([*argv, "--duplicates", "fail", "--overwrite"]) == 1
+    error = failure_line(capsys.readouterr().err)
+    assert "--duplicates drop_leaks --overwrite --resume to leave them out" in error
+    assert "--duplicates report --overwrite --resume to keep them" in error
+    assert build_tool.main([*argv, "--duplicates", "report", "--overwrite", "--resume"]) == 0
 
 
 def test_a_resumed_drop_leaks_build_drops_what_a_whole_one_does(tree, tmp_path, monkeypatch):  # noqa: F811

@@ -117,6 +117,11 @@ def test_a_build_without_copies_says_it_found_none(tmp_path):
     # The summary says the build looked (it said nothing: was the search run?).
     assert summary.duplicates_notes(info.duplicates) == ["Copies: none found (duplicates.jsonl)"]
     assert summary.duplicates_notes({}) == []
+    one = {"exact_groups": 1, "near_pairs": 0, "images": 2, "leaked": {"test": 1}, "clashes": 0}
+    assert summary.duplicates_notes(one)[1] == (
+        "Warning: 1 test image is a copy of a training image (duplicates.jsonl, leak: true); "
+        "--duplicates drop_leaks leaves it out"
+    )
 
 
 def prints(*specs) -> list[ImagePrint]:

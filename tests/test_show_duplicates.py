@@ -313,7 +313,8 @@ def test_copies_none_of_which_is_asked_for_exit_1(built, tmp_path, capsys):
     [
         (
             ["--split", "val"],
-            "error: no split 'val' in this build; its splits are train, validation",
+            "error: no split 'val' in this build; its splits are train, validation; the tree's "
+            "val is written as validation",
         ),
         (["-n", "0"], "error: -n must be at least 1, not 0"),
         (

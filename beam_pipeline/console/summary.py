@@ -376,10 +376,14 @@ def duplicates_notes(found: Mapping) -> list[str]:
         f"{plural(found['images'], 'image')} ({DUPLICATES_FILE})"
     ]
     for split, count in found.get("leaked", {}).items():
-        are = "is a copy of a training image" if count == 1 else "are copies of training images"
+        are, them = (
+            ("is a copy of a training image", "it")
+            if count == 1
+            else ("are copies of training images", "them")
+        )
         notes.append(
             f"Warning: {plural(count, split + ' image')} {are} "
-            f"({DUPLICATES_FILE}, leak: true); --duplicates drop_leaks leaves them out"
+            f"({DUPLICATES_FILE}, leak: true); --duplicates drop_leaks leaves {them} out"
         )
     if found.get("clashes"):
         notes.append(

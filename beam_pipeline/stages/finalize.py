@@ -339,10 +339,11 @@ def _copies(
     if leaks and policy != duplicates.REPORT:
         said, every = duplicates.leak_list(leaks)
         if policy == duplicates.FAIL:
+            resume = "--overwrite --resume" if spec.replaces_build else "--resume"
             fix = (
-                "remove them from the tree, or rerun with --duplicates drop_leaks --resume to "
+                f"remove them from the tree, or rerun with --duplicates drop_leaks {resume} to "
                 "leave them out (rejected.jsonl, reason duplicate), or --duplicates report "
-                "--resume to keep them (the shards written are kept); the log lists every one"
+                f"{resume} to keep them (the shards written are kept); the log lists every one"
             )
         else:  # drop_leaks: its writers' search and the report disagree
             fix = "this is a defect of the build, please report it; --duplicates report builds"

@@ -60,6 +60,7 @@ from beam_pipeline.tools.sheet import (
     render_copies,
     render_sheet,
 )
+from beam_pipeline.tree.layouts import output_split
 from schemas import BACKGROUND, BUILD_INFO_FILE, DUPLICATES_FILE, UNLABELLED, DatasetInfo, SplitInfo
 from schemas import features as F
 from schemas.paths import join, within
@@ -90,8 +91,11 @@ def _split(info: DatasetInfo, split: str | None) -> tuple[str, SplitInfo]:
     if split is None:
         split = "train" if "train" in info.splits else sorted(info.splits)[0]
     if split not in info.splits:
+        written = output_split(split)
+        hint = f"; the tree's {split} is written as {written}" if written in info.splits else ""
         raise UsageError(
-            f"no split {split!r} in this build; its splits are {', '.join(sorted(info.splits))}"
+            f"no split {split!r} in this build; its splits are "
+            f"{', '.join(sorted(info.splits))}{hint}"
         )
     return split, info.splits[split]
 
