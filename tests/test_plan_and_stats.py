@@ -644,3 +644,31 @@ def test_plan_of_a_split_whose_every_image_is_empty_goes_ahead_as_the_build_does
     assert lines[-1] == "The build would go ahead."
     info = build(root, tmp_path / "out", "--max_bad_fraction", "1")
     assert [s.num_examples for s in info.splits["validation"].shards] == [0]
+
+
+def test_plan_foresees_the_boxes_the_writer_rejects_by_the_xml_size(tmp_path, capsys):
+    # A box without width once stored (float32) by the XML's <size>: plan had said "The build
+    # would go ahead", the build then failed over its error budget. (A box outside the
+    # <size> is the XML's own rejection, as the build's.)
+    root = tmp_path / "tree"
+    boxes = {"flat": ("cat", 5, 1, 5.0000001, 10)}
+    boxes |= {f"fine{n}": ("cat", 1, 1, 10, 10) for n in range(4)}
+    for name, box in boxes.items():
+        ilsvrc_image(root, "train", name, jpeg_bytes(), voc_xml([box], size=(64, 48)))
+    argv = ["--input_dir", str(root), "--splits", "train"]
+    assert plan_tool.main([*argv, "--json"]) == 1
+    planned = json.loads(capsys.readouterr().out)
+    (said,) = [(r["path"], r["reason"], r["detail"]) for r in planned["rejections"]]
+    assert said[1] == "annotation_degenerate_box"
+    assert planned["splits"]["train"]["examples"] == 4
+    assert (
+        f"boxes without area in their image: {said[0]} (annotation_degenerate_box: "
+        in (planned["failure"])
+    )
+    assert build_tool.main([*argv, "--output_dir", str(tmp_path / "out")]) == 1
+    capsys.readouterr()
+    assert plan_tool.main([*argv, "--max_bad_fraction", "0.5"]) == 0
+    assert "The build would go ahead" in capsys.readouterr().out
+    build(root, tmp_path / "out", "--splits", "train", "--max_bad_fraction", "0.5", "--resume")
+    rejected = [json.loads(line) for line in (tmp_path / "out" / "rejected.jsonl").open()]
+    assert [(r["path"], r["reason"], r["detail"]) for r in rejected] == [said]

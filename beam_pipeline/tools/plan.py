@@ -26,7 +26,7 @@ from typing import Any
 
 from beam_pipeline.console.summary import tree_notes
 from beam_pipeline.core.entries import IndexEntry, LabelledEntry, ParsedEntry
-from beam_pipeline.core.examples import build_example
+from beam_pipeline.core.examples import build_example, normalised_boxes
 from beam_pipeline.core.holdout import hold_out
 from beam_pipeline.core.images import ORIGINAL, NormalisedImage, normalise_image
 from beam_pipeline.core.labels import (
@@ -93,6 +93,7 @@ def plan_build(prepared) -> BuildPlan:
     kinds = _split_kinds(entries, layouts.has_negatives(plan.layout), held_out)
     labelled = _label(plan, parsed, vocabulary, kinds, rejections)
     unread, small_read = _small_files(config, labelled, vocabulary)
+    unread += _box_rejections(config, labelled, {r.path for r in unread})
     dropped = {r.path for r in unread}
     written = [i for i in labelled if not dropped or _path(config, i) not in dropped]
 
@@ -225,6 +226,20 @@ def _small_files(config, labelled, vocabulary) -> tuple[list[Rejection], int]:
             detail = f"{type(error).__name__}: {error}"
             rejections.append(Rejection(entry.split, path, IMAGE, "corrupt_image", detail))
     return rejections, read
+
+
+def _box_rejections(config, labelled, read: set[str]) -> list[Rejection]:
+    """The writer's rejections of boxes outside their image or without area once stored, by
+    their XML's `<size>` (which it checks against the decode), but of the files `read`."""
+    rejections = []
+    for item, path in ((item, _path(config, item)) for item in labelled if item.annotation):
+        if item.annotation.width is not None and path not in read:
+            try:
+                normalised_boxes(item, item.annotation.width, item.annotation.height)
+            except InputError as error:
+                split = item.entry.split
+                rejections.append(Rejection.from_error(error, split=split, path=path, stage=IMAGE))
+    return rejections
 
 
 def _count_images(reports, kinds, counts, entries: list[IndexEntry]) -> None:
@@ -362,12 +377,22 @@ def _write_budget(max_bad_fraction: float, counts, rejections, unread) -> str | 
     if not total or bad <= max_bad_fraction * total:
         return None
     message = over_budget_message(max_bad_fraction, bad, total, images)
-    named = [f"{r.path} ({r.reason}: {r.detail})" for r in sorted(unread)]
-    return (
-        f"{message}; too small to be an image (under {SMALL_FILE_BYTES} bytes): "
-        f"{first_few(named, 5)}; to build without them, remove them from the tree or pass "
-        f"--max_bad_fraction {needed_fraction(bad, total)}"
+    kinds = (
+        (f"too small to be an image (under {SMALL_FILE_BYTES} bytes)", False),
+        ("boxes without area in their image", True),
     )
+    parts = [
+        f"{title}: {first_few([f'{r.path} ({r.reason}: {r.detail})' for r in found], 5)}"
+        for title, boxes in kinds
+        if (found := [r for r in sorted(unread) if (r.reason in _BOX_REASONS) == boxes])
+    ]
+    return (
+        f"{message}; {'; '.join(parts)}; to build without them, remove them from the tree or "
+        f"pass --max_bad_fraction {needed_fraction(bad, total)}"
+    )
+
+
+_BOX_REASONS = ("annotation_box_outside_image", "annotation_degenerate_box")
 
 
 def _reason(error: BuildFailed) -> str:
