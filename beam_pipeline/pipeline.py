@@ -368,7 +368,7 @@ def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollect
         results, write_rejected, prints = write("WriteShards", assigned)
     rejected = (index_rejected, write_rejected) | "AllRejected" >> beam.Flatten()
     if config.duplicates != duplicates.OFF:
-        found = prints | "FindDuplicates" >> FindDuplicates(plans)
+        found = prints | "FindDuplicates" >> FindDuplicates()
     else:
         found = pipeline | "NoDuplicates" >> beam.Create([])
     return pipeline | "Finalize" >> Finalize(

@@ -238,17 +238,10 @@ def run_search(layout: Layout, counts_file: str, argv: list[str]) -> dict[str, i
 
     with beam.Pipeline(options=pipeline_options(argv, every_core=True)) as pipeline:
         shards = pipeline | "Shards" >> beam.Create(layout.shards())
-        plans = pipeline | "Plans" >> beam.Create([(name, None) for name, _ in SPLITS])
         groups = (
             shards
-            | "Prints"
-            >> beam.MapTuple(
-                lambda split, shard: (
-                    (SPLITS[split][0], shard),
-                    shard_prints(layout, split, shard),
-                )
-            )
-            | "FindDuplicates" >> FindDuplicates(plans)
+            | "Prints" >> beam.MapTuple(lambda split, shard: shard_prints(layout, split, shard))
+            | "FindDuplicates" >> FindDuplicates()
         )
         planted = shards | "Planted" >> beam.FlatMapTuple(
             lambda split, shard: planted_groups(layout, split, shard)

@@ -2,11 +2,10 @@
 within `fingerprints.DEFAULT_RADIUS` bits), found from the fingerprints the writer keeps of
 every image it stores (`ImagePrint`), and reported as groups in `duplicates.jsonl`.
 
-The build groups the prints on its runner (`stages.duplicates`) under each block of their
-perceptual hash (multi-index hashing: two hashes within the radius share a block): exact copies
-(one content hash) in the groups of the first block, which they all share; near ones among one
-image of each content hash, each pair within the radius found once, in the group of the first
-block the two share. Nearly uniform images (a blank
+The build groups the prints on its runner (`stages.duplicates`): by content hash for exact
+copies; for near ones, one image of each content hash under each of its hash's blocks
+(multi-index hashing: two hashes within the radius share a block), each pair within the radius
+found once, in the group of the first block the two share. Nearly uniform images (a blank
 frame, a flat colour) are left out of the near search: their hashes crowd together without
 being copies. This module holds the pure parts: the prints, the pairs' verdicts, the report.
 
@@ -118,10 +117,10 @@ def report_order(groups: Iterable[Group]) -> list[Group]:
     return sorted(set(groups))
 
 
-# What FindDuplicates hands Finalize, each tagged: a shard's images' (split, file name, label)
-# by position (pickled, with the shard's number), and a group of hashes' exact groups (their
-# ids, and each group's length, as uint64 arrays) and near pairs (rows of uint64: first id,
-# second id, distance); an id is (shard number << 32 | position).
+# What FindDuplicates hands Finalize, each tagged: a content bucket's exact groups (pickled),
+# its representatives' (split, file name, label) by rank (pickled, with the bucket), and one
+# block bucket's near pairs as rows of uint64 (first id, second id, distance); an id is
+# (content bucket << 32 | rank).
 EXACT_GROUPS, NAMED, NEAR_PAIRS = "exact", "named", "near"
 RANK_BITS = 32
 
@@ -134,38 +133,29 @@ def pack(value) -> bytes:
 
 
 def groups_of(parts: Iterable[tuple[str, Any]]) -> list[Group]:
-    """The groups FindDuplicates found, from its tagged parts, named from their members'
-    shards (only those unpickled). A near pair is of two exact groups' first members (by
-    split, file name), or of an image without copies."""
+    """The groups FindDuplicates found, from its tagged parts: the exact groups as they are,
+    each near pair named from its members' content buckets (only those buckets unpickled)."""
+    groups: list[Group] = []
     named: dict[int, bytes] = {}
-    exact, pairs = [], []
+    pairs = []
     for tag, value in parts:
         if tag == EXACT_GROUPS:
-            exact.append((np.frombuffer(value[0], np.uint64), np.frombuffer(value[1], np.int64)))
+            groups += pickle.loads(value)
         elif tag == NAMED:
             named[value[0]] = value[1]
         elif tag == NEAR_PAIRS:
             pairs.append(np.frombuffer(value, np.uint64).reshape(-1, 3))
-    ids = np.concatenate(
-        [np.empty(0, np.uint64), *(i for i, _ in exact), *(p[:, :2].ravel() for p in pairs)]
-    )
-    shards = np.unique(ids >> np.uint64(RANK_BITS)).tolist()
-    names = {shard: pickle.loads(named[shard]) for shard in shards}
+    if not pairs:
+        return groups
+    rows = np.concatenate(pairs)
+    buckets = (rows[:, :2] >> np.uint64(RANK_BITS)).astype(np.int64)
+    names = {int(b): pickle.loads(named[int(b)]) for b in np.unique(buckets)}
     members: dict[int, Member] = {}  # by id: a crowded tree's images are in many pairs
-
-    def member(id_: int) -> Member:
-        if id_ not in members:
-            members[id_] = Member(*names[id_ >> RANK_BITS][id_ & ((1 << RANK_BITS) - 1)])
-        return members[id_]
-
-    groups, first_of = [], {}
-    for group_ids, lengths in exact:
-        for run in np.split(group_ids, np.cumsum(lengths)[:-1]):
-            copies = tuple(sorted(map(member, run.tolist())))
-            groups.append(Group(EXACT, copies))
-            first_of.update(dict.fromkeys(copies, copies[0]))
-    for a, b, distance in np.concatenate([np.empty((0, 3), np.uint64), *pairs]).tolist():
-        first, second = (first_of.get(m, m) for m in (member(a), member(b)))
+    for a, b, distance in rows.tolist():
+        for id_ in (a, b):
+            if id_ not in members:
+                members[id_] = Member(*names[id_ >> RANK_BITS][id_ & ((1 << RANK_BITS) - 1)])
+        first, second = members[a], members[b]
         pair = (first, second) if first < second else (second, first)
         groups.append(Group(NEAR, pair, distance))
     return groups

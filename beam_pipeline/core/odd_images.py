@@ -23,7 +23,7 @@ from beam_pipeline.core import fingerprints as fp
 from beam_pipeline.core.duplicates import ImagePrint
 
 REASONS = (fp.NEARLY_UNIFORM, fp.TINY, fp.EXTREME_ASPECT_RATIO, fp.GREY)
-# The tag of a shard's odd images among FindDuplicates' parts: (images, grey ones,
+# The tag of a content bucket's odd images among FindDuplicates' parts: (images, grey ones,
 # pickled (ImagePrint, reasons) with grey among the reasons of every grey one).
 ODD = "odd"
 # Grey pictures are odd while they are fewer than this share of the build's images.

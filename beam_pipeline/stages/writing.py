@@ -41,7 +41,7 @@ from schemas import UNLABELLED, ShardInfo, shard_filename
 from schemas.paths import join
 from schemas.tfrecord import encode_record
 
-PRINTS = "prints"  # the tagged output of each shard's ((split, index), ImagePrints)
+PRINTS = "prints"  # the tagged output of each shard's ImagePrints
 
 
 def split_size(labelled: LabelledEntry, seed: int) -> tuple[str, tuple[int, int]]:
@@ -250,7 +250,7 @@ class _WriteShardFn(beam.DoFn):
         tally.flush()
         for rejection in rejections:
             yield beam.pvalue.TaggedOutput(REJECTED, count_rejection(rejection))
-        yield beam.pvalue.TaggedOutput(PRINTS, ((split, index), tuple(prints)))
+        yield beam.pvalue.TaggedOutput(PRINTS, tuple(prints))
         yield result
 
     def _write(self, split, index, num_shards, name, path, members, vocabulary, tally, training):
@@ -369,7 +369,7 @@ def _kept_report(split: str, path: str, note: str) -> Rejection:
 
 class WriteShards(beam.PTransform):
     """Assigned entries → one TFRecord file per (split, shard); output (results, rejected,
-    prints: ((split, index), a tuple of ImagePrint) per shard)."""
+    prints: a tuple of ImagePrint per shard)."""
 
     def __init__(
         self,
