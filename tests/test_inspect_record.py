@@ -256,6 +256,18 @@ def test_a_file_that_is_no_tfrecord_is_said_to_be_none(tmp_path, capsys, data):
     )
 
 
+@pytest.mark.parametrize("damage", ["cut", "flipped"])
+def test_a_shard_whose_first_bytes_are_damaged_is_said_corrupt(built, tmp_path, capsys, damage):
+    data = bytearray(shard(built, "test").read_bytes())
+    data = data[:7] if damage == "cut" else data[:1] + bytes([data[1] ^ 0x01]) + data[2:]
+    corrupt = tmp_path / "test-00000-of-00001.tfrecord"
+    corrupt.write_bytes(bytes(data))
+    code, out, err = run(capsys, corrupt)
+    problem = "truncated length header" if damage == "cut" else "length checksum mismatch"
+    assert (code, out) == (1, "")
+    assert err.startswith(f"error: {corrupt} is corrupt: record 0 at byte 0: {problem}")
+
+
 def test_a_record_that_is_no_example_or_no_image_is_named(built, tmp_path, capsys):
     garbage = tmp_path / "garbage.tfrecord"
     garbage.write_bytes(encode_record(b"\xff\xff\xff not a protobuf"))

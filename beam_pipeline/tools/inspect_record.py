@@ -360,7 +360,12 @@ def _failed(error: Exception, path: str) -> int:
             f"error: {error.path} is corrupt: {error}; run python -m beam_pipeline verify {path}",
             file=sys.stderr,
         )
-    elif isinstance(error, CorruptRecordError) and error.offset == 0 and "length" in error.problem:
+    elif (
+        isinstance(error, CorruptRecordError)
+        and error.offset == 0
+        and "length" in error.problem
+        and not path.endswith(SHARD_SUFFIX)  # (a shard whose first bytes are damaged)
+    ):
         print(
             f"error: {path} is not a TFRecord file ({error}): inspect reads a shard of a build "
             "(NAME.tfrecord) or the build's directory",
