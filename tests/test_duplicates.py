@@ -241,3 +241,45 @@ def test_a_converted_image_and_a_file_of_its_stored_bytes_are_one_exact_group(tm
     assert ("exact", 0, True, False, ["train:train/cat/p.png:cat",
             "validation:val/cat/p_converted.jpg:cat"]) in exact  # fmt: skip
     assert info.duplicates["leaked"] == {"validation": 1}
+
+
+def test_a_copy_near_one_of_two_exact_copies_whose_hashes_differ_is_reported_as_dropped():
+    # train/a.png and train/b.jpg hold one image (a converted image and its stored bytes: one
+    # content hash, hashes 4 bits apart); val/v is 6 bits from b, 10 from a. The report
+    # searched a's hash alone and said nothing, while drop_leaks dropped v as b's copy.
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from beam_pipeline.core.leaks import Chunk, TrainingCopies
+    from beam_pipeline.stages.duplicates import FindDuplicates
+
+    h1 = 0x0123_4567_89AB_CDEF
+    h2, same = h1 ^ 0xF, bytes(range(16))
+    a, b, v, other = prints(
+        ("train", "train/a.png", 0, same, h1),
+        ("train", "train/b.jpg", 0, same, h2),
+        ("validation", "val/v.jpg", 0, bytes(16), h2 ^ 0x3F0),
+        ("train", "train/o.jpg", 1, bytes(range(1, 17)), ~h1 & (2**64 - 1)),
+    )
+
+    def said(parts):
+        groups = duplicates.report_order(duplicates.groups_of(parts))
+        leaks, _ = duplicates.leaks_of(groups, "train")
+        named = [(g.kind, [m.filename for m in g.members], g.distance) for g in groups]
+        return named, [leak.member.filename for leak in leaks]
+
+    expected = [
+        ("exact", ["train/a.png", "train/b.jpg"], 0),
+        ("near", ["train/a.png", "val/v.jpg"], 6),
+    ]
+    with beam.Pipeline() as pipeline:
+        found = (
+            pipeline
+            | beam.Create([(a, b), (v, other)])
+            | FindDuplicates()
+            | beam.combiners.ToList()
+            | beam.Map(said)
+        )
+        assert_that(found, equal_to([(expected, ["val/v.jpg"])]))
+    copy = TrainingCopies([Chunk.of([a, b, other])]).copy_of(v)
+    assert copy is not None and copy.original == "train/b.jpg"  # (the same image as a)
