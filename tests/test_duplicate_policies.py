@@ -140,8 +140,16 @@ def test_a_held_out_shard_that_drops_copies_is_another_shard_to_resume():
     from beam_pipeline.core.labels import Vocabulary
 
     args = ("validation", 0, 1, [], Vocabulary(("cat",)), ImagePolicy(fingerprints=True))
-    assert resume.fingerprint(*args) != resume.fingerprint(*args, True)
-    assert resume.fingerprint(*args) == resume.fingerprint(*args, False)
+    training = [image("train/a.jpg", 1), image("train/b.jpg", 2)]
+    checked = copies(training).digest()
+    assert resume.fingerprint(*args) != resume.fingerprint(*args, checked)
+    assert resume.fingerprint(*args) == resume.fingerprint(*args, None)
+    # Checked against other training images: another shard (a resumed build kept the drops
+    # of a training image deleted since, and failed for ever on one added since).
+    assert copies(training[::-1]).digest() == checked  # (in any order the writers give them)
+    for other in (training[:1], [training[0], image("train/b.jpg", 3)], [*training, training[0]]):
+        assert copies(other).digest() != checked
+    assert TrainingCopies([]).digest() != checked
 
 
 def image(name, perceptual, content=None, spread=100, split="train", label=0) -> ImagePrint:
@@ -350,3 +358,32 @@ def test_voc_s_trainval_is_the_training_split_whose_copies_leak(tmp_path):
     assert info.splits["test"].num_examples == 2
     with pytest.raises(BuildFailed, match="1 test image copies a training image: VOC2007/"):
         build(devkit, tmp_path / "fail", *splits, "--duplicates", "fail")
+
+
+def test_a_resumed_drop_leaks_build_checks_again_against_the_training_images_of_now(
+    tree,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    # Stopped before its commit, then train/cat/a.jpg deleted: the resumed build kept the
+    # validation shard that left out its copy ("a copy of ... a.jpg", a file gone), exit 0.
+    import sys
+
+    from beam_pipeline.output import commit
+
+    root, out = tmp_path / "tree", tmp_path / "out"
+    shutil.copytree(tree, root)
+    argv = ["--input_dir", str(root), "--output_dir", str(out), "--quiet", *DROP]
+    argv += ["--direct_running_mode", "in_memory"]
+    with monkeypatch.context() as patch:
+        patch.setattr(commit, "commit", lambda *a, **k: sys.exit("stopped before the commit"))
+        with pytest.raises(SystemExit):
+            build_tool.main(argv)
+    assert any(out.glob(".progress/validation-*.json"))
+    (root / "train/cat/a.jpg").unlink()
+    assert build_tool.main([*argv, "--resume"]) == 0
+    assert "val/cat/a_copy.jpg" not in {path for _, path, _, _ in dropped(out, root)}
+    clean = tmp_path / "clean"
+    assert build_tool.main([*argv[:2], *argv[4:], "--output_dir", str(clean)]) == 0
+    for shard in clean.glob("*.tfrecord"):
+        assert (out / shard.name).read_bytes() == shard.read_bytes(), shard.name

@@ -16,6 +16,7 @@ copy of the smallest file name, else the nearest, then the smallest file name.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
@@ -109,7 +110,9 @@ class TrainingCopies:
         self._contents = b"".join(c.contents for c in chunks)
         self._perceptual = np.concatenate([np.zeros(0, np.uint64), *(c.perceptual for c in chunks)])
         uniform = np.concatenate([np.zeros(0, bool), *(c.uniform for c in chunks)])
+        self._uniform = uniform
         self._labels = np.concatenate([np.zeros(0, np.int64), *(c.labels for c in chunks)])
+        self._digest: str | None = None
         # Exact copies: the first 8 bytes of each content hash, sorted.
         heads = np.frombuffer(self._contents, dtype=">u8")[::2].astype(np.uint64)
         self._content_order = np.argsort(heads, kind="stable")
@@ -124,6 +127,19 @@ class TrainingCopies:
 
     def __len__(self) -> int:
         return len(self._perceptual)
+
+    def digest(self) -> str:
+        """A hash of every training print (name, content, hash, label), in file-name order:
+        what a held-out shard's drops were checked against (its `--resume` fingerprint)."""
+        if self._digest is None:
+            names = [self._name(i).encode("utf-8") for i in range(len(self))]
+            order = sorted(range(len(names)), key=names.__getitem__)
+            digest = hashlib.sha256(b"\0".join(names[i] for i in order))
+            contents = np.frombuffer(self._contents, np.uint8).reshape(-1, _CONTENT)
+            for column in (contents, self._perceptual, self._uniform, self._labels):
+                digest.update(np.ascontiguousarray(column[order]).tobytes())
+            self._digest = digest.hexdigest()
+        return self._digest
 
     def _name(self, index: int) -> str:
         return self._names[self._ends[index] : self._ends[index + 1]].decode("utf-8")

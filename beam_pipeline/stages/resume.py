@@ -2,7 +2,8 @@
 
 After a shard is renamed into place its writer records, in `OUT/.progress/<shard>.json`, a
 fingerprint of everything that decides the shard's bytes (schema version, split and shard
-numbers, vocabulary, image policy, and every member's index record and rank), the shard's
+numbers, vocabulary, image policy, every member's index record and rank, and under
+`--duplicates drop_leaks` the training prints a held-out shard was checked against), the shard's
 result, and the inputs the writer rejected. On `--resume` a shard is kept only if its record
 exists, its fingerprint matches the new plan and the file still has the recorded size and
 SHA-256; otherwise it is written again. Image bytes themselves are not fingerprinted: an image
@@ -52,17 +53,18 @@ def fingerprint(
     members: Sequence[tuple[int, LabelledEntry]],
     vocabulary: Vocabulary,
     policy: ImagePolicy,
-    drops_copies: bool = False,
+    drops_copies: str | None = None,
 ) -> str:
     """A hash of everything that decides a shard's bytes except the image bytes themselves
-    (`drops_copies`: a held-out shard that leaves out copies of training images)."""
+    (`drops_copies`: of a held-out shard that leaves out copies of training images, the
+    `TrainingCopies.digest` of the training prints it checks them against)."""
     digest = hashlib.sha256()
     header = [SCHEMA_VERSION, split, index, num_shards, list(vocabulary.classes)]
     header.append(dataclasses.asdict(policy))
     if policy.fingerprints:  # the prints a kept shard's record holds: their sizes the source's
         header.append(f"prints {PRINTS_VERSION}")
-    if drops_copies:
-        header.append("drop_leaks")
+    if drops_copies is not None:
+        header.append(f"drop_leaks {drops_copies}")
     digest.update(json.dumps(header, sort_keys=True).encode("utf-8"))
     coder = LabelledEntryCoder()
     for rank, labelled in members:

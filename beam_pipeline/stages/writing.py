@@ -226,8 +226,9 @@ class _WriteShardFn(beam.DoFn):
         members = rank_members(members, plans[split], index)
         num_shards = plans[split].num_shards
         name = shard_filename(split, index, num_shards)
+        checked = training.digest() if training is not None else None
         shard_print = resume.fingerprint(
-            split, index, num_shards, members, vocabulary, self._policy, training is not None
+            split, index, num_shards, members, vocabulary, self._policy, checked
         )
         tally = watch.Tally(self._output_dir, watch.WRITTEN, name)
         path = shard_path(name, staged=self._staged)
