@@ -529,3 +529,22 @@ directory.prepare_output(sys.argv[1], overwrite=False, resume=False)  # locks it
 print("locked", flush=True)
 time.sleep(600)
 """
+
+
+def test_a_resume_from_the_tree_moved_names_its_rejections_where_the_tree_is(
+    tree, tmp_path, monkeypatch
+):
+    root, out = tmp_path / "tree", tmp_path / "out"
+    shutil.copytree(tree, root)
+    bad = next(root.glob("Data/DET/train/*/*000003.JPEG"))
+    bad.write_bytes(bad.read_bytes()[:200])
+    args = ["--num_shards", "train=3,val=2", "--max_bad_fraction", "0.1"]
+    monkeypatch.setattr(commit, "commit", lambda *a, **k: sys.exit("stopped before the commit"))
+    with pytest.raises(SystemExit):
+        build(root, out, *args)
+    monkeypatch.undo()
+    moved = tmp_path / "moved"
+    shutil.move(root, moved)
+    build(moved, out, *args, "--resume")
+    (line,) = (out / "rejected.jsonl").read_text().splitlines()
+    assert json.loads(line)["path"] == str(moved / bad.relative_to(root))

@@ -79,16 +79,24 @@ def recorded(tmp_path):
         ImagePrint("train", "a.JPEG", 0, bytes(range(16)), 2**64 - 1, 40, None, 64, 48),
         ImagePrint("train", "b.JPEG", 2, b"\xff" * 16, 0, 3, 17, 1, 1),
     ]
-    resume.save(str(tmp_path), fingerprint(), result, rejections, prints)
+    resume.save(str(tmp_path), fingerprint(), result, rejections, prints, "/tree")
     return tmp_path, result, rejections, prints
 
 
 def test_a_recorded_intact_shard_is_loaded_back_exactly(recorded):
     out, result, rejections, prints = recorded
     assert [p.name for p in (out / ".progress").iterdir()] == [f"{SHARD}.json"]
-    loaded = resume.load_completed(str(out), SHARD, fingerprint())
+    loaded = resume.load_completed(str(out), SHARD, fingerprint(), "/tree")
     assert loaded == (result, rejections, prints)
     assert list((out / ".tmp").iterdir()) == []  # written through a temp file, renamed
+
+
+def test_a_kept_shards_rejections_are_said_in_the_tree_as_it_is_now(recorded):
+    # The tree moved (copied elsewhere) since: its rejected.jsonl named the old paths.
+    out, _, rejections, _ = recorded
+    loaded = resume.load_completed(str(out), SHARD, fingerprint(), "/moved/tree2/")
+    assert loaded is not None and [r.path for r in loaded[1]] == ["/moved/tree2/c.JPEG"]
+    assert loaded[1][0].detail == rejections[0].detail
 
 
 def test_another_plan_does_not_trust_the_record(recorded):

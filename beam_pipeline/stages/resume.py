@@ -83,11 +83,14 @@ def save(
     result: ShardResult,
     rejections: Sequence[Rejection],
     prints: Sequence[ImagePrint] = (),
+    input_dir: str = "",
 ) -> None:
-    """Records a shard that is in place, with the rejections its writer made and the prints
-    of its images (a kept shard is not decoded again: its copies are found from these)."""
+    """Records a shard that is in place, with the rejections its writer made (their paths in
+    `input_dir`) and the prints of its images (a kept shard is not decoded again: its copies
+    are found from these)."""
     record = {
         "fingerprint": shard_fingerprint,
+        "input_dir": input_dir,
         "result": dataclasses.asdict(result),
         "rejections": [dataclasses.asdict(r) for r in rejections],
         "prints": [p.to_row() for p in prints],
@@ -112,11 +115,12 @@ def _result_from(fields: dict[str, Any]) -> ShardResult:
 
 
 def load_completed(
-    output_dir: str, shard_path: str, shard_fingerprint: str
+    output_dir: str, shard_path: str, shard_fingerprint: str, input_dir: str = ""
 ) -> tuple[ShardResult, list[Rejection], list[ImagePrint]] | None:
     """The recorded result, rejections and prints of an intact shard with this fingerprint,
     or None (a record without prints, an older version's, too). `shard_path`: the shard's file
-    relative to `output_dir` (in `.staged/` for a rebuild)."""
+    relative to `output_dir` (in `.staged/` for a rebuild). The rejections' paths are said in
+    `input_dir`: the tree may have moved since (the shard holds its names relative to it)."""
     path = join(output_dir, _record_name(posixpath.basename(shard_path)))
     shard = join(output_dir, shard_path)
     if not FileSystems.exists(path) or not FileSystems.exists(shard):
@@ -128,13 +132,21 @@ def load_completed(
         if record.get("fingerprint") != shard_fingerprint:
             return None
         result = _result_from(record["result"])
-        rejections = [Rejection(**r) for r in record["rejections"]]
+        moved = record["input_dir"].rstrip("/") + "/", input_dir
+        rejections = [_moved(Rejection(**r), *moved) for r in record["rejections"]]
         prints = [ImagePrint.from_row(row) for row in record["prints"]]
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
     if sha256_of(shard) != (result.shard.sha256, result.shard.num_bytes):
         return None
     return result, rejections, prints
+
+
+def _moved(rejection: Rejection, before: str, input_dir: str) -> Rejection:
+    """`rejection`, its path below the tree `before` (ending with "/") said in `input_dir`."""
+    if not rejection.path.startswith(before) or before == input_dir.rstrip("/") + "/":
+        return rejection
+    return dataclasses.replace(rejection, path=join(input_dir, rejection.path[len(before) :]))
 
 
 # A local file as a build leaves it: (device, inode, modification time in ns, size).

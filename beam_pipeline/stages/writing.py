@@ -232,7 +232,9 @@ class _WriteShardFn(beam.DoFn):
         )
         tally = watch.Tally(self._output_dir, watch.WRITTEN, name)
         path = shard_path(name, staged=self._staged)
-        done = self._resume and resume.load_completed(self._output_dir, path, shard_print)
+        done = self._resume and resume.load_completed(
+            self._output_dir, path, shard_print, self._input_dir
+        )
         if done:
             self._kept.inc()
             result, rejections, prints = done
@@ -242,7 +244,9 @@ class _WriteShardFn(beam.DoFn):
                 split, index, num_shards, name, path, members, vocabulary, tally, training
             )
             try:
-                resume.save(self._output_dir, shard_print, result, rejections, prints)
+                resume.save(
+                    self._output_dir, shard_print, result, rejections, prints, self._input_dir
+                )
             except OSError as error:  # the output's fault, as in `_write`
                 raise BuildFailed(
                     f"cannot write the progress record of shard {name} to {self._output_dir}: "
