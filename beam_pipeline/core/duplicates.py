@@ -3,7 +3,7 @@ within `fingerprints.DEFAULT_RADIUS` bits), found from the fingerprints the writ
 every image it stores (`ImagePrint`), and reported as groups in `duplicates.jsonl`.
 
 The build groups the prints on its runner (`stages.duplicates`): by content hash for exact
-copies; for near ones, one image of each content and perceptual hash under each of its blocks
+copies; for near ones, one image of each content hash under each of its hash's blocks
 (multi-index hashing: two hashes within the radius share a block), each pair within the radius
 found once, in the group of the first block the two share. Nearly uniform images (a blank
 frame, a flat colour) are left out of the near search: their hashes crowd together without
@@ -150,20 +150,15 @@ def groups_of(parts: Iterable[tuple[str, Any]]) -> list[Group]:
     rows = np.concatenate(pairs)
     buckets = (rows[:, :2] >> np.uint64(RANK_BITS)).astype(np.int64)
     names = {int(b): pickle.loads(named[int(b)]) for b in np.unique(buckets)}
-    # A near pair is said of each exact group's first member; one within an exact group (two
-    # of its copies whose hashes differ) is none, and a pair found twice keeps its nearest.
-    first_of = {m: g.members[0] for g in groups if g.kind == EXACT for m in g.members}
     members: dict[int, Member] = {}  # by id: a crowded tree's images are in many pairs
-    nearest: dict[tuple[Member, Member], int] = {}
     for a, b, distance in rows.tolist():
         for id_ in (a, b):
             if id_ not in members:
-                member = Member(*names[id_ >> RANK_BITS][id_ & ((1 << RANK_BITS) - 1)])
-                members[id_] = first_of.get(member, member)
-        first, second = sorted((members[a], members[b]))
-        if first != second and distance < nearest.get((first, second), 65):
-            nearest[first, second] = distance
-    return groups + [Group(NEAR, pair, distance) for pair, distance in nearest.items()]
+                members[id_] = Member(*names[id_ >> RANK_BITS][id_ & ((1 << RANK_BITS) - 1)])
+        first, second = members[a], members[b]
+        pair = (first, second) if first < second else (second, first)
+        groups.append(Group(NEAR, pair, distance))
+    return groups
 
 
 class Leak(NamedTuple):

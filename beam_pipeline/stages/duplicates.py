@@ -1,6 +1,6 @@
 """Finding copies among the stored images on the runner (`core.duplicates` has the rules):
 ImagePrint batches (one per shard, from the writer) → exact groups (grouped by content hash)
-and near pairs (each content hash's representatives, one per perceptual hash, under each block,
+and near pairs (each content hash's representative under each block of its perceptual hash,
 grouped by block value, pairs within the radius) and the odd images, for Finalize's report;
 and the training images' prints in one searchable `leaks.TrainingCopies` (`--duplicates
 drop_leaks`).
@@ -75,10 +75,9 @@ def _odd_in(rows):
 
 
 def _exact_and_blocks(bucket, batches):
-    """One content bucket: its exact groups, its representatives (one image per content hash
-    and perceptual hash, not the nearly uniform ones: a converted image and a file of its
-    stored bytes share the first but not always the second) named by rank, both tagged for
-    Finalize; and their hashes and ids per (block, value bucket)."""
+    """One content bucket: its exact groups, its representatives (one image per content hash,
+    not the nearly uniform ones) named by rank, both tagged for Finalize; and their hashes and
+    ids per (block, value bucket)."""
     by_content = collections.defaultdict(list)
     for batch in batches:
         for row in batch:
@@ -90,11 +89,8 @@ def _exact_and_blocks(bucket, batches):
         members = sorted(by_content[content])
         if len(members) > 1:
             groups.append(Group(EXACT, tuple(Member(*m[:3]) for m in members)))
-        hashes = set()
-        for member in members:
-            if member[4] not in hashes and member[5] > fp.UNIFORM_SPREAD:  # (nearly_uniform)
-                hashes.add(member[4])
-                representatives.append(member)
+        if members[0][5] > fp.UNIFORM_SPREAD:  # (ImagePrint.nearly_uniform)
+            representatives.append(members[0])
     if groups:
         yield beam.pvalue.TaggedOutput("found", (EXACT_GROUPS, duplicates.pack(groups)))
     if not representatives:
