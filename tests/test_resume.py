@@ -99,9 +99,24 @@ def test_a_kept_shards_rejections_are_said_in_the_tree_as_it_is_now(recorded):
     assert loaded[1][0].detail == rejections[0].detail
 
 
+def test_a_record_of_a_version_that_did_not_keep_the_tree_s_place_is_taken_as_not_moved(
+    recorded,
+):
+    out, result, rejections, prints = recorded
+    record = out / ".progress" / f"{SHARD}.json"
+    fields = json.loads(record.read_text())
+    del fields["input_dir"]
+    record.write_text(json.dumps(fields))
+    assert resume.load_completed(str(out), SHARD, fingerprint(), "/tree") == (
+        result,
+        rejections,
+        prints,
+    )
+
+
 def test_another_plan_does_not_trust_the_record(recorded):
     out, *_ = recorded
-    assert resume.load_completed(str(out), SHARD, fingerprint(num_shards=3)) is None
+    assert resume.load_completed(str(out), SHARD, fingerprint(num_shards=3), "/tree") is None
 
 
 @pytest.mark.parametrize("damage", [b"the shard's bytez", b"the shard's bytes!", None])
@@ -111,7 +126,7 @@ def test_a_changed_or_missing_shard_is_not_trusted(recorded, damage):
         (out / SHARD).unlink()
     else:
         (out / SHARD).write_bytes(damage)
-    assert resume.load_completed(str(out), SHARD, fingerprint()) is None
+    assert resume.load_completed(str(out), SHARD, fingerprint(), "/tree") is None
 
 
 @pytest.mark.parametrize(
@@ -138,4 +153,4 @@ def test_an_unreadable_or_foreign_record_counts_as_absent(recorded, record):
         del old["prints"]
         record = json.dumps(old).encode()
     path.write_bytes(record)
-    assert resume.load_completed(str(out), SHARD, fingerprint()) is None
+    assert resume.load_completed(str(out), SHARD, fingerprint(), "/tree") is None

@@ -82,8 +82,8 @@ def save(
     shard_fingerprint: str,
     result: ShardResult,
     rejections: Sequence[Rejection],
-    prints: Sequence[ImagePrint] = (),
-    input_dir: str = "",
+    prints: Sequence[ImagePrint],
+    input_dir: str,
 ) -> None:
     """Records a shard that is in place, with the rejections its writer made (their paths in
     `input_dir`) and the prints of its images (a kept shard is not decoded again: its copies
@@ -115,7 +115,7 @@ def _result_from(fields: dict[str, Any]) -> ShardResult:
 
 
 def load_completed(
-    output_dir: str, shard_path: str, shard_fingerprint: str, input_dir: str = ""
+    output_dir: str, shard_path: str, shard_fingerprint: str, input_dir: str
 ) -> tuple[ShardResult, list[Rejection], list[ImagePrint]] | None:
     """The recorded result, rejections and prints of an intact shard with this fingerprint,
     or None (a record without prints, an older version's, too). `shard_path`: the shard's file
@@ -132,7 +132,8 @@ def load_completed(
         if record.get("fingerprint") != shard_fingerprint:
             return None
         result = _result_from(record["result"])
-        moved = record["input_dir"].rstrip("/") + "/", input_dir
+        # (a record of a version before the tree's place was kept: taken as not moved)
+        moved = record.get("input_dir", input_dir).rstrip("/") + "/", input_dir
         rejections = [_moved(Rejection(**r), *moved) for r in record["rejections"]]
         prints = [ImagePrint.from_row(row) for row in record["prints"]]
     except (ValueError, TypeError, KeyError, AttributeError):
