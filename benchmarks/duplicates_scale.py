@@ -232,8 +232,9 @@ def run_search(layout: Layout, counts_file: str, argv: list[str]) -> dict[str, i
             json.dump({" ".join(verdict): count for verdict, count in pairs}, stream)
 
     def found(parts):  # FindDuplicates' parts, all of them, named as Finalize names them
-        groups = duplicates.report_order(duplicates.groups_of(parts))
-        _, leaking = duplicates.leaks_of(groups, "train")
+        found, alike = duplicates.copies_of(parts)
+        groups = duplicates.report_order(found)
+        _, leaking = duplicates.leaks_of(groups, "train", alike)
         return [(_key(g.kind, g.members), LEAK if g in leaking else FOUND) for g in groups]
 
     with beam.Pipeline(options=pipeline_options(argv, every_core=True)) as pipeline:

@@ -241,3 +241,81 @@ def test_a_converted_image_and_a_file_of_its_stored_bytes_are_one_exact_group(tm
     assert ("exact", 0, True, False, ["train:train/cat/p.png:cat",
             "validation:val/cat/p_converted.jpg:cat"]) in exact  # fmt: skip
     assert info.duplicates["leaked"] == {"validation": 1}
+
+
+H1 = 0x0123_4567_89AB_CDEF
+H2 = H1 ^ 0xF  # 4 bits from H1
+NEAR_H2 = H2 ^ 0x3F0  # 6 bits from H2, 10 from H1
+SAME, OTHER = bytes(range(16)), bytes(16)
+TR, VA = "train", "validation"
+
+
+def _print(split, name, perceptual, content, spread=40) -> ImagePrint:
+    return ImagePrint(split, name, 0, content, perceptual, spread, 30, 64, 64)
+
+
+@pytest.mark.parametrize(
+    ("batch", "leaked"),
+    [
+        # One content (a converted image and a file of its stored bytes) with hashes 4 bits
+        # apart: the report searched the first hash alone and said nothing of v, drop_leaks
+        # dropped it; judged by the second, a report said a leak drop_leaks kept.
+        ([(TR, "a", H1, SAME), (TR, "b", H2, SAME), (VA, "v", NEAR_H2, OTHER)], ["v"]),
+        ([(VA, "a", H1, SAME), (VA, "b", H2, SAME), (TR, "t", NEAR_H2, OTHER)], ["b"]),
+        ([(TR, "a", H1, SAME), (VA, "b", H2, SAME), (VA, "w", NEAR_H2, OTHER)], ["b"]),
+        ([(TR, "a", H1, SAME), ("test", "b", H2, SAME), (VA, "w", NEAR_H2, OTHER)], ["b"]),
+        ([(TR, "a", H1, SAME, 3), (VA, "b", H2, SAME), (VA, "w", NEAR_H2, OTHER)], ["b"]),
+        # Exact copies with one hash: a near copy of the held-out one copies the training one.
+        ([(TR, "a", H2, SAME), ("test", "b", H2, SAME), (VA, "w", NEAR_H2, OTHER)], ["b", "w"]),
+    ],
+)
+def test_the_report_and_drop_leaks_judge_each_image_by_its_own_hash(batch, leaked):
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from beam_pipeline.core.leaks import Chunk, TrainingCopies
+    from beam_pipeline.stages.duplicates import FindDuplicates
+
+    images = [_print(*spec) for spec in batch]
+
+    def reported(parts):
+        found, alike = duplicates.copies_of(parts)
+        leaks, _ = duplicates.leaks_of(duplicates.report_order(found), "train", alike)
+        return sorted(leak.member.filename for leak in leaks)
+
+    with beam.Pipeline() as pipeline:
+        found = (
+            pipeline
+            | beam.Create([tuple(images)])
+            | FindDuplicates()
+            | beam.combiners.ToList()
+            | beam.Map(reported)
+        )
+        assert_that(found, equal_to([leaked]))
+    copies = TrainingCopies([Chunk.of([p for p in images if p.split == "train"])])
+    dropped = sorted(p.filename for p in images if p.split != "train" and copies.copy_of(p))
+    assert dropped == leaked
+
+
+def test_a_near_pair_is_said_of_the_copy_it_is_near_at_its_own_distance():
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from beam_pipeline.stages.duplicates import FindDuplicates
+
+    batch = [(TR, "a", H1, SAME), (TR, "b", H2, SAME), (VA, "v", NEAR_H2, OTHER)]
+
+    def said(parts):
+        groups = duplicates.report_order(duplicates.groups_of(parts))
+        return [(g.kind, [m.filename for m in g.members], g.distance) for g in groups]
+
+    with beam.Pipeline() as pipeline:
+        found = (
+            pipeline
+            | beam.Create([tuple(_print(*spec) for spec in batch)])
+            | FindDuplicates()
+            | beam.combiners.ToList()
+            | beam.Map(said)
+        )
+        # No near pair of a and b: one content, an exact group.
+        assert_that(found, equal_to([[("exact", ["a", "b"], 0), ("near", ["b", "v"], 6)]]))

@@ -3,7 +3,7 @@ within `fingerprints.DEFAULT_RADIUS` bits), found from the fingerprints the writ
 every image it stores (`ImagePrint`), and reported as groups in `duplicates.jsonl`.
 
 The build groups the prints on its runner (`stages.duplicates`): by content hash for exact
-copies; for near ones, one image of each content hash under each of its hash's blocks
+copies; for near ones, one image of each content and perceptual hash under each of its blocks
 (multi-index hashing: two hashes within the radius share a block), each pair within the radius
 found once, in the group of the first block the two share. Nearly uniform images (a blank
 frame, a flat colour) are left out of the near search: their hashes crowd together without
@@ -11,8 +11,10 @@ being copies. This module holds the pure parts: the prints, the pairs' verdicts,
 
 A held-out image leaks when it copies an image of the build's training split (`train`, or
 VOC's `trainval`): a validation image that is a copy of a training one makes the validation
-score a memory test (`leaks_of`; a near pair stands for the exact copies of both its members,
-as the search pairs one image of each content hash). A group is a clash when its labelled
+score a memory test (`leaks_of`; a near pair stands for the images of one content and one
+perceptual hash as each of its members: each image is judged by its own hash, as drop_leaks
+judges it; copies of one image differ in hash where one was converted before it was hashed
+and the other holds its stored bytes). A group is a clash when its labelled
 members are of different classes (one picture labelled two ways). Both are warnings; a group
 within one class and one split is a note.
 """
@@ -133,8 +135,19 @@ def pack(value) -> bytes:
 
 
 def groups_of(parts: Iterable[tuple[str, Any]]) -> list[Group]:
+    """The groups FindDuplicates found (`copies_of`)."""
+    return copies_of(parts)[0]
+
+
+Alike = dict[Member, tuple[Member, ...]]  # a near pair's member → the images it stands for
+
+
+def copies_of(parts: Iterable[tuple[str, Any]]) -> tuple[list[Group], Alike]:
     """The groups FindDuplicates found, from its tagged parts: the exact groups as they are,
-    each near pair named from its members' content buckets (only those buckets unpickled)."""
+    each near pair named from its members' content buckets (only those buckets unpickled);
+    and, of a near pair's member that stands for other images too (one content hash and one
+    perceptual hash), those images, for `leaks_of`. Two images of one content make no near
+    pair: they are an exact group."""
     groups: list[Group] = []
     named: dict[int, bytes] = {}
     pairs = []
@@ -145,20 +158,25 @@ def groups_of(parts: Iterable[tuple[str, Any]]) -> list[Group]:
             named[value[0]] = value[1]
         elif tag == NEAR_PAIRS:
             pairs.append(np.frombuffer(value, np.uint64).reshape(-1, 3))
+    alike: Alike = {}
     if not pairs:
-        return groups
+        return groups, alike
     rows = np.concatenate(pairs)
     buckets = (rows[:, :2] >> np.uint64(RANK_BITS)).astype(np.int64)
     names = {int(b): pickle.loads(named[int(b)]) for b in np.unique(buckets)}
+    group_of = {m: i for i, g in enumerate(groups) if g.kind == EXACT for m in g.members}
     members: dict[int, Member] = {}  # by id: a crowded tree's images are in many pairs
     for a, b, distance in rows.tolist():
         for id_ in (a, b):
             if id_ not in members:
-                members[id_] = Member(*names[id_ >> RANK_BITS][id_ & ((1 << RANK_BITS) - 1)])
-        first, second = members[a], members[b]
-        pair = (first, second) if first < second else (second, first)
-        groups.append(Group(NEAR, pair, distance))
-    return groups
+                *member, others = names[id_ >> RANK_BITS][id_ & ((1 << RANK_BITS) - 1)]
+                members[id_] = Member(*member)
+                if others:
+                    alike[members[id_]] = (members[id_], *(Member(*m) for m in others))
+        first, second = sorted((members[a], members[b]))
+        if group_of.get(first, -1) != group_of.get(second, -2):
+            groups.append(Group(NEAR, (first, second), distance))
+    return groups, alike
 
 
 class Leak(NamedTuple):
@@ -170,22 +188,25 @@ class Leak(NamedTuple):
     distance: int
 
 
-def leaks_of(groups: Sequence[Group], training: str | None) -> tuple[list[Leak], set[Group]]:
+def leaks_of(
+    groups: Sequence[Group], training: str | None, alike: Alike | None = None
+) -> tuple[list[Leak], set[Group]]:
     """The held-out images that copy an image of the `training` split, each once (with the
     copy `_rank` picks), and the groups that show one (a held-out member of theirs copies a
-    training image). A near pair stands for the exact copies of both its members: the search
-    pairs one image of each content hash, so a validation image near a test copy of a
-    training image copies the training image too (`leaks.TrainingCopies` drops it)."""
+    training image). A near pair stands for the images of `alike` (`copies_of`) of both its
+    members: the search pairs one image of each content and perceptual hash, so a validation
+    image near a test copy of a training image copies the training image too. Each image is
+    judged by its own hash, as `leaks.TrainingCopies` judges it for drop_leaks."""
     if training is None:
         return [], set()
-    exact_of = {m: g.members for g in groups if g.kind == EXACT for m in g.members}
+    alike = alike or {}
     found: dict[Member, Leak] = {}
     leaking: set[Group] = set()
     for group in groups:
         if group.kind == EXACT:
             sides = [(group.members, group.members)]
         else:
-            first, second = (exact_of.get(m, (m,)) for m in group.members)
+            first, second = (alike.get(m, (m,)) for m in group.members)
             sides = [(first, second), (second, first)]
         for held, others in sides:
             trained = [m for m in others if m.split == training]

@@ -1,6 +1,6 @@
 """Finding copies among the stored images on the runner (`core.duplicates` has the rules):
 ImagePrint batches (one per shard, from the writer) → exact groups (grouped by content hash)
-and near pairs (each content hash's representative under each block of its perceptual hash,
+and near pairs (the representative of each content and perceptual hash under each block,
 grouped by block value, pairs within the radius) and the odd images, for Finalize's report;
 and the training images' prints in one searchable `leaks.TrainingCopies` (`--duplicates
 drop_leaks`).
@@ -75,9 +75,12 @@ def _odd_in(rows):
 
 
 def _exact_and_blocks(bucket, batches):
-    """One content bucket: its exact groups, its representatives (one image per content hash,
-    not the nearly uniform ones) named by rank, both tagged for Finalize; and their hashes and
-    ids per (block, value bucket)."""
+    """One content bucket: its exact groups, its representatives named by rank, both tagged
+    for Finalize; and their hashes and ids per (block, value bucket). A representative is the
+    first of the images of one content hash and one perceptual hash, not nearly uniform (a
+    converted image and a file of its stored bytes share the first, not always the second:
+    `duplicates.leaks_of` judges each image by its own hash, as `leaks.TrainingCopies` does);
+    it is named with the others it stands for."""
     by_content = collections.defaultdict(list)
     for batch in batches:
         for row in batch:
@@ -89,13 +92,19 @@ def _exact_and_blocks(bucket, batches):
         members = sorted(by_content[content])
         if len(members) > 1:
             groups.append(Group(EXACT, tuple(Member(*m[:3]) for m in members)))
-        if members[0][5] > fp.UNIFORM_SPREAD:  # (ImagePrint.nearly_uniform)
-            representatives.append(members[0])
+        alike: dict[int, list] = {}  # perceptual hash → its images, not nearly uniform
+        for member in members:
+            if member[5] > fp.UNIFORM_SPREAD:  # (ImagePrint.nearly_uniform)
+                alike.setdefault(member[4], []).append(member)
+        representatives += alike.values()
     if groups:
         yield beam.pvalue.TaggedOutput("found", (EXACT_GROUPS, duplicates.pack(groups)))
     if not representatives:
         return
-    named = duplicates.pack(tuple(r[:3] for r in representatives))
+    named = duplicates.pack(
+        tuple((*r[0][:3], tuple(m[:3] for m in r[1:])) for r in representatives)
+    )
+    representatives = [r[0] for r in representatives]
     yield beam.pvalue.TaggedOutput("found", (NAMED, (bucket, named)))
     hashes = np.array([r[4] for r in representatives], dtype=np.int64).view(np.uint64)
     ranks = np.arange(len(hashes), dtype=np.uint64)

@@ -334,8 +334,9 @@ def _copies(
     `drop_leaks` when one was kept all the same (its writer's search and the report disagree:
     a defect, never committed)."""
     policy = spec.options["duplicates"]
-    groups = duplicates.report_order(duplicates.groups_of(packed))
-    leaks, leaking = duplicates.leaks_of(groups, vocabulary_split(spec.splits))
+    grouped, alike = duplicates.copies_of(packed)
+    groups = duplicates.report_order(grouped)
+    leaks, leaking = duplicates.leaks_of(groups, vocabulary_split(spec.splits), alike)
     if leaks and policy != duplicates.REPORT:
         said, every = duplicates.leak_list(leaks)
         if policy == duplicates.FAIL:
