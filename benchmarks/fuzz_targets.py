@@ -136,7 +136,11 @@ def check_xml_invariants(data: bytes, width: int, height: int) -> None:
     try:
         boxes = normalised_boxes(labelled, width, height)
     except InputError as error:
-        assert error.reason in ("size_mismatch", "annotation_box_outside_image")
+        assert error.reason in (
+            "size_mismatch",
+            "annotation_box_outside_image",
+            "annotation_degenerate_box",
+        )
         return
     for xmin, ymin, xmax, ymax in boxes:
         assert 0 <= xmin < xmax <= 1 and 0 <= ymin < ymax <= 1
