@@ -8,8 +8,9 @@ drop_leaks`).
 The grouping steps:
   GroupByContent  (content bucket, rows): the prints as plain tuples, one batch per shard.
   ExactGroups     per content bucket, its odd images and its exact groups; its representatives'
-                  (split, file name, label) by rank; and, per block and bucket of its value, their
-                  perceptual hashes and ids (content bucket << 32 | rank) as uint64 arrays.
+                  (split, file name, label, those each stands for) by rank; and, per block and
+                  bucket of its value, their perceptual hashes and ids (content bucket << 32 |
+                  rank) as uint64 arrays.
   GroupByBlock    (block, value bucket), arrays: 16 bytes a representative and block.
   NearPairs       the pairs within the radius (`fingerprints.scan_block`) as rows of ids and
                   distance, one array per block bucket; Finalize names them
