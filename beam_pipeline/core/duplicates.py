@@ -100,9 +100,8 @@ class ImagePrint:
 class Group(NamedTuple):
     """Images that are copies of one another: `kind` EXACT (one content hash) or NEAR (two
     images `distance` bits apart, each the representative of its content and perceptual
-    hash). A tuple:
-    made, pickled, hashed and ordered (kind, members, distance) in C, which a crowded tree's
-    21,654 pairs need (benchmarks/RESULTS.md, "Fingerprints")."""
+    hash). A tuple: made, pickled, hashed and ordered (kind, members, distance) in C, which a
+    crowded tree's 21,654 pairs need (benchmarks/RESULTS.md, "Fingerprints")."""
 
     kind: str
     members: tuple[Member, ...]
@@ -122,9 +121,8 @@ def report_order(groups: Iterable[Group]) -> list[Group]:
 
 # What FindDuplicates hands Finalize, each tagged: a content bucket's exact groups (pickled),
 # its representatives' (split, file name, label, the others' (split, file name, label) each
-# stands for) by rank (pickled, with the bucket), and one
-# block bucket's near pairs as rows of uint64 (first id, second id, distance); an id is
-# (content bucket << 32 | rank).
+# stands for) by rank (pickled, with the bucket), and one block bucket's near pairs as rows
+# of uint64 (first id, second id, distance); an id is (content bucket << 32 | rank).
 EXACT_GROUPS, NAMED, NEAR_PAIRS = "exact", "named", "near"
 RANK_BITS = 32
 
