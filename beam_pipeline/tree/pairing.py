@@ -72,9 +72,8 @@ def classify(
             path,
             "a macOS metadata file (AppleDouble '._' file, made when a tree is copied from a Mac)",
         )
-    wanted = _is_image_name(task, path) or (
-        task.kind != IMAGES and extension.lower() == ANNOTATION_EXTENSION
-    )
+    image = _is_image_name(task, path)
+    wanted = image or (task.kind != IMAGES and extension.lower() == ANNOTATION_EXTENSION)
     if not wanted:
         return _stray(task, path, _not_wanted(task, path, extension))
     folder_class = None
@@ -86,7 +85,8 @@ def classify(
         split=task.split,
         num_bytes=num_bytes,
         folder_class=folder_class,
-        modified_ns=modified_ns,
+        # (an image's only: an XML is parsed anew on --resume; 32 bytes an int, in the index)
+        modified_ns=modified_ns if image else 0,
     )
 
 
