@@ -199,7 +199,7 @@ def test_near_pairs_of_a_crowded_bucket_are_every_pair_within_the_radius():
     def named(parts):
         return sorted(
             (g.members[0].filename, g.members[1].filename, g.distance)
-            for g in duplicates.groups_of(parts)
+            for g in duplicates.copies_of(parts)[0]
         )
 
     with beam.Pipeline() as pipeline:
@@ -306,7 +306,7 @@ def test_a_near_pair_is_said_of_the_copy_it_is_near_at_its_own_distance():
     batch = [(TR, "a", H1, SAME), (TR, "b", H2, SAME), (VA, "v", NEAR_H2, OTHER)]
 
     def said(parts):
-        groups = duplicates.report_order(duplicates.groups_of(parts))
+        groups = duplicates.report_order(duplicates.copies_of(parts)[0])
         return [(g.kind, [m.filename for m in g.members], g.distance) for g in groups]
 
     with beam.Pipeline() as pipeline:

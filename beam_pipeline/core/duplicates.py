@@ -134,11 +134,6 @@ def pack(value) -> bytes:
     return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def groups_of(parts: Iterable[tuple[str, Any]]) -> list[Group]:
-    """The groups FindDuplicates found (`copies_of`)."""
-    return copies_of(parts)[0]
-
-
 Alike = dict[Member, tuple[Member, ...]]  # a near pair's member → the images it stands for
 
 

@@ -14,7 +14,7 @@ The grouping steps:
   GroupByBlock    (block, value bucket), arrays: 16 bytes a representative and block.
   NearPairs       the pairs within the radius (`fingerprints.scan_block`) as rows of ids and
                   distance, one array per block bucket; Finalize names them
-                  (`duplicates.groups_of`, unpickling only the buckets the pairs are in).
+                  (`duplicates.copies_of`, unpickling only the buckets the pairs are in).
 A runner's cost is per element, and a local runner's shuffle holds what crosses it in its
 launcher: the prints cross as batches and the block step as arrays, not one pickled object
 per print and block (which held 10.4 GB for ImageNet's 1.33M prints: benchmarks/RESULTS.md,
@@ -133,7 +133,7 @@ def _near_pairs(key, batches):
 
 
 class FindDuplicates(beam.PTransform):
-    """Batches of ImagePrint (one per shard) → what `duplicates.groups_of` makes the groups
+    """Batches of ImagePrint (one per shard) → what `duplicates.copies_of` makes the groups
     of: (tag, value) parts, a few per bucket."""
 
     def expand(self, batches):

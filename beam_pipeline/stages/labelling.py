@@ -226,8 +226,11 @@ class BuildVocabulary(beam.PTransform):
         )
 
 
-def split_marks(entry: IndexEntry):
-    return entry.split, (entry.annotation_filename is not None, entry.folder_class is not None)
+def split_marks(entry: IndexEntry, held_out=None):
+    """(the tree's split the entry's image is of: a held-out one's source (`HoldOut`), whether
+    it has XML, whether it lies in a class folder)."""
+    split = held_out.source if held_out and entry.split in held_out.splits else entry.split
+    return split, (entry.annotation_filename is not None, entry.folder_class is not None)
 
 
 def any_marks(marks):
@@ -238,13 +241,14 @@ def any_marks(marks):
     return has_annotations, has_class_folders
 
 
-def kinds_of(split: str, marks, negatives: bool, held_out: tuple[str, ...] = ()):
-    """(split, kind) of a tree's split from its images' `any_marks`, and of the splits
-    `held_out` of it: theirs are its (a validation split of only negatives is background, as
+def kinds_of(split: str, marks, negatives: bool = True, held_out=None):
+    """(split, kind) of a tree's split from its images' `any_marks`, and of the splits held out
+    of it (`HoldOut`): theirs are its (a validation split of only negatives is background, as
     those images are in train, not unlabelled)."""
     has_annotations, has_class_folders = marks
     kind = split_kind(has_annotations, has_class_folders, negatives)
-    return [(name, kind) for name in (split, *held_out)]
+    held = held_out.splits if held_out and split == held_out.source else ()
+    return [(name, kind) for name in (split, *held)]
 
 
 class ClassifySplits(beam.PTransform):
@@ -258,19 +262,14 @@ class ClassifySplits(beam.PTransform):
         self._held_out = held_out
 
     def expand(self, entries):
-        negatives, held_out = self._negatives, self._held_out
-        splits, source = (held_out.splits, held_out.source) if held_out else ((), "")
         return (
             entries
             | "SplitMarks"
-            >> beam.Map(
-                lambda e: (source if e.split in splits else e.split, split_marks(e)[1])
-            ).with_output_types(Tuple[str, Tuple[bool, bool]])
-            | "AnyPerSplit" >> beam.CombinePerKey(any_marks)
-            | "SplitKind"
-            >> beam.FlatMapTuple(
-                lambda split, marks: kinds_of(split, marks, negatives, splits * (split == source))
+            >> beam.Map(split_marks, self._held_out).with_output_types(
+                Tuple[str, Tuple[bool, bool]]
             )
+            | "AnyPerSplit" >> beam.CombinePerKey(any_marks)
+            | "SplitKind" >> beam.FlatMapTuple(kinds_of, self._negatives, self._held_out)
         )
 
 

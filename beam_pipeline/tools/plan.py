@@ -175,14 +175,13 @@ def _vocabulary(prepared, parsed: list[ParsedEntry]) -> tuple[Vocabulary | None,
 def _split_kinds(entries: list[IndexEntry], negatives: bool, held_out=None) -> dict[str, str]:
     """Each split's kind (annotated, classified, unlabelled...), from its entries' marks; a
     held-out split's is the kind of the split it is taken from (`held_out`: `HoldOut`)."""
-    splits, source = (held_out.splits, held_out.source) if held_out else ((), "")
     marks = collections.defaultdict(list)
     for entry in entries:
-        split, mark = split_marks(entry)
-        marks[source if split in splits else split].append(mark)
+        split, mark = split_marks(entry, held_out)
+        marks[split].append(mark)
     kinds = {}
     for split, found in marks.items():
-        kinds.update(kinds_of(split, any_marks(found), negatives, splits * (split == source)))
+        kinds.update(kinds_of(split, any_marks(found), negatives, held_out))
     return kinds
 
 
