@@ -180,6 +180,21 @@ def test_an_image_beside_the_class_folders_is_rejected_by_name(tmp_path):
     assert "move it into its class's folder or remove it" in rejected["detail"]
 
 
+@pytest.mark.parametrize(
+    ("files", "holds"), [(["1.xml", "2.xml"], "annotations (.xml) but "), (["notes.txt"], "")]
+)
+def test_a_folder_without_images_is_said_to_hold_none(tmp_path, files, holds):
+    # It was told "its images lie in no class folder".
+    for name in files:
+        write(tmp_path / "in" / "sub" / name, "<annotation/>")
+    with pytest.raises(LayoutError) as error:
+        build(tmp_path / "in", tmp_path / "out")
+    assert str(error.value).endswith(
+        f"; it holds {holds}no image file (.bmp, .gif, .jfif, .jpe, .jpeg, .jpg, .png, .tif, "
+        ".tiff, .webp): copy the images in (beside their XML, or a folder per class)"
+    )
+
+
 def test_a_flat_folder_of_images_builds_unlabelled_with_the_flags_the_refusal_names(tmp_path):
     root = tmp_path / "photos"
     for number in range(3):

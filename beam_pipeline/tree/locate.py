@@ -177,6 +177,13 @@ def _folders_hint(root: str, subdirectories: Callable[[str], list[str]]) -> str:
     in a layout this tool does not read, or images with no folder to name their class."""
     names = subdirectories(root)
     folders = {*names, *(inner for name in names for inner in subdirectories(join(root, name)))}
+    extensions = _extensions_to_an_image(root)
+    if not extensions & IMAGE_EXTENSIONS:  # (it said "its images lie in no class folder")
+        xml = "annotations (.xml) but " if ".xml" in extensions else ""
+        return (
+            f"; it holds {xml}no image file ({', '.join(sorted(IMAGE_EXTENSIONS))}): copy "
+            "the images in (beside their XML, or a folder per class)"
+        )
     if _NOT_CLASSES & {folder.lower() for folder in folders}:
         return (
             "; it holds annotations in a layout this tool does not read (YOLO's labels/, "
@@ -195,6 +202,16 @@ def _folders_hint(root: str, subdirectories: Callable[[str], list[str]]) -> str:
         "unlabelled test split, with your model's classes: --layout class_folders --splits "
         "test --labels_file CLASSES.txt"
     )
+
+
+def _extensions_to_an_image(root: str) -> set[str]:
+    """The file extensions below the local directory `root`, as far as the first image's."""
+    found: set[str] = set()
+    for _, _, files in os.walk(root):
+        found.update(os.path.splitext(name)[1].lower() for name in files)
+        if found & IMAGE_EXTENSIONS:
+            break
+    return found
 
 
 def _holds_xml(root: str) -> bool:
