@@ -307,6 +307,25 @@ def test_images_beside_the_split_folders_are_named_as_not_built(tmp_path, capsys
     ) in capsys.readouterr().err.splitlines()
 
 
+def test_a_label_table_beside_the_split_folders_is_said_to_be_unread(tmp_path, capsys):
+    # TFRecorder's data.csv beside train/ and val/: once neither listed nor mentioned.
+    root = photos(tmp_path / "photos", splits=("train", "val"), per_class=1)
+    write(root / "data.csv", b"split,image_uri,label\nTRAIN,train/cat/0.jpg,dog\n")
+    write(root / "extra.TSV", b"x")
+    assert build_tool.main(["--input_dir", str(root), "--output_dir", str(tmp_path / "out")]) == 0
+    note = (
+        f"Note: not read: data.csv, extra.TSV in {root} beside its split folders; labels come "
+        "from the class folders, not from a table"
+    )
+    assert note in capsys.readouterr().err.splitlines()
+    assert labels(tmp_path / "out", "train")[0] == ("train/cat/0.jpg", 0)
+    flat = photos(tmp_path / "flat", per_class=1)  # listed there: reported as not an image
+    write(flat / "data.csv", b"x")
+    assert build_tool.main(["--input_dir", str(flat), "--output_dir", str(tmp_path / "o2")]) == 0
+    assert "not read" not in capsys.readouterr().err
+    assert [r["reason"] for r in dead_letters(tmp_path / "o2")] == ["not_an_image_file"]
+
+
 def test_split_folders_inside_class_folders_are_built_into_the_split_and_said(tmp_path, capsys):
     # cat/train/, cat/val/: built as Keras reads them, all of them train; once without a word.
     root = tmp_path / "photos"

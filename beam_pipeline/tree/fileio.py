@@ -119,6 +119,20 @@ def has_top_level_files(directory: str, extension: str) -> bool:
 def top_level_images(directory: str) -> list[str]:
     """Names of the images (by extension) directly in a local `directory`, sorted; [] for a
     remote one (an object store would list every object below the prefix)."""
+    return _top_level(directory, IMAGE_EXTENSIONS)
+
+
+# Label tables other tools keep beside an image tree (TFRecorder's data.csv, a competition's
+# train.csv): not read here, and said so where they lie beside split folders.
+TABLE_EXTENSIONS = frozenset({".csv", ".tsv"})
+
+
+def top_level_tables(directory: str) -> list[str]:
+    """Names of the CSV and TSV files directly in a local `directory`, sorted ([] remote)."""
+    return _top_level(directory, TABLE_EXTENSIONS)
+
+
+def _top_level(directory: str, extensions: frozenset[str]) -> list[str]:
     if not is_local(directory):
         return []
     try:
@@ -126,7 +140,7 @@ def top_level_images(directory: str) -> list[str]:
             return sorted(
                 e.name
                 for e in entries
-                if posixpath.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS and _is_file(e)
+                if posixpath.splitext(e.name)[1].lower() in extensions and _is_file(e)
             )
     except OSError:
         return []
@@ -395,4 +409,5 @@ TREE_ACCESS = TreeAccess(
     is_directory,
     without_images,
     top_level_images,
+    top_level_tables,
 )

@@ -148,7 +148,22 @@ def _plan(
     built = {task.key_prefix for task in tasks}  # (the folders, as named: TRAIN for --splits train)
     unbuilt = tuple(name for name in folders if name not in built)
     outside = tuple(join(root, name) for name in tree.top_level_images(root)) if folders else ()
-    return DiscoveryPlan(layout, root, names, tuple(tasks), unbuilt=unbuilt, outside=outside)
+    tables = tree.top_level_tables(root) if folders else []
+    notes = (_tables_note(root, tables, layout),) if tables else ()
+    return DiscoveryPlan(
+        layout, root, names, tuple(tasks), unbuilt=unbuilt, outside=outside, notes=notes
+    )
+
+
+def _tables_note(root: str, tables: Sequence[str], layout: str) -> str:
+    """The line saying that the CSV or TSV files beside a tree's split folders (TFRecorder's
+    `data.csv`, say) are not read: labels come from the folders or the XML."""
+    shown = ", ".join(tables[:3]) + (f" and {len(tables) - 3:,} more" if len(tables) > 3 else "")
+    source = "class folders" if layout == CLASS_FOLDERS else "XML beside the images"
+    return (
+        f"Note: not read: {shown} in {root} beside its split folders; labels come from the "
+        f"{source}, not from a table"
+    )
 
 
 # Folder names other datasets give a held-out split; not split names here, since a class may

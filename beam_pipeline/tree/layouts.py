@@ -158,7 +158,8 @@ class TreeAccess:
     whose XML lie flat. `is_directory` finds the image folders of an annotated split whose
     annotation folder is missing. `without_images(directory)` says what a split folder holds
     instead of images (None when it holds one). `top_level_images(directory)` names the images
-    directly in a directory (those beside split folders are in no split)."""
+    directly in a directory (those beside split folders are in no split), `top_level_tables`
+    its CSV and TSV files (label tables of other tools, not read: said so)."""
 
     has_files: HasFiles
     match: Callable[[str], list[str]]
@@ -168,6 +169,7 @@ class TreeAccess:
     is_directory: Callable[[str], bool] = lambda _: True
     without_images: Callable[[str], str | None] = lambda _: None
     top_level_images: Callable[[str], list[str]] = _none
+    top_level_tables: Callable[[str], list[str]] = _none
 
 
 # The folders of a tree root (or of a VOC year) that builds list.
