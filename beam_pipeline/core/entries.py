@@ -23,8 +23,11 @@ class FileRef:
       split: the output split the file's directory belongs to, or "" when a split list decides.
       num_bytes: file size from the listing.
       folder_class: class named by the file's synset folder (ILSVRC CLS-LOC train), or None.
-      modified_ns: modification time from the listing, in nanoseconds (0: not known). Output
-        bytes never depend on it; `--resume` does not keep a shard of a file changed since.
+      changed_ns: when the file last changed, in nanoseconds (0: not known), from the
+        listing: a local file's status change time (ctime: set by every write, replacement,
+        `chmod` or `chown`, and by no user: a `cp -p` or `touch -r` that puts an old
+        modification time back sets it), an object's update time. Output bytes never depend on
+        it; `--resume` does not keep a shard of a file changed since.
     """
 
     relative_path: str
@@ -32,7 +35,7 @@ class FileRef:
     split: str
     num_bytes: int
     folder_class: str | None = None
-    modified_ns: int = 0
+    changed_ns: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +48,7 @@ class IndexEntry:
     annotation_filename: str | None
     folder_class: str | None
     num_bytes: int
-    modified_ns: int = 0  # the image's (`FileRef.modified_ns`)
+    changed_ns: int = 0  # the image's (`FileRef.changed_ns`)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -112,12 +112,12 @@ def _fields_of(element_type) -> operator.attrgetter:
 
 def _file_ref_to(ref: FileRef):
     path = _path_to(ref.relative_path, ref.key)
-    return path, ref.key, ref.split, ref.num_bytes, ref.folder_class, ref.modified_ns
+    return path, ref.key, ref.split, ref.num_bytes, ref.folder_class, ref.changed_ns
 
 
 def _file_ref_from(value) -> FileRef:
-    path, key, split, num_bytes, folder_class, modified_ns = value
-    return FileRef(_required_path_from(path, key), key, split, num_bytes, folder_class, modified_ns)
+    path, key, split, num_bytes, folder_class, changed_ns = value
+    return FileRef(_required_path_from(path, key), key, split, num_bytes, folder_class, changed_ns)
 
 
 def _entry_to(entry: IndexEntry):
@@ -129,12 +129,12 @@ def _entry_to(entry: IndexEntry):
         _path_to(entry.annotation_filename, key),
         entry.folder_class,
         entry.num_bytes,
-        entry.modified_ns,
+        entry.changed_ns,
     )
 
 
 def _entry_from(value) -> IndexEntry:
-    split, key, filename, annotation_filename, folder_class, num_bytes, modified_ns = value
+    split, key, filename, annotation_filename, folder_class, num_bytes, changed_ns = value
     return IndexEntry(
         split,
         key,
@@ -142,7 +142,7 @@ def _entry_from(value) -> IndexEntry:
         _path_from(annotation_filename, key),
         folder_class,
         num_bytes,
-        modified_ns,
+        changed_ns,
     )
 
 

@@ -7,9 +7,10 @@ numbers, vocabulary, image policy, every member's index record and rank, and und
 result, and the inputs the writer rejected. On `--resume` a shard is kept only if its record
 exists, its fingerprint matches the new plan and the file still has the recorded size and
 SHA-256; otherwise it is written again. Image bytes themselves are not fingerprinted: an image
-changed since the interrupted run is told by its size and modification time from the listing
-(`IndexEntry`), as make and rsync tell it; a file replaced by one of the same size and time
-(`cp -p`, `touch -r`) is not.
+changed since the interrupted run is told by its size and its status change time (ctime) from
+the listing (`IndexEntry.changed_ns`): any write, replacement, `chmod` or `chown` sets it, and
+no user can put an old one back (`cp -p` and `touch -r` restore the modification time, which
+rsync and make trust, not the ctime). A tree copied elsewhere, rsync -a too, is new to it.
 A record that cannot be read as one (another version's, a damaged one) counts as absent.
 Finalize deletes the records once the build is committed; `output` owns their directory.
 

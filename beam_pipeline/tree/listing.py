@@ -31,7 +31,7 @@ from schemas.paths import is_local, join
 class Listed:
     path: str
     num_bytes: int
-    modified_ns: int  # the file's modification time (`FileRef.modified_ns`)
+    changed_ns: int  # when the file last changed (`FileRef.changed_ns`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,7 +270,7 @@ def _scan(path: str, subdirectory) -> Iterator:
                 yield from subdirectory(entry.path)
             elif entry.is_file():
                 stat = entry.stat()
-                yield Listed(entry.path, stat.st_size, stat.st_mtime_ns)
+                yield Listed(entry.path, stat.st_size, stat.st_ctime_ns)
             elif entry.is_symlink():
                 yield Unlisted(entry.path, "broken_symlink", _broken_link(entry.path))
             else:

@@ -55,7 +55,7 @@ def unlisted_rejection(task: ListingTask, path: str, reason: str, detail: str) -
 
 
 def classify(
-    task: ListingTask, path: str, num_bytes: int, modified_ns: int = 0
+    task: ListingTask, path: str, num_bytes: int, changed_ns: int = 0
 ) -> FileRef | Rejection:
     """Turns one listed file into a FileRef, or a Rejection for a file that cannot be one."""
     relative = path[len(task.directory.rstrip("/")) + 1 :]
@@ -86,7 +86,7 @@ def classify(
         num_bytes=num_bytes,
         folder_class=folder_class,
         # (an image's only: an XML is parsed anew on --resume; 32 bytes an int, in the index)
-        modified_ns=modified_ns if image else 0,
+        changed_ns=changed_ns if image else 0,
     )
 
 
@@ -212,7 +212,7 @@ def _entry(split: str, key: str, image: FileRef, annotation: FileRef | None) -> 
         annotation_filename=annotation.relative_path if annotation else None,
         folder_class=image.folder_class,
         num_bytes=image.num_bytes,
-        modified_ns=image.modified_ns,
+        changed_ns=image.changed_ns,
     )
 
 
