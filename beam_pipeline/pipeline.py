@@ -144,7 +144,7 @@ def prepare(config: BuildConfig) -> Prepared:
         )
     elif layout in (layouts.ILSVRC_CLS_LOC, layouts.CLASS_FOLDERS):  # classes from folders
         train = next(t for t in plan.tasks if t.kind == layouts.IMAGES and t.split == "train")
-        _refuse_classes_without_images(train.directory, train.foreign)
+        _refuse_classes_without_images(train.directory, train.foreign, layout)
     return Prepared(config, plan, classes, display_names)
 
 
@@ -197,11 +197,14 @@ def _a_builds_labels(path: str, text: str) -> tuple[tuple[str, ...], dict[str, s
     return tuple(info.classes), dict(info.display_names)
 
 
-def _refuse_classes_without_images(train_dir: str, foreign: tuple[str, ...]) -> None:
-    """Refuses a CLS-LOC train split with a class that holds no image (a class folder empty,
-    or its archive not extracted: beside the folders, or inside its own) when the vocabulary
-    is the classes seen in train: the class would be left out, and every class after it
-    numbered lower than in every other build of the same dataset, with nothing said."""
+def _refuse_classes_without_images(
+    train_dir: str, foreign: tuple[str, ...], layout: str = layouts.ILSVRC_CLS_LOC
+) -> None:
+    """Refuses a CLS-LOC or class-folder train split with a class that holds no image (a
+    class folder empty, or its archive not extracted: beside the folders, or inside its own)
+    when the vocabulary is the classes seen in train: the class would be left out, and every
+    class after it numbered lower than in every other build of the same dataset (and than in
+    Keras's `class_names`, which keep an empty folder), with nothing said."""
     missing = classes_without_images(train_dir, foreign)
     if not missing:
         return
@@ -222,9 +225,18 @@ def _refuse_classes_without_images(train_dir: str, foreign: tuple[str, ...]) -> 
         f"{'it' if one else 'them'} out of the vocabulary (the classes seen in train) and "
         f"number the classes after {'it' if one else 'them'} lower than other builds of the "
         f"dataset do. {_fill_classes(said)}{fixes}remove what is not wanted, or pass "
-        "--labels_file (LOC_synset_mapping.txt, or a build's labels.txt) to keep every class's "
-        "index"
+        f"--labels_file ({_class_list(layout)}) to keep every class's index"
     )
+
+
+def _class_list(layout: str) -> str:
+    """The file that names every class, for a refusal's fix."""
+    if layout == layouts.CLASS_FOLDERS:
+        return (
+            "a file with a class folder's name a line, as ls names them, or a build's "
+            "labels.txt: an empty class then has 0 images, as in Keras's class_names"
+        )
+    return "LOC_synset_mapping.txt, or a build's labels.txt"
 
 
 def _fill_classes(missing: str) -> str:

@@ -161,6 +161,29 @@ def test_a_class_left_without_images_is_named_in_the_summary(tmp_path, capsys):
     assert "Note: no" not in lines  # (no held-out split)
 
 
+def test_an_empty_class_folder_is_refused_with_the_fix_that_keeps_it_as_keras_does(
+    tmp_path, capsys
+):
+    # The fix named ImageNet's LOC_synset_mapping.txt, meaningless to a folder of photos.
+    root = photos(tmp_path / "photos", classes=("Ant", "cat", "dog"))
+    (root / "dog" / "0.jpg").unlink(), (root / "dog" / "1.jpg").unlink()
+    argv = ["--input_dir", str(root), "--output_dir", str(tmp_path / "out")]
+    assert build_tool.main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"error: split 'train': 1 class in {root} holds no image (dog): a build would leave "
+        "it out of the vocabulary (the classes seen in train) and number the classes after it "
+        "lower than other builds of the dataset do. Put each class's images in its folder, "
+        "remove what is not wanted, or pass --labels_file (a file with a class folder's name a "
+        "line, as ls names them, or a build's labels.txt: an empty class then has 0 images, as "
+        "in Keras's class_names) to keep every class's index\n"
+    )
+    write(tmp_path / "classes.txt", b"Ant\ncat\ndog\n")
+    assert build_tool.main([*argv, "--labels_file", str(tmp_path / "classes.txt")]) == 0
+    info = dataset_info(tmp_path / "out")
+    assert list(info.class_names) == ["Ant", "cat", "dog"]
+    assert info.split("train").class_counts[:3] == (2, 2, 0)
+
+
 def test_the_output_inside_the_class_folders_is_refused(tmp_path):
     root = photos(tmp_path / "photos")
     with pytest.raises(ValueError, match="lies inside the input tree"):
