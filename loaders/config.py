@@ -27,7 +27,8 @@ class ReadConfig:
       random_crop: training crops with `decode_and_crop_jpeg` (else a plain resize).
       random_flip: training flips left-right.
       crop_area_range, crop_aspect_ratio_range, min_object_covered: the random crop's limits
-        (Inception's defaults); the crop keeps `min_object_covered` of the main object's box.
+        (Inception's defaults); the crop keeps `min_object_covered` of the main object's box
+        (of a labelled image, the largest box of its label's class: the object it is labelled by).
       eval_central_crop: fraction kept by the evaluation central crop (1.0: none).
       value_range: images are scaled linearly from [0, 255] to this range.
     """

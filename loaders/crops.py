@@ -12,15 +12,22 @@ from loaders.config import ReadConfig
 _F32 = np.float32
 
 
-def main_boxes(ymins, xmins, ymaxs, xmaxs):
+def main_boxes(ymins, xmins, ymaxs, xmaxs, classes=None, labels=None):
     """Per image of a batch: its largest box as [[ymin, xmin, ymax, xmax]] (the first of
-    equals, as `loaders.preprocessing.main_object_box`), or the whole image without boxes."""
+    equals, as `loaders.preprocessing.main_object_box`), or the whole image without boxes.
+    With the objects' `classes` and the images' `labels`, the largest of the label's boxes
+    where it has some (`loaders.preprocessing.labelled_boxes`)."""
     boxes = []
-    for ymin, xmin, ymax, xmax in zip(ymins, xmins, ymaxs, xmaxs, strict=True):
+    for index, (ymin, xmin, ymax, xmax) in enumerate(zip(ymins, xmins, ymaxs, xmaxs, strict=True)):
         if ymin.size == 0:
             boxes.append(np.array([[0.0, 0.0, 1.0, 1.0]], np.float32))
             continue
-        i = int(np.argmax((ymax - ymin) * (xmax - xmin)))
+        areas = (ymax - ymin) * (xmax - xmin)
+        if classes is not None and labels is not None:
+            mine = np.asarray(classes[index]).ravel() == np.asarray(labels[index]).ravel()[0]
+            if mine.any():
+                areas = np.where(mine, areas, np.float32(-1))
+        i = int(np.argmax(areas))
         boxes.append(np.array([[ymin[i], xmin[i], ymax[i], xmax[i]]], np.float32))
     return boxes
 
@@ -37,7 +44,18 @@ def central_windows(shapes, fraction: float):
     return anchors, sizes
 
 
-def crop_windows(shapes, ymins, xmins, ymaxs, xmaxs, *, rng: random.Random, config: ReadConfig):
+def crop_windows(
+    shapes,
+    ymins,
+    xmins,
+    ymaxs,
+    xmaxs,
+    classes=None,
+    labels=None,
+    *,
+    rng: random.Random,
+    config: ReadConfig,
+):
     """Per image of a batch: `load_dataset`'s training crop window, [top, left] and [height,
     width] in pixels, and the main box it was drawn for ([[ymin, xmin, ymax, xmax]], relative).
 
@@ -46,10 +64,11 @@ def crop_windows(shapes, ymins, xmins, ymaxs, xmaxs, *, rng: random.Random, conf
     random numbers: up to 10 attempts, each an aspect ratio from
     `config.crop_aspect_ratio_range` and a height that gives an area in
     `config.crop_area_range`, kept when the window holds at least `config.min_object_covered`
-    of the main box (the whole image for an image without boxes); the whole image when no
-    attempt does. The same distribution as `load_dataset`'s, not the same draws."""
+    of the main box (`main_boxes`: of the label's boxes, given `classes` and `labels`; the
+    whole image for an image without boxes); the whole image when no attempt does. The same
+    distribution as `load_dataset`'s, not the same draws."""
     anchors, sizes = [], []
-    boxes = main_boxes(ymins, xmins, ymaxs, xmaxs)
+    boxes = main_boxes(ymins, xmins, ymaxs, xmaxs, classes, labels)
     for shape, box in zip(shapes, boxes, strict=True):
         height, width = int(shape[0]), int(shape[1])
         top, left, crop_height, crop_width = _crop_window(height, width, box[0], rng, config)

@@ -279,6 +279,8 @@ def _read(files: list[str], indexes: list[str], spec: LoadSpec, shuffle: dict[st
         features[F.LABEL] = tfrec.FixedLenFeature([1], tfrec.int64, -1)
     if _random_crop(spec):
         features.update({key: tfrec.VarLenFeature(tfrec.float32, 0.0) for key in F.BOX_KEYS_YX})
+        if spec.label_mode is not None:  # the crop keeps the label's object (`main_boxes`)
+            features[F.OBJECT_LABEL] = tfrec.VarLenFeature(tfrec.int64, -1)
     return fn.readers.tfrecord(
         path=files,
         index_path=indexes,
@@ -303,9 +305,11 @@ def _window(records, spec: LoadSpec, crop_seed: int):
         # image's, which left elongated images almost no window (a 1000x200 image was
         # read whole every time; tf.image, 3-6%), and its fallback could miss the object.
         shape = fn.peek_image_shape(encoded, adjust_orientation=False)
+        labelled = (records[F.OBJECT_LABEL], records[F.LABEL]) if F.OBJECT_LABEL in records else ()
         found: Any = fn.python_function(
             shape,
             *(records[key] for key in F.BOX_KEYS_YX),
+            *labelled,
             function=functools.partial(
                 crop_windows, rng=random.Random(crop_seed), config=spec.config
             ),

@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from loaders.config import ReadConfig, tf_data_value
 from loaders.info import data_path, dataset_info
-from loaders.preprocessing import eval_view, train_view, view_boxes
+from loaders.preprocessing import eval_view, labelled_boxes, train_view, view_boxes
 from loaders.reader import SplitRecords, checked_record, read_records
 from loaders.spec import LoadSpec
 from schemas import features as F
@@ -234,11 +234,14 @@ class _Parser:
         self.num_labels = num_labels  # the one-hot width: with the background column or not
         self.spec = spec
         detection = spec.label_mode == "detection"
+        crops = spec.training and spec.config.random_crop
+        # The crop keeps the labelled object: the label's boxes (`labelled_boxes`).
+        self.labelled_crop = crops and spec.label_mode in ("one_hot", "int")
         keys = (
             F.ENCODED,
             *((F.LABEL,) if spec.label_mode in ("one_hot", "int") else ()),
-            *(F.BOX_KEYS_YX if detection or (spec.training and spec.config.random_crop) else ()),
-            *((F.OBJECT_LABEL,) if detection else ()),
+            *(F.BOX_KEYS_YX if detection or crops else ()),
+            *((F.OBJECT_LABEL,) if detection or self.labelled_crop else ()),
             *((F.OBJECT_DIFFICULT,) if detection and spec.difficult != "keep" else ()),
             *((F.FILENAME,) if spec.with_filenames else ()),
         )
@@ -252,6 +255,9 @@ class _Parser:
             boxes = tf.stack([tf.sparse.to_dense(parsed[key]) for key in F.BOX_KEYS_YX], axis=1)
         if spec.label_mode == "detection":
             boxes, objects = self._detected(parsed, boxes)
+        elif self.labelled_crop:
+            classes = tf.sparse.to_dense(parsed[F.OBJECT_LABEL])
+            boxes = labelled_boxes(boxes, classes, parsed[F.LABEL])
         if spec.training:
             image, view = train_view(
                 parsed[F.ENCODED], boxes, spec.image_size, seed, spec.config, spec.dtype

@@ -198,8 +198,19 @@ def _central_window(shape: tf.Tensor, fraction: float) -> tf.Tensor:
     return tf.stack([top, left, shape[0] - 2 * top, shape[1] - 2 * left])
 
 
+def labelled_boxes(boxes: tf.Tensor, classes: tf.Tensor, label: tf.Tensor) -> tf.Tensor:
+    """The [N, 4] `boxes` whose `classes` [N] are the image's `label`, or all of them where
+    none is. The build labels an image by its largest box in pixels, the first of equals;
+    ranked by their stored float32 fractions, another class's box of the same pixel area
+    often comes first (a quarter of such pairs), and the training crop kept that one and
+    could cut the labelled object out. Among the label's boxes any is of the right class."""
+    mine = tf.equal(tf.cast(classes, tf.int64), tf.cast(label, tf.int64))
+    return tf.cond(tf.reduce_any(mine), lambda: tf.boolean_mask(boxes, mine), lambda: boxes)
+
+
 def main_object_box(boxes: tf.Tensor) -> tf.Tensor:
-    """The largest [ymin, xmin, ymax, xmax] box of [N, 4] as [1, 1, 4]; the whole image if N = 0."""
+    """The largest [ymin, xmin, ymax, xmax] box of [N, 4] as [1, 1, 4]; the whole image if N = 0.
+    (Of a labelled image's boxes, pass the label's: `labelled_boxes`.)"""
     areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
     whole = tf.constant([[0.0, 0.0, 1.0, 1.0]])
     box = tf.cond(

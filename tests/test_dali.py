@@ -40,7 +40,11 @@ from loaders.dali_graph import (  # noqa: E402
 )
 from loaders.dali_index import shard_indexes, write_index  # noqa: E402
 from loaders.info import CorruptDatasetError, dataset_info  # noqa: E402
-from loaders.preprocessing import main_object_box, preprocess_for_eval  # noqa: E402
+from loaders.preprocessing import (  # noqa: E402
+    labelled_boxes,
+    main_object_box,
+    preprocess_for_eval,
+)
 from loaders.spec import LoadSpec  # noqa: E402
 from schemas import features as F  # noqa: E402
 
@@ -445,6 +449,16 @@ def test_main_boxes_pick_the_loaders_main_object():
     picked = main_boxes(*zip(*[tuple(case.T) for case in cases], strict=True))
     for case, box in zip(cases, picked, strict=True):
         np.testing.assert_array_equal(box, main_object_box(tf.constant(case)).numpy()[0])
+    # Of a labelled image, the label's boxes: of two of one pixel area (40 x 72 and 72 x 40
+    # of 200 x 160) the build's label is the first's, and float32 ranks the second first.
+    tie = np.array([[0, 0, 72 / 160, 40 / 200], [120 / 160, 128 / 200, 1, 1]], np.float32)
+    for classes, label in (([0, 1], 0), ([0, 1], 1), ([1, 1], 0), ([0, 0], 0)):
+        (box,) = main_boxes(*([side] for side in tie.T), [np.array(classes)], [np.array([label])])
+        tied = labelled_boxes(tf.constant(tie), tf.constant(classes), label)
+        np.testing.assert_array_equal(box, main_object_box(tied).numpy()[0])
+    assert main_boxes(*([side] for side in tie.T), [np.array([0, 1])], [np.array([0])])[0][
+        0, 0
+    ] == np.float32(0)
 
 
 def test_the_index_folder_expands_home_and_ignores_a_relative_cache_home(

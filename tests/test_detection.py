@@ -16,6 +16,7 @@ from PIL import Image, ImageDraw
 
 from beam_pipeline.core.annotations import voc_xml
 from loaders import ReadConfig, dataset_info, load_dataset
+from loaders.preprocessing import labelled_boxes, main_object_box
 
 WIDTH, HEIGHT = 160, 120
 GREY = (128, 128, 128)
@@ -343,3 +344,45 @@ def test_a_detection_model_fits_on_the_padded_batches(detection_build):
     model.compile(optimizer="adam", loss="mse")
     history = model.fit(train, epochs=2, verbose=0)
     assert len(history.history["loss"]) == 2 and np.isfinite(history.history["loss"]).all()
+
+
+def test_a_training_crop_keeps_the_labelled_object_where_another_is_as_large(tmp_path):
+    # Two objects of one pixel area: the build labels the image by the first in the XML (red).
+    # Ranked by their stored float32 fractions the second (blue) came first, and the crop
+    # kept it: half of the crops showed no red at all, labelled red.
+    width, height = 200, 160
+    image = Image.new("RGB", (width, height), GREY)
+    draw = ImageDraw.Draw(image)
+    draw.rectangle((0, 0, 39, 71), fill=COLOURS["n00000001"])  # 40 x 72
+    draw.rectangle((128, 120, 199, 159), fill=COLOURS["n00000003"])  # 72 x 40
+    stream = io.BytesIO()
+    image.save(stream, format="JPEG", quality=100, subsampling=0)
+    objects = [("n00000001", 0, 0, 40, 72, 0, 0), ("n00000003", 128, 120, 200, 160, 0, 0)]
+    for index in range(8):
+        ilsvrc_image(
+            tmp_path / "tree", "train", f"t{index}", stream.getvalue(), voc_xml(objects, (200, 160))
+        )
+    build(tmp_path / "tree", tmp_path / "out", "--splits", "train")
+    boxes = tf.constant([[0, 0, 72 / 160, 40 / 200], [120 / 160, 128 / 200, 1, 1]], tf.float32)
+    assert main_object_box(boxes).numpy().ravel()[0] == np.float32(0.75)  # blue, by float32
+    assert main_object_box(labelled_boxes(boxes, tf.constant([0, 1]), 0)).numpy().ravel()[0] == 0
+    seen = 0
+    for seed in range(6):
+        dataset = load_dataset(
+            tmp_path / "out",
+            "train",
+            batch_size=8,
+            image_size=32,
+            training=True,
+            seed=seed,
+            label_mode="int",
+            dtype="uint8",
+            config=ReadConfig(random_flip=False),
+        )
+        for images, labels in dataset:
+            assert labels.numpy().tolist() == [0] * 8
+            pixels = images.numpy().astype(int)
+            red = (pixels[..., 0] > 150) & (pixels[..., 1] < 100) & (pixels[..., 2] < 100)
+            assert red.any(axis=(1, 2)).all()
+            seen += 8
+    assert seen == 48
