@@ -138,14 +138,64 @@ def _decode_jpeg(encoded: tf.Tensor) -> tf.Tensor:
     return tf.io.decode_jpeg(encoded, channels=3, dct_method="INTEGER_FAST")
 
 
+def _decode_png(encoded: tf.Tensor) -> tf.Tensor:
+    """A PNG's pixels with its alpha, where it has one: its own, or its colour key's (tRNS,
+    before the first IDAT, in a grey or RGB PNG: asked for 4 channels, libpng makes the key
+    an alpha). Not 4 channels always: TensorFlow then fills a palette PNG of under 8 bits'
+    (or a 1-bit grey one's) alpha with the bit depth's largest value (15 for 4 bits), and
+    its pixels came out blended towards white (the cases: `tests/test_loaders.py`'s
+    `PALETTES`)."""
+    colour_type = tf.strings.substr(encoded, 25, 1)  # (IHDR's; 0 grey, 2 RGB)
+    header = tf.strings.split(encoded, sep="IDAT", maxsplit=1)[0]
+    keyed = tf.logical_and(
+        tf.size(tf.strings.split(header, sep="tRNS", maxsplit=1)) > 1,
+        tf.logical_or(colour_type == b"\x00", colour_type == b"\x02"),
+    )
+    return tf.cond(
+        keyed,
+        lambda: tf.io.decode_png(encoded, channels=4),
+        lambda: tf.io.decode_png(encoded, channels=0),
+    )
+
+
+def _little_endian(encoded: tf.Tensor, offset: int, size: int) -> tf.Tensor:
+    """The unsigned integer of `size` (2 or 4) bytes at `offset`, as int32."""
+    raw = tf.io.decode_raw(tf.strings.substr(encoded, offset, size), tf.uint8)
+    return tf.reduce_sum(tf.cast(raw, tf.int32) * tf.constant([1, 256, 65536, 16777216][:size]))
+
+
+def _decode_bmp(encoded: tf.Tensor) -> tf.Tensor:
+    """A BMP's RGB pixels. TensorFlow reads an 8-bit BMP's palette indices as grey: they are
+    looked up in its palette here (BGRx entries after the info header; biClrUsed of them, or
+    256); one of 1, 2 or 4 bits it cannot read at all, which is said."""
+    bits = _little_endian(encoded, 28, 2)
+    readable = tf.debugging.assert_greater_equal(
+        bits,
+        8,
+        message="a BMP of 1, 2 or 4 bits a pixel, which TensorFlow's decode_bmp cannot read: "
+        "store it as PNG (the build reads it, and stores it as JPEG)",
+    )
+
+    def from_palette() -> tf.Tensor:
+        start, used = 14 + _little_endian(encoded, 14, 4), _little_endian(encoded, 46, 4)
+        count = tf.where(used > 0, used, 256)
+        table = tf.io.decode_raw(tf.strings.substr(encoded, start, 4 * count), tf.uint8)
+        colours = tf.reverse(tf.reshape(table, [-1, 4])[:, :3], axis=[1])
+        indices = tf.io.decode_bmp(encoded, channels=0)[:, :, 0]
+        return tf.gather(colours, tf.cast(indices, tf.int32))
+
+    with tf.control_dependencies([readable]):
+        return tf.cond(bits == 8, from_palette, lambda: tf.io.decode_bmp(encoded, channels=3))
+
+
 def _on_white(encoded: tf.Tensor) -> tf.Tensor:
     """A non-JPEG's first frame as RGB, its alpha (a PNG's colour key too) over white."""
     png = tf.strings.substr(encoded, 0, 4) == b"\x89PNG"
     bmp = tf.strings.substr(encoded, 0, 2) == b"BM"  # (RGB: a 32-bit BMP's 4th byte is no alpha)
     image = tf.case(
         [
-            (png, lambda: tf.io.decode_png(encoded, channels=4)),  # (libpng: a key as alpha)
-            (bmp, lambda: tf.io.decode_bmp(encoded, channels=3)),
+            (png, lambda: _decode_png(encoded)),
+            (bmp, lambda: _decode_bmp(encoded)),
         ],
         default=lambda: tf.io.decode_image(encoded, expand_animations=False),
     )

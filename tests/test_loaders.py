@@ -272,8 +272,43 @@ def test_preprocess_for_eval_on_a_raw_jpeg_file(built):
     assert np.abs(image.numpy() * 255 - decoded).mean() < 12
 
 
+def palette(mode: str, fmt: str, bits: int | None = None, **options) -> bytes:
+    """Random colours as a `mode` ("P" of 2**bits colours, "1") PNG or BMP."""
+    pixels = np.random.default_rng(1).integers(0, 256, (20, 30, 3), dtype=np.uint8)
+    image = Image.fromarray(pixels)
+    image = image.quantize(2**bits) if mode == "P" else image.convert(mode)
+    stream = io.BytesIO()
+    image.save(stream, fmt, **({"bits": bits} if fmt == "PNG" and bits else {}), **options)
+    return stream.getvalue()
+
+
+# (Palettes of under 8 bits and 1-bit grey came out blended towards white: TensorFlow, asked
+# for 4 channels, fills their alpha with the bit depth's largest value; an 8-bit BMP's
+# palette indices were read as grey. Found by a loader review.)
+PALETTES = {
+    "P4.png": ("P", "PNG", 4),
+    "P2.png": ("P", "PNG", 2),
+    "P1.png": ("P", "PNG", 1),
+    "1.png": ("1", "PNG", None),
+    "1_key.png": ("1", "PNG", None, {"transparency": 0}),
+    "P4_trns.png": ("P", "PNG", 4, {"transparency": 3}),
+    "P8.bmp": ("P", "BMP", 8),
+    "P4.bmp": ("P", "BMP", 4),  # (Pillow writes 16 colours in 8 bits a pixel)
+}
+
+
 @pytest.mark.parametrize(
-    "name", ["1_trns.png", "200x32_la.png", "i_trns.png", "l_trns.png", "hopper.gif", "WEBP", "BMP"]
+    "name",
+    [
+        "1_trns.png",
+        "200x32_la.png",
+        "i_trns.png",
+        "l_trns.png",
+        "hopper.gif",
+        "WEBP",
+        "BMP",
+        *PALETTES,
+    ],
 )
 def test_preprocess_for_eval_of_other_formats_sees_what_the_build_stores(name):
     # Serving on a WebP gave a [1, H, W, 3] animation, and a transparent PNG its colours
@@ -283,7 +318,10 @@ def test_preprocess_for_eval_of_other_formats_sees_what_the_build_stores(name):
     from beam_pipeline.core.images import to_rgb
     from loaders.preprocessing import decode_as_stored
 
-    if name.isupper():
+    if name in PALETTES:
+        mode, fmt, bits, *options = PALETTES[name]
+        data = palette(mode, fmt, bits, **(options[0] if options else {}))
+    elif name.isupper():
         pixels = np.random.default_rng(0).integers(0, 256, (20, 30, 4), dtype=np.uint8)
         pixels[:, :, 3] = 0 if name == "BMP" else pixels[:, :, 3]  # (a 32-bit BMP's 4th byte)
         stream = io.BytesIO()
@@ -297,6 +335,13 @@ def test_preprocess_for_eval_of_other_formats_sees_what_the_build_stores(name):
     # In a tf.data map (a graph): the channels stay known, as Keras's Conv2D needs them.
     mapped = tf.data.Dataset.from_tensors(data).map(lambda b: preprocess_for_eval(b, 16))
     assert mapped.element_spec.shape == (16, 16, 3)
+
+
+def test_a_bmp_tensorflow_cannot_read_is_refused_by_what_it_is():
+    # A 1-bit BMP: "Number of channels inherent in the image must be 1, 3 or 4, was 0".
+    data = palette("1", "BMP")
+    with pytest.raises(tf.errors.InvalidArgumentError, match="a BMP of 1, 2 or 4 bits a pixel"):
+        preprocess_for_eval(tf.constant(data), 16)
 
 
 def test_numpy_integers_are_integer_arguments(built):
