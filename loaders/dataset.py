@@ -11,6 +11,8 @@ takes whole (the reader takes its `training`, `seed` and `config`).
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import os
 import warnings
 
@@ -105,6 +107,7 @@ def read_and_batch(
         data_dir = os.path.abspath(data_dir)
     info = dataset_info(data_dir)
     spec.refuse_unlabelled(info, split)
+    spec = dataclasses.replace(spec, seed=pipeline_seed(spec.seed, input_context))
     class_names = spec.label_names(info, split)
     records = read_records(
         info,
@@ -120,6 +123,17 @@ def read_and_batch(
     )
     dataset.class_names = class_names  # as Keras's image_dataset_from_directory sets them
     return dataset
+
+
+def pipeline_seed(seed: int | None, input_context) -> int | None:
+    """The seed of one input pipeline: `seed` for the first (or only) one, and one of its own,
+    derived from `seed` and its id, for each other. With one seed for all, the replicas'
+    shuffles and augmentation drew alike: the j-th image of every replica's batch got the
+    same crop and flip (found by a loader review)."""
+    if seed is None or input_context is None or input_context.input_pipeline_id == 0:
+        return seed
+    mixed = hashlib.sha256(f"{seed}/{input_context.input_pipeline_id}".encode()).digest()
+    return int.from_bytes(mixed[:4], "big") & 0x7FFFFFFF
 
 
 def checked_input_context(input_context) -> None:

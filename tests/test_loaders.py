@@ -415,6 +415,33 @@ def test_epochs_reshuffle(built):
     assert epoch1 != epoch2
 
 
+def test_input_pipelines_draw_augmentations_of_their_own(built):
+    # One seed for all: the j-th image of every pipeline's batches was flipped alike (480 of
+    # 480 positions over two pipelines).
+    flips = []
+    for index in range(2):
+        context = tf.distribute.InputContext(2, index, 2)
+        common = {"batch_size": 5, "image_size": SIZE, "with_filenames": True}
+        config = ReadConfig(random_crop=False)
+        plain = load_dataset(built, "train", input_context=context, config=config, **common)
+        seen = {
+            n: x for b, _, names in plain for x, n in zip(b.numpy(), names.numpy(), strict=True)
+        }
+        trained = load_dataset(
+            built, "train", training=True, seed=0, input_context=context, config=config, **common
+        )
+        flipped = []
+        for _ in range(3):
+            for images, _, names in trained:
+                for image, name in zip(images.numpy(), names.numpy(), strict=True):
+                    mirrored = np.array_equal(image, seen[name][:, ::-1])
+                    assert mirrored or np.array_equal(image, seen[name]), name
+                    flipped.append(mirrored)
+        flips.append(flipped)
+    assert len(flips[0]) == len(flips[1]) > 100
+    assert 0.3 < np.mean(flips[0]) < 0.7 and flips[0] != flips[1]
+
+
 @pytest.mark.parametrize("pipelines, split", [(2, "train"), (3, "validation"), (3, "train")])
 def test_input_pipelines_cover_every_example_exactly_once(built, pipelines, split):
     # train: 4 files over 2 pipelines (file sharding), over 3 (a file each, and every third
