@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 
 AUTOTUNE = -1  # tf.data.AUTOTUNE, without importing TensorFlow here
 
@@ -47,20 +49,21 @@ class ReadConfig:
 
     def __post_init__(self):
         """Refuses, naming the field, a value tf.data would reject only when iterating (or
-        silently misuse): ValueError or TypeError."""
-        _count("shuffle_buffer", self.shuffle_buffer, low=1)
-        _count("cycle_length", self.cycle_length, low=1, autotune=True)
-        _count("num_parallel_calls", self.num_parallel_calls, low=1, autotune=True)
-        _count("prefetch", self.prefetch, low=0, autotune=True)
+        silently misuse): ValueError or TypeError. NumPy numbers are taken, as Python's (as
+        `load_dataset` takes them), and kept as Python's."""
+        _count(self, "shuffle_buffer", low=1)
+        _count(self, "cycle_length", low=1, autotune=True)
+        _count(self, "num_parallel_calls", low=1, autotune=True)
+        _count(self, "prefetch", low=0, autotune=True)
         for name in ("random_crop", "random_flip"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(
                     f"ReadConfig.{name} must be True or False, not {getattr(self, name)!r}"
                 )
-        low, high = _pair("crop_area_range", self.crop_area_range)
+        low, high = _pair(self, "crop_area_range")
         if not 0.0 < low <= high <= 1.0:
             raise ValueError("ReadConfig.crop_area_range must satisfy 0 < low <= high <= 1")
-        low, high = _pair("crop_aspect_ratio_range", self.crop_aspect_ratio_range)
+        low, high = _pair(self, "crop_aspect_ratio_range")
         if not 0.0 < low <= high:
             raise ValueError("ReadConfig.crop_aspect_ratio_range must satisfy 0 < low <= high")
         if not _is_number(self.min_object_covered) or not 0.0 <= self.min_object_covered <= 1.0:
@@ -69,7 +72,7 @@ class ReadConfig:
             )
         if not _is_number(self.eval_central_crop) or not 0.0 < self.eval_central_crop <= 1.0:
             raise ValueError("ReadConfig.eval_central_crop must be in (0, 1]")
-        low, high = _pair("value_range", self.value_range)
+        low, high = _pair(self, "value_range")
         if not low < high:
             raise ValueError(
                 "ReadConfig.value_range must be (low, high) with low < high, "
@@ -78,20 +81,36 @@ class ReadConfig:
 
 
 def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite real number (Python's or NumPy's), not a bool: an infinite `value_range`
+    made every pixel inf or NaN."""
+    return (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and math.isfinite(float(value))
+    )
 
 
-def _count(name: str, value, *, low: int, autotune: bool = False) -> None:
-    """An int knob at least `low` (or AUTOTUNE where `autotune`)."""
-    if isinstance(value, bool) or not isinstance(value, int):
+# tf.data takes its counts as int64.
+_LARGEST_COUNT = 2**63 - 1
+
+
+def _count(config: ReadConfig, name: str, *, low: int, autotune: bool = False) -> None:
+    """An int knob at least `low` (or AUTOTUNE where `autotune`), kept as a Python int."""
+    value = getattr(config, name)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"ReadConfig.{name} must be an int, not {value!r}")
-    if value < low and not (autotune and value == AUTOTUNE):
+    value = int(value)
+    if (value < low and not (autotune and value == AUTOTUNE)) or value > _LARGEST_COUNT:
         allowed = f"at least {low}" + (" or AUTOTUNE (-1)" if autotune else "")
-        raise ValueError(f"ReadConfig.{name} must be {allowed}, not {value}")
+        raise ValueError(f"ReadConfig.{name} must be {allowed} and below 2**63, not {value}")
+    object.__setattr__(config, name, value)
 
 
-def _pair(name: str, value) -> tuple[float, float]:
-    """A (low, high) pair of numbers."""
+def _pair(config: ReadConfig, name: str) -> tuple[float, float]:
+    """A (low, high) pair of finite numbers, kept as a tuple of Python floats."""
+    value = getattr(config, name)
     if not isinstance(value, (tuple, list)) or len(value) != 2 or not all(map(_is_number, value)):
-        raise TypeError(f"ReadConfig.{name} must be a pair of numbers, not {value!r}")
-    return value[0], value[1]
+        raise TypeError(f"ReadConfig.{name} must be a pair of finite numbers, not {value!r}")
+    pair = (float(value[0]), float(value[1]))
+    object.__setattr__(config, name, pair)
+    return pair

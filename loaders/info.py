@@ -161,8 +161,12 @@ class BuildInfo:
 
 def data_path(data_dir: str | os.PathLike) -> str:
     """`data_dir` as a string, a leading `~` read as the home directory (as a shell would,
-    and as the builder reads `--output_dir`)."""
+    and as the builder reads `--output_dir`). TypeError, naming it, for anything else."""
+    if not isinstance(data_dir, (str, os.PathLike)):
+        raise TypeError(f"data_dir must be a build's directory, a str or a path, not {data_dir!r}")
     path = os.fspath(data_dir)
+    if not isinstance(path, str):
+        raise TypeError(f"data_dir must be a str or a path of one, not {data_dir!r}")
     return os.path.expanduser(path) if path.startswith("~") else path
 
 

@@ -25,6 +25,10 @@ BOX_FORMATS = ("rel_yxyx", "yxyx", "rel_xyxy", "xyxy")
 DIFFICULT_MODES = ("keep", "drop", "flag")
 
 
+# Seeds TensorFlow tells apart: it takes them modulo 2**31 - 1.
+SEEDS = 2**31 - 1
+
+
 @dataclasses.dataclass(frozen=True)
 class LoadSpec:
     """The batches asked for. `LoadSpec.checked(**arguments)` builds one from the loader's
@@ -39,7 +43,7 @@ class LoadSpec:
         square ones).
       training: shuffle files and records, random crop and flip, drop the last partial batch.
       seed: makes shuffling and augmentation deterministic (with TensorFlow's global seed,
-        which tf.data draws from too: the same pair gives the same epochs).
+        which tf.data draws from too: the same pair gives the same epochs); in [0, `SEEDS`).
       label_mode: "one_hot" (or Keras's name, "categorical": kept as "one_hot"): float32
         vectors of one entry per name of `label_names` (the classes, and the background class
         last when `background` gives it a column); "int": int32 class indices; "detection":
@@ -110,6 +114,11 @@ class LoadSpec:
                 raise TypeError(f"{name} must be True or False, not {getattr(self, name)!r}")
         if self.seed is not None and not is_int(self.seed):
             raise TypeError(f"seed must be an int or None, not {self.seed!r}")
+        if self.seed is not None and not 0 <= self.seed < SEEDS:
+            raise ValueError(
+                f"seed must be in [0, 2**31 - 1) or None, not {self.seed}: TensorFlow takes a "
+                "seed modulo 2**31 - 1 (1 and 2**31 drew alike, as did -1 and 2**31 - 2)"
+            )
         if not isinstance(self.config, ReadConfig):
             raise TypeError(
                 "config must be a loaders.ReadConfig (ReadConfig(shuffle_buffer=...)), "

@@ -114,6 +114,8 @@ def test_keras_names_categorical_int_image_size_and_class_names(built):
         ({"batch_size": np.bool_(True)}, TypeError, "batch_size must be an int, not"),
         ({"seed": "a"}, TypeError, "seed must be an int or None, not 'a'"),
         ({"seed": 1.5}, TypeError, "seed must be an int or None, not 1.5"),
+        ({"seed": 2**31}, ValueError, "seed must be in [0, 2**31 - 1) or None, not 2147483648"),
+        ({"seed": -1}, ValueError, "seed must be in [0, 2**31 - 1) or None, not -1: TensorFlow"),
         ({"config": {"shuffle_buffer": 8}}, TypeError, "config must be a loaders.ReadConfig"),
         ({"input_context": "x"}, TypeError, "input_context must be a tf.distribute.InputContext"),
     ],
@@ -704,12 +706,32 @@ def test_a_leading_tilde_is_the_home_directory_and_val_is_named_validation(built
         ("crop_aspect_ratio_range", (2, 1), ValueError, "ReadConfig.crop_aspect_ratio_range"),
         ("crop_area_range", (0.5,), TypeError, "ReadConfig.crop_area_range must be a pair"),
         ("value_range", (1.0, 1.0), ValueError, "ReadConfig.value_range must be (low, high)"),
+        # (were accepted: every pixel inf or NaN; TensorFlow's "out-of-range integer")
+        ("value_range", (0, float("inf")), TypeError, "ReadConfig.value_range must be a pair of"),
+        ("min_object_covered", float("nan"), ValueError, "ReadConfig.min_object_covered must"),
+        ("shuffle_buffer", 2**63, ValueError, "ReadConfig.shuffle_buffer must be at least 1 and"),
     ],
 )
 def test_a_bad_read_config_is_named_when_made(field, value, error, message):
     with pytest.raises(error) as raised:
         ReadConfig(**{field: value})
     assert str(raised.value).startswith(message)
+
+
+@pytest.mark.parametrize("data_dir", [5, None, b"/tmp/out"])
+def test_a_data_dir_that_is_no_path_is_named(data_dir):
+    # "expected str, bytes or os.PathLike object, not int", naming no argument.
+    with pytest.raises(TypeError, match=r"^data_dir must be a "):
+        load_dataset(data_dir, "train", batch_size=4)
+    with pytest.raises(TypeError, match=r"^data_dir must be a "):
+        dataset_info(data_dir)
+
+
+def test_a_read_config_takes_numpy_numbers_as_load_dataset_does():
+    # They were refused ("must be a pair of numbers") where load_dataset takes them.
+    config = ReadConfig(shuffle_buffer=np.int64(10), value_range=(np.float32(-1), np.int8(1)))
+    assert config == ReadConfig(shuffle_buffer=10, value_range=(-1.0, 1.0))
+    assert type(config.shuffle_buffer) is int and type(config.value_range[0]) is float
 
 
 def test_class_weight_of_a_split_the_build_lacks_names_the_splits(built):
