@@ -222,9 +222,21 @@ def test_the_tree_s_own_split_left_out_is_said_with_flags_that_build_it(tmp_path
             ilsvrc_image(tree, split, f"n01/{split}{number}", jpeg_bytes(), task="CLS-LOC")
     assert plan_tool.main(["--input_dir", str(tree), "--validation_split", "0.25"]) == 0
     assert (
-        "Not built: the tree's val split (this build holds splits out of train instead); to "
-        "build the tree's, drop --validation_split and --test_split and pass --splits train,val"
+        "Not built: the tree's val split (this build holds validation out of train); to build "
+        "the tree's val in place of the held-out one, drop --validation_split and pass --splits "
+        "train,val"
     ) in capsys.readouterr().out.splitlines()
+    # A split the build does not hold out is built beside them: keep the flag (it said drop it).
+    for number in range(2):
+        ilsvrc_image(tree, "test", f"n01/test{number}", jpeg_bytes(), task="CLS-LOC")
+    assert plan_tool.main(["--input_dir", str(tree), "--validation_split", "0.25"]) == 0
+    assert (
+        "Not built: the tree's test, val splits (this build holds validation out of train); pass "
+        "--splits train,test to build it too; or to build the tree's val in place of the "
+        "held-out one, drop --validation_split and pass --splits train,test,val"
+    ) in capsys.readouterr().out.splitlines()
+    argv = ["--input_dir", str(tree), "--validation_split", "0.25", "--splits", "train,test"]
+    assert plan_tool.main(argv) == 0
 
 
 @pytest.mark.parametrize(

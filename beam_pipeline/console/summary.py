@@ -36,7 +36,10 @@ class BuildFlags(Protocol):
     def splits(self) -> Sequence[str]: ...
 
     @property
-    def holds_out(self) -> bool: ...
+    def validation_split(self) -> float: ...
+
+    @property
+    def test_split(self) -> float: ...
 
 
 _SOURCE_WORDS = {
@@ -61,18 +64,41 @@ def label_summary(split: SplitInfo) -> str:
     return ", ".join(parts) or "none"
 
 
-def unbuilt_note(splits: Sequence[str], unbuilt: Sequence[str], held_out: bool = False) -> str:
+def _output_split(name: str) -> str:
+    """The split a tree's split folder is written as (`val`, `Valid`: `validation`)."""
+    from beam_pipeline.tree.layouts import SPLIT_FOLDERS, output_split
+
+    return output_split(SPLIT_FOLDERS.get(name.lower(), name))
+
+
+def unbuilt_note(
+    splits: Sequence[str], unbuilt: Sequence[str], held_out: Sequence[str] = ()
+) -> str:
     """The line saying which of the tree's splits a build leaves out, and the flag that adds
     them: `Not built: the tree's test split (--splits is train,val); ...`. With `held_out`
-    (--validation_split or --test_split), the flags that build the tree's own instead."""
+    (the splits --validation_split and --test_split make), the flags that build the tree's
+    own: a split the build holds out of train (val, for --validation_split) in its place,
+    any other beside them."""
     names = ", ".join(unbuilt)
     noun = "split" if len(unbuilt) == 1 else "splits"
     them = "it" if len(unbuilt) == 1 else "them"
     if held_out:
-        return (
-            f"Not built: the tree's {names} {noun} (this build holds splits out of train "
-            f"instead); to build the tree's, drop --validation_split and --test_split and pass "
-            f"--splits {','.join([*splits, *unbuilt])}"
+        instead = [name for name in unbuilt if _output_split(name) in held_out]
+        also = [name for name in unbuilt if name not in instead]
+        fixes = []
+        if also:
+            also_them = "it" if len(also) == 1 else "them"
+            fixes.append(f"pass --splits {','.join([*splits, *also])} to build {also_them} too")
+        if instead:
+            flags = " and ".join(f"--{_output_split(name)}_split" for name in instead)
+            ones = "one" if len(instead) == 1 else "ones"
+            fixes.append(
+                f"to build the tree's {', '.join(instead)} in place of the held-out {ones}, "
+                f"drop {flags} and pass --splits {','.join([*splits, *unbuilt])}"
+            )
+        held = " and ".join(held_out)
+        return f"Not built: the tree's {names} {noun} (this build holds {held} out of train); " + (
+            "; or ".join(fixes)
         )
     return (
         f"Not built: the tree's {names} {noun} (--splits is {','.join(splits)}); to build "
@@ -130,7 +156,12 @@ def tree_notes(plan: DiscoveryPlan, config: BuildFlags) -> list[str]:
     """What the console (and `plan`) says of the tree before a build of `config` starts: the
     splits it leaves out, the images beside split folders or split folders inside class ones,
     the images several splits share, the splits without annotations."""
-    notes = [unbuilt_note(config.splits, plan.unbuilt, config.holds_out)] if plan.unbuilt else []
+    held_out = tuple(
+        name
+        for name, fraction in (("validation", config.validation_split), ("test", config.test_split))
+        if fraction
+    )
+    notes = [unbuilt_note(config.splits, plan.unbuilt, held_out)] if plan.unbuilt else []
     notes += [outside_note(plan.root, plan.outside)] if plan.outside else []
     notes += [nested_splits_note(plan.nested_splits)] if plan.nested_splits else []
     notes += plan.notes
