@@ -274,6 +274,62 @@ def test_metadata_that_disagrees_with_itself_is_reported(copy, capsys):
     ) in output
 
 
+def test_counts_that_do_not_count_the_records_are_reported(copy, capsys):
+    # Each edit kept every sum, and verify said OK while stats printed the edited figures.
+    def change(payload):
+        train = payload["splits"]["train"]
+        counts = train["class_counts"]
+        moved = next(i for i in range(len(counts) - 1) if counts[i])
+        counts[moved], counts[moved + 1] = counts[moved] - 1, counts[moved + 1] + 1
+        train["objects_per_image"] = {"0": 24}
+        train["image_widths"] = {"5000": 24}
+        sources = payload["splits"]["validation"]["label_sources"]
+        sources["background"] = sources.get("background", 0) + 1
+        sources["xml"] -= 1
+
+    edit_info(copy, change)
+    capsys.readouterr()
+    code, output = run(copy, capsys, "--no_decode")
+    assert code == 1
+    lines = [line for line in output.splitlines() if line.startswith("FAIL build_info.json")]
+    assert lines[0].startswith(
+        "FAIL build_info.json: split 'train': class_counts do not count its records: "
+    )
+    assert "(records: " in lines[0]
+    background = json.loads((copy / BUILD_INFO_FILE).read_text())["splits"]["validation"]
+    background = background["label_sources"]["background"]
+    assert lines[1:] == [
+        "FAIL build_info.json: split 'train': objects_per_image do not count its records",
+        "FAIL build_info.json: split 'train': image_widths do not count its records",
+        f"FAIL build_info.json: split 'validation': label_sources count {background} "
+        f"background, its records hold {background - 1}",
+    ]
+
+
+def test_a_record_stored_twice_in_place_of_another_is_reported(copy, capsys):
+    # Record 3 copied over record 4, the shard's size and digest set to agree: "OK".
+    shard = shard_of(copy, 0)
+    records = list(read_records(io.BytesIO(shard.read_bytes())))
+    records[4] = records[3]
+    shard.write_bytes(b"".join(encode_record(r) for r in records))
+
+    def change(payload):
+        import hashlib
+
+        entry = payload["splits"]["train"]["shards"][0]
+        entry["num_bytes"] = shard.stat().st_size
+        entry["sha256"] = hashlib.sha256(shard.read_bytes()).hexdigest()
+
+    edit_info(copy, change)
+    capsys.readouterr()
+    code, output = run(copy, capsys, "--no_decode")
+    assert code == 1
+    assert (
+        "FAIL build_info.json: split 'train': 1 of its records repeat another's image/filename "
+        "(a record stored twice: rebuild it)"
+    ) in output
+
+
 def test_class_names_that_disagree_with_the_records_are_reported(copy, capsys):
     def swap(payload):
         payload["classes"][0], payload["classes"][1] = payload["classes"][1], payload["classes"][0]

@@ -5,23 +5,27 @@ and length; its label agrees with its one-hot (label -1 and no one-hot in an unl
 its class text with the build's metadata; its object lists (boxes, classes, flags and, from
 schema 2.1, views) are as long as each other, their boxes inside [0, 1], their labels in the
 vocabulary; its image is a 3-channel JPEG that decodes as RGB at the recorded size, in Pillow
-and in libjpeg-turbo strictly, whose SHA-256 is the record's key.
+and in libjpeg-turbo strictly, whose SHA-256 is the record's key. `Tally` counts what the
+metadata counts of a split (labels, objects per image, sizes, file names), for
+`check_tallies` to hold the metadata's figures against.
 """
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import hashlib
 import io
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from PIL import Image
 
 from beam_pipeline.core.jpegdata import check_jpeg_data
 from beam_pipeline.core.rejections import InputError
-from schemas import FEATURES, SCHEMA_VERSION, UNLABELLED
+from schemas import FEATURES, SCHEMA_VERSION, UNLABELLED, DatasetInfo
 from schemas import features as F
-from schemas.classes import BACKGROUND
+from schemas.classes import BACKGROUND, FROM_BACKGROUND, FROM_NOTHING
 from schemas.example_proto import Example
 
 _OBJECT_KEYS = [f.key for f in FEATURES if f.length is None]
@@ -34,8 +38,10 @@ def check_example(
     labelled: bool = True,
     schema_version: str = SCHEMA_VERSION,
     classes: Sequence[str] = (),
+    tally: Tally | None = None,
 ) -> str | None:
-    """What is wrong with one serialised Example (of a labelled split or not), or None.
+    """What is wrong with one serialised Example (of a labelled split or not), or None; the
+    record counted in `tally` when its features are the schema's.
 
     Keys newer than the build's `schema_version` are not required. With the build's `classes`,
     the label's class text must be the class the metadata names (`background` for the
@@ -46,6 +52,8 @@ def check_example(
     except Exception as error:  # noqa: BLE001 - protobuf raises its own DecodeError
         return f"not a tf.train.Example ({type(error).__name__})"
     values, problem = _feature_values(example, num_classes, schema_version)
+    if tally is not None and problem is None:
+        tally.add(values)
     return (
         problem
         or _check_label(values, num_classes, labelled)
@@ -152,3 +160,76 @@ def _check_image(data: bytes, width: int, height: int) -> str | None:
     except InputError as error:
         return f"image data is damaged ({error.detail}); rebuild, or drop the record"
     return None
+
+
+@dataclasses.dataclass
+class Tally:
+    """What a split's records count that its metadata counts too: examples per label (-1:
+    unlabelled), per number of objects, per stored width and height; and 8 bytes of the
+    SHA-256 of each file name (a record stored twice, another lost, keep every sum)."""
+
+    labels: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    objects: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    widths: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    heights: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    names: bytearray = dataclasses.field(default_factory=bytearray)
+
+    def add(self, values: dict[str, list[Any]]) -> None:
+        self.labels[values[F.LABEL][0]] += 1
+        self.objects[len(values[F.OBJECT_LABEL])] += 1
+        self.widths[values[F.WIDTH][0]] += 1
+        self.heights[values[F.HEIGHT][0]] += 1
+        self.names += hashlib.sha256(values[F.FILENAME][0]).digest()[:8]
+
+    def merge(self, other: Tally) -> None:
+        for mine, theirs in zip(self._counters(), other._counters(), strict=True):
+            mine.update(theirs)
+        self.names += other.names
+
+    def _counters(self) -> tuple[collections.Counter, ...]:
+        return self.labels, self.objects, self.widths, self.heights
+
+
+def check_tallies(info: DatasetInfo, split_name: str, tally: Tally) -> Iterable[str]:
+    """What the metadata of split `split_name` says that its records (`tally`: of records
+    whose features are the schema's) do not: its class counts, its background and
+    unlabelled label sources, its histograms (recorded from schema 1.2), a file name in two
+    records. Each as a line for `build_info.json`."""
+    split = info.splits[split_name]
+    counted = tuple(tally.labels.get(i, 0) for i in range(info.num_classes + 1))
+    if split.class_counts and tuple(split.class_counts) != counted:
+        recorded = tuple(split.class_counts)
+        size = max(len(recorded), len(counted))
+        wrong = [i for i in range(size) if recorded[i : i + 1] != counted[i : i + 1]]
+        names = [*info.classes, BACKGROUND]
+
+        def said(counts: tuple[int, ...], i: int) -> str:
+            return str(counts[i]) if i < len(counts) else "none"
+
+        shown = ", ".join(
+            f"{names[i] if i < len(names) else i} {said(recorded, i)} (records: {said(counted, i)})"
+            for i in wrong[:3]
+        )
+        yield f"class_counts do not count its records: {shown}{' ...' if len(wrong) > 3 else ''}"
+    sources = split.label_sources
+    for source, label in ((FROM_BACKGROUND, info.background_index), (FROM_NOTHING, UNLABELLED)):
+        if sources and sources.get(source, 0) != tally.labels.get(label, 0):
+            yield (
+                f"label_sources count {sources.get(source, 0)} {source}, its records hold "
+                f"{tally.labels.get(label, 0)}"
+            )
+    if tuple(map(int, info.schema_version.split(".")[:2])) >= (1, 2):
+        for field, found in (
+            ("objects_per_image", tally.objects),
+            ("image_widths", tally.widths),
+            ("image_heights", tally.heights),
+        ):
+            if dict(getattr(split, field)) != dict(found):
+                yield f"{field} do not count its records"
+    digests = [bytes(tally.names[i : i + 8]) for i in range(0, len(tally.names), 8)]
+    twice = sum(count - 1 for count in collections.Counter(digests).values() if count > 1)
+    if twice:
+        yield (
+            f"{twice} of its records repeat another's image/filename (a record stored twice: "
+            "rebuild it)"
+        )

@@ -8,7 +8,8 @@ one-hot agrees with its label, class text with the metadata and boxes lie in [0,
 decodes as RGB at its recorded size, in Pillow and in libjpeg-turbo strictly (what a build
 stores); the record count, byte count and SHA-256 match the metadata. Every bad record is named
 (shard, record index), with a count per shard. The metadata must agree with itself
-(`check_metadata`), the directory must hold no shard of a split that it does not list, and
+(`check_metadata`) and with the records (`record_checks.check_tallies`: what each split's
+counts say of them), the directory must hold no shard of a split that it does not list, and
 `rejected.jsonl` must account for the rejections it counts; TFDS's files must say what
 `build_info.json` says (a schema 1.x build has none: `upgrade` writes them). Exit 0 when all
 checks, 1 when something does not (a damaged `build_info.json` too), 2 without a committed build.
@@ -37,7 +38,7 @@ from beam_pipeline.core.rejections import read_dead_letter
 from beam_pipeline.output.directory import STAGING_DIR, list_shard_files
 from beam_pipeline.output.lock import busy_reason
 from beam_pipeline.output.readback import read_build_info
-from beam_pipeline.tools.record_checks import check_example
+from beam_pipeline.tools.record_checks import Tally, check_example, check_tallies
 from schemas import (
     BUILD_INFO_FILE,
     DEAD_LETTER_FILE,
@@ -95,24 +96,26 @@ def verify_shard(
     labelled: bool = True,
     schema_version: str = SCHEMA_VERSION,
     classes: Sequence[str] = (),
-) -> list[Problem]:
-    """Checks one shard; returns every problem found in it, in record order."""
+) -> tuple[list[Problem], Tally]:
+    """Checks one shard: every problem found in it, in record order, and the `Tally` of its
+    records."""
+    tally = Tally()
     path = join(data_dir, shard.file)
     if not FileSystems.exists(path):
-        return [Problem(shard.file, None, "missing")]
+        return [Problem(shard.file, None, "missing")], tally
     count, problems = 0, []
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
         reader = _HashingReader(stream)
         try:
             for count, record in enumerate(read_records(reader), start=1):
                 problem = check_example(
-                    record, num_classes, decode, labelled, schema_version, classes
+                    record, num_classes, decode, labelled, schema_version, classes, tally
                 )
                 if problem:
                     problems.append(Problem(shard.file, count - 1, problem))
         except CorruptRecordError as error:
             message = f"{error.problem} (byte {error.offset}); the records after it cannot be read"
-            return [*problems, Problem(shard.file, error.index, message)]
+            return [*problems, Problem(shard.file, error.index, message)], tally
     if count != shard.num_examples:
         whole = f"{count} records, the build's metadata says {shard.num_examples}"
     elif reader.num_bytes != shard.num_bytes:
@@ -120,21 +123,21 @@ def verify_shard(
     elif reader.digest.hexdigest() != shard.sha256:
         whole = "SHA-256 differs from the build's metadata"
     else:
-        return problems
-    return [*problems, Problem(shard.file, None, whole)]
+        return problems, tally
+    return [*problems, Problem(shard.file, None, whole)], tally
 
 
 def verify(data_dir: str, workers: int = 1, decode: bool = True) -> tuple[int, list[Problem]]:
     """Checks every shard of every split; returns (shards checked, problems in shard order)."""
     info = read_build_info(data_dir)
     shards = [
-        (shard, split.labelled)
-        for _, split in sorted(info.splits.items())
+        (name, shard, split.labelled)
+        for name, split in sorted(info.splits.items())
         for shard in split.shards
     ]
     args = [
         (data_dir, shard, info.num_classes, decode, labelled, info.schema_version, info.classes)
-        for shard, labelled in shards
+        for _, shard, labelled in shards
     ]
     if workers > 1:
         with concurrent.futures.ProcessPoolExecutor(workers) as pool:
@@ -144,7 +147,18 @@ def verify(data_dir: str, workers: int = 1, decode: bool = True) -> tuple[int, l
     has_build_info = FileSystems.exists(join(data_dir, BUILD_INFO_FILE))
     metadata = BUILD_INFO_FILE if has_build_info else LEGACY_INFO_FILE  # a schema 1.x build
     problems = check_metadata(info, metadata)
-    problems += [problem for found in results for problem in found]
+    problems += [problem for found, _ in results for problem in found]
+    tallies = {name: Tally() for name in info.splits}
+    for (name, _, _), (found, tally) in zip(shards, results, strict=True):
+        if found:  # (a split with a bad record: its counts are not all known)
+            tallies.pop(name, None)
+        elif name in tallies:
+            tallies[name].merge(tally)
+    problems += [
+        Problem(metadata, None, f"split {name!r}: {message}")
+        for name, tally in sorted(tallies.items())
+        for message in check_tallies(info, name, tally)
+    ]
     problems += check_stray_shards(data_dir, info, metadata)
     problems += check_rejections(data_dir, info, metadata)
     problems += check_class_files(data_dir, info)
