@@ -16,7 +16,7 @@ import pytest
 from helpers import build, ilsvrc_image, jpeg_bytes, read_split, write
 
 from beam_pipeline.core.annotations import voc_xml
-from beam_pipeline.tools import inspect_record, sample_tree
+from beam_pipeline.tools import inspect_record, sample_tree, show
 from schemas import BUILD_INFO_FILE, FEATURES, DatasetInfo
 from schemas import features as F
 from schemas.example_proto import Example
@@ -467,6 +467,28 @@ def test_a_damaged_build_names_the_shard_and_verify(built, tmp_path, capsys):
         f"error: {test_shard} is missing: the build in {copy} is damaged; run python -m "
         f"beam_pipeline verify {copy}"
     )
+
+
+def test_a_shard_of_another_size_is_named_not_read_as_the_build_s(built, tmp_path, capsys):
+    # Another split's shard copied in place of validation's was printed as validation's
+    # record 0, exit 0; one cut at a record boundary made `show` draw fewer, exit 0.
+    copy = tmp_path / "copy"
+    shutil.copytree(built, copy)
+    validation, train = copy / shard(built, "validation").name, shard(built, "train")
+    validation.write_bytes(train.read_bytes())
+    sizes = (train.stat().st_size, shard(built, "validation").stat().st_size)
+    code, out, err = run(capsys, copy, "--split", "validation", "--index", "0")
+    assert (code, out) == (1, "")
+    assert err == (
+        f"error: {validation} has {sizes[0]:,} bytes, build_info.json says {sizes[1]:,}: it is "
+        f"not the shard the build wrote (cut, replaced or swapped); run python -m beam_pipeline "
+        f"verify {copy}"
+    )
+    code, _, err = run(capsys, copy, "--filename", "nope.JPEG")
+    assert code == 1 and err.startswith(f"error: {validation} has {sizes[0]:,} bytes")
+    assert show.main([str(copy), "--split", "validation", "-o", str(tmp_path / "s.png")]) == 1
+    assert capsys.readouterr().err.startswith(f"error: {validation} has {sizes[0]:,} bytes")
+    assert not (tmp_path / "s.png").exists()
 
 
 @pytest.fixture(scope="module")

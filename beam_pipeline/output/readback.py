@@ -30,6 +30,18 @@ def open_file(path: str) -> BinaryIO:
     return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
+def file_size(path: str) -> int:
+    """The size of a local or remote file in bytes (FileNotFoundError, naming it, without one)."""
+    if is_local(path):
+        return os.stat(path).st_size
+    from apache_beam.io.filesystems import FileSystems
+
+    (found,) = FileSystems.match([path])
+    if not found.metadata_list:
+        raise FileNotFoundError(2, "no such file", path)
+    return found.metadata_list[0].size_in_bytes
+
+
 def file_exists(path: str) -> bool:
     if is_local(path):
         return os.path.exists(path)

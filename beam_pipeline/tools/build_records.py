@@ -20,11 +20,19 @@ from collections.abc import Iterator, Mapping, Sequence
 from beam_pipeline.output.readback import (
     example_values,
     file_exists,
+    file_size,
     first_value,
     open_file,
     read_build_info,
 )
-from schemas import BACKGROUND, BUILD_INFO_FILE, DatasetInfo, SplitInfo, is_shard_filename
+from schemas import (
+    BACKGROUND,
+    BUILD_INFO_FILE,
+    DatasetInfo,
+    ShardInfo,
+    SplitInfo,
+    is_shard_filename,
+)
 from schemas import features as F
 from schemas.metadata import tree_instead_of_build
 from schemas.paths import first_few, is_local, join
@@ -70,12 +78,31 @@ def read_shard(path: str) -> Iterator[bytes]:
         raise CorruptShardError(path, error) from None
 
 
+class ShardMismatchError(OSError):
+    """A shard of another size than the build's metadata says: cut, replaced or swapped."""
+
+
+def read_build_shard(output_dir: str, shard: ShardInfo) -> Iterator[bytes]:
+    """The records of one of a build's shards, once its size is the metadata's (a shard cut
+    at a record boundary read as the split's, short; another split's shard copied in its
+    place was shown as its records): ShardMismatchError, naming it, where it is not."""
+    path = join(output_dir, shard.file)
+    size = file_size(path)
+    if size != shard.num_bytes:
+        raise ShardMismatchError(
+            f"{path} has {size:,} bytes, {BUILD_INFO_FILE} says {shard.num_bytes:,}: it is not "
+            f"the shard the build wrote (cut, replaced or swapped); run python -m beam_pipeline "
+            f"verify {output_dir}"
+        )
+    return read_shard(path)
+
+
 def records_at(
     output_dir: str, split: str, split_info: SplitInfo, positions: Sequence[int]
 ) -> Iterator[Located]:
     """The records at sorted positions of a split, reading only the shards that hold them.
 
-    A shard that holds fewer records than the metadata says yields fewer (`verify` names it).
+    A shard of another size than the metadata says is refused (`read_build_shard`).
     """
     wanted = iter(positions)
     target = next(wanted, None)
@@ -83,9 +110,7 @@ def records_at(
     for shard in split_info.shards:
         end = start + shard.num_examples
         if target is not None and target < end:
-            for position, record in enumerate(
-                read_shard(join(output_dir, shard.file)), start=start
-            ):
+            for position, record in enumerate(read_build_shard(output_dir, shard), start=start):
                 if position == target:
                     yield Located(split, shard.file, position - start, position, record)
                     target = next(wanted, None)
@@ -144,7 +169,7 @@ def find_filename(
         read = 0
         for shard in info.splits[split].shards:
             path, start = join(output_dir, shard.file), read
-            for index, record in enumerate(read_shard(path)):
+            for index, record in enumerate(read_build_shard(output_dir, shard)):
                 read += 1
                 if needle in record:
                     stored = _stored_name(record, path, index)

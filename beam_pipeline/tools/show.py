@@ -48,7 +48,7 @@ from beam_pipeline.tools.build_records import (
     RequestError,
     class_label,
     class_title,
-    read_shard,
+    read_build_shard,
     records_at,
 )
 from beam_pipeline.tools.histogram import class_histogram
@@ -122,7 +122,7 @@ def _records_of_class(
     random.Random(seed).shuffle(order)
     found: list[Record] = []
     for i in order:
-        records = read_shard(join(output_dir, split.shards[i].file))
+        records = read_build_shard(output_dir, split.shards[i])
         for position, record in enumerate(records, start=starts[i]):
             values = example_values(record)
             if first_value(values, F.LABEL, UNLABELLED) == label:
@@ -242,7 +242,7 @@ def copies_stored(
         for shard in info.splits[split].shards:
             if not needles:
                 break
-            for record in read_shard(join(output_dir, shard.file)):
+            for record in read_build_shard(output_dir, shard):
                 if any(needle in record for needle in needles.values()):
                     values = example_values(record)
                     stored = first_value(values, F.FILENAME, b"").decode("utf-8", "replace")
