@@ -319,3 +319,23 @@ def test_a_near_pair_is_said_of_the_copy_it_is_near_at_its_own_distance():
         )
         # No near pair of a and b: one content, an exact group.
         assert_that(found, equal_to([[("exact", ["a", "b"], 0), ("near", ["b", "v"], 6)]]))
+
+
+def test_the_report_is_checked_against_its_counts():
+    # verify counted its groups by kind alone: flags flipped and members cut passed as OK.
+    member = {"split": "train", "path": "a.jpg", "class": "cat"}
+    other = {"split": "validation", "path": "b.jpg", "class": "cat"}
+    line = {"kind": "exact", "distance": 0, "leak": True, "clash": False}
+    recorded = {"exact_groups": 1, "near_pairs": 0, "images": 2, "clashes": 0}
+    good = [{**line, "members": [member, other]}]
+    assert duplicates.report_problems(good, {**recorded, "leaked": {"validation": 1}}) == []
+    assert duplicates.report_problems(good, {**recorded, "leaked": {}}) == [
+        "1 of its groups leak, build_info.json counts 0 leaked images"
+    ]
+    clash = [{**line, "members": [member, {**other, "class": "dog"}]}]
+    assert duplicates.report_problems(clash, {**recorded, "leaked": {"validation": 1}}) == [
+        "line 1: clash is False, its classes say otherwise"
+    ]
+    assert duplicates.report_problems([{**line, "members": [member]}], recorded) == [
+        "line 1 is not a group of copies as a build writes one"
+    ]

@@ -144,11 +144,12 @@ def test_verify_checks_the_lists_against_the_counts(tree, tmp_path):
     assert verify.verify(str(out), decode=False)[1] == []
     odd = out / ODD_IMAGES_FILE
     odd.write_text("".join(odd.read_text().splitlines(keepends=True)[1:]))
-    (out / "duplicates.jsonl").write_text('{"kind": "near", "members": []}\n')
+    copies = out / "duplicates.jsonl"
+    groups = [json.loads(line) for line in copies.read_text().splitlines()]
+    copies.write_text('{"kind": "near", "members": []}\n')
     problems = [str(problem) for problem in verify.verify(str(out), decode=False)[1]]
     assert problems == [
-        "duplicates.jsonl: lists {'exact': 0, 'near': 1} groups, build_info.json counts "
-        "{'exact': 0, 'near': 3}",
+        "duplicates.jsonl: line 1 is not a group of copies as a build writes one",
         "odd_images.jsonl: lists {'extreme_aspect_ratio': 1, 'nearly_uniform': 1, 'tiny': 1}, "
         "build_info.json counts {'nearly_uniform': 1, 'tiny': 1, 'extreme_aspect_ratio': 1, "
         "'grey': 1}",
@@ -156,3 +157,17 @@ def test_verify_checks_the_lists_against_the_counts(tree, tmp_path):
     odd.unlink()
     problems = [str(problem) for problem in verify.verify(str(out), decode=False)[1]]
     assert "odd_images.jsonl: missing: the build recorded what it lists" in problems
+    # Each passed as OK: a group cut short, a clash flag flipped, a line with no reason.
+    for change, said in (
+        (lambda g: g[0].update(members=g[0]["members"][:1]), "line 1 is not a group of copies"),
+        (lambda g: g[0].update(clash=not g[0]["clash"]), "line 1: clash is "),
+        (lambda g: g.append(dict(g[0])), "holds 4 near pairs, build_info.json says 3"),
+    ):
+        edited = [dict(group) for group in groups]
+        change(edited)
+        copies.write_text("".join(json.dumps(group) + "\n" for group in edited))
+        problems = [str(p) for p in verify.verify(str(out), decode=False)[1]]
+        assert any(p.startswith(f"duplicates.jsonl: {said}") for p in problems), problems
+    odd.write_text('{"x": 1}\n')
+    problems = [str(problem) for problem in verify.verify(str(out), decode=False)[1]]
+    assert "odd_images.jsonl: line 1 is not an odd image as a build writes one" in problems

@@ -275,3 +275,58 @@ def counts(groups: Sequence[Group], leaks: Sequence[Leak]) -> dict:
         "leaked": dict(sorted(leaked.items())),
         "clashes": clashes,
     }
+
+
+def report_problems(lines: Sequence[Any], recorded: dict) -> list[str]:
+    """What is wrong with `duplicates.jsonl`'s parsed `lines` (`rows`) against the counts
+    `build_info.json` `recorded` (`counts`): a line that is no group (each member a split,
+    path and class), a clash flag its classes do not give, and groups, clashes, images or
+    leak flags other than the counts say (`verify`)."""
+    problems: list[str] = []
+    kinds: collections.Counter[str] = collections.Counter()
+    images: set[tuple[str, str]] = set()
+    clashes = leaks = 0
+    for number, line in enumerate(lines, start=1):
+        members = line.get("members") if isinstance(line, dict) else None
+        if not _is_group(line, members):
+            problems.append(f"line {number} is not a group of copies as a build writes one")
+            continue
+        assert members is not None  # (_is_group)
+        kinds[line["kind"]] += 1
+        classes = {m["class"] for m in members if m["class"]}
+        if line["clash"] != (len(classes) > 1):
+            problems.append(f"line {number}: clash is {line['clash']}, its classes say otherwise")
+        clashes += line["clash"]
+        leaks += line["leak"]
+        images.update((m["split"], m["path"]) for m in members)
+    counted = {"exact_groups": kinds[EXACT], "near_pairs": kinds[NEAR], "clashes": clashes}
+    counted["images"] = len(images)
+    for key, value in counted.items():
+        if not problems and recorded.get(key) != value:
+            problems.append(
+                f"holds {value:,} {key.replace('_', ' ')}, build_info.json says {recorded.get(key)}"
+            )
+    leaked = sum((recorded.get("leaked") or {}).values())
+    if not problems and bool(leaks) != bool(leaked):
+        problems.append(
+            f"{leaks:,} of its groups leak, build_info.json counts {leaked:,} leaked images"
+        )
+    return problems
+
+
+def _is_group(line: Any, members: Any) -> bool:
+    """Whether a parsed line is a group as `rows` writes it."""
+    return (
+        isinstance(line, dict)
+        and line.get("kind") in (EXACT, NEAR)
+        and type(line.get("distance")) is int
+        and type(line.get("leak")) is bool
+        and type(line.get("clash")) is bool
+        and isinstance(members, list)
+        and len(members) >= 2
+        and all(
+            isinstance(m, dict)
+            and all(isinstance(m.get(k), str) for k in ("split", "path", "class"))
+            for m in members
+        )
+    )

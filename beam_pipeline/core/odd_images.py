@@ -89,3 +89,21 @@ def note(per_reason: dict[str, int], file: str) -> str | None:
         if count
     ]
     return f"Odd images: {', '.join(said)} ({file})" if said else None
+
+
+def report_problems(lines: Sequence[Any]) -> list[str]:
+    """The lines of `odd_images.jsonl` (parsed) that are not an image as `row` writes one:
+    a split, a path, one or more of `REASONS`, a width and a height (`verify`)."""
+    return [
+        f"line {number} is not an odd image as a build writes one"
+        for number, line in enumerate(lines, start=1)
+        if not (
+            isinstance(line, dict)
+            and isinstance(line.get("split"), str)
+            and isinstance(line.get("path"), str)
+            and isinstance(line.get("reasons"), list)
+            and line["reasons"]
+            and set(line["reasons"]) <= set(REASONS)
+            and all(type(line.get(side)) is int for side in ("width", "height"))
+        )
+    ]

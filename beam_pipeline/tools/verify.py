@@ -34,6 +34,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.console.summary import human_bytes, plural
+from beam_pipeline.core import duplicates, odd_images
 from beam_pipeline.core.rejections import read_dead_letter
 from beam_pipeline.output.directory import STAGING_DIR, list_shard_files
 from beam_pipeline.output.lock import busy_reason
@@ -338,17 +339,12 @@ def check_copies(data_dir: str, info: DatasetInfo) -> list[Problem]:
         else:
             found[name] = lines
     if DUPLICATES_FILE in found:
-        kinds = collections.Counter(str(line.get("kind")) for line in found[DUPLICATES_FILE])
-        counted = {"exact": kinds.pop("exact", 0), "near": kinds.pop("near", 0)}
-        recorded = {
-            "exact": info.duplicates.get("exact_groups"),
-            "near": info.duplicates.get("near_pairs"),
-        }
-        if counted != recorded or kinds:
-            said = f"lists {dict(counted, **kinds)} groups, {BUILD_INFO_FILE} counts {recorded}"
-            problems.append(Problem(DUPLICATES_FILE, None, said))
+        wrong = duplicates.report_problems(found[DUPLICATES_FILE], info.duplicates)
+        problems += [Problem(DUPLICATES_FILE, None, message) for message in wrong]
     if ODD_IMAGES_FILE in found:
         lines = found[ODD_IMAGES_FILE]
+        malformed = odd_images.report_problems(lines)
+        problems += [Problem(ODD_IMAGES_FILE, None, message) for message in malformed]
         reasons = collections.Counter(r for line in lines for r in line.get("reasons", ()))
         recorded = dict(info.odd_images)
         if {r: reasons.get(r, 0) for r in recorded} != recorded or set(reasons) - set(recorded):
