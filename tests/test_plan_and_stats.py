@@ -361,6 +361,17 @@ def test_stats_text_names_rejections_and_says_what_an_old_build_lacks(bad_tree, 
     text = stats.format_stats(stats.build_stats(str(out)))
     assert "  image width: not recorded (built before schema 1.2; rebuild to record it)" in text
     assert DatasetInfo.from_json(path.read_text()).splits["train"].image_widths == {}
+    # A rejected.jsonl emptied or a line written twice: stats printed "1 rejected" above
+    # "rejections: none" (or two) without a word.
+    lines = (out / "rejected.jsonl").read_text().splitlines(keepends=True)
+    image = next(line for line in lines if '"unknown_class"' in line)
+    (out / "rejected.jsonl").write_text("".join([*lines, image]))
+    text = stats.format_stats(stats.build_stats(str(out)))
+    assert (
+        "  (rejected.jsonl names 2 rejected images of the split, build_info.json counts 1: the "
+        f"build is damaged; run python -m beam_pipeline verify {out})"
+    ) in text.split("validation:")[1]
+    assert "rejected.jsonl names" not in text.split("validation:")[0]
     # Without rejected.jsonl, the reasons are unknown: one line naming it (was a traceback).
     (out / "rejected.jsonl").unlink()
     capsys.readouterr()

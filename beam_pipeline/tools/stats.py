@@ -182,17 +182,25 @@ def format_stats(stats: dict[str, Any]) -> str:
             lines.append(f"  objects per image (mean {split['objects_mean']:.2f}): {shown}")
         else:
             lines.append(f"  objects per image: {not_recorded}")
-        lines += _rejection_lines(split)
+        lines += _rejection_lines(split, stats["output_dir"])
     return "\n".join(lines + _copies_lines(stats.get("duplicates"), stats.get("odd_images")))
 
 
-def _rejection_lines(split: dict[str, Any]) -> list[str]:
-    """A split's rejected images by reason, and apart, the files only reported."""
+def _rejection_lines(split: dict[str, Any], output_dir: str) -> list[str]:
+    """A split's rejected images by reason, and apart, the files only reported; where
+    `rejected.jsonl` names another number of them than `build_info.json` counts, that."""
 
     def counted(reasons: dict[str, int]) -> str:
         return ", ".join(f"{reason} {count:,}" for reason, count in reasons.items())
 
     lines = [f"  rejections: {counted(split['rejections']) or 'none'}"]
+    listed = sum(split["rejections"].values())
+    if listed != split["rejected"]:
+        lines.append(
+            f"  (rejected.jsonl names {listed:,} rejected images of the split, "
+            f"build_info.json counts {split['rejected']:,}: the build is damaged; run "
+            f"python -m beam_pipeline verify {output_dir})"
+        )
     if split.get("reported"):
         lines.append(f"  reported (not rejected): {counted(split['reported'])}")
     return lines
