@@ -125,7 +125,16 @@ def test_verify_checks_the_key_and_reads_builds_older_than_the_key(od_build):
     del example.features.feature[F.KEY_SHA256]
     old = example.SerializeToString()
     assert verify.check_example(old, 3) == "missing feature image/key/sha256"
-    assert verify.check_example(old, 3, schema_version="1.1.0") is None
+    # A 1.1 record has neither the key nor 2.1's views; a later key is no 1.1 record's.
+    assert verify.check_example(old, 3, schema_version="1.1.0") == (
+        "feature image/object/view is not in schema 1.1.0"
+    )
+    del example.features.feature[F.OBJECT_VIEW]
+    assert verify.check_example(example.SerializeToString(), 3, schema_version="1.1.0") is None
+    example.features.feature["foo/bar"].int64_list.value.append(1)
+    assert verify.check_example(example.SerializeToString(), 3, schema_version="1.1.0") == (
+        "feature foo/bar is not in schema 1.1.0"
+    )
 
 
 def test_the_tensorflow_model_garden_decoder_reads_every_record(od_build):

@@ -4,6 +4,7 @@ datasets without touching a shard."""
 
 import dataclasses
 import hashlib
+import io
 import json
 import shutil
 
@@ -27,7 +28,9 @@ from schemas import (
     DatasetInfo,
 )
 from schemas import features as F
+from schemas.example_proto import Example
 from schemas.tfds_metadata import TFDS_FILES, TFDS_INFO_FILE, tfds_files, tfds_name
+from schemas.tfrecord import encode_record, read_records
 
 CLASSES = ["n01440764", "n01443537", "n01484850"]
 
@@ -169,10 +172,22 @@ def test_tfds_metadata_describes_only_the_keys_of_the_build_schema():
 
 
 def make_legacy(build_dir, into):
-    """A copy of a build as schema 1.2 wrote it: the metadata in dataset_info.json, no TFDS."""
+    """A copy of a build as schema 1.2 wrote it: the metadata in dataset_info.json, no TFDS,
+    records without schema 2.1's image/object/view."""
     shutil.copytree(build_dir, into)
     payload = json.loads((into / BUILD_INFO_FILE).read_text())
     payload["schema_version"] = "1.2.0"
+    for split in payload["splits"].values():
+        for shard in split["shards"]:
+            path = into / shard["file"]
+            records = []
+            for record in read_records(io.BytesIO(path.read_bytes())):
+                example = Example.FromString(record)
+                del example.features.feature[F.OBJECT_VIEW]
+                records.append(encode_record(example.SerializeToString(deterministic=True)))
+            path.write_bytes(b"".join(records))
+            shard["num_bytes"] = path.stat().st_size
+            shard["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
     for name in TFDS_FILES:
         (into / name).unlink()
     (into / BUILD_INFO_FILE).unlink()

@@ -1,12 +1,12 @@
 """What `verify` checks in each record of a shard (`check_example`).
 
 The record is an Example with every schema key of the build's schema version, of the right kind
-and length; its label agrees with its one-hot (label -1 and no one-hot in an unlabelled split),
-its class text with the build's metadata; its object lists (boxes, classes, flags and, from
-schema 2.1, views) are as long as each other, their boxes inside [0, 1], their labels in the
-vocabulary; its image is a 3-channel JPEG that decodes as RGB at the recorded size, in Pillow
-and in libjpeg-turbo strictly, whose SHA-256 is the record's key. `Tally` counts what the
-metadata counts of a split (labels, objects per image, sizes, file names), for
+and length, and no other key; its label agrees with its one-hot (label -1 and no one-hot in an
+unlabelled split), its class text with the build's metadata; its object lists (boxes, classes,
+flags and, from schema 2.1, views) are as long as each other, their boxes inside [0, 1], their
+labels in the vocabulary; its image is a 3-channel JPEG that decodes as RGB at the recorded
+size, in Pillow and in libjpeg-turbo strictly, whose SHA-256 is the record's key. `Tally`
+counts what the metadata counts of a split (labels, objects per image, sizes, file names), for
 `check_tallies` to hold the metadata's figures against.
 """
 
@@ -67,9 +67,13 @@ def _feature_values(
     example: Example, num_classes: int, schema_version: str
 ) -> tuple[dict[str, list[Any]], str | None]:
     """(the values of the schema's features by key, None), or what is wrong with the first
-    feature that is missing, of another kind or of another length."""
+    feature that is missing, of another kind or of another length, or the first key that is
+    not the schema's (a key of a later schema: the build's metadata claims an earlier one)."""
     features = example.features.feature
     values: dict[str, list[Any]] = {}
+    known = {spec.key for spec in FEATURES if spec.in_schema(schema_version)}
+    if foreign := sorted(set(features) - known):
+        return values, f"feature {foreign[0]} is not in schema {schema_version}"
     for spec in FEATURES:
         if not spec.in_schema(schema_version):
             continue
