@@ -7,6 +7,7 @@ shard (an image of VOC's overlapping lists in each of its splits) and by positio
 """
 
 import hashlib
+import io
 import json
 import shutil
 import subprocess
@@ -20,7 +21,7 @@ from beam_pipeline.tools import inspect_record, sample_tree, show
 from schemas import BUILD_INFO_FILE, FEATURES, DatasetInfo
 from schemas import features as F
 from schemas.example_proto import Example
-from schemas.tfrecord import encode_record
+from schemas.tfrecord import encode_record, read_records
 
 OBJECTS = [("circle", 10, 5, 49, 34, 1, 0), ("square", 60, 20, 99, 59, 0, 1)]
 
@@ -284,6 +285,38 @@ def test_a_record_that_is_no_example_or_no_image_is_named(built, tmp_path, capsy
     assert lines[1].startswith("image/encoded: 26 bytes of GIF, does not decode (")
     assert "extra/key: [7, 8]  (not in the schema)" in lines
     assert f"{F.LABEL}: (missing)" in lines and f"{F.FILENAME}: (missing)" in lines
+
+
+def test_a_label_outside_the_build_s_is_said_to_be(built, tmp_path, capsys):
+    # Label 99 of a 5-class build was printed "99 (background)", the record's own text.
+    copy = tmp_path / "copy"
+    shutil.copytree(built, copy)
+    path = copy / shard(built, "validation").name
+    records = list(read_records(io.BytesIO(path.read_bytes())))
+    example = Example.FromString(records[0])
+    example.features.feature[F.LABEL].int64_list.value[0] = 99
+    records[0] = example.SerializeToString()
+    path.write_bytes(b"".join(encode_record(r) for r in records))
+    code, out, _ = run(capsys, path, "--index", "0")
+    names = len(DatasetInfo.from_json((built / BUILD_INFO_FILE).read_text()).class_list.names)
+    assert code == 0
+    assert f"{F.LABEL}: 99 (outside the build's {names} labels: run verify)" in out.splitlines()
+
+
+def test_split_with_a_path_that_is_no_build_says_what_it_is(tmp_path, capsys):
+    # Both were told "is one shard file: drop --split".
+    code, _, err = run(capsys, tmp_path / "none", "--split", "train")
+    assert (code, err) == (
+        2,
+        f"error: {tmp_path / 'none'} does not exist: --split reads a build's directory",
+    )
+    write(tmp_path / "notes.txt", "text")
+    code, _, err = run(capsys, tmp_path / "notes.txt", "--split", "train")
+    assert (code, err) == (
+        2,
+        f"error: {tmp_path / 'notes.txt'} is a file, not a build: --split reads a build's "
+        "directory",
+    )
 
 
 def test_missing_shards_and_directories_exit_2(built, tmp_path, capsys):

@@ -542,6 +542,14 @@ def test_a_reader_that_leaves_early_gets_no_traceback(sample):
     )
     assert done.returncode == 1
     assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr
+    # `--help | head` (the usage, and a command's argparse help): a trace at the exit's flush.
+    for argv in (["--help"], ["verify", "--help"]):
+        script = (
+            "import os, sys; from beam_pipeline.tools import commands; r, w = os.pipe(); "
+            f"os.close(r); os.dup2(w, 1); sys.exit(commands.cli({argv!r}))"
+        )
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+        assert done.stderr == "", argv  # (argparse's help swallows the error itself: exit 0)
 
 
 @pytest.fixture(scope="module")

@@ -47,10 +47,15 @@ def cli(argv: Sequence[str] | None = None) -> int:
     it. A build's console leaves stderr in its log (`BuildConsole.park_stderr`), and a Ctrl-C
     before the build's own handling (in the first second: imports) is one line, not a trace."""
     try:
-        return main(argv, cli=True)
+        try:
+            return main(argv, cli=True)
+        finally:
+            sys.stdout.flush()  # (--help too, whose SystemExit flushed after the last except)
     except KeyboardInterrupt:
         print("INTERRUPTED (Ctrl-C)", file=sys.stderr)
         return 128 + signal.SIGINT
+    except BrokenPipeError:
+        return _reader_left()
 
 
 def main(argv: Sequence[str] | None = None, *, cli: bool = False) -> int:
@@ -82,6 +87,11 @@ def main(argv: Sequence[str] | None = None, *, cli: bool = False) -> int:
         sys.stdout.flush()  # here, where a closed pipe can still be caught
         return code
     except BrokenPipeError:
-        # The reader left (`stats OUT | head`): say nothing more, as other tools do.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+        return _reader_left()
+
+
+def _reader_left() -> int:
+    """The reader of stdout left (`stats OUT | head`, `--help | head`): say nothing more, as
+    other tools do (no BrokenPipeError trace as the interpreter flushes at its exit)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 1

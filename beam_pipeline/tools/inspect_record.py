@@ -219,10 +219,14 @@ def _at(features: dict[str, list[Any]], key: str, i: int, default: Any) -> Any:
 
 
 def _name(names: Sequence[str] | None, label: int, text: str) -> str:
+    """The class of `label` by the build's `names` (with background); the record's own text
+    without them; a label outside them said so (was named by the record's text)."""
     if label == UNLABELLED:
         return UNLABELLED_NAME
     if names is not None and 0 <= label < len(names):
         return names[label]
+    if names is not None:
+        return f"outside the build's {len(names)} labels: run verify"
     return text or "?"
 
 
@@ -308,6 +312,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if _is_build(args):
             text = _inspect_build(args)
+        elif args.split is not None and not file_exists(args.shard):
+            raise UsageError(f"{args.shard} does not exist: --split reads a build's directory")
+        elif args.split is not None and not args.shard.endswith(SHARD_SUFFIX):
+            raise UsageError(
+                f"{args.shard} is a file, not a build: --split reads a build's directory"
+            )
         elif args.split is not None:
             raise UsageError(
                 f"--split finds a record in a build's directory; {args.shard} is one shard "
