@@ -21,7 +21,7 @@ import pathlib
 import numpy as np
 import simplejpeg
 from lxml import etree
-from PIL import Image
+from PIL import Image, JpegImagePlugin
 
 from beam_pipeline.core import annotations, labels
 from beam_pipeline.core.entries import IndexEntry, LabelledEntry
@@ -98,10 +98,17 @@ def check_image_invariants(data: bytes, policy: ImagePolicy) -> None:
     if not stored.reencoded:  # kept: what a reader shows of the input, nothing lost
         with Image.open(io.BytesIO(data)) as source:
             assert np.array_equal(np.asarray(source.convert("RGB")), pillow)
-    elif policy.mode == ORIGINAL:  # converted: exactly the JPEG of the source's RGB
+    elif policy.mode == ORIGINAL:  # converted: exactly the JPEG of the source's RGB, at the
+        # source's chroma resolution (a colour JPEG's own; grey 4:2:0; every other 4:4:4)
         with Image.open(io.BytesIO(data)) as source:
             converted = io.BytesIO()
-            to_rgb(source).save(converted, "JPEG", quality=policy.jpeg_quality)
+            if source.format == "JPEG" and source.mode == "RGB":
+                sampling = JpegImagePlugin.get_sampling(source)
+            else:
+                sampling = 2 if source.mode in ("1", "L", "LA", "I", "I;16", "F") else 0
+            to_rgb(source).save(
+                converted, "JPEG", quality=policy.jpeg_quality, subsampling=sampling
+            )
         with Image.open(converted) as expected:
             assert np.array_equal(np.asarray(expected), pillow)
 

@@ -24,7 +24,7 @@ import re
 import warnings
 
 import numpy as np
-from PIL import Image
+from PIL import Image, JpegImagePlugin
 
 from beam_pipeline.core.fingerprints import Fingerprint, fingerprint, hash_scale
 from beam_pipeline.core.formats import sniff_format
@@ -146,6 +146,7 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
     keep_stray, note = policy.keep_stray_jpeg_bytes, ""
     with _decoding_errors(fmt, policy.max_pixels):
         image = _open(data, fmt, policy.max_pixels)
+        sampling = _chroma_sampling(image)
         width, height = image.size
         target = policy.target_size(width, height)
         _check_storable(fmt, (width, height), target, policy)
@@ -175,7 +176,7 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
         rgb = rgb.resize(target, Image.Resampling.BICUBIC, reducing_gap=3.0)
     out = io.BytesIO()
     try:
-        rgb.save(out, format="JPEG", quality=policy.jpeg_quality)
+        rgb.save(out, format="JPEG", quality=policy.jpeg_quality, subsampling=sampling)
     except (OSError, ValueError) as error:  # the image's fault, never the output's
         raise InputError("corrupt_image", f"{fmt}: cannot be encoded as JPEG: {error}") from None
     prints = fingerprint(rgb) if policy.fingerprints else None
@@ -241,6 +242,24 @@ def _check_storable(
             f"{fmt} of {size[0]}x{size[1]}{resized}: {width * height} pixels stored "
             f"(limit {policy.max_pixels}, --max_pixels)",
         )
+
+
+# Pillow's modes of grey pictures.
+_GREY_MODES = frozenset({"1", "L", "LA", "La", "I", "I;16", "I;16B", "I;16L", "F"})
+
+
+def _chroma_sampling(image: Image.Image) -> int:
+    """Pillow's `subsampling` for the JPEG an image is stored as when converted: a colour
+    JPEG's own (4:2:0 for most photos: no finer chroma to keep), Pillow's default (4:2:0) for
+    a grey picture (its chroma is flat), full chroma (4:4:4) for every other, whose colours
+    are whole. At 4:2:0 they were halved: palette images and drawings came out smeared, a
+    mean error of 1.8 levels against 1.0 at quality 95 over the corpus's PNGs and GIFs, for
+    1.3x the bytes at 4:4:4 (found by a user trial)."""
+    sampling = getattr(JpegImagePlugin, "get_sampling", None)  # (Pillow's, public, undocumented)
+    if image.format == "JPEG" and image.mode == "RGB" and sampling is not None:
+        found = sampling(image)
+        return found if found in (0, 1, 2) else 2
+    return 2 if image.mode in _GREY_MODES else 0
 
 
 def _open(data: bytes, fmt: str, max_pixels: int) -> Image.Image:
