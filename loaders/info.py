@@ -18,7 +18,7 @@ from schemas import (
     SplitInfo,
     read_build_info,
 )
-from schemas.metadata import metadata_text, tree_instead_of_build
+from schemas.metadata import metadata_text, tree_instead_of_build, unreadable_metadata
 from schemas.paths import first_few, is_local, join, not_a_directory
 
 
@@ -176,6 +176,8 @@ def dataset_info(data_dir: str | os.PathLike) -> BuildInfo:
     Raises:
       IncompleteDatasetError: the directory has no committed build (still running, crashed,
         failed its error budget, or never built).
+      DamagedBuildError: its metadata is there but damaged (the message names the file and
+        the field).
     """
 
     directory = data_path(data_dir)
@@ -185,8 +187,14 @@ def dataset_info(data_dir: str | os.PathLike) -> BuildInfo:
         path = join(directory, name)
         if not tf.io.gfile.exists(path):
             return None
-        with tf.io.gfile.GFile(path, "rb") as f:
-            read[name] = metadata_text(f.read(), path)
+        try:
+            with tf.io.gfile.GFile(path, "rb") as f:
+                data = f.read()
+        except tf.errors.NotFoundError:
+            raise
+        except tf.errors.OpError as error:  # a directory of its name, say: the build is damaged
+            raise unreadable_metadata(path, error.message.removeprefix(f"{path}; ")) from None
+        read[name] = metadata_text(data, path)
         return read[name]
 
     if what := not_a_directory(directory):

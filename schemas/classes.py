@@ -27,6 +27,12 @@ FROM_NOTHING = "unlabelled"
 LABEL_SOURCES = (FROM_XML, FROM_FOLDER, FROM_BACKGROUND, FROM_NOTHING)
 
 
+def is_labelled(num_examples: int, label_sources: dict[str, int]) -> bool:
+    """Whether a split of `num_examples` whose labels came from `label_sources` is labelled:
+    False only when it has examples and every one of them is unlabelled."""
+    return not (num_examples and label_sources.get(FROM_NOTHING) == num_examples)
+
+
 def one_hot_length(num_classes: int) -> int:
     """Entries of a one-hot label: every class, then the background class."""
     return num_classes + 1

@@ -15,9 +15,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from schemas.classes import FROM_NOTHING, ClassList
+from schemas.classes import ClassList, is_labelled
 from schemas.features import SCHEMA_VERSION
 from schemas.paths import join
+from schemas.payload_checks import PayloadError, check_payload
 
 BUILD_INFO_FILE = "build_info.json"
 # Where builds of schema 1.x kept their metadata (now TFDS's dataset_info.json, see above).
@@ -85,7 +86,7 @@ class SplitInfo:
     @property
     def labelled(self) -> bool:
         """False for a split without annotations, whose examples all carry label -1."""
-        return not (self.num_examples and self.label_sources.get(FROM_NOTHING) == self.num_examples)
+        return is_labelled(self.num_examples, self.label_sources)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,13 +180,7 @@ class DatasetInfo:
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> DatasetInfo:
         """`from_json` of the already parsed JSON."""
-        version = str(payload.get("schema_version", ""))
-        if version.split(".")[0] not in READABLE_MAJORS:
-            raise ValueError(
-                f"the build's metadata has schema version {version!r}; this code (schema "
-                f"{SCHEMA_VERSION}) reads versions {', '.join(m + '.x' for m in READABLE_MAJORS)}"
-                "; update imagenet-tfrecords to read it"
-            )
+        version = readable_version(payload)
         splits = {
             name: SplitInfo(
                 num_examples=split["num_examples"],
@@ -215,13 +210,26 @@ class DatasetInfo:
         )
 
 
+def readable_version(payload: dict[str, Any]) -> str:
+    """The schema version of a build's parsed metadata; ValueError for another major version
+    (a newer build: update this code)."""
+    version = str(payload.get("schema_version", ""))
+    if version.split(".")[0] not in READABLE_MAJORS:
+        raise ValueError(
+            f"the build's metadata has schema version {version!r}; this code (schema "
+            f"{SCHEMA_VERSION}) reads versions {', '.join(m + '.x' for m in READABLE_MAJORS)}"
+            "; update imagenet-tfrecords to read it"
+        )
+    return version
+
+
 class NoBuildError(FileNotFoundError):
     """A directory without a committed build (no build metadata)."""
 
 
 class DamagedBuildError(ValueError):
-    """A build whose `build_info.json` is there but cannot be read: not JSON, or a field of
-    the schema missing or of the wrong kind."""
+    """A build whose `build_info.json` is there but cannot be read: no file, not JSON, or a
+    field of the schema missing, of the wrong kind or value (`schemas.payload_checks`)."""
 
 
 # Folders of an input tree (ILSVRC's, VOC's, or a download around one), never of a build.
@@ -313,12 +321,20 @@ def _parse_build_info(text: str, path: str) -> DatasetInfo:
     return _info_of(payload, path)
 
 
+def unreadable_metadata(path: str, why: str) -> DamagedBuildError:
+    """The error for a metadata file that is there but cannot be read (a directory of its
+    name, say), naming it and `why` (the file system's words)."""
+    return DamagedBuildError(f"{_DAMAGED.format(path)} (reading it fails: {why}); {_REBUILD}")
+
+
 def _info_of(payload: dict[str, Any], path: str) -> DatasetInfo:
-    """`DatasetInfo.from_payload`; DamagedBuildError, naming `path`, for a field of the schema
-    missing or of the wrong kind."""
+    """`DatasetInfo.from_payload`; DamagedBuildError, naming `path` and the field, for a field
+    of the schema missing, of the wrong kind or disagreeing with another (`check_payload`)."""
+    readable_version(payload)  # (another schema's metadata is no damage: its own ValueError)
     try:
+        check_payload(payload)
         return DatasetInfo.from_payload(payload)
-    except (KeyError, TypeError, AttributeError) as error:
+    except (PayloadError, KeyError, TypeError, AttributeError) as error:
         what = f"no {error}" if isinstance(error, KeyError) else str(error)
         raise DamagedBuildError(f"{_DAMAGED.format(path)} ({what}); {_REBUILD}") from None
 

@@ -1,5 +1,6 @@
 """The output directory's helpers: temp-then-rename, the commit files, the shard check."""
 
+import hashlib
 import logging
 import os
 import signal
@@ -188,7 +189,10 @@ def staged_rebuild(tmp_path):
         (tmp_path / ".staged" / name).write_bytes(data)
     (tmp_path / ".tmp").mkdir()
     (tmp_path / ".tmp" / "rejected.jsonl").write_text("new")
-    shards = [ShardInfo(name, 1, len(data), "x") for name, data in new.items()]
+    shards = [
+        ShardInfo(name, 1, len(data), hashlib.sha256(data).hexdigest())
+        for name, data in new.items()
+    ]
     return info(*shards), new
 
 

@@ -339,8 +339,8 @@ def test_a_schema_1_build_with_a_field_missing_is_named_damaged(built, tmp_path,
     del payload["splits"]["train"]["num_discovered"]
     (legacy / LEGACY_INFO_FILE).write_text(json.dumps(payload))
     damaged = (
-        f"{legacy}/{LEGACY_INFO_FILE} is damaged and the build cannot be read (no "
-        "'num_discovered'); rebuild it (--overwrite replaces it)"
+        f"{legacy}/{LEGACY_INFO_FILE} is damaged and the build cannot be read (splits.train "
+        "has no num_discovered); rebuild it (--overwrite replaces it)"
     )
     with pytest.raises(DamagedBuildError) as raised:
         dataset_info(str(legacy))

@@ -245,10 +245,12 @@ def edit_info(out, change):
 
 def test_metadata_that_disagrees_with_itself_is_reported(copy, capsys):
     # A shard dropped from the list (the loader read 7 of 8 shards, verify said OK), and a
-    # count lowered: the sums and the shard names no longer agree.
+    # count lowered: the sums and the shard names no longer agree. (Its num_shards follows: a
+    # num_shards other than the list's length is damage the reader names before verify's checks.)
     def change(payload):
         train = payload["splits"]["train"]
         train["shards"] = train["shards"][:-1]
+        train["num_shards"] = len(train["shards"])
         payload["splits"]["validation"]["num_examples"] -= 1
 
     edit_info(copy, change)

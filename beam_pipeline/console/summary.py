@@ -64,13 +64,6 @@ def label_summary(split: SplitInfo) -> str:
     return ", ".join(parts) or "none"
 
 
-def _output_split(name: str) -> str:
-    """The split a tree's split folder is written as (`val`, `Valid`: `validation`)."""
-    from beam_pipeline.tree.layouts import SPLIT_FOLDERS, output_split
-
-    return output_split(SPLIT_FOLDERS.get(name.lower(), name))
-
-
 def unbuilt_note(
     splits: Sequence[str], unbuilt: Sequence[str], held_out: Sequence[str] = ()
 ) -> str:
@@ -83,14 +76,16 @@ def unbuilt_note(
     noun = "split" if len(unbuilt) == 1 else "splits"
     them = "it" if len(unbuilt) == 1 else "them"
     if held_out:
-        instead = [name for name in unbuilt if _output_split(name) in held_out]
+        from beam_pipeline.tree.layouts import folder_split
+
+        instead = [name for name in unbuilt if folder_split(name) in held_out]
         also = [name for name in unbuilt if name not in instead]
         fixes = []
         if also:
             also_them = "it" if len(also) == 1 else "them"
             fixes.append(f"pass --splits {','.join([*splits, *also])} to build {also_them} too")
         if instead:
-            flags = " and ".join(f"--{_output_split(name)}_split" for name in instead)
+            flags = " and ".join(f"--{folder_split(name)}_split" for name in instead)
             ones = "one" if len(instead) == 1 else "ones"
             fixes.append(
                 f"to build the tree's {', '.join(instead)} in place of the held-out {ones}, "

@@ -14,7 +14,7 @@ from schemas import DatasetInfo
 from schemas import NoBuildError as NoBuildError  # re-exported: what read_build_info raises
 from schemas import read_build_info as read_metadata
 from schemas.example_proto import Example
-from schemas.metadata import metadata_text, tree_instead_of_build
+from schemas.metadata import metadata_text, tree_instead_of_build, unreadable_metadata
 from schemas.paths import file_system_error, is_local, join, not_a_directory
 
 UNLABELLED_NAME = "unlabelled"  # what `show` and `inspect` call label -1
@@ -74,7 +74,8 @@ def read_build_info(output_dir: str) -> DatasetInfo:
 
     Raises:
       NoBuildError: no committed build there (the message says how to make one).
-      ValueError, KeyError, TypeError: the file is not this project's metadata.
+      DamagedBuildError: the metadata is there but damaged (the message names the file).
+      ValueError: the metadata is of a schema this code cannot read.
     """
     if what := not_a_directory(output_dir):
         raise NoBuildError(
@@ -82,14 +83,20 @@ def read_build_info(output_dir: str) -> DatasetInfo:
             f"(python -m beam_pipeline --input_dir TREE --output_dir OUT)"
         )
 
+    from apache_beam.io.filesystems import BeamIOError
+
     def read_text(name: str) -> str | None:
         path = join(output_dir, name)
         if not file_exists(path):
             return None
-        with open_file(path) as stream:
-            return metadata_text(stream.read(), path)
-
-    from apache_beam.io.filesystems import BeamIOError
+        try:
+            with open_file(path) as stream:
+                data = stream.read()
+        except (FileNotFoundError, BeamIOError):
+            raise
+        except OSError as error:  # a directory of its name, say: the build is damaged
+            raise unreadable_metadata(path, error.strerror or str(error)) from None
+        return metadata_text(data, path)
 
     try:
         return read_metadata(read_text, output_dir)

@@ -61,7 +61,15 @@ from beam_pipeline.tools.sheet import (
     render_sheet,
 )
 from beam_pipeline.tree.layouts import output_split
-from schemas import BACKGROUND, BUILD_INFO_FILE, DUPLICATES_FILE, UNLABELLED, DatasetInfo, SplitInfo
+from schemas import (
+    BACKGROUND,
+    BUILD_INFO_FILE,
+    DUPLICATES_FILE,
+    UNLABELLED,
+    DamagedBuildError,
+    DatasetInfo,
+    SplitInfo,
+)
 from schemas import features as F
 from schemas.paths import join, within
 from schemas.tfrecord import CorruptRecordError
@@ -78,11 +86,14 @@ class NothingToShow(Exception):
 
 
 def read_info(output_dir: str) -> DatasetInfo:
-    """The build's metadata; UsageError when `output_dir` holds no committed build."""
+    """The build's metadata; UsageError when `output_dir` holds no committed build,
+    DamagedBuildError (naming the file) when its metadata is damaged."""
     try:
         return read_build_info(output_dir)
     except NoBuildError as error:
         raise UsageError(str(error)) from None
+    except DamagedBuildError:
+        raise
     except (ValueError, KeyError, TypeError) as error:
         raise UsageError(f"{join(output_dir, BUILD_INFO_FILE)}: {error}") from None
 
@@ -298,7 +309,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.histogram:
             return _histogram(args)
         summary = _write_copies(args) if args.duplicates else _write_sheet(args)
-    except (UsageError, RequestError, NothingToShow, CorruptRecordError, OSError) as error:
+    except (
+        UsageError,
+        RequestError,
+        NothingToShow,
+        CorruptRecordError,
+        DamagedBuildError,
+        OSError,
+    ) as error:
         return _failed(error, args.output_dir)
     print(f"wrote {args.output}: {summary}")
     return 0

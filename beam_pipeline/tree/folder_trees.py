@@ -34,7 +34,7 @@ from beam_pipeline.tree.layouts import (
     LayoutError,
     ListingTask,
     TreeAccess,
-    output_split,
+    folder_split,
 )
 from beam_pipeline.tree.refusals import dangling_link
 from schemas.paths import join
@@ -128,7 +128,7 @@ def _plan_inner_splits(
         split = _folder_of(split, folders) or split
         if split not in folders:
             raise LayoutError(_no_split_folder(join(root, images), split, folders))
-        name = output_split(SPLIT_FOLDERS.get(split.lower(), split))
+        name = folder_split(split)
         tasks.append(ListingTask(IMAGES, join(root, images, split), name, split, root))
         xml = join(root, annotations, split)
         if tree.has_files(xml):
@@ -207,7 +207,7 @@ def _split_directories(
             if folder is None:
                 raise LayoutError(_no_split_folder(root, split, folders))
             split = folder
-        name = output_split(SPLIT_FOLDERS.get(split.lower(), split))
+        name = folder_split(split)
         if name in [output for _, output, _ in found]:
             raise LayoutError(
                 f"--splits {','.join(splits)} names two folders of the {name} split: choose one"

@@ -200,6 +200,11 @@ SPLIT_FOLDERS = {
 }
 
 
+def folder_split(name: str) -> str:
+    """The output split a tree's split folder is written as (`val`, `Valid/`: `validation`)."""
+    return output_split(SPLIT_FOLDERS.get(name.lower(), name))
+
+
 # The folder pairs of Kaggle's VOC exports, by lower-case name: images, and their XML.
 IMAGE_FOLDERS = ("images", "jpegimages", "imgs")
 ANNOTATION_FOLDERS = ("annotations", "xml", "xmls")
