@@ -45,11 +45,12 @@ from loaders.dali_graph import DaliSettings, dali_pipeline
 from loaders.dali_index import epoch_check, shard_indexes
 from loaders.info import BuildInfo, data_path, dataset_info
 from loaders.reader import check_shards
-from loaders.spec import LoadSpec
+from loaders.spec import LoadSpec, keras_habits
 
 LABEL_MODES = ("one_hot", "categorical", "int", None)
 
 
+@keras_habits
 def load_dali_dataset(
     data_dir: str,
     split: str,

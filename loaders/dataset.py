@@ -22,12 +22,13 @@ from loaders.config import ReadConfig, tf_data_value
 from loaders.info import data_path, dataset_info
 from loaders.preprocessing import eval_view, labelled_boxes, train_view, view_boxes
 from loaders.reader import SplitRecords, checked_record, read_records
-from loaders.spec import LoadSpec
+from loaders.spec import LoadSpec, keras_habits
 from schemas import features as F
 from schemas import tf_feature_spec
 from schemas.paths import is_local
 
 
+@keras_habits
 def load_dataset(
     data_dir: str,
     split: str,

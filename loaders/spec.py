@@ -9,6 +9,8 @@ spelled, checked and documented here alone.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import os
 from typing import Any
 
@@ -241,3 +243,43 @@ def physical_memory() -> int | None:
 
 def _gib(size: int) -> str:
     return f"{size / 2**30:,.0f} GiB" if size >= 10 * 2**30 else f"{size / 2**30:.2g} GiB"
+
+
+# Keyword arguments of Keras's `image_dataset_from_directory` and TFDS's `tfds.load` that the
+# loaders do not take, and what does their work here (docs/coming-from-keras-and-tfds.md).
+HABITS = {
+    "shuffle": "training=True shuffles the shards and records (and augments)",
+    "shuffle_files": "training=True shuffles the shards and records (and augments)",
+    "validation_split": "hold a split out at build time (--validation_split 0.2), then load "
+    'split="validation"',
+    "subset": 'load split="train" or split="validation" (--validation_split at build time)',
+    "labels": "the build's classes are the labels: dataset_info(data_dir).class_names",
+    "class_names": "the build's classes are the labels: dataset_info(data_dir).class_names",
+    "color_mode": "images are RGB, 3 channels",
+    "crop_to_aspect_ratio": "config=ReadConfig(eval_central_crop=0.875) crops the centre",
+    "interpolation": "images are resized bilinearly",
+    "as_supervised": "(images, labels) is the default",
+    "with_info": "dataset_info(data_dir) gives the build's metadata",
+    "directory": "the first argument, data_dir, is the build's directory",
+}
+
+
+def keras_habits(function):
+    """`function` (a loader) refusing a keyword argument it does not take, as Python does, with
+    what does its work here when the argument is one of Keras's or TFDS's (`HABITS`)."""
+    signature = inspect.signature(function)
+
+    @functools.wraps(function)
+    def checked(*args, **kwargs):
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as error:
+            unknown = [name for name in kwargs if name not in signature.parameters]
+            habit = next((HABITS[name] for name in unknown if name in HABITS), None)
+            said = f"{function.__name__}() {error}"
+            if habit is not None:
+                said += f" (Keras's or TFDS's): {habit} (docs/coming-from-keras-and-tfds.md)"
+            raise TypeError(said) from None
+        return function(*args, **kwargs)
+
+    return checked

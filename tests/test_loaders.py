@@ -64,6 +64,20 @@ def test_shapes_dtypes_and_cardinality(built):
     assert images.min() >= 0.0 and images.max() <= 1.0
 
 
+def test_keras_and_tfds_arguments_name_what_does_their_work():
+    # shuffle=True: a bare "unexpected keyword argument 'shuffle'".
+    with pytest.raises(TypeError) as error:
+        load_dataset("unused", "train", batch_size=4, shuffle=True)
+    assert str(error.value) == (
+        "load_dataset() got an unexpected keyword argument 'shuffle' (Keras's or TFDS's): "
+        "training=True shuffles the shards and records (and augments) "
+        "(docs/coming-from-keras-and-tfds.md)"
+    )
+    with pytest.raises(TypeError, match=r"^load_dataset\(\) got an unexpected keyword argument "):
+        load_dataset("unused", "train", batch_size=4, bogus=1)
+    assert "batch_size" in inspect.signature(load_dataset).parameters
+
+
 def test_keras_names_categorical_int_image_size_and_class_names(built):
     info = dataset_info(built)
     # The sample has negatives: the labels have the background column (tests/test_loader_
