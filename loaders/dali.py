@@ -47,7 +47,7 @@ from loaders.info import BuildInfo, data_path, dataset_info
 from loaders.reader import check_shards
 from loaders.spec import LoadSpec, keras_habits
 
-LABEL_MODES = ("one_hot", "categorical", "int", None)
+LABEL_MODES = ("one_hot", "categorical", "int", "binary", None)
 
 
 @keras_habits
@@ -155,12 +155,11 @@ def _tf_dataset(batches: DaliDataset, spec: LoadSpec, num_labels: int):
     import tensorflow as tf
 
     images = tf.TensorSpec((None, *spec.image_size, 3), tf.as_dtype(spec.dtype))
+    shapes = {"one_hot": ((None, num_labels), tf.float32), "binary": ((None, 1), tf.float32)}
     labels = (
         ()
         if spec.label_mode is None
-        else (tf.TensorSpec((None, num_labels), tf.float32),)
-        if spec.label_mode == "one_hot"
-        else (tf.TensorSpec((None,), tf.int32),)
+        else (tf.TensorSpec(*shapes.get(spec.label_mode, ((None,), tf.int32))),)
     )
 
     def epoch():

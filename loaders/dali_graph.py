@@ -372,13 +372,15 @@ def _finished(images, spec: LoadSpec):
 
 
 def _labels(records, spec: LoadSpec, settings: DaliSettings, num_labels: int) -> tuple:
-    """() without labels, or (one-hot float32 labels `num_labels` wide, or int32 ones,), on the
-    GPU when there is one."""
+    """() without labels, or (one-hot float32 labels `num_labels` wide, binary [1] float32
+    ones, or int32 ones,), on the GPU when there is one."""
     if spec.label_mode is None:
         return ()
     label = fn.squeeze(records[F.LABEL], axes=[0])
     if spec.label_mode == "one_hot":
         label = fn.one_hot(label, num_classes=num_labels)
+    elif spec.label_mode == "binary":  # [1] float32, 0.0 or 1.0, as Keras's
+        label = fn.cast(records[F.LABEL], dtype=types.DALIDataType.FLOAT)
     else:
         label = fn.cast(label, dtype=types.DALIDataType.INT32)
     if settings.device_id is not None:

@@ -22,7 +22,7 @@ from loaders.config import ReadConfig, tf_data_value
 from loaders.info import data_path, dataset_info
 from loaders.preprocessing import eval_view, labelled_boxes, train_view, view_boxes
 from loaders.reader import SplitRecords, checked_record, read_records
-from loaders.spec import LoadSpec, keras_habits
+from loaders.spec import CLASS_LABELS, LoadSpec, keras_habits
 from schemas import features as F
 from schemas import tf_feature_spec
 from schemas.paths import is_local
@@ -251,10 +251,10 @@ class _Parser:
         detection = spec.label_mode == "detection"
         crops = spec.training and spec.config.random_crop
         # The crop keeps the labelled object: the label's boxes (`labelled_boxes`).
-        self.labelled_crop = crops and spec.label_mode in ("one_hot", "int")
+        self.labelled_crop = crops and spec.label_mode in CLASS_LABELS
         keys = (
             F.ENCODED,
-            *((F.LABEL,) if spec.label_mode in ("one_hot", "int") else ()),
+            *((F.LABEL,) if spec.label_mode in CLASS_LABELS else ()),
             *(F.BOX_KEYS_YX if detection or crops else ()),
             *((F.OBJECT_LABEL,) if detection or self.labelled_crop else ()),
             *((F.OBJECT_DIFFICULT,) if detection and spec.difficult != "keep" else ()),
@@ -290,6 +290,8 @@ class _Parser:
         label = tf.cast(parsed[F.LABEL], tf.int32)
         if spec.label_mode == "one_hot":
             label = tf.one_hot(label, self.num_labels, dtype=tf.float32)
+        elif spec.label_mode == "binary":
+            label = tf.reshape(tf.cast(label, tf.float32), [1])
         return (image, label, *filenames)
 
     def _detected(self, parsed, boxes):

@@ -19,7 +19,9 @@ from loaders.info import BuildInfo
 from loaders.preprocessing import checked_image_size, is_int, output_dtype
 
 # Keras's names ("categorical" is one-hot, None yields images only) and the loader's own.
-LABEL_MODES = ("one_hot", "categorical", "int", "detection", None)
+LABEL_MODES = ("one_hot", "categorical", "int", "binary", "detection", None)
+# The modes of one label an image (a class index, one-hot or not).
+CLASS_LABELS = ("one_hot", "int", "binary")
 # KerasHub's names of the corner formats; "rel_" ones are fractions of the output image.
 BOX_FORMATS = ("rel_yxyx", "yxyx", "rel_xyxy", "xyxy")
 # Detection's objects flagged `<difficult>` in their XML: kept as any other, left out (the OD
@@ -48,7 +50,8 @@ class LoadSpec:
         which tf.data draws from too: the same pair gives the same epochs); in [0, `SEEDS`).
       label_mode: "one_hot" (or Keras's name, "categorical": kept as "one_hot"): float32
         vectors of one entry per name of `label_names` (the classes, and the background class
-        last when `background` gives it a column); "int": int32 class indices; "detection":
+        last when `background` gives it a column); "int": int32 class indices; "binary" (a
+        build of two label names, Keras's): float32 [1] labels, 0.0 or 1.0; "detection":
         `(images, {"boxes": float32 [B, N, 4], "classes": int32 [B, N]})`, every object of
         each image, padded with -1 to the batch's largest object count (or to `max_boxes`),
         the boxes following the training crop (clipped; those that fall out are dropped) and
@@ -195,7 +198,7 @@ class LoadSpec:
             all-zero rows, silently; an int label `num_classes` is past a model's outputs).
         """
         count, index = info.background_count(split), info.background_index
-        if self.background is False and self.label_mode in ("one_hot", "int") and count:
+        if self.background is False and self.label_mode in CLASS_LABELS and count:
             lost = (
                 "their one-hot labels would be all zeros"
                 if self.label_mode == "one_hot"
@@ -207,7 +210,15 @@ class LoadSpec:
                 f"with background=None (the default) or True: {info.num_classes + 1} columns, the "
                 'last "background", for a model with an output for it'
             )
-        return info.label_names(self.background)
+        names = info.label_names(self.background)
+        if self.label_mode == "binary" and len(names) != 2:
+            raise ValueError(
+                f'label_mode="binary" takes a build of two labels (0.0 and 1.0, as Keras\'s), '
+                f"and {info.data_dir} has {len(names)} ({', '.join(names[:4])}"
+                f'{", ..." if len(names) > 4 else ""}): load it with label_mode="int" or '
+                '"one_hot"'
+            )
+        return names
 
     def refuse_empty_epoch(self, split: str, num_examples: int) -> None:
         """ValueError when training would have no batch: fewer examples than one batch."""

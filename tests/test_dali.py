@@ -29,7 +29,7 @@ pytest.importorskip("nvidia.dali")
 
 from beam_pipeline.core.annotations import voc_xml  # noqa: E402
 from beam_pipeline.tools import sample_tree  # noqa: E402
-from loaders import ReadConfig, normalization_layer  # noqa: E402
+from loaders import ReadConfig, load_dataset, normalization_layer  # noqa: E402
 from loaders.crops import crop_windows, main_boxes  # noqa: E402
 from loaders.dali import load_dali_dataset  # noqa: E402
 from loaders.dali_graph import (  # noqa: E402
@@ -864,3 +864,16 @@ def test_what_a_build_stores_of_the_fuzzers_cases_decodes_in_dalis_decoder(devic
         decoded = decoded.as_cpu()
     for index, image in enumerate(stored):
         assert np.array(decoded[index]).shape == (image.height, image.width, 3)
+
+
+def test_binary_labels_are_load_datasets(tmp_path):
+    # label_mode="binary" (Keras's): [B, 1] float32, 0.0 or 1.0, as load_dataset gives them.
+    for index in range(4):
+        xml = voc_xml([(("cat", "dog")[index % 2], 2, 2, 30, 20)], size=(40, 30))
+        ilsvrc_image(tmp_path / "tree", "train", f"t{index}", jpeg_bytes(40, 30), xml)
+    build(tmp_path / "tree", tmp_path / "out", "--splits", "train")
+    kw = {"batch_size": 4, "image_size": SIZE, "label_mode": "binary"}
+    (theirs,) = [np.asarray(y) for _, y in load_dataset(tmp_path / "out", "train", **kw)]
+    (ours,) = [np.asarray(y) for _, y in load_dali_dataset(tmp_path / "out", "train", **kw)]
+    assert ours.dtype == np.float32 and ours.shape == (4, 1)
+    np.testing.assert_array_equal(ours, theirs)

@@ -226,3 +226,39 @@ def test_run_locals_training_step_hides_tensorflows_start_up_lines_alone():
     # cuInit's failure is noise where no NVIDIA driver is loaded, news where one is.
     kept = "" if not os.path.exists("/proc/driver/nvidia/version") else cuinit + "\n"
     assert (done.returncode, done.stdout) == (0, kept)
+
+
+def test_binary_labels_are_kerass_for_a_build_of_two_classes(tmp_path, folders):
+    # Keras's label_mode="binary" ([B, 1] float32, 0 or 1) was refused, listing the others.
+    import keras
+
+    tree = tmp_path / "tree"
+    for synset, colour in zip(SYNSETS[:2], COLOURS, strict=False):
+        for index in range(3):
+            ilsvrc_image(
+                tree,
+                "train",
+                f"{synset}/{synset}_{index}",
+                jpeg_bytes(40, 30, colour),
+                task="CLS-LOC",
+            )
+    build(tree, tmp_path / "out", "--splits", "train")
+    binary, dataset = labels(tmp_path / "out", "train", label_mode="binary")
+    assert dataset.element_spec[1] == tf.TensorSpec((None, 1), tf.float32)
+    ints, _ = labels(tmp_path / "out", "train", label_mode="int")
+    np.testing.assert_array_equal(binary, ints.astype(np.float32)[:, None])
+    keras_train = keras.utils.image_dataset_from_directory(
+        str(tree / "Data" / "CLS-LOC" / "train"),
+        label_mode="binary",
+        image_size=SIZE,
+        verbose=False,
+    )
+    theirs = np.concatenate([y.numpy() for _, y in keras_train])
+    assert theirs.dtype == binary.dtype and sorted(theirs.ravel()) == sorted(binary.ravel())
+    with pytest.raises(ValueError) as error:  # four classes are no binary task
+        load_dataset(folders[1], "train", batch_size=2, label_mode="binary")
+    assert str(error.value) == (
+        f'label_mode="binary" takes a build of two labels (0.0 and 1.0, as Keras\'s), and '
+        f'{folders[1]} has 4 ({", ".join(SYNSETS)}): load it with label_mode="int" or '
+        '"one_hot"'
+    )
