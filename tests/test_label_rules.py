@@ -140,7 +140,7 @@ def test_a_flat_cls_loc_val_image_without_its_xml_is_rejected_not_background(tmp
     (lost,) = dead_letters(out)
     assert lost["path"] == f"{tmp_path}/Data/CLS-LOC/val/ILSVRC2012_val_lost.JPEG"
     assert (lost["split"], lost["stage"], lost["reason"]) == ("validation", "label", "no_class")
-    assert "ILSVRC CLS-LOC has no background images" in lost["detail"]
+    assert "whose layout has no background images without one" in lost["detail"]
 
 
 def refused_unless_a_labels_file_names(root, names, tmp_path, capsys):
@@ -431,6 +431,29 @@ def test_a_labels_file_that_misses_classes_fails_before_any_shard_naming_them(tm
     )
     assert not list(out.rglob("*.tfrecord*")) and not (out / BUILD_INFO_FILE).exists()
     assert sorted(d["reason"] for d in dead_letters(out)) == ["unknown_class"] * 4
+
+
+def test_a_held_out_class_spelt_otherwise_than_train_s_is_said_to_be(tmp_path, capsys):
+    # 'Dog' in val's XML, 'dog' in train's: "classes outside the vocabulary: {'Dog': 2}" and
+    # no word of the likeness, which the check within a split gives.
+    for n in range(4):
+        name = "cat" if n % 2 else "dog"
+        ilsvrc_image(tmp_path, "train", f"t{n}", jpeg_bytes(), voc_xml([(name, 1, 1, 9, 9)]))
+    for n in range(2):
+        ilsvrc_image(tmp_path, "val", f"v{n}", jpeg_bytes(), voc_xml([("Dog ", 1, 1, 9, 9)]))
+    out = tmp_path / "out"
+    assert build_tool.main(["--input_dir", str(tmp_path), "--output_dir", str(out)]) == 1
+    assert failure_line(capsys.readouterr().err) == (
+        "BUILD FAILED: 2 of 6 images rejected before any image was read (33.33%), more than "
+        "--max_bad_fraction=0.01; reasons {'unknown_class': 2}; classes outside the vocabulary "
+        "(the classes seen in the train split; --labels_file names them), most frequent first: "
+        "{'Dog': 2} ('Dog' is "
+        "another spelling of the vocabulary's 'dog', in case, spaces or Unicode form: use one "
+        f"spelling in the XML <name>s or class folders); see {out}/rejected.jsonl"
+    )
+    assert [d["detail"] for d in dead_letters(out)] == [
+        "class 'Dog' is not in the vocabulary of 2, spelt as the vocabulary's 'dog'"
+    ] * 2
 
 
 def _misplaced(root, image, xml) -> str:

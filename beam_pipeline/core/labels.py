@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+import unicodedata
 from collections.abc import Iterable
 
 from beam_pipeline.core.annotations import Annotation, Box
@@ -55,19 +56,47 @@ class Vocabulary(ClassList):
     def _index(self) -> dict[str, int]:
         return {name: i for i, name in enumerate(self.classes)}
 
+    @functools.cached_property
+    def _keys(self) -> dict[str, str]:
+        return {name_key(name): name for name in self.classes}
+
     def index(self, name: str) -> int:
-        """The label of a class name; raises InputError(unknown_class) outside the vocabulary."""
+        """The label of a class name; raises InputError(unknown_class) outside the vocabulary,
+        naming the class of the vocabulary it differs from only in spelling (`name_key`)."""
         try:
             return self._index[name]
         except KeyError:
-            raise InputError(
-                "unknown_class", f"class {name!r} is not in the vocabulary of {len(self.classes)}"
-            ) from None
+            detail = f"class {name!r} is not in the vocabulary of {len(self.classes)}"
+            if (alike := self._keys.get(name_key(name))) is not None:
+                detail += f"{ALIKE}{alike!r}"
+            raise InputError("unknown_class", detail) from None
+
+
+# How an `unknown_class` rejection names the vocabulary's class of another spelling.
+ALIKE = ", spelt as the vocabulary's "
+
+
+def name_key(name: str) -> str:
+    """A class name without what tells two spellings of one class apart: case, spaces and
+    their number, invisible (format) characters, Unicode form ('Dog' and 'dog ', 'café' typed
+    on two systems)."""
+    shown = "".join(c for c in name if unicodedata.category(c) != "Cf")
+    return " ".join(unicodedata.normalize("NFC", shown).split()).casefold()
+
+
+def alike_class(detail: str) -> str | None:
+    """The vocabulary's class an `unknown_class` rejection says its class is a spelling of."""
+    _, found, rest = detail.partition(ALIKE)
+    try:
+        name = ast.literal_eval(rest) if found else None
+    except (ValueError, SyntaxError):
+        return None
+    return name if isinstance(name, str) else None
 
 
 def unknown_class_name(detail: str) -> str | None:
     """The class an `unknown_class` rejection's detail names (as `Vocabulary.index` writes it)."""
-    head, found, _ = detail.partition(" is not in the vocabulary")
+    head, found, _ = detail.partition(" is not in the vocabulary")  # (then `ALIKE`, maybe)
     if not found or not head.startswith("class "):
         return None
     try:
@@ -203,8 +232,8 @@ def image_label(
         )
     raise InputError(
         "no_class",
-        "the image has no XML and no class folder, in a split whose other images have XML, and "
-        "ILSVRC CLS-LOC has no background images (nor does an export of VOC XML, where an image "
-        "of no object has an XML without <object>); restore its XML (from the devkit, or the "
-        "export), move it into its class's folder, or remove it",
+        "the image has no XML and no class folder, in a split whose other images have XML and "
+        "whose layout has no background images without one (an export of VOC XML gives an "
+        "image of no object an XML without <object>; ILSVRC CLS-LOC has none); restore its XML "
+        "(from the export, or the devkit), move it into its class's folder, or remove it",
     )

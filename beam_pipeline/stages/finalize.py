@@ -24,7 +24,7 @@ from beam_pipeline.core import duplicates, odd_images
 from beam_pipeline.core.duplicates import DUPLICATE
 from beam_pipeline.core.entries import ShardResult
 from beam_pipeline.core.jpegdata import KEEP_FLAG, STRAY_JPEG_BYTES
-from beam_pipeline.core.labels import Vocabulary, unknown_class_name
+from beam_pipeline.core.labels import Vocabulary, alike_class, unknown_class_name
 from beam_pipeline.core.leaks import says_clash
 from beam_pipeline.core.rejections import DISCOVER, Rejection
 from beam_pipeline.core.sharding import SplitPlan
@@ -168,6 +168,17 @@ def check_index_budget(
             message += (
                 f" ({spaced[0]!r} holds a space, and a labels file's class is a line's first "
                 "word: such a class cannot be listed there; rename it)"
+            )
+        alike = {
+            unknown_class_name(r.detail): alike_class(r.detail)
+            for r in images
+            if r.reason == "unknown_class" and alike_class(r.detail) is not None
+        }
+        if alike:
+            name, known = sorted(alike.items())[0]
+            message += (
+                f" ({name!r} is another spelling of the vocabulary's {known!r}, in case, spaces "
+                "or Unicode form: use one spelling in the XML <name>s or class folders)"
             )
     if not unknown:  # (unknown classes: the fix is the vocabulary, named above)
         fraction = needed_fraction(bad, total)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import posixpath
-import unicodedata
 from collections.abc import Mapping
 
 import apache_beam as beam
@@ -27,6 +26,7 @@ from beam_pipeline.core.labels import (
     clamped_area,
     image_label,
     main_object_index,
+    name_key,
     split_kind,
 )
 from beam_pipeline.core.rejections import ANNOTATION, LABEL, REJECTED, InputError, Rejection
@@ -188,9 +188,7 @@ def _refuse_names_alike(names, split: str | None) -> None:
     a class of its own, the same objects under two labels."""
     groups: dict[str, list[str]] = {}
     for name in sorted(set(names)):
-        shown = "".join(c for c in name if unicodedata.category(c) != "Cf")  # format characters
-        key = " ".join(unicodedata.normalize("NFC", shown).split()).casefold()
-        groups.setdefault(key, []).append(name)
+        groups.setdefault(name_key(name), []).append(name)
     alike = [group for group in groups.values() if len(group) > 1]
     if not alike:
         return
