@@ -115,8 +115,16 @@ def test_size_mismatch_and_box_outside_image_are_input_errors():
     from beam_pipeline.core.rejections import InputError
 
     cat = AnnotatedObject("cat", Box(4, 2, 20, 10), difficult=False, truncated=False)
-    with pytest.raises(InputError, match="size_mismatch"):
+    with pytest.raises(InputError, match="size_mismatch") as error:
         build_example(labelled((cat,), label=0, size=(41, 20)), IMAGE, VOCAB)
+    assert error.value.detail == "XML <size> is 41x20, the image decodes to 40x20"
+    with pytest.raises(InputError) as error:  # turned by EXIF in a labelling tool: said so
+        build_example(labelled((cat,), label=0, size=(20, 40)), IMAGE, VOCAB)
+    assert error.value.detail == (
+        "XML <size> is 20x40, the image decodes to 40x20 (turned: a photo whose EXIF "
+        "orientation a labelling tool applied, which the build does not; turn its pixels to "
+        "match, e.g. exiftran -ai, or fix the XML)"
+    )
     outside = AnnotatedObject("cat", Box(50, 2, 60, 10), difficult=False, truncated=False)
     with pytest.raises(InputError, match="annotation_box_outside_image"):
         build_example(labelled((outside,), label=0), IMAGE, VOCAB)

@@ -36,10 +36,17 @@ def normalised_boxes(
     if annotation is None:
         return []
     if annotation.width is not None and (annotation.width, annotation.height) != (width, height):
+        turned = (annotation.width, annotation.height) == (height, width)
         raise InputError(
             "size_mismatch",
             f"XML <size> is {annotation.width}x{annotation.height}, the image decodes to "
-            f"{width}x{height}",
+            f"{width}x{height}"
+            + (
+                " (turned: a photo whose EXIF orientation a labelling tool applied, which the "
+                "build does not; turn its pixels to match, e.g. exiftran -ai, or fix the XML)"
+                if turned
+                else ""
+            ),
         )
     boxes = []
     for obj in annotation.objects:
