@@ -75,7 +75,7 @@ from beam_pipeline.tree.fileio import (
 )
 from beam_pipeline.tree.locate import locate_tree
 from schemas import BUILD_INFO_FILE, DatasetInfo
-from schemas.label_map import label_map_classes
+from schemas.label_map import label_map_classes, renumbered_note
 from schemas.paths import first_few, is_local, join
 
 logger = logging.getLogger(__name__)
@@ -129,6 +129,8 @@ def prepare(config: BuildConfig) -> Prepared:
         try:
             if re.search(r"^\s*item\s*\{", text, re.MULTILINE):  # the OD API's label map
                 classes, display_names = label_map_classes(text)
+                if note := renumbered_note(text):
+                    plan = dataclasses.replace(plan, notes=(*plan.notes, note))
             else:
                 classes, display_names = _a_builds_labels(config.labels_file, text) or (
                     parse_labels_file(text),

@@ -94,6 +94,22 @@ def label_map_classes(text: str) -> tuple[tuple[str, ...], dict[str, str]]:
     return tuple(item.name for item in ordered), shown
 
 
+def renumbered_note(text: str) -> str | None:
+    """What a build says of a label map (a `--labels_file`, parsed by `label_map_classes`)
+    whose ids are not 1..N: the build numbers its classes in id order, and writes 1..N into
+    its own label map (a COCO-style map with gaps was renumbered without a word); None for
+    one whose ids are 1..N."""
+    ids = sorted(item.id for item in text_format.Parse(text, StringIntLabelMap()).item)
+    if ids == list(range(1, len(ids) + 1)):
+        return None
+    shown = ", ".join(map(str, ids[:6])) + (", ..." if len(ids) > 6 else "")
+    return (
+        f"Note: --labels_file's ids ({shown}) are not kept: the build numbers its {len(ids)} "
+        f"classes 0 to {len(ids) - 1} in id order (its label_map.pbtxt and label_map.csv: 1 "
+        f"to {len(ids)}); a reader of the OD API's finds objects by their class text"
+    )
+
+
 def label_map_csv(classes: Sequence[str]) -> str:
     """The label map as Model Garden's CSV: an `id,name` row per class, ids 1..N in class order
     (a name with a comma or a quote quoted, as its `csv.reader` reads it)."""

@@ -88,6 +88,22 @@ def test_a_label_map_is_a_labels_file_in_id_order_with_its_display_names(
         f"error: --labels_file {bad}: label map item 'name: \"cat\"' needs a name and an id of 1 "
         "or more (the OD API's 0 is the background, which the build adds itself)"
     ) in capsys.readouterr().err
+    # A COCO-style map with gaps: renumbered without a word (ids 1, 2, 17 became 1, 2, 3).
+    gaps = write(
+        tmp_path / "coco.pbtxt",
+        "item { name: 'n01443537' id: 17 }\nitem { name: 'n01440764' id: 2 }\n"
+        "item { name: 'zebra' id: 1 }\n",
+    )
+    argv[-1], argv[3] = gaps, tmp_path / "gaps"
+    assert build_tool.main([str(a) for a in argv]) == 0
+    assert (
+        "Note: --labels_file's ids (1, 2, 17) are not kept: the build numbers its 3 classes 0 to "
+        "2 in id order (its label_map.pbtxt and label_map.csv: 1 to 3); a reader of the OD API's "
+        "finds objects by their class text"
+    ) in capsys.readouterr().err.splitlines()
+    assert (tmp_path / "gaps" / "label_map.csv").read_text() == (
+        "1,zebra\n2,n01440764\n3,n01443537\n"
+    )
 
 
 def test_the_od_api_decoder_logic_finds_every_object_with_a_nonzero_id(od_build):
