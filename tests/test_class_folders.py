@@ -417,6 +417,15 @@ def test_a_class_folder_named_with_a_trailing_space_is_named_when_a_labels_file_
         "most frequent first: {'cat ': 2} ('cat ' holds a space, and a labels file's class is a "
         "line's first word: such a class cannot be listed there; rename it)"
     ) in str(error.value)
+    # The same for a class beginning with # (a copy of labels.txt reads its line as a comment).
+    (root / "cat ").rename(root / "#1")
+    (tmp_path / "labels.txt").write_text("#1\ndog\n")
+    with pytest.raises(BuildFailed) as error:
+        build(root, tmp_path / "out", "--labels_file", str(tmp_path / "labels.txt"))
+    assert (
+        "('#1' begins with #, and a labels file's line that does is a comment: such a class "
+        "cannot be listed there; rename it)"
+    ) in str(error.value)
 
 
 def test_splits_named_in_lower_case_take_the_split_folders_of_any_case_and_name(tmp_path):

@@ -164,10 +164,16 @@ def check_index_budget(
         spaced = sorted(
             name for name in unknown if name is not None and name.split() != [name]
         )  # (a space inside, or before or after: "cat " is read back from a labels file as "cat")
+        hashed = sorted(name for name in unknown if name is not None and name.startswith("#"))
         if spaced and spec.vocabulary_source.startswith("--labels_file"):
             message += (
                 f" ({spaced[0]!r} holds a space, and a labels file's class is a line's first "
                 "word: such a class cannot be listed there; rename it)"
+            )
+        elif hashed and spec.vocabulary_source.startswith("--labels_file"):
+            message += (
+                f" ({hashed[0]!r} begins with #, and a labels file's line that does is a "
+                "comment: such a class cannot be listed there; rename it)"
             )
         alike = {
             unknown_class_name(r.detail): alike_class(r.detail)
