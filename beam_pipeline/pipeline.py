@@ -235,8 +235,9 @@ def _class_list(layout: str) -> str:
     """The file that names every class, for a refusal's fix."""
     if layout == layouts.CLASS_FOLDERS:
         return (
-            "a file with a class folder's name a line, as ls names them, or a build's "
-            "labels.txt: an empty class then has 0 images, as in Keras's class_names"
+            "a file with a class folder's name a line, in code-point order as Keras sorts them "
+            "(LC_ALL=C ls), or a build's labels.txt: an empty class then has 0 images, as in "
+            "Keras's class_names"
         )
     return "LOC_synset_mapping.txt, or a build's labels.txt"
 

@@ -102,7 +102,7 @@ def check_image_invariants(data: bytes, policy: ImagePolicy) -> None:
         # source's chroma resolution (a colour JPEG's own; grey 4:2:0; every other 4:4:4)
         with Image.open(io.BytesIO(data)) as source:
             converted = io.BytesIO()
-            if source.format == "JPEG" and source.mode == "RGB":
+            if source.format in ("JPEG", "MPO") and source.mode == "RGB":
                 sampling = JpegImagePlugin.get_sampling(source)
             else:
                 sampling = 2 if source.mode in ("1", "L", "LA", "I", "I;16", "F") else 0

@@ -56,8 +56,24 @@ def check_payload(payload: dict[str, Any]) -> None:
     _mapping(_field(payload, "failures", "it"), "failures", _count)
     for key in ("options", "source", "versions"):
         _mapping(_field(payload, key, "it"), key)
-    _mapping(payload.get("duplicates", {}), "duplicates")
+    _check_copies(payload.get("duplicates", {}))
     _mapping(payload.get("odd_images", {}), "odd_images", _count)
+
+
+# The counts of `duplicates` (where a build looked for copies), and its images per split.
+_COPY_COUNTS = ("exact_groups", "near_pairs", "images", "clashes", "dropped_clashes")
+_COPY_SPLITS = ("leaked", "dropped")
+
+
+def _check_copies(found: Any) -> None:
+    """`duplicates`: its counts, and its images per split (`core.duplicates.counts`)."""
+    _mapping(found, "duplicates")
+    for key in _COPY_COUNTS:
+        if key in found:
+            _count(found[key], f"duplicates.{key}")
+    for key in _COPY_SPLITS:
+        if key in found:
+            _mapping(found[key], f"duplicates.{key}", _count)
 
 
 def _check_split(split: Any, field: str, one_hot_length: int) -> None:

@@ -177,6 +177,19 @@ EDITS = {
     ),
     "options a list": (top("options", []), "options is the list [], not a mapping"),
     "duplicates a list": (top("duplicates", [1]), "duplicates is the list [1], not a mapping"),
+    # A review's: verify and stats ended in tracebacks on these.
+    "leaked a list": (
+        top("duplicates", {"exact_groups": 0, "leaked": ["validation"]}),
+        "duplicates.leaked is the list ['validation'], not a mapping",
+    ),
+    "leaked count a string": (
+        top("duplicates", {"exact_groups": 0, "leaked": {"validation": "1"}}),
+        "duplicates.leaked.validation is the str '1', not a count",
+    ),
+    "exact groups a string": (
+        top("duplicates", {"exact_groups": "1"}),
+        "duplicates.exact_groups is the str '1', not a count",
+    ),
 }
 
 

@@ -174,8 +174,9 @@ def test_an_empty_class_folder_is_refused_with_the_fix_that_keeps_it_as_keras_do
         "it out of the vocabulary (the classes seen in train) and number the classes after it "
         "lower than other builds of the dataset do. Put each class's images in its folder, "
         "remove what is not wanted, or pass --labels_file (a file with a class folder's name a "
-        "line, as ls names them, or a build's labels.txt: an empty class then has 0 images, as "
-        "in Keras's class_names) to keep every class's index\n"
+        "line, in code-point order as Keras sorts them (LC_ALL=C ls), or a build's labels.txt: "
+        "an empty class then has 0 images, as in Keras's class_names) to keep every class's "
+        "index\n"
     )
     write(tmp_path / "classes.txt", b"Ant\ncat\ndog\n")
     assert build_tool.main([*argv, "--labels_file", str(tmp_path / "classes.txt")]) == 0

@@ -498,3 +498,18 @@ def test_every_stored_image_has_the_fingerprint_of_its_pixels():
             assert stored.fingerprint is not None
             distance = fingerprints.hamming(stored.fingerprint.perceptual, full.perceptual)
             assert distance <= fingerprints.DEFAULT_RADIUS, (policy, distance)
+
+
+def test_a_converted_image_keeps_its_source_s_chroma():
+    # Pillow's default 4:2:0 smeared palette images; a colour JPEG (an MPO too) keeps its own.
+    from PIL import JpegImagePlugin
+
+    pixels = np.random.default_rng(0).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+    frame, png, mpo = Image.fromarray(pixels), io.BytesIO(), io.BytesIO()
+    frame.save(png, "PNG")
+    frame.save(mpo, "MPO", save_all=True, append_images=[frame], quality=90)
+    policy = ImagePolicy("shorter_side", (32,))
+    for data, sampling in ((png.getvalue(), 0), (mpo.getvalue(), 2)):
+        stored = normalise_image(data, policy)
+        with Image.open(io.BytesIO(stored.data)) as image:
+            assert JpegImagePlugin.get_sampling(image) == sampling

@@ -161,13 +161,18 @@ def test_verify_checks_the_lists_against_the_counts(tree, tmp_path):
     for change, said in (
         (lambda g: g[0].update(members=g[0]["members"][:1]), "line 1 is not a group of copies"),
         (lambda g: g[0].update(clash=not g[0]["clash"]), "line 1: clash is "),
-        (lambda g: g.append(dict(g[0])), "holds 4 near pairs, build_info.json says 3"),
+        (lambda g: g.append(dict(g[0])), "its near_pairs are 4, build_info.json counts 3"),
     ):
         edited = [dict(group) for group in groups]
         change(edited)
         copies.write_text("".join(json.dumps(group) + "\n" for group in edited))
         problems = [str(p) for p in verify.verify(str(out), decode=False)[1]]
         assert any(p.startswith(f"duplicates.jsonl: {said}") for p in problems), problems
-    odd.write_text('{"x": 1}\n')
-    problems = [str(problem) for problem in verify.verify(str(out), decode=False)[1]]
-    assert "odd_images.jsonl: line 1 is not an odd image as a build writes one" in problems
+    for line in (
+        '{"x": 1}',
+        '{"split": "t", "path": "p", "reasons": 5}',
+        '{"reasons": [["tiny"]]}',
+    ):
+        odd.write_text(line + "\n")  # (the last two ended in tracebacks)
+        problems = [str(problem) for problem in verify.verify(str(out), decode=False)[1]]
+        assert "odd_images.jsonl: line 1 is not an odd image as a build writes one" in problems

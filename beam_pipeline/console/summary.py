@@ -91,9 +91,10 @@ def unbuilt_note(
                 f"to build the tree's {', '.join(instead)} in place of the held-out {ones}, "
                 f"drop {flags} and pass --splits {','.join([*splits, *unbuilt])}"
             )
-        held = " and ".join(held_out)
-        return f"Not built: the tree's {names} {noun} (this build holds {held} out of train); " + (
-            "; or ".join(fixes)
+        held, source = " and ".join(held_out), "trainval" if "trainval" in splits else "train"
+        return (
+            f"Not built: the tree's {names} {noun} (this build holds {held} out of {source}); "
+            + ("; or ".join(fixes))
         )
     return (
         f"Not built: the tree's {names} {noun} (--splits is {','.join(splits)}); to build "

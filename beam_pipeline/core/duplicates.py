@@ -304,7 +304,7 @@ def report_problems(lines: Sequence[Any], recorded: dict) -> list[str]:
     for key, value in counted.items():
         if not problems and recorded.get(key) != value:
             problems.append(
-                f"holds {value:,} {key.replace('_', ' ')}, build_info.json says {recorded.get(key)}"
+                f"its {key} are {value:,}, build_info.json counts {recorded.get(key)!r}"
             )
     leaked = sum((recorded.get("leaked") or {}).values())
     if not problems and bool(leaks) != bool(leaked):

@@ -250,13 +250,13 @@ _GREY_MODES = frozenset({"1", "L", "LA", "La", "I", "I;16", "I;16B", "I;16L", "F
 
 def _chroma_sampling(image: Image.Image) -> int:
     """Pillow's `subsampling` for the JPEG an image is stored as when converted: a colour
-    JPEG's own (4:2:0 for most photos: no finer chroma to keep), Pillow's default (4:2:0) for
-    a grey picture (its chroma is flat), full chroma (4:4:4) for every other, whose colours
-    are whole. At 4:2:0 they were halved: palette images and drawings came out smeared, a
-    mean error of 1.8 levels against 1.0 at quality 95 over the corpus's PNGs and GIFs, for
-    1.3x the bytes at 4:4:4 (found by a user trial)."""
+    JPEG's own (4:2:0 for most photos: no finer chroma to keep; a phone's MPO too), Pillow's
+    default (4:2:0) for a grey picture (its chroma is flat), full chroma (4:4:4) for every
+    other, whose colours are whole. At 4:2:0 they were halved: palette images and drawings
+    came out smeared, a mean error of 1.8 levels against 1.0 at quality 95 over the corpus's
+    PNGs and GIFs, for 1.3x the bytes at 4:4:4 (found by a user trial)."""
     sampling = getattr(JpegImagePlugin, "get_sampling", None)  # (Pillow's, public, undocumented)
-    if image.format == "JPEG" and image.mode == "RGB" and sampling is not None:
+    if image.format in ("JPEG", "MPO") and image.mode == "RGB" and sampling is not None:
         found = sampling(image)
         return found if found in (0, 1, 2) else 2
     return 2 if image.mode in _GREY_MODES else 0

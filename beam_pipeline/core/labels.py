@@ -14,7 +14,7 @@ import ast
 import dataclasses
 import functools
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from beam_pipeline.core.annotations import Annotation, Box
 from beam_pipeline.core.rejections import InputError
@@ -82,6 +82,34 @@ def name_key(name: str) -> str:
     on two systems)."""
     shown = "".join(c for c in name if unicodedata.category(c) != "Cf")
     return " ".join(unicodedata.normalize("NFC", shown).split()).casefold()
+
+
+def unknown_class_hints(details: Sequence[str], labels_file: bool) -> str:
+    """Why the classes of `unknown_class` rejections (their `details`) fell outside the
+    vocabulary, where it can be told: a class a labels file cannot list (a space in it, or
+    a leading #: `parse_labels_file`), or another spelling of one of the vocabulary's; ""."""
+    names = sorted({name for name in map(unknown_class_name, details) if name is not None})
+    spaced = [name for name in names if name.split() != [name]]  # ("cat " reads back "cat")
+    hashed = [name for name in names if name.startswith("#")]
+    hints = ""
+    if labels_file and spaced:
+        hints += (
+            f" ({spaced[0]!r} holds a space, and a labels file's class is a line's first "
+            "word: such a class cannot be listed there; rename it)"
+        )
+    elif labels_file and hashed:
+        hints += (
+            f" ({hashed[0]!r} begins with #, and a labels file's line that does is a "
+            "comment: such a class cannot be listed there; rename it)"
+        )
+    alike = sorted((unknown_class_name(d), alike_class(d)) for d in details if alike_class(d))
+    if alike:
+        name, known = alike[0]
+        hints += (
+            f" ({name!r} is another spelling of the vocabulary's {known!r}, in case, spaces "
+            "or Unicode form: use one spelling in the XML <name>s or class folders)"
+        )
+    return hints
 
 
 def alike_class(detail: str) -> str | None:

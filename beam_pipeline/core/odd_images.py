@@ -103,7 +103,7 @@ def report_problems(lines: Sequence[Any]) -> list[str]:
             and isinstance(line.get("path"), str)
             and isinstance(line.get("reasons"), list)
             and line["reasons"]
-            and set(line["reasons"]) <= set(REASONS)
+            and all(reason in REASONS for reason in line["reasons"])
             and all(type(line.get(side)) is int for side in ("width", "height"))
         )
     ]

@@ -24,7 +24,7 @@ from beam_pipeline.core import duplicates, odd_images
 from beam_pipeline.core.duplicates import DUPLICATE
 from beam_pipeline.core.entries import ShardResult
 from beam_pipeline.core.jpegdata import KEEP_FLAG, STRAY_JPEG_BYTES
-from beam_pipeline.core.labels import Vocabulary, alike_class, unknown_class_name
+from beam_pipeline.core.labels import Vocabulary, unknown_class_hints, unknown_class_name
 from beam_pipeline.core.leaks import says_clash
 from beam_pipeline.core.rejections import DISCOVER, Rejection
 from beam_pipeline.core.sharding import SplitPlan
@@ -161,31 +161,8 @@ def check_index_budget(
             f"; classes outside the vocabulary ({spec.vocabulary_source}), most frequent "
             f"first: {_most_frequent(unknown, 10)}"
         )
-        spaced = sorted(
-            name for name in unknown if name is not None and name.split() != [name]
-        )  # (a space inside, or before or after: "cat " is read back from a labels file as "cat")
-        hashed = sorted(name for name in unknown if name is not None and name.startswith("#"))
-        if spaced and spec.vocabulary_source.startswith("--labels_file"):
-            message += (
-                f" ({spaced[0]!r} holds a space, and a labels file's class is a line's first "
-                "word: such a class cannot be listed there; rename it)"
-            )
-        elif hashed and spec.vocabulary_source.startswith("--labels_file"):
-            message += (
-                f" ({hashed[0]!r} begins with #, and a labels file's line that does is a "
-                "comment: such a class cannot be listed there; rename it)"
-            )
-        alike = {
-            unknown_class_name(r.detail): alike_class(r.detail)
-            for r in images
-            if r.reason == "unknown_class" and alike_class(r.detail) is not None
-        }
-        if alike:
-            name, known = sorted(alike.items())[0]
-            message += (
-                f" ({name!r} is another spelling of the vocabulary's {known!r}, in case, spaces "
-                "or Unicode form: use one spelling in the XML <name>s or class folders)"
-            )
+        details = [r.detail for r in images if r.reason == "unknown_class"]
+        message += unknown_class_hints(details, spec.vocabulary_source.startswith("--labels_file"))
     if not unknown:  # (unknown classes: the fix is the vocabulary, named above)
         fraction = needed_fraction(bad, total)
         see += f"; to build without them, rerun with --max_bad_fraction {fraction}"

@@ -345,7 +345,9 @@ def check_copies(data_dir: str, info: DatasetInfo) -> list[Problem]:
         lines = found[ODD_IMAGES_FILE]
         malformed = odd_images.report_problems(lines)
         problems += [Problem(ODD_IMAGES_FILE, None, message) for message in malformed]
-        reasons = collections.Counter(r for line in lines for r in line.get("reasons", ()))
+        reasons = collections.Counter(
+            r for line in lines if not odd_images.report_problems([line]) for r in line["reasons"]
+        )
         recorded = dict(info.odd_images)
         if {r: reasons.get(r, 0) for r in recorded} != recorded or set(reasons) - set(recorded):
             said = f"lists {dict(sorted(reasons.items()))}, {BUILD_INFO_FILE} counts {recorded}"

@@ -159,7 +159,7 @@ def _tables_note(root: str, tables: Sequence[str], layout: str) -> str:
     """The line saying that the CSV or TSV files beside a tree's split folders (TFRecorder's
     `data.csv`, say) are not read: labels come from the folders or the XML."""
     shown = ", ".join(tables[:3]) + (f" and {len(tables) - 3:,} more" if len(tables) > 3 else "")
-    source = "class folders" if layout == CLASS_FOLDERS else "XML beside the images"
+    source = "class folders" if layout == CLASS_FOLDERS else "XML"
     return (
         f"Note: not read: {shown} in {root} beside its split folders; labels come from the "
         f"{source}, not from a table"
