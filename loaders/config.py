@@ -30,7 +30,8 @@ class ReadConfig:
       random_flip: training flips left-right.
       crop_area_range, crop_aspect_ratio_range, min_object_covered: the random crop's limits
         (Inception's defaults); the crop keeps `min_object_covered` of the main object's box
-        (of a labelled image, the largest box of its label's class: the object it is labelled by).
+        (the largest; loaded with one-hot, int or binary labels, the largest of the label's
+        class: the object the image is labelled by).
       eval_central_crop: fraction kept by the evaluation central crop (1.0: none).
       value_range: images are scaled linearly from [0, 255] to this range.
     """
@@ -72,6 +73,8 @@ class ReadConfig:
             )
         if not _is_number(self.eval_central_crop) or not 0.0 < self.eval_central_crop <= 1.0:
             raise ValueError("ReadConfig.eval_central_crop must be in (0, 1]")
+        for name in ("min_object_covered", "eval_central_crop"):  # (a Fraction, np.float16)
+            object.__setattr__(self, name, float(getattr(self, name)))
         low, high = _pair(self, "value_range")
         if not low < high:
             raise ValueError(
@@ -80,14 +83,20 @@ class ReadConfig:
             )
 
 
+# The largest float32: the images' values are float32 (a `value_range` past it made every
+# pixel inf).
+_LARGEST_FLOAT32 = 3.4028234663852886e38
+
+
 def _is_number(value) -> bool:
-    """A finite real number (Python's or NumPy's), not a bool: an infinite `value_range`
-    made every pixel inf or NaN."""
-    return (
-        isinstance(value, numbers.Real)
-        and not isinstance(value, bool)
-        and math.isfinite(float(value))
-    )
+    """A real number (Python's or NumPy's, not a bool) that float32 holds: an infinite or
+    overflowing `value_range` made every pixel inf or NaN."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(float(value)) and abs(float(value)) <= _LARGEST_FLOAT32
+    except OverflowError:  # (10**400)
+        return False
 
 
 # tf.data takes its counts as int64.

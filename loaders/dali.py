@@ -19,8 +19,9 @@ compiled against one TensorFlow build at install time, so this loader does not d
 The policy is `load_dataset`'s: labels (and their `background` column), `class_names`, `dtype`
 and `value_range`, every record once per epoch (training drops the last partial batch,
 evaluation keeps it; the length is known), and the training crop keeps at least
-`config.min_object_covered` of the main object (the largest box; the whole image when there is
-none), with an area of `config.crop_area_range` of the image and an aspect ratio in
+`config.min_object_covered` of the main object (the largest box, of the label's class when
+labels are loaded; the whole image when there is none), with an area of
+`config.crop_area_range` of the image and an aspect ratio in
 `config.crop_aspect_ratio_range`, drawn as `tf.image.sample_distorted_bounding_box` draws it
 (`crop_windows`: the same distribution, not the same draws; the whole image when no attempt
 fits).

@@ -22,7 +22,7 @@ from loaders.config import ReadConfig, tf_data_value
 from loaders.info import data_path, dataset_info
 from loaders.preprocessing import eval_view, labelled_boxes, train_view, view_boxes
 from loaders.reader import SplitRecords, checked_record, read_records
-from loaders.spec import CLASS_LABELS, LoadSpec, keras_habits
+from loaders.spec import CLASS_LABELS, SEEDS, LoadSpec, keras_habits
 from schemas import features as F
 from schemas import tf_feature_spec
 from schemas.paths import is_local
@@ -134,7 +134,7 @@ def pipeline_seed(seed: int | None, input_context) -> int | None:
     if seed is None or input_context is None or input_context.input_pipeline_id == 0:
         return seed
     mixed = hashlib.sha256(f"{seed}/{input_context.input_pipeline_id}".encode()).digest()
-    return int.from_bytes(mixed[:4], "big") & 0x7FFFFFFF
+    return int.from_bytes(mixed[:4], "big") % SEEDS
 
 
 def checked_input_context(input_context) -> None:

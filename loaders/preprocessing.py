@@ -146,9 +146,8 @@ def _decode_png(encoded: tf.Tensor) -> tf.Tensor:
     its pixels came out blended towards white (the cases: `tests/test_loaders.py`'s
     `PALETTES`)."""
     colour_type = tf.strings.substr(encoded, 25, 1)  # (IHDR's; 0 grey, 2 RGB)
-    header = tf.strings.split(encoded, sep="IDAT", maxsplit=1)[0]
     keyed = tf.logical_and(
-        tf.size(tf.strings.split(header, sep="tRNS", maxsplit=1)) > 1,
+        _has_chunk_before_data(encoded, b"tRNS"),
         tf.logical_or(colour_type == b"\x00", colour_type == b"\x02"),
     )
     return tf.cond(
@@ -156,6 +155,27 @@ def _decode_png(encoded: tf.Tensor) -> tf.Tensor:
         lambda: tf.io.decode_png(encoded, channels=4),
         lambda: tf.io.decode_png(encoded, channels=0),
     )
+
+
+def _has_chunk_before_data(encoded: tf.Tensor, kind: bytes) -> tf.Tensor:
+    """Whether a PNG holds a chunk of `kind` before its first IDAT, found by walking the chunks
+    (length, type, data, CRC), not by searching the bytes: "tRNS" or "IDAT" in a text chunk
+    or a profile misled a search."""
+    size = tf.cast(tf.strings.length(encoded), tf.int64)
+
+    def more(offset, found, data):
+        return tf.logical_and(tf.logical_not(tf.logical_or(found, data)), offset + 8 <= size)
+
+    def step(offset, found, data):
+        raw = tf.io.decode_raw(tf.strings.substr(encoded, offset, 4), tf.uint8)
+        length = tf.reduce_sum(
+            tf.cast(raw, tf.int64) * tf.constant([1 << 24, 1 << 16, 256, 1], tf.int64)
+        )
+        chunk = tf.strings.substr(encoded, offset + 4, 4)
+        return offset + 12 + length, chunk == kind, chunk == b"IDAT"
+
+    start = (tf.constant(8, tf.int64), tf.constant(False), tf.constant(False))
+    return tf.while_loop(more, step, start)[1]
 
 
 def _little_endian(encoded: tf.Tensor, offset: int, size: int) -> tf.Tensor:

@@ -264,7 +264,7 @@ HABITS = {
     "validation_split": "hold a split out at build time (--validation_split 0.2), then load "
     'split="validation"',
     "subset": 'load split="train" or split="validation" (--validation_split at build time)',
-    "labels": "the build's classes are the labels: dataset_info(data_dir).class_names",
+    "labels": "the build's classes are the labels (labels=None: label_mode=None here)",
     "class_names": "the build's classes are the labels: dataset_info(data_dir).class_names",
     "color_mode": "images are RGB, 3 channels",
     "crop_to_aspect_ratio": "config=ReadConfig(eval_central_crop=0.875) crops the centre",
@@ -276,21 +276,18 @@ HABITS = {
 
 
 def keras_habits(function):
-    """`function` (a loader) refusing a keyword argument it does not take, as Python does, with
-    what does its work here when the argument is one of Keras's or TFDS's (`HABITS`)."""
+    """`function` (a loader) refusing a keyword argument of Keras's or TFDS's (`HABITS`) that it
+    does not take with what does its work here; Python's TypeError for any other."""
     signature = inspect.signature(function)
 
     @functools.wraps(function)
     def checked(*args, **kwargs):
-        try:
-            signature.bind(*args, **kwargs)
-        except TypeError as error:
-            unknown = [name for name in kwargs if name not in signature.parameters]
-            habit = next((HABITS[name] for name in unknown if name in HABITS), None)
-            said = f"{function.__name__}() {error}"
-            if habit is not None:
-                said += f" (Keras's or TFDS's): {habit} (docs/coming-from-keras-and-tfds.md)"
-            raise TypeError(said) from None
-        return function(*args, **kwargs)
+        habit = next((k for k in kwargs if k in HABITS and k not in signature.parameters), None)
+        if habit is not None:
+            raise TypeError(
+                f"{function.__name__}() got an unexpected keyword argument {habit!r} (Keras's "
+                f"or TFDS's): {HABITS[habit]} (docs/coming-from-keras-and-tfds.md)"
+            )
+        return function(*args, **kwargs)  # (any other mistake: Python's own TypeError)
 
     return checked

@@ -1,5 +1,6 @@
 import collections
 import dataclasses
+import fractions
 import hashlib
 import inspect
 import io
@@ -13,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 from helpers import build, build_sample, read_split, write
-from PIL import Image
+from PIL import Image, PngImagePlugin
 
 tf = pytest.importorskip("tensorflow")
 
@@ -75,6 +76,8 @@ def test_keras_and_tfds_arguments_name_what_does_their_work():
     )
     with pytest.raises(TypeError, match=r"^load_dataset\(\) got an unexpected keyword argument "):
         load_dataset("unused", "train", batch_size=4, bogus=1)
+    with pytest.raises(TypeError, match=r"takes 2 positional arguments but 3 were given"):
+        load_dataset("unused", "train", 4)  # (Python's own, not the hints')
     assert "batch_size" in inspect.signature(load_dataset).parameters
 
 
@@ -293,6 +296,12 @@ def palette(mode: str, fmt: str, bits: int | None = None, **options) -> bytes:
     pixels = np.random.default_rng(1).integers(0, 256, (20, 30, 3), dtype=np.uint8)
     image = Image.fromarray(pixels)
     image = image.quantize(2**bits) if mode == "P" else image.convert(mode)
+    if options.get("transparency") == "first":  # a colour key the image holds
+        options["transparency"] = image.getpixel((0, 0))
+    if "comment" in options:  # a text chunk, which Pillow writes before the tRNS chunk
+        text = PngImagePlugin.PngInfo()
+        text.add_text("Comment", options.pop("comment"))
+        options["pnginfo"] = text
     stream = io.BytesIO()
     image.save(stream, fmt, **({"bits": bits} if fmt == "PNG" and bits else {}), **options)
     return stream.getvalue()
@@ -308,6 +317,9 @@ PALETTES = {
     "1.png": ("1", "PNG", None),
     "1_key.png": ("1", "PNG", None, {"transparency": 0}),
     "P4_trns.png": ("P", "PNG", 4, {"transparency": 3}),
+    # "tRNS" or "IDAT" in a text chunk: a search of the bytes took them for chunks.
+    "1_comment.png": ("1", "PNG", None, {"comment": "no tRNS here"}),
+    "L_key_comment.png": ("L", "PNG", None, {"comment": "IDAT", "transparency": "first"}),
     "P8.bmp": ("P", "BMP", 8),
     "P4.bmp": ("P", "BMP", 4),  # (Pillow writes 16 colours in 8 bits a pixel)
 }
@@ -724,6 +736,8 @@ def test_a_leading_tilde_is_the_home_directory_and_val_is_named_validation(built
         ("value_range", (0, float("inf")), TypeError, "ReadConfig.value_range must be a pair of"),
         ("min_object_covered", float("nan"), ValueError, "ReadConfig.min_object_covered must"),
         ("shuffle_buffer", 2**63, ValueError, "ReadConfig.shuffle_buffer must be at least 1 and"),
+        ("value_range", (0, 10**400), TypeError, "ReadConfig.value_range must be a pair of"),
+        ("value_range", (0, 1e39), TypeError, "ReadConfig.value_range must be a pair of"),
     ],
 )
 def test_a_bad_read_config_is_named_when_made(field, value, error, message):
@@ -746,6 +760,11 @@ def test_a_read_config_takes_numpy_numbers_as_load_dataset_does():
     config = ReadConfig(shuffle_buffer=np.int64(10), value_range=(np.float32(-1), np.int8(1)))
     assert config == ReadConfig(shuffle_buffer=10, value_range=(-1.0, 1.0))
     assert type(config.shuffle_buffer) is int and type(config.value_range[0]) is float
+    config = ReadConfig(
+        min_object_covered=np.float16(0.5), eval_central_crop=fractions.Fraction(7, 8)
+    )
+    assert (config.min_object_covered, config.eval_central_crop) == (0.5, 0.875)
+    assert type(config.eval_central_crop) is float
 
 
 def test_class_weight_of_a_split_the_build_lacks_names_the_splits(built):
