@@ -125,6 +125,37 @@ def test_a_sixteen_bit_rgb_colour_key_is_not_applied_to_eight_bit_pixels():
     assert np.abs(rgb - expected[None]).mean() < 8  # no pixel turned white
 
 
+@pytest.mark.parametrize("bits", [1, 2, 4])
+def test_a_low_bit_grey_colour_key_is_composited_as_libpng_shows_it(bits):
+    # Pillow reads 2- and 4-bit grey as 8 bits but kept the key's own value (1 of 4 bits, not
+    # 17): no pixel matched it, and the keyed pixels were stored grey where TensorFlow's
+    # decoder (libpng) shows them transparent.
+    def chunk(kind, data):
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    values = np.random.default_rng(bits).integers(0, 2**bits, (4, 16))
+    values[0, 0] = 1  # (the key, and the key's 8-bit value: dark, far from white)
+    rows = b""
+    for row in values:
+        text = "".join(format(int(v), f"0{bits}b") for v in row)
+        rows += b"\x00" + int(text, 2).to_bytes(len(text) // 8, "big")
+    png = b"".join(
+        [
+            b"\x89PNG\r\n\x1a\n",
+            chunk(b"IHDR", struct.pack(">IIBBBBB", 16, 4, bits, 0, 0, 0, 0)),
+            chunk(b"tRNS", struct.pack(">H", 1)),
+            chunk(b"IDAT", zlib.compress(rows)),
+            chunk(b"IEND", b""),
+        ]
+    )
+    rgb = pixels(normalise_image(png, KEEP).data)
+    assert rgb[values == 1].mean() > 245  # composited onto white
+    grey = values * (255 // (2**bits - 1))
+    assert np.abs(rgb[values != 1] - grey[values != 1][:, None]).mean() < 8
+
+
 def test_floating_point_pixels_are_refused_not_guessed():
     # A float TIFF in 0..1 was clipped to 0..255 and stored black.
     out = io.BytesIO()

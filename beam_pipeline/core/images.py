@@ -146,6 +146,7 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
     keep_stray, note = policy.keep_stray_jpeg_bytes, ""
     with _decoding_errors(fmt, policy.max_pixels):
         image = _open(data, fmt, policy.max_pixels)
+        _scale_grey_key(image, data, fmt)
         sampling = _chroma_sampling(image)
         width, height = image.size
         target = policy.target_size(width, height)
@@ -260,6 +261,18 @@ def _chroma_sampling(image: Image.Image) -> int:
         found = sampling(image)
         return found if found in (0, 1, 2) else 2
     return 2 if image.mode in _GREY_MODES else 0
+
+
+def _scale_grey_key(image: Image.Image, data: bytes, fmt: str) -> None:
+    """A 2- or 4-bit grey PNG's colour key (tRNS) in the 8 bits Pillow reads its pixels at:
+    Pillow keeps the key's own value (1 of 4 bits, not 17), which no pixel then has, and the
+    keyed pixels were stored as they are, not composited onto white as libpng (TensorFlow's
+    decoder) shows them (found by a loader review). IHDR, first, holds the bit depth (byte
+    24) and colour type (25: grey is 0)."""
+    key = image.info.get("transparency")
+    grey = fmt == "PNG" and image.mode == "L" and len(data) > 25 and data[25] == 0
+    if grey and isinstance(key, int) and data[24] in (2, 4):
+        image.info["transparency"] = key * (255 // (2 ** data[24] - 1))
 
 
 def _open(data: bytes, fmt: str, max_pixels: int) -> Image.Image:
