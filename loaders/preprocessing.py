@@ -146,10 +146,11 @@ def _decode_png(encoded: tf.Tensor) -> tf.Tensor:
     its pixels came out blended towards white (the cases: `tests/test_loaders.py`'s
     `PALETTES`)."""
     colour_type = tf.strings.substr(encoded, 25, 1)  # (IHDR's; 0 grey, 2 RGB)
+    rgb16 = tf.logical_and(colour_type == b"\x02", tf.strings.substr(encoded, 24, 1) == b"\x10")
     keyed = tf.logical_and(
         _has_chunk_before_data(encoded, b"tRNS"),
-        tf.logical_or(colour_type == b"\x00", colour_type == b"\x02"),
-    )
+        tf.logical_or(colour_type == b"\x00", tf.logical_and(colour_type == b"\x02", ~rgb16)),
+    )  # (a 16-bit RGB key: not applied, as the build does not: `core.images._png_key`)
     return tf.cond(
         keyed,
         lambda: tf.io.decode_png(encoded, channels=4),

@@ -123,6 +123,20 @@ def test_a_sixteen_bit_rgb_colour_key_is_not_applied_to_eight_bit_pixels():
     rgb = pixels(normalise_image(png, KEEP).data)
     expected = np.array([[c >> 8 for c in colour] for colour in colours[:8]])
     assert np.abs(rgb - expected[None]).mean() < 8  # no pixel turned white
+    # A key under 256 in every channel (a fuzzer's): the pixels whose top bits equal it
+    # turned white, the keyed one stayed dark. Not applied either.
+    raw = b"\x00" + struct.pack(">6H", 0x1020, 0x3040, 0x5060, 0x0010, 0x0030, 0x0050)
+    dark = b"".join(
+        [
+            b"\x89PNG\r\n\x1a\n",
+            chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 1, 16, 2, 0, 0, 0)),
+            chunk(b"tRNS", struct.pack(">3H", 16, 48, 80)),
+            chunk(b"IDAT", zlib.compress(raw)),
+            chunk(b"IEND", b""),
+        ]
+    )
+    stored = pixels(normalise_image(dark, KEEP).data)
+    assert np.abs(stored[0] - np.array([[16, 48, 80], [0, 0, 0]])).max() < 6
 
 
 @pytest.mark.parametrize("bits", [1, 2, 4])

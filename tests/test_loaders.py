@@ -365,6 +365,32 @@ def test_preprocess_for_eval_of_other_formats_sees_what_the_build_stores(name):
     assert mapped.element_spec.shape == (16, 16, 3)
 
 
+def test_a_sixteen_bit_rgb_colour_key_is_not_applied_as_the_build_does_not():
+    # libpng applied it, the build (which reads 8 bits of each) keeps the colours: a keyed
+    # pixel served white was stored dark (found by a fuzzer).
+    import struct
+    import zlib
+
+    from loaders.preprocessing import decode_as_stored
+
+    def chunk(kind, data):
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    raw = b"\x00" + struct.pack(">6H", 0x1020, 0x3040, 0x5060, 0x8000, 0x8000, 0x8000)
+    png = b"".join(
+        [
+            b"\x89PNG\r\n\x1a\n",
+            chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 1, 16, 2, 0, 0, 0)),
+            chunk(b"tRNS", struct.pack(">3H", 0x8000, 0x8000, 0x8000)),
+            chunk(b"IDAT", zlib.compress(raw)),
+            chunk(b"IEND", b""),
+        ]
+    )
+    assert decode_as_stored(tf.constant(png)).numpy().tolist() == [[[16, 48, 80], [128, 128, 128]]]
+
+
 def test_a_bmp_tensorflow_cannot_read_is_refused_by_what_it_is():
     # A 1-bit BMP: "Number of channels inherent in the image must be 1, 3 or 4, was 0".
     data = palette("1", "BMP")

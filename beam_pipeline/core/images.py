@@ -146,7 +146,7 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
     keep_stray, note = policy.keep_stray_jpeg_bytes, ""
     with _decoding_errors(fmt, policy.max_pixels):
         image = _open(data, fmt, policy.max_pixels)
-        _scale_grey_key(image, data, fmt)
+        _png_key(image, data, fmt)
         sampling = _chroma_sampling(image)
         width, height = image.size
         target = policy.target_size(width, height)
@@ -258,21 +258,29 @@ def _chroma_sampling(image: Image.Image) -> int:
     PNGs and GIFs, for 1.3x the bytes at 4:4:4 (found by a user trial)."""
     sampling = getattr(JpegImagePlugin, "get_sampling", None)  # (Pillow's, public, undocumented)
     if image.format in ("JPEG", "MPO") and image.mode == "RGB" and sampling is not None:
-        found = sampling(image)
+        try:
+            found = sampling(image)
+        except Exception:  # noqa: BLE001 - a header it cannot read (an SOF cut short: the
+            return 2  # decode that follows rejects the file; a fuzz case raised IndexError)
         return found if found in (0, 1, 2) else 2
     return 2 if image.mode in _GREY_MODES else 0
 
 
-def _scale_grey_key(image: Image.Image, data: bytes, fmt: str) -> None:
-    """A 2- or 4-bit grey PNG's colour key (tRNS) in the 8 bits Pillow reads its pixels at:
-    Pillow keeps the key's own value (1 of 4 bits, not 17), which no pixel then has, and the
-    keyed pixels were stored as they are, not composited onto white as libpng (TensorFlow's
-    decoder) shows them (found by a loader review). IHDR, first, holds the bit depth (byte
-    24) and colour type (25: grey is 0)."""
+def _png_key(image: Image.Image, data: bytes, fmt: str) -> None:
+    """A PNG's colour key (tRNS) made to match the 8 bits Pillow reads its pixels at, or left
+    out where it cannot. Pillow keeps the key's own value: a 2- or 4-bit grey one (1 of 4 bits,
+    not 17) matched no pixel, and its keyed pixels were stored as they are, not onto white as
+    libpng (TensorFlow's decoder) shows them (found by a loader review): scaled. A 16-bit RGB
+    key cannot be matched against 8-bit pixels (one under 256 whitened the pixels whose top
+    bits it equals; found by a fuzzer): not applied, its colours kept (`to_rgb`). IHDR, first,
+    holds the bit depth (byte 24) and colour type (25: grey 0, RGB 2)."""
     key = image.info.get("transparency")
-    grey = fmt == "PNG" and image.mode == "L" and len(data) > 25 and data[25] == 0
-    if grey and isinstance(key, int) and data[24] in (2, 4):
+    if fmt != "PNG" or key is None or len(data) <= 25:
+        return
+    if image.mode == "L" and isinstance(key, int) and data[25] == 0 and data[24] in (2, 4):
         image.info["transparency"] = key * (255 // (2 ** data[24] - 1))
+    elif data[25] == 2 and data[24] == 16:
+        del image.info["transparency"]
 
 
 def _open(data: bytes, fmt: str, max_pixels: int) -> Image.Image:
