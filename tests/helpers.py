@@ -6,6 +6,8 @@ import io
 import json
 import os
 import pathlib
+import struct
+import zlib
 
 import numpy as np
 from PIL import Image
@@ -38,6 +40,29 @@ def png_bytes(width=32, height=32, mode="RGB") -> bytes:
     out = io.BytesIO()
     image.save(out, format="PNG")
     return out.getvalue()
+
+
+def png_file(
+    width: int, height: int, bits: int, colour_type: int, rows: bytes, key: bytes | None = None
+) -> bytes:
+    """A PNG made chunk by chunk (IHDR, a tRNS of `key`'s bytes when given, IDAT of `rows`,
+    each with its filter byte, IEND): bit depths and keys Pillow does not write."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    header = struct.pack(">IIBBBBB", width, height, bits, colour_type, 0, 0, 0)
+    return b"".join(
+        [
+            b"\x89PNG\r\n\x1a\n",
+            chunk(b"IHDR", header),
+            *([chunk(b"tRNS", key)] if key is not None else []),
+            chunk(b"IDAT", zlib.compress(rows)),
+            chunk(b"IEND", b""),
+        ]
+    )
 
 
 def write(path: pathlib.Path, data: bytes | str) -> pathlib.Path:

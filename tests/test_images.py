@@ -2,12 +2,11 @@ import dataclasses
 import io
 import re
 import struct
-import zlib
 
 import numpy as np
 import pytest
 import simplejpeg
-from helpers import CORPUS, jpeg_bytes, png_bytes
+from helpers import CORPUS, jpeg_bytes, png_bytes, png_file
 from PIL import Image
 
 from beam_pipeline.core import fingerprints, jpegdata
@@ -104,37 +103,16 @@ def test_a_transparent_colour_key_is_composited_on_white_in_every_mode(name):
 def test_a_sixteen_bit_rgb_colour_key_is_not_applied_to_eight_bit_pixels():
     # Pillow reads 16-bit RGB as 8 bits but keeps the 16-bit key: matching it against the
     # 8-bit pixels whitened a colour that was not the key. The colours are kept.
-    def chunk(kind, data):
-        return (
-            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-        )
-
     colours = [(0x1234, 0x5678, 0x9ABC), (0x3412, 0x7856, 0xBC9A)] * 4
     rows = b"".join(b"\x00" + b"".join(struct.pack(">HHH", *c) for c in colours) for _ in range(8))
-    png = b"".join(
-        [
-            b"\x89PNG\r\n\x1a\n",
-            chunk(b"IHDR", struct.pack(">IIBBBBB", 8, 8, 16, 2, 0, 0, 0)),
-            chunk(b"tRNS", struct.pack(">HHH", *colours[0])),
-            chunk(b"IDAT", zlib.compress(rows)),
-            chunk(b"IEND", b""),
-        ]
-    )
+    png = png_file(8, 8, 16, 2, rows, struct.pack(">HHH", *colours[0]))
     rgb = pixels(normalise_image(png, KEEP).data)
     expected = np.array([[c >> 8 for c in colour] for colour in colours[:8]])
     assert np.abs(rgb - expected[None]).mean() < 8  # no pixel turned white
     # A key under 256 in every channel (a fuzzer's): the pixels whose top bits equal it
     # turned white, the keyed one stayed dark. Not applied either.
     raw = b"\x00" + struct.pack(">6H", 0x1020, 0x3040, 0x5060, 0x0010, 0x0030, 0x0050)
-    dark = b"".join(
-        [
-            b"\x89PNG\r\n\x1a\n",
-            chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 1, 16, 2, 0, 0, 0)),
-            chunk(b"tRNS", struct.pack(">3H", 16, 48, 80)),
-            chunk(b"IDAT", zlib.compress(raw)),
-            chunk(b"IEND", b""),
-        ]
-    )
+    dark = png_file(2, 1, 16, 2, raw, struct.pack(">3H", 16, 48, 80))
     stored = pixels(normalise_image(dark, KEEP).data)
     assert np.abs(stored[0] - np.array([[16, 48, 80], [0, 0, 0]])).max() < 6
 
@@ -144,26 +122,13 @@ def test_a_low_bit_grey_colour_key_is_composited_as_libpng_shows_it(bits):
     # Pillow reads 2- and 4-bit grey as 8 bits but kept the key's own value (1 of 4 bits, not
     # 17): no pixel matched it, and the keyed pixels were stored grey where TensorFlow's
     # decoder (libpng) shows them transparent.
-    def chunk(kind, data):
-        return (
-            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-        )
-
     values = np.random.default_rng(bits).integers(0, 2**bits, (4, 16))
     values[0, 0] = 1  # (the key, and the key's 8-bit value: dark, far from white)
     rows = b""
     for row in values:
         text = "".join(format(int(v), f"0{bits}b") for v in row)
         rows += b"\x00" + int(text, 2).to_bytes(len(text) // 8, "big")
-    png = b"".join(
-        [
-            b"\x89PNG\r\n\x1a\n",
-            chunk(b"IHDR", struct.pack(">IIBBBBB", 16, 4, bits, 0, 0, 0, 0)),
-            chunk(b"tRNS", struct.pack(">H", 1)),
-            chunk(b"IDAT", zlib.compress(rows)),
-            chunk(b"IEND", b""),
-        ]
-    )
+    png = png_file(16, 4, bits, 0, rows, struct.pack(">H", 1))
     rgb = pixels(normalise_image(png, KEEP).data)
     assert rgb[values == 1].mean() > 245  # composited onto white
     grey = values * (255 // (2**bits - 1))

@@ -369,25 +369,13 @@ def test_a_sixteen_bit_rgb_colour_key_is_not_applied_as_the_build_does_not():
     # libpng applied it, the build (which reads 8 bits of each) keeps the colours: a keyed
     # pixel served white was stored dark (found by a fuzzer).
     import struct
-    import zlib
+
+    from helpers import png_file
 
     from loaders.preprocessing import decode_as_stored
 
-    def chunk(kind, data):
-        return (
-            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-        )
-
     raw = b"\x00" + struct.pack(">6H", 0x1020, 0x3040, 0x5060, 0x8000, 0x8000, 0x8000)
-    png = b"".join(
-        [
-            b"\x89PNG\r\n\x1a\n",
-            chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 1, 16, 2, 0, 0, 0)),
-            chunk(b"tRNS", struct.pack(">3H", 0x8000, 0x8000, 0x8000)),
-            chunk(b"IDAT", zlib.compress(raw)),
-            chunk(b"IEND", b""),
-        ]
-    )
+    png = png_file(2, 1, 16, 2, raw, struct.pack(">3H", 0x8000, 0x8000, 0x8000))
     assert decode_as_stored(tf.constant(png)).numpy().tolist() == [[[16, 48, 80], [128, 128, 128]]]
 
 
