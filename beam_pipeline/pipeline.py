@@ -21,7 +21,6 @@ import os
 import platform
 import posixpath
 import re
-import shlex
 import sys
 from collections.abc import Sequence
 
@@ -74,9 +73,10 @@ from beam_pipeline.tree.fileio import (
     subdirectories,
 )
 from beam_pipeline.tree.locate import locate_tree
+from beam_pipeline.tree.refusals import refuse_classes_without_images
 from schemas import BUILD_INFO_FILE, DatasetInfo
 from schemas.label_map import label_map_classes, renumbered_note
-from schemas.paths import first_few, is_local, join
+from schemas.paths import is_local, join
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +146,8 @@ def prepare(config: BuildConfig) -> Prepared:
         )
     elif layout in (layouts.ILSVRC_CLS_LOC, layouts.CLASS_FOLDERS):  # classes from folders
         train = next(t for t in plan.tasks if t.kind == layouts.IMAGES and t.split == "train")
-        _refuse_classes_without_images(train.directory, train.foreign, layout)
+        missing = classes_without_images(train.directory, train.foreign)
+        refuse_classes_without_images(train.directory, missing, layout)
     return Prepared(config, plan, classes, display_names)
 
 
@@ -197,61 +198,6 @@ def _a_builds_labels(path: str, text: str) -> tuple[tuple[str, ...], dict[str, s
     if "".join(name + "\n" for name in info.classes) != text:
         return None
     return tuple(info.classes), dict(info.display_names)
-
-
-def _refuse_classes_without_images(
-    train_dir: str, foreign: tuple[str, ...], layout: str = layouts.ILSVRC_CLS_LOC
-) -> None:
-    """Refuses a CLS-LOC or class-folder train split with a class that holds no image (a
-    class folder empty, or its archive not extracted: beside the folders, or inside its own)
-    when the vocabulary is the classes seen in train: the class would be left out, and every
-    class after it numbered lower than in every other build of the same dataset (and than in
-    Keras's `class_names`, which keep an empty folder), with nothing said."""
-    missing = classes_without_images(train_dir, foreign)
-    if not missing:
-        return
-    shown = first_few(missing, 5)
-    one = len(missing) == 1
-    said = " ".join(missing)
-    fixes = ""
-    if "(a link" in said or "(the same folder as" in said:
-        fixes = "point each linked class folder at its own images, "
-    if "not UTF-8 text" in said:
-        fixes += (
-            "rename each folder whose name is not UTF-8 (every name below the split: "
-            f"convmv -f latin1 -t utf8 -r --notest {shlex.quote(train_dir)}), "
-        )
-    raise layouts.LayoutError(
-        f"split 'train': {len(missing)} class{'' if one else 'es'} in {train_dir} "
-        f"hold{'s' if one else ''} no image ({shown}): a build would leave "
-        f"{'it' if one else 'them'} out of the vocabulary (the classes seen in train) and "
-        f"number the classes after {'it' if one else 'them'} lower than other builds of the "
-        f"dataset do. {_fill_classes(said)}{fixes}remove what is not wanted, or pass "
-        f"--labels_file ({_class_list(layout)}) to keep every class's index"
-    )
-
-
-def _class_list(layout: str) -> str:
-    """The file that names every class, for a refusal's fix."""
-    if layout == layouts.CLASS_FOLDERS:
-        return (
-            "a file with a class folder's name a line, in code-point order as Keras sorts them "
-            "(LC_ALL=C ls), or a build's labels.txt: an empty class then has 0 images, as in "
-            "Keras's class_names"
-        )
-    return "LOC_synset_mapping.txt, or a build's labels.txt"
-
-
-def _fill_classes(missing: str) -> str:
-    """How to fill the empty class folders `missing` names: ImageNet's synsets (n01440764)
-    from their archives; any other class with its images."""
-    if not re.search(r"\bn\d{8}\b", missing):
-        return "Put each class's images in its folder, "
-    return (
-        "Extract each class's archive into its folder (ImageNet's, in that folder: for f in "
-        'n*.tar; do mkdir -p "${f%.tar}" && tar -xf "$f" -C "${f%.tar}" && rm "$f"; done; an '
-        "archive inside its class folder: tar -xf it there), "
-    )
 
 
 def in_listed_folders(path: str, root: str, layout: str = layouts.AUTO) -> bool:

@@ -21,13 +21,8 @@ from helpers import failure_line, ilsvrc_image, jpeg_bytes, summary_rows, write
 from beam_pipeline import failures, pipeline
 from beam_pipeline.console import watch
 from beam_pipeline.console.build_console import BuildConsole
-from beam_pipeline.console.summary import (
-    human_bytes,
-    label_summary,
-    plural,
-    shared_note,
-    unannotated_note,
-)
+from beam_pipeline.console.summary import human_bytes, label_summary, plural
+from beam_pipeline.console.tree_notes import shared_note, unannotated_note
 from beam_pipeline.core.annotations import voc_xml
 from beam_pipeline.runners import machine
 from beam_pipeline.stages import writing

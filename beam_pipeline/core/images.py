@@ -145,9 +145,8 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
         raise InputError("not_an_image", f"unrecognised leading bytes {data[:8]!r}")
     keep_stray, note = policy.keep_stray_jpeg_bytes, ""
     with _decoding_errors(fmt, policy.max_pixels):
-        image = _open(data, fmt, policy.max_pixels)
+        image = source = _open(data, fmt, policy.max_pixels)
         _png_key(image, data, fmt)
-        sampling = _chroma_sampling(image)
         width, height = image.size
         target = policy.target_size(width, height)
         _check_storable(fmt, (width, height), target, policy)
@@ -177,6 +176,7 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
         rgb = rgb.resize(target, Image.Resampling.BICUBIC, reducing_gap=3.0)
     out = io.BytesIO()
     try:
+        sampling = _chroma_sampling(source)  # (of the file as opened: `image` may be its decode)
         rgb.save(out, format="JPEG", quality=policy.jpeg_quality, subsampling=sampling)
     except (OSError, ValueError) as error:  # the image's fault, never the output's
         raise InputError("corrupt_image", f"{fmt}: cannot be encoded as JPEG: {error}") from None

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from beam_pipeline import failures
 from beam_pipeline.console import build_console as console
-from beam_pipeline.console import summary
+from beam_pipeline.console import summary, tree_notes
 from beam_pipeline.failures import WorkerLost
 from beam_pipeline.interrupts import interrupts_remembered, stopping_signal, worker_lost
 from beam_pipeline.output.readback import rejections_by_split
@@ -141,7 +141,7 @@ def _build(argv: list[str], out: console.BuildConsole) -> int:
         f"Building {config.output_dir} from {config.input_dir} ({config.layout}); "
         f"full log: {out.log_path}"
     )
-    for note in summary.tree_notes(prepared.plan, config):
+    for note in tree_notes.tree_notes(prepared.plan, config):
         out.say(note)
     in_place = resume.shards_in_place(config.output_dir) if config.resume else None
     try:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from beam_pipeline.console.summary import tree_notes
+from beam_pipeline.console.tree_notes import tree_notes
 from beam_pipeline.core.entries import IndexEntry, LabelledEntry, ParsedEntry
 from beam_pipeline.core.examples import build_example, normalised_boxes
 from beam_pipeline.core.holdout import hold_out

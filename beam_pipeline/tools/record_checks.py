@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import hashlib
 import io
 from collections.abc import Iterable, Sequence
@@ -63,6 +64,12 @@ def check_example(
     )
 
 
+@functools.cache
+def _schema_keys(schema_version: str) -> frozenset[str]:
+    """The feature keys of a schema version (once per version, not per record)."""
+    return frozenset(spec.key for spec in FEATURES if spec.in_schema(schema_version))
+
+
 def _feature_values(
     example: Example, num_classes: int, schema_version: str
 ) -> tuple[dict[str, list[Any]], str | None]:
@@ -71,8 +78,7 @@ def _feature_values(
     not the schema's (a key of a later schema: the build's metadata claims an earlier one)."""
     features = example.features.feature
     values: dict[str, list[Any]] = {}
-    known = {spec.key for spec in FEATURES if spec.in_schema(schema_version)}
-    if foreign := sorted(set(features) - known):
+    if foreign := sorted(set(features) - _schema_keys(schema_version)):
         return values, f"feature {foreign[0]} is not in schema {schema_version}"
     for spec in FEATURES:
         if not spec.in_schema(schema_version):

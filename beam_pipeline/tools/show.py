@@ -86,15 +86,14 @@ class NothingToShow(Exception):
 
 
 def read_info(output_dir: str) -> DatasetInfo:
-    """The build's metadata; UsageError when `output_dir` holds no committed build,
-    DamagedBuildError (naming the file) when its metadata is damaged."""
+    """The build's metadata; UsageError without a committed build (DamagedBuildError as read)."""
     try:
         return read_build_info(output_dir)
     except NoBuildError as error:
         raise UsageError(str(error)) from None
     except DamagedBuildError:
         raise
-    except (ValueError, KeyError, TypeError) as error:
+    except ValueError as error:  # (another schema's)
         raise UsageError(f"{join(output_dir, BUILD_INFO_FILE)}: {error}") from None
 
 
@@ -298,6 +297,10 @@ def copies_sheet(
 # --- the command ------------------------------------------------------------------------------
 
 
+# What `show` says in a line (`_failed`), not a trace.
+_SAID = (UsageError, RequestError, NothingToShow, CorruptRecordError, DamagedBuildError, OSError)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.n is None and not args.histogram:
@@ -309,14 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.histogram:
             return _histogram(args)
         summary = _write_copies(args) if args.duplicates else _write_sheet(args)
-    except (
-        UsageError,
-        RequestError,
-        NothingToShow,
-        CorruptRecordError,
-        DamagedBuildError,
-        OSError,
-    ) as error:
+    except _SAID as error:
         return _failed(error, args.output_dir)
     print(f"wrote {args.output}: {summary}")
     return 0

@@ -1,16 +1,20 @@
 """Refusals of trees that would come out mislabelled or incomplete: VOC annotations nested in
 another year's, years mostly unannotated, annotation folders missing or dangling, split lists
-that name files instead of ids. Each message names the folder and the fix."""
+that name files instead of ids, train classes without images. Each message names the folder
+and the fix."""
 
 from __future__ import annotations
 
 import os
 import posixpath
+import re
 import shlex
 from collections.abc import Callable, Sequence
 
 from beam_pipeline.tree.layouts import (
     ANNOTATIONS,
+    CLASS_FOLDERS,
+    ILSVRC_CLS_LOC,
     DiscoveryPlan,
     LayoutError,
     output_split,
@@ -250,4 +254,58 @@ def refuse_ids_with_extensions(list_path: str, ids: Sequence[str]) -> None:
         "name them by id, without the extension (2008_000008 for JPEGImages/2008_000008.jpg). "
         "Strip the extensions: sed -i -E 's/\\.(jpe?g|png|xml)$//I' "
         f"{shlex.quote(list_path)}"
+    )
+
+
+def refuse_classes_without_images(
+    train_dir: str, missing: Sequence[str], layout: str = ILSVRC_CLS_LOC
+) -> None:
+    """Refuses a CLS-LOC or class-folder train split with a class that holds no image (a
+    class folder empty, or its archive not extracted: beside the folders, or inside its own)
+    when the vocabulary is the classes seen in train: the class would be left out, and every
+    class after it numbered lower than in every other build of the same dataset (and than in
+    Keras's `class_names`, which keep an empty folder), with nothing said."""
+    if not missing:
+        return
+    shown = first_few(missing, 5)
+    one = len(missing) == 1
+    said = " ".join(missing)
+    fixes = ""
+    if "(a link" in said or "(the same folder as" in said:
+        fixes = "point each linked class folder at its own images, "
+    if "not UTF-8 text" in said:
+        fixes += (
+            "rename each folder whose name is not UTF-8 (every name below the split: "
+            f"convmv -f latin1 -t utf8 -r --notest {shlex.quote(train_dir)}), "
+        )
+    raise LayoutError(
+        f"split 'train': {len(missing)} class{'' if one else 'es'} in {train_dir} "
+        f"hold{'s' if one else ''} no image ({shown}): a build would leave "
+        f"{'it' if one else 'them'} out of the vocabulary (the classes seen in train) and "
+        f"number the classes after {'it' if one else 'them'} lower than other builds of the "
+        f"dataset do. {_fill_classes(said)}{fixes}remove what is not wanted, or pass "
+        f"--labels_file ({_class_list(layout)}) to keep every class's index"
+    )
+
+
+def _class_list(layout: str) -> str:
+    """The file that names every class, for a refusal's fix."""
+    if layout == CLASS_FOLDERS:
+        return (
+            "a file with a class folder's name a line, in code-point order as Keras sorts them "
+            "(LC_ALL=C ls), or a build's labels.txt: an empty class then has 0 images, as in "
+            "Keras's class_names"
+        )
+    return "LOC_synset_mapping.txt, or a build's labels.txt"
+
+
+def _fill_classes(missing: str) -> str:
+    """How to fill the empty class folders `missing` names: ImageNet's synsets (n01440764)
+    from their archives; any other class with its images."""
+    if not re.search(r"\bn\d{8}\b", missing):
+        return "Put each class's images in its folder, "
+    return (
+        "Extract each class's archive into its folder (ImageNet's, in that folder: for f in "
+        'n*.tar; do mkdir -p "${f%.tar}" && tar -xf "$f" -C "${f%.tar}" && rm "$f"; done; an '
+        "archive inside its class folder: tar -xf it there), "
     )
