@@ -328,14 +328,37 @@ def test_the_report_is_checked_against_its_counts():
     line = {"kind": "exact", "distance": 0, "leak": True, "clash": False}
     recorded = {"exact_groups": 1, "near_pairs": 0, "images": 2, "clashes": 0}
     good = [{**line, "members": [member, other]}]
-    assert duplicates.report_problems(good, {**recorded, "leaked": {"validation": 1}}) == []
-    assert duplicates.report_problems(good, {**recorded, "leaked": {}}) == [
-        "1 of its groups leak, build_info.json counts 0 leaked images"
+    leaked = {**recorded, "leaked": {"validation": 1}}
+    assert duplicates.report_problems(good, leaked, "train") == []
+    assert duplicates.report_problems(good, {**recorded, "leaked": {}}, "train") == [
+        "its groups that leak hold 1 held-out image, build_info.json counts 0 leaked"
     ]
     clash = [{**line, "members": [member, {**other, "class": "dog"}]}]
-    assert duplicates.report_problems(clash, {**recorded, "leaked": {"validation": 1}}) == [
+    assert duplicates.report_problems(clash, leaked, "train") == [
         "line 1: clash is False, its classes say otherwise"
     ]
-    assert duplicates.report_problems([{**line, "members": [member]}], recorded) == [
+    assert duplicates.report_problems([{**line, "members": [member]}], recorded, "train") == [
         "line 1 is not a group of copies as a build writes one"
+    ]
+    # One leak flag flipped: a training image and its held-out copy, or no held-out image.
+    flipped = [{**good[0], "leak": False}]
+    assert duplicates.report_problems(flipped, leaked, "train") == [
+        "line 1: leak is false, yet a held-out image copies a train image in it"
+    ]
+    two = {**member, "path": "c.jpg"}
+    trained = [*good, {**line, "members": [member, two]}]
+    counts = {**leaked, "exact_groups": 2, "images": 3}
+    assert duplicates.report_problems(trained, counts, "train") == [
+        "line 2: leak is true with no held-out image"
+    ]
+    assert duplicates.report_problems(good, leaked, None) == [
+        "line 1: leak is true with no training split in the build"
+    ]
+    # Two validation images leaked; the groups that leak hold one (its twin's flag flipped).
+    twin = {**other, "path": "b2.jpg"}
+    near = {"kind": "near", "distance": 3, "leak": False, "clash": False}
+    cut = [*good, {**near, "members": [{**other, "path": "x.jpg"}, twin]}]
+    counts = {**recorded, "exact_groups": 1, "near_pairs": 1, "images": 4}
+    assert duplicates.report_problems(cut, {**counts, "leaked": {"validation": 2}}, "train") == [
+        "its groups that leak hold 1 of the 2 validation images build_info.json counts as leaked"
     ]

@@ -197,6 +197,7 @@ def leaks_of(
     alike = alike or {}
     found: dict[Member, Leak] = {}
     leaking: set[Group] = set()
+    exact_group = {m: g for g in groups if g.kind == EXACT for m in g.members}
     for group in groups:
         if group.kind == EXACT:
             sides = [(group.members, group.members)]
@@ -207,8 +208,9 @@ def leaks_of(
             trained = [m for m in others if m.split == training]
             for member in (m for m in held if trained and m.split != training):
                 leak = Leak(member, min(trained), group.kind, group.distance)
-                if member in group.members:  # (a pair of two training images shows none)
-                    leaking.add(group)
+                # The group shows the leak; a copy a pair's member stands for shows it in its
+                # exact group too (so every image `leaked` counts is in a group that leaks).
+                leaking.add(group if member in group.members else exact_group[member])
                 if member not in found or _rank(leak) < _rank(found[member]):
                     found[member] = leak
     return sorted(found.values()), leaking
@@ -277,15 +279,18 @@ def counts(groups: Sequence[Group], leaks: Sequence[Leak]) -> dict:
     }
 
 
-def report_problems(lines: Sequence[Any], recorded: dict) -> list[str]:
+def report_problems(lines: Sequence[Any], recorded: dict, training: str | None) -> list[str]:
     """What is wrong with `duplicates.jsonl`'s parsed `lines` (`rows`) against the counts
-    `build_info.json` `recorded` (`counts`): a line that is no group (each member a split,
-    path and class), a clash flag its classes do not give, and groups, clashes, images or
-    leak flags other than the counts say (`verify`)."""
+    `build_info.json` `recorded` (`counts`) of a build whose training split is `training`: a
+    line that is no group (each member a split, path and class), a clash or leak flag its
+    members do not give (a group of a training image and a held-out one leaks; one without a
+    held-out image cannot), groups, clashes or images other than the counts say, and fewer
+    held-out images in leaking groups than `leaked` counts (each is in one: `leaks_of`)."""
     problems: list[str] = []
     kinds: collections.Counter[str] = collections.Counter()
     images: set[tuple[str, str]] = set()
-    clashes = leaks = 0
+    shown: set[tuple[str, str]] = set()  # held-out images in groups that leak
+    clashes = 0
     for number, line in enumerate(lines, start=1):
         members = line.get("members") if isinstance(line, dict) else None
         if not _is_group(line, members):
@@ -297,8 +302,17 @@ def report_problems(lines: Sequence[Any], recorded: dict) -> list[str]:
         if line["clash"] != (len(classes) > 1):
             problems.append(f"line {number}: clash is {line['clash']}, its classes say otherwise")
         clashes += line["clash"]
-        leaks += line["leak"]
         images.update((m["split"], m["path"]) for m in members)
+        held = {(m["split"], m["path"]) for m in members if m["split"] != training}
+        if line["leak"] and not (training and held):
+            why = "no held-out image" if training else "no training split in the build"
+            problems.append(f"line {number}: leak is true with {why}")
+        elif not line["leak"] and held and len(held) < len(members):
+            problems.append(
+                f"line {number}: leak is false, yet a held-out image copies a "
+                f"{training} image in it"
+            )
+        shown.update(held if line["leak"] else ())
     counted = {"exact_groups": kinds[EXACT], "near_pairs": kinds[NEAR], "clashes": clashes}
     counted["images"] = len(images)
     for key, value in counted.items():
@@ -306,10 +320,19 @@ def report_problems(lines: Sequence[Any], recorded: dict) -> list[str]:
             problems.append(
                 f"its {key} are {value:,}, build_info.json counts {recorded.get(key)!r}"
             )
+    in_leaks = collections.Counter(split for split, _ in shown)
+    for split, leaked in sorted((recorded.get("leaked") or {}).items()):
+        if not problems and in_leaks[split] < leaked:
+            problems.append(
+                f"its groups that leak hold {in_leaks[split]:,} of the {leaked:,} {split} "
+                "images build_info.json counts as leaked"
+            )
     leaked = sum((recorded.get("leaked") or {}).values())
-    if not problems and bool(leaks) != bool(leaked):
+    if not problems and bool(shown) != bool(leaked):
         problems.append(
-            f"{leaks:,} of its groups leak, build_info.json counts {leaked:,} leaked images"
+            f"its groups that leak hold {len(shown):,} held-out image"
+            f"{'' if len(shown) == 1 else 's'}, "
+            f"build_info.json counts {leaked:,} leaked"
         )
     return problems
 

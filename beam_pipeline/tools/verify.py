@@ -40,6 +40,7 @@ from beam_pipeline.output.directory import STAGING_DIR, list_shard_files
 from beam_pipeline.output.lock import busy_reason
 from beam_pipeline.output.readback import read_build_info
 from beam_pipeline.tools.record_checks import Tally, check_example, check_tallies
+from beam_pipeline.tree.planner import vocabulary_split
 from schemas import (
     BUILD_INFO_FILE,
     DEAD_LETTER_FILE,
@@ -339,7 +340,9 @@ def check_copies(data_dir: str, info: DatasetInfo) -> list[Problem]:
         else:
             found[name] = lines
     if DUPLICATES_FILE in found:
-        wrong = duplicates.report_problems(found[DUPLICATES_FILE], info.duplicates)
+        wrong = duplicates.report_problems(
+            found[DUPLICATES_FILE], info.duplicates, vocabulary_split(list(info.splits))
+        )
         problems += [Problem(DUPLICATES_FILE, None, message) for message in wrong]
     if ODD_IMAGES_FILE in found:
         lines = found[ODD_IMAGES_FILE]
