@@ -11,7 +11,7 @@ import pytest
 from helpers import build, dead_letters, jpeg_bytes, png_bytes, read_split, write
 
 from beam_pipeline.tools import build as build_tool
-from beam_pipeline.tree import layouts, locate
+from beam_pipeline.tree import fileio, folder_trees, layouts, locate
 from beam_pipeline.tree.fileio import has_files, subdirectories
 from beam_pipeline.tree.layouts import LayoutError
 from loaders import dataset_info
@@ -367,6 +367,34 @@ def test_split_folders_inside_class_folders_are_built_into_the_split_and_said(tm
         "more): their images are built into the split with the rest, each labelled by its class "
         "folder; to build them as splits, arrange the tree as train/CLASS/, val/CLASS/"
     ) in capsys.readouterr().err.splitlines()
+
+
+def test_a_folder_of_class_folder_trees_builds_a_class_each_and_names_the_trees(tmp_path, capsys):
+    # flowers/roses/, pets/cat/: two datasets given as one tree built as classes flowers and
+    # pets (as Keras reads them) without a word.
+    root = tmp_path / "datasets"
+    photos(root / "flowers", classes=("cat", "dog"), per_class=1)
+    photos(root / "pets", classes=("Ant", "dog"), per_class=1)
+    assert build_tool.main(["--input_dir", str(root), "--output_dir", str(tmp_path / "out")]) == 0
+    assert labels(tmp_path / "out", "train") == [
+        ("flowers/cat/0.jpg", 0),
+        ("flowers/dog/0.jpg", 0),
+        ("pets/Ant/0.jpg", 1),
+        ("pets/dog/0.jpg", 1),
+    ]
+    assert (
+        f"Note: every class folder of {root} holds folders of images, no image of its own "
+        "(flowers/cat/, flowers/dog/, pets/Ant/ and 1 more): each is built as one class "
+        "(flowers, pets), its images those of all its folders, as Keras reads them; if the "
+        f"folders inside are the classes, pass one of {root}/flowers, {root}/pets as --input_dir"
+    ) in capsys.readouterr().err.splitlines()
+    # A class folder with an image of its own, or with one folder inside, is a class.
+    access = fileio.TREE_ACCESS
+    write(root / "pets" / "1.jpg", jpeg_bytes())
+    assert folder_trees.plan_class_folders(str(root), ("train",), access).notes == ()
+    (root / "pets" / "1.jpg").unlink()
+    (root / "pets" / "Ant" / "0.jpg").unlink()
+    assert folder_trees.plan_class_folders(str(root), ("train",), access).notes == ()
 
 
 def test_plan_counts_images_by_class_folder(tmp_path):

@@ -95,8 +95,35 @@ def plan_class_folders(root: str, splits: Sequence[str], tree: TreeAccess) -> Di
         for inner in tree.subdirectories(join(task.directory, name))
         if inner.lower() in SPLIT_FOLDERS
     )
-    return dataclasses.replace(
-        _plan(CLASS_FOLDERS, root, splits, tasks, tree), nested_splits=nested
+    plan = _plan(CLASS_FOLDERS, root, splits, tasks, tree)
+    notes = [note for task in tasks if (note := _classes_of_classes_note(task.directory, tree))]
+    return dataclasses.replace(plan, nested_splits=nested, notes=(*plan.notes, *notes))
+
+
+def _classes_of_classes_note(directory: str, tree: TreeAccess) -> str | None:
+    """The line saying that every class folder of `directory` holds no image of its own but
+    folders of them (a folder of datasets given as the tree: `photos/flowers/roses/`,
+    `photos/pets/cat/`): each is built as one class, as Keras reads it; said, with the folders
+    to pass if those are the classes. None when a class folder holds images (checked first)."""
+    classes = tree.subdirectories(directory)
+    inner = {}
+    for name in classes:
+        folder = join(directory, name)
+        if tree.top_level_images(folder):
+            return None
+        inner[name] = [n for n in tree.subdirectories(folder) if n.lower() not in SPLIT_FOLDERS]
+        if len(inner[name]) < 2:
+            return None
+    if len(classes) < 2:
+        return None
+    shown = [f"{name}/{sub}/" for name in classes for sub in inner[name]]
+    more = f" and {len(shown) - 3:,} more" if len(shown) > 3 else ""
+    return (
+        f"Note: every class folder of {directory} holds folders of images, no image of its own "
+        f"({', '.join(shown[:3])}{more}): each is built as one class ({', '.join(classes)}), "
+        "its images those of all its folders, as Keras reads them; if the folders inside are "
+        f"the classes, pass one of {', '.join(join(directory, n) for n in classes)} as "
+        "--input_dir"
     )
 
 
