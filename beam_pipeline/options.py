@@ -40,8 +40,9 @@ def _add_tree_flags(parser: argparse.ArgumentParser) -> None:
     """What to read, how to split and shard it."""
     parser.add_argument(
         "--input_dir",
-        help="Root of the ILSVRC or VOC tree (local or gs://); locally also the download "
-        "folder one level above it (X/VOCdevkit/..., Kaggle's X/ILSVRC/...).",
+        help="Root of the tree (local or gs://): ILSVRC DET or CLS-LOC, Pascal VOC, a folder of "
+        "class folders, or images with their VOC XML (Roboflow's, Kaggle's exports); locally "
+        "also the download folder one level above it (X/VOCdevkit/..., Kaggle's X/ILSVRC/...).",
     )
     parser.add_argument("--output_dir", help="Where shards and metadata are written.")
     parser.add_argument(

@@ -131,8 +131,8 @@ def test_the_readme_gives_the_two_commands_and_ci_runs_the_test_command():
     (commands,) = [code for lang, code in fenced_blocks("README.md", "## Quick start") if code]
     lines = commands.rstrip("\n").split("\n")
     assert lines == [
-        "./run_local.sh     # main job: generate the bundled sample, build it on DirectRunner, "
-        "train a Keras CNN",
+        "./run_local.sh     # main job: generate the bundled sample, build it on Beam's local "
+        "runner, train a Keras CNN",
         "./run_tests.sh     # the tests (ruff, mypy, pytest); this is what CI runs",
     ]
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")

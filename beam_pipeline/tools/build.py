@@ -102,7 +102,8 @@ def _main(argv: list[str], out: console.BuildConsole) -> int:
     if not argv or "-h" in argv or "--help" in argv:
         parser = argparse.ArgumentParser(
             prog="python -m beam_pipeline [build]",
-            description="Build sharded TFRecords from an ILSVRC or Pascal VOC tree. "
+            description="Build sharded TFRecords from an ILSVRC or Pascal VOC tree, a folder of "
+            "class folders, or images with their VOC XML. "
             "Every Apache Beam pipeline option is accepted as well (--runner, "
             "--direct_num_workers, --direct_running_mode; --runner DaskRunner with "
             "--dask_client_address for a Dask cluster; Dataflow's --project, --region, "
