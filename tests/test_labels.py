@@ -39,6 +39,22 @@ def test_tie_goes_to_the_first_object_in_the_file():
     assert image_label(annotation, None, VOCAB).label == 1
 
 
+def test_a_tie_in_the_xmls_decimals_goes_to_the_first_where_floats_differ():
+    # 0.3 - 0.1 < 0.2 in binary floats: a 2 x 10 box ranked below another 2 x 10 one, and the
+    # second box labelled the image (found by a differential trial).
+    for first, second in [((0.1, 0.3), (0, 0.2)), ((0, 0.7), (0.1, 0.8))]:
+        boxes = (obj("dog", first[0], 0, first[1], 10), obj("cat", second[0], 0, second[1], 10))
+        assert main_object_index(Annotation(40, 30, boxes)) == 0
+        assert main_object_index(Annotation(40, 30, boxes[::-1])) == 0
+    # Decimals a float tells apart by less than its rounding are still ranked exactly.
+    big = (obj("dog", 0, 0, 0.3, 10), obj("cat", 0.1, 0, 0.400000000000001, 10))
+    assert main_object_index(Annotation(40, 30, big)) == 1
+    # Clamped to the image, as clamped_area: equal inside it, the first wins.
+    edge = (obj("dog", 39.9, 0, 40.7, 10), obj("cat", -0.1, 0, 0.1, 10))
+    assert main_object_index(Annotation(40, 30, edge)) == 0
+    assert main_object_index(Annotation(None, None, edge)) == 0  # 0.8 x 10 against 0.2 x 10
+
+
 def test_area_is_clamped_to_the_annotated_image():
     # The cat box is huge but mostly outside a 50x50 image: 50*10 inside vs dog 40*40.
     annotation = Annotation(50, 50, (obj("cat", 0, 0, 1000, 10), obj("dog", 0, 0, 40, 40)))

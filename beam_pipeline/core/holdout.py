@@ -4,9 +4,9 @@ per class, into the splits a tree with only training images lacks.
 The division is a function of the images' file names, their classes and the seed alone: the
 same on every runner, whatever order the images are listed in, and the same in `plan`. Within
 each class (stratum), the images are ordered by SHA-256 of the seed and the file name; the
-first `round(n * fraction)` go to the first held-out split, the next to the second, and the
-rest stay. Every class keeps at least one training image, so the vocabulary (the classes seen
-in train) keeps every class; a class with one image keeps it in train.
+first `n * fraction` (rounded half up) go to the first held-out split, the next to the
+second, and the rest stay. Every class keeps at least one training image, so the vocabulary
+(the classes seen in train) keeps every class; a class with one image keeps it in train.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import unicodedata
 from collections.abc import Iterable, Sequence
+from fractions import Fraction
 
 from beam_pipeline.core.annotations import Annotation, Box
 from beam_pipeline.core.rejections import InputError
@@ -192,14 +193,36 @@ def clamped_area(box: Box, width: int | None, height: int | None) -> float:
     return max(xmax - xmin, 0.0) * max(ymax - ymin, 0.0)
 
 
+# Areas this close (relative to the largest) are compared again in the XML's own decimals:
+# float arithmetic ranks 2 x 10 boxes (0.1, 0.3) and (0, 0.2) apart (0.3 - 0.1 < 0.2), and a
+# tie goes to the first box. A difference's rounding is at most ~1e-16 of its coordinates'
+# size over its own: under 1e-9 for boxes of a thousandth of a pixel in a 100,000 px image.
+_NEAR_TIE = 1e-9
+
+
 def main_object_index(annotation: Annotation) -> int | None:
-    """Index of the object with the largest box; the first one wins a tie. None if no objects."""
-    best, best_area = None, -1.0
-    for i, obj in enumerate(annotation.objects):
-        area = clamped_area(obj.box, annotation.width, annotation.height)
-        if area > best_area:
-            best, best_area = i, area
-    return best
+    """Index of the object with the largest box; the first one wins a tie. None if no objects.
+    The areas are the XML's decimal numbers' (`_exact_area` where floats nearly tie)."""
+    width, height = annotation.width, annotation.height
+    areas = [clamped_area(obj.box, width, height) for obj in annotation.objects]
+    if not areas:
+        return None
+    top = max(areas)
+    near = [i for i, area in enumerate(areas) if area >= top * (1 - _NEAR_TIE)]
+    if len(near) == 1:
+        return near[0]
+    exact = [_exact_area(annotation.objects[i].box, width, height) for i in near]
+    return near[exact.index(max(exact))]  # (index: the first of equal ones)
+
+
+def _exact_area(box: Box, width: int | None, height: int | None) -> Fraction:
+    """`clamped_area` in exact arithmetic on the decimals the XML wrote: a coordinate parsed
+    from up to 15 significant digits is its float's shortest repr."""
+    xmin, ymin, xmax, ymax = (Fraction(repr(v)) for v in (box.xmin, box.ymin, box.xmax, box.ymax))
+    if width is not None and height is not None:
+        xmin, xmax = min(max(xmin, 0), width), min(max(xmax, 0), width)
+        ymin, ymax = min(max(ymin, 0), height), min(max(ymax, 0), height)
+    return max(xmax - xmin, Fraction(0)) * max(ymax - ymin, Fraction(0))
 
 
 def split_kind(has_annotations: bool, has_class_folders: bool, negatives: bool = True) -> str:
