@@ -5,6 +5,7 @@ from beam_pipeline.core.annotations import Box, parse_annotation, voc_xml
 from beam_pipeline.core.labels import main_object_index
 from beam_pipeline.core.rejections import InputError
 
+SIZE = "annotation_bad_size"
 BOX = "<bndbox><xmin>1</xmin><ymin>2</ymin><xmax>3</xmax><ymax>4</ymax></bndbox>"
 
 
@@ -90,6 +91,15 @@ def test_xml_without_objects_is_a_negative_not_an_error():
             b"<annotation><size><width>x</width><height>3</height></size></annotation>",
             "annotation_bad_size",
         ),
+        # Numbers as a coordinate's: float() took "4_0", "nan" and other scripts' digits.
+        (b"<annotation><size><width>4_0</width><height>3</height></size></annotation>", SIZE),
+        (
+            "<annotation><size><width>\u0664\u0660</width><height>3</height></size>"
+            "</annotation>".encode(),
+            SIZE,
+        ),
+        (voc_xml([("cat", 1, 1, 5, 5, "nan", 0)]).encode(), "annotation_bad_object"),
+        (voc_xml([("cat", 1, 1, 5, 5, 0, "\u0661")]).encode(), "annotation_bad_object"),
     ],
 )
 def test_bad_annotations_are_rejected_with_a_reason(data, reason):

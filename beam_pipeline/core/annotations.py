@@ -161,10 +161,8 @@ def _parse_size(root: etree._Element) -> tuple[int | None, int | None]:
     values = []
     for tag in ("width", "height"):
         text = _text(size, tag, "annotation_bad_size")
-        try:
-            value = float(text) if text else 0.0
-        except ValueError:
-            raise InputError("annotation_bad_size", f"<size><{tag}> is {text!r}") from None
+        # A decimal number, as a coordinate is (float() would take "4_0" and "٤٠" too).
+        value = (float(text) if _NUMBER.fullmatch(text) else math.nan) if text else 0.0
         if not math.isfinite(value) or value < 0 or value != int(value):
             raise InputError("annotation_bad_size", f"<size><{tag}> is {text!r}")
         values.append(int(value) or None)
@@ -220,10 +218,9 @@ def _flag(node: etree._Element, tag: str, where: str) -> bool:
         return False
     if text.lower() in _BOOLEANS:  # some converters write Python's True/False
         return _BOOLEANS[text.lower()]
-    try:
-        return float(text) != 0
-    except ValueError:
-        raise InputError("annotation_bad_object", f"{where}: <{tag}> is {text!r}") from None
+    if not _NUMBER.fullmatch(text):  # (float() would take "nan", "1_0" and "١")
+        raise InputError("annotation_bad_object", f"{where}: <{tag}> is {text!r}")
+    return float(text) != 0
 
 
 _BOOLEANS = {"true": True, "false": False}
