@@ -195,9 +195,9 @@ def clamped_area(box: Box, width: int | None, height: int | None) -> float:
 
 # Areas this close (relative to the largest) are compared again in the XML's own decimals:
 # float arithmetic ranks 2 x 10 boxes (0.1, 0.3) and (0, 0.2) apart (0.3 - 0.1 < 0.2), and a
-# tie goes to the first box. A difference's rounding is at most ~1e-16 of its coordinates'
-# size over its own: under 1e-9 for boxes of a thousandth of a pixel in a 100,000 px image.
-_NEAR_TIE = 1e-9
+# tie goes to the first box. A side's relative rounding is ~1e-16 x (coordinate / side):
+# 1e-7 for a side of a thousandth of a pixel at a coordinate of 1,000,000.
+_NEAR_TIE = 1e-6
 
 
 def main_object_index(annotation: Annotation) -> int | None:
