@@ -46,7 +46,7 @@ from loaders.dali_graph import DaliSettings, dali_pipeline
 from loaders.dali_index import epoch_check, shard_indexes
 from loaders.info import BuildInfo, data_path, dataset_info
 from loaders.reader import check_shards
-from loaders.spec import LoadSpec, keras_habits
+from loaders.spec import LoadSpec, keras_habits, refuse_unseeded_workers
 
 LABEL_MODES = ("one_hot", "categorical", "int", "binary", None)
 
@@ -111,6 +111,7 @@ def load_dali_dataset(
         config=config,
     )
     settings = DaliSettings.checked(device, num_threads, decoder_options, prefetch_batches)
+    refuse_unseeded_workers(spec.training, spec.seed, "load_dali_dataset")
     return dali_batches(_local_build(data_dir), split, spec, settings, index_dir)
 
 
