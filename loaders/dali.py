@@ -46,7 +46,7 @@ from loaders.dali_graph import DaliSettings, dali_pipeline
 from loaders.dali_index import epoch_check, shard_indexes
 from loaders.info import BuildInfo, data_path, dataset_info
 from loaders.reader import check_shards
-from loaders.spec import LoadSpec, keras_habits, refuse_unseeded_workers
+from loaders.spec import LoadSpec, keras_habits
 
 LABEL_MODES = ("one_hot", "categorical", "int", "binary", None)
 
@@ -111,7 +111,6 @@ def load_dali_dataset(
         config=config,
     )
     settings = DaliSettings.checked(device, num_threads, decoder_options, prefetch_batches)
-    refuse_unseeded_workers(spec.training, spec.seed, "load_dali_dataset")
     return dali_batches(_local_build(data_dir), split, spec, settings, index_dir)
 
 
@@ -133,6 +132,7 @@ def dali_batches(
     against `spec`, its shards' indexes written if need be, DALI's pipeline built, and its
     batches handed over as the Keras backend takes them."""
     spec.refuse_unlabelled(info, split)
+    spec.refuse_unseeded_workers("load_dali_dataset")
     class_names = spec.label_names(info, split)
     check_shards(info, split)
     num_examples = info.split(split).num_examples

@@ -22,7 +22,7 @@ from loaders.config import ReadConfig, tf_data_value
 from loaders.info import data_path, dataset_info
 from loaders.preprocessing import eval_view, labelled_boxes, train_view, view_boxes
 from loaders.reader import SplitRecords, checked_record, read_records
-from loaders.spec import CLASS_LABELS, SEEDS, LoadSpec, keras_habits, refuse_unseeded_workers
+from loaders.spec import CLASS_LABELS, SEEDS, LoadSpec, keras_habits
 from schemas import features as F
 from schemas import tf_feature_spec
 from schemas.paths import is_local
@@ -88,8 +88,6 @@ def load_dataset(
         config=config,
     )
     checked_input_context(input_context)
-    if input_context is None:
-        refuse_unseeded_workers(spec.training, spec.seed, "load_dataset")
     return read_and_batch(data_dir, split, spec, service=service, input_context=input_context)
 
 
@@ -110,6 +108,8 @@ def read_and_batch(
         data_dir = os.path.abspath(data_dir)
     info = dataset_info(data_dir)
     spec.refuse_unlabelled(info, split)
+    if input_context is None:
+        spec.refuse_unseeded_workers("load_dataset")
     spec = dataclasses.replace(spec, seed=pipeline_seed(spec.seed, input_context))
     class_names = spec.label_names(info, split)
     records = read_records(

@@ -221,6 +221,28 @@ class LoadSpec:
             )
         return names
 
+    def refuse_unseeded_workers(self, loader: str) -> None:
+        """ValueError for training without a seed on one of several workers (TF_CONFIG) and
+        no input_context: tf.distribute shards such a dataset by data (`dataset._counted`),
+        each worker keeping every n-th batch of its own order, and workers that shuffle each
+        their own way read overlapping images and miss others (2 workers, 21 images: 7 read
+        twice, 8 never)."""
+        try:
+            cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster") or {}
+            workers = len(cluster.get("chief") or ()) + len(cluster.get("worker") or ())
+        except (ValueError, AttributeError, TypeError):
+            return  # tf.distribute's own error names a malformed TF_CONFIG
+        if self.training and self.seed is None and workers > 1:
+            raise ValueError(
+                f"{loader}(training=True) without a seed on one of {workers} workers "
+                "(TF_CONFIG) and no input_context: tf.distribute shards the dataset by data, "
+                f"each worker keeping one batch in {workers} of its own shuffle, so the workers "
+                "would read overlapping images and miss others. Pass the same seed on every "
+                "worker (seed=0, and the same tf.random.set_seed or none), or build it in "
+                "distribute_datasets_from_function with its input_context (each worker then "
+                "reads shards of its own)"
+            )
+
     def refuse_empty_epoch(self, split: str, num_examples: int) -> None:
         """ValueError when training would have no batch: fewer examples than one batch."""
         if self.training and num_examples < self.batch_size:
@@ -292,25 +314,3 @@ def keras_habits(function):
         return function(*args, **kwargs)  # (any other mistake: Python's own TypeError)
 
     return checked
-
-
-def refuse_unseeded_workers(training: bool, seed: int | None, loader: str) -> None:
-    """ValueError for a training dataset without a seed on one of several workers (TF_CONFIG)
-    and no input_context: tf.distribute shards it by data (`dataset._counted`), each worker
-    keeping every n-th batch of its own order, and workers that shuffle each their own way
-    read overlapping images and miss others (2 workers, 21 images: 7 read twice, 8 never)."""
-    try:
-        cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster") or {}
-        workers = len(cluster.get("chief") or ()) + len(cluster.get("worker") or ())
-    except (ValueError, AttributeError, TypeError):
-        return  # tf.distribute's own error names a malformed TF_CONFIG
-    if training and seed is None and workers > 1:
-        raise ValueError(
-            f"{loader}(training=True) without a seed on one of {workers} workers (TF_CONFIG) "
-            "and no input_context: tf.distribute shards the dataset by data, each worker "
-            f"keeping one batch in {workers} of its own shuffle, so the workers would read "
-            "overlapping images and miss others. Pass the same seed on every worker (seed=0, "
-            "and the same tf.random.set_seed or none), or build it in "
-            "distribute_datasets_from_function with its input_context (each worker then "
-            "reads shards of its own)"
-        )

@@ -220,8 +220,9 @@ def _exact_area(box: Box, width: int | None, height: int | None) -> Fraction:
     from up to 15 significant digits is its float's shortest repr."""
     xmin, ymin, xmax, ymax = (Fraction(repr(v)) for v in (box.xmin, box.ymin, box.xmax, box.ymax))
     if width is not None and height is not None:
-        xmin, xmax = min(max(xmin, 0), width), min(max(xmax, 0), width)
-        ymin, ymax = min(max(ymin, 0), height), min(max(ymax, 0), height)
+        right, bottom, zero = Fraction(width), Fraction(height), Fraction(0)
+        xmin, xmax = min(max(xmin, zero), right), min(max(xmax, zero), right)
+        ymin, ymax = min(max(ymin, zero), bottom), min(max(ymax, zero), bottom)
     return max(xmax - xmin, Fraction(0)) * max(ymax - ymin, Fraction(0))
 
 
