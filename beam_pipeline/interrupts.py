@@ -119,11 +119,11 @@ def _log_thread_failure(args: threading.ExceptHookArgs, *, otherwise) -> None:
     code = int(ended.group(1)) if ended else 0
     stopped = code in (-signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM)
     if ended and not stopped and _within[0] % 2 and not _interrupted.is_set():
-        _worker_lost(code)  # killed (-9, 137) or failed: no stopping signal is coming
+        if not _worker_lost(code):  # killed (-9, 137) or failed: no stopping signal is coming
+            _log_late_failure(args)
         return
     if not _interrupted.wait(_SIGNAL_GRACE_S):
-        if ended and _within[0] % 2:
-            _worker_lost(code)
+        if ended and _within[0] % 2 and _worker_lost(code):
             return
         if _lost:  # a channel of the lost worker's, closing: the build has said why
             _log_late_failure(args)
@@ -134,9 +134,28 @@ def _log_thread_failure(args: threading.ExceptHookArgs, *, otherwise) -> None:
     logger.info("After the interruption, %s failed", name, exc_info=args.exc_value)
 
 
-def _worker_lost(code: int) -> None:
+_lost_lock = threading.Lock()
+
+
+def _worker_lost(code: int) -> bool:
     """Stops the main thread's build with `WorkerLost` (by a SIGINT to it, which wakes it where
-    it waits), and ends the other workers if the runner has not within `_WORKERS_GRACE_S`."""
+    it waits), and ends the other workers if the runner has not within `_WORKERS_GRACE_S`.
+    Once a build (False after): each of the runner's threads of a lost worker comes here, and
+    a second SIGINT raised `WorkerLost` again while the console said the first (a traceback
+    on it, 2 of 4 runs of a worker given a SIGTERM)."""
+    with _lost_lock:
+        if _lost:
+            return False
+        _lost[:] = [_lost_reason(code)]
+    _lost_event.set()
+    logger.error("%s; stopping the build", _lost[0])
+    _end_workers_later(_WORKERS_GRACE_S)
+    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+    return True
+
+
+def _lost_reason(code: int) -> str:
+    """Why the build stops, from a lost worker's exit `code`."""
     number = -code if code < 0 else code - 128  # a signal: Python's own, or the shell's 128+N
     how = f"exit code {code}"
     with contextlib.suppress(ValueError):
@@ -146,11 +165,7 @@ def _worker_lost(code: int) -> None:
             if name == "SIGKILL"
             else ""
         )
-    _lost[:] = [f"a worker process of the build ended before the build did ({how})"]
-    _lost_event.set()
-    logger.error("%s; stopping the build", _lost[0])
-    _end_workers_later(_WORKERS_GRACE_S)
-    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+    return f"a worker process of the build ended before the build did ({how})"
 
 
 def _log_late_failure(args: threading.ExceptHookArgs) -> None:

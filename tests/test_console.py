@@ -417,6 +417,27 @@ def test_the_command_lines_console_leaves_late_stderr_in_the_log(tmp_path):
     assert done.stderr == "INTERRUPTED (Ctrl-C)\n"
 
 
+def test_a_lost_worker_stops_the_build_once_whichever_threads_tell_it():
+    # Each runner thread of a lost worker told it, each by a SIGINT to the main thread: the
+    # second raised WorkerLost again while the console said the first (a traceback on it).
+    import threading
+
+    from beam_pipeline import interrupts
+
+    try:
+        with interrupts.interrupts_remembered():
+            with pytest.raises(interrupts.WorkerLost, match=r"exit code 143, SIGTERM\)$"):
+                assert interrupts._worker_lost(128 + signal.SIGTERM)
+                time.sleep(5)
+            assert not interrupts._worker_lost(-signal.SIGTERM)  # no second SIGINT:
+            time.sleep(0.5)  # nothing raised here
+        assert interrupts.worker_lost() == (
+            "a worker process of the build ended before the build did (exit code 143, SIGTERM)"
+        )
+    finally:
+        threading.excepthook = threading.__excepthook__
+
+
 def test_an_inherited_ignored_sigint_stays_ignored_and_an_early_one_is_one_line(
     monkeypatch, capsys
 ):

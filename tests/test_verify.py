@@ -55,6 +55,24 @@ def test_a_clean_build_verifies(built, capsys):
         assert f"error: --workers {workers}: give 1 to " in capsys.readouterr().err
 
 
+def test_work_folders_a_commit_left_are_noted_and_upgrade_removes_them(copy, capsys):
+    # A build killed after its last file (TFDS's) and before it removed its work folders is
+    # whole, but a rerun is refused as complete: verify said OK without a word of them.
+    (copy / ".progress").mkdir()
+    (copy / ".progress" / "train-00000-of-00003.tfrecord.json").write_text("{}")
+    (copy / ".tmp" / "live").mkdir(parents=True)
+    code, output = run(copy, capsys)
+    assert code == 0 and output.splitlines() == [
+        "OK: 4 shards verified",
+        f"note: .tmp/, .progress/: work folders a build left when it stopped after its commit "
+        f"(the build is whole); python -m beam_pipeline upgrade {copy} removes them",
+    ]
+    assert upgrade.main([str(copy)]) == 0
+    assert not (copy / ".progress").exists() and not (copy / ".tmp").exists()
+    capsys.readouterr()
+    assert run(copy, capsys) == (0, "OK: 4 shards verified\n")
+
+
 def test_flipped_byte_is_located(copy, capsys):
     shard = shard_of(copy)
     data = bytearray(shard.read_bytes())

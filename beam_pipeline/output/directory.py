@@ -334,6 +334,12 @@ def remove_work_dirs(output_dir: str) -> None:
         _remove_dir(join(output_dir, name))
 
 
+def work_folders(output_dir: str) -> list[str]:
+    """The temp and progress folders of a build in `output_dir` (a committed build has none,
+    but where its commit stopped before it removed them)."""
+    return [name for name in (TEMP_DIR, PROGRESS_DIR) if FileSystems.exists(join(output_dir, name))]
+
+
 def remove_empty_temp_dir(output_dir: str) -> None:
     """Deletes `OUT/.tmp/` when nothing is in it: what `write_atomic`'s renames leave."""
     directory = join(output_dir, TEMP_DIR)

@@ -36,7 +36,7 @@ from apache_beam.io.filesystems import FileSystems
 from beam_pipeline.console.summary import human_bytes, plural
 from beam_pipeline.core import duplicates, odd_images
 from beam_pipeline.core.rejections import read_dead_letter
-from beam_pipeline.output.directory import STAGING_DIR, list_shard_files
+from beam_pipeline.output.directory import STAGING_DIR, list_shard_files, work_folders
 from beam_pipeline.output.lock import busy_reason
 from beam_pipeline.output.readback import read_build_info
 from beam_pipeline.tools.record_checks import Tally, check_example, check_tallies
@@ -434,6 +434,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"note: {held} that stopped; rerun its command with --overwrite --resume to "
                 "finish it, or delete the folder"
             )
+    elif not busy_reason(args.data_dir) and (left := work_folders(args.data_dir)):
+        print(
+            f"note: {'/, '.join(left)}/: work folders a build left when it stopped after its "
+            f"commit (the build is whole); python -m beam_pipeline upgrade {args.data_dir} "
+            "removes them"
+        )
     return 0
 
 
