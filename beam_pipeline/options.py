@@ -22,7 +22,7 @@ from beam_pipeline.core.duplicates import DROP_LEAKS, FAIL, OFF, POLICIES
 from beam_pipeline.core.holdout import TEST, VALIDATION, HoldOut
 from beam_pipeline.core.images import EXACT, ORIGINAL, RESIZE_MODES, SHORTER_SIDE, ImagePolicy
 from beam_pipeline.core.sharding import DEFAULT_TARGET_SHARD_BYTES
-from beam_pipeline.tree.layouts import AUTO, LAYOUTS, output_split
+from beam_pipeline.tree.layouts import AUTO, LAYOUTS, output_split, refuse_unloadable_split
 from beam_pipeline.tree.planner import vocabulary_split
 
 
@@ -213,6 +213,8 @@ class BuildConfig:
             raise ValueError(f"--layout must be one of {(AUTO, *LAYOUTS)}")
         if len(set(self.splits)) != len(self.splits):
             raise ValueError(f"--splits must name distinct splits, got {self.splits}")
+        for split in self.splits:
+            refuse_unloadable_split(split)
         self._check_splits()
         if not 0.0 <= self.max_bad_fraction <= 1.0:
             raise ValueError("--max_bad_fraction must be in [0, 1]")

@@ -146,6 +146,19 @@ def test_class_folders_that_differ_only_in_spaces_are_refused(tmp_path, capsys):
     assert not (tmp_path / "out" / "labels.txt").exists()
 
 
+def test_a_class_folder_whose_name_a_label_file_cannot_hold_is_refused(tmp_path, capsys):
+    # 'dog\nx' made labels.txt (and TFDS's label files) two lines for one class; exit 0.
+    root = photos(tmp_path / "photos")
+    write(root / "dog\nx" / "0.jpg", jpeg_bytes())
+    argv = ["--input_dir", str(root), "--output_dir", str(tmp_path / "out")]
+    assert build_tool.main(argv) == 1
+    assert (
+        "BUILD FAILED: the train split's annotations or folders: the class name 'dog\\nx' holds "
+        "the control character '\\n': the build's label files" in capsys.readouterr().err
+    )
+    assert not (tmp_path / "out" / "labels.txt").exists()
+
+
 def test_a_class_left_without_images_is_named_in_the_summary(tmp_path, capsys):
     # Every image of zzz was rejected: "3 classes", exit 0, and no word of it.
     root = photos(tmp_path / "photos", per_class=3)

@@ -55,6 +55,29 @@ def test_a_tie_in_the_xmls_decimals_goes_to_the_first_where_floats_differ():
     assert main_object_index(Annotation(None, None, edge)) == 0  # 0.8 x 10 against 0.2 x 10
 
 
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        (" cat", "begins or ends with a space"),
+        ("dog ", "begins or ends with a space"),
+        ("dog\nx", "holds the control character '\\n'"),
+        ("a\tb", "holds the control character '\\t'"),
+        ("", "is empty"),
+    ],
+)
+def test_a_class_name_the_label_files_cannot_hold_is_refused(name, why):
+    # labels.txt and TFDS's label files hold a name a line, and TFDS strips each: a folder
+    # 'dog\nx' made two lines of one class, and TFDS named ' cat' 'cat' (exit 0, verify OK).
+    with pytest.raises(ValueError) as refused:
+        Vocabulary(("ant", name))
+    assert str(refused.value) == (
+        f"the class name {name!r} {why}: the build's label files (labels.txt, TFDS's) hold a "
+        "name a line and TFDS reads each without its end spaces, so it would not read back as "
+        "written; rename its class folder (or its XML <name>)"
+    )
+    assert Vocabulary(("a cat", "dog-x", "caf\u00e9")).classes == ("a cat", "dog-x", "café")
+
+
 def test_area_is_clamped_to_the_annotated_image():
     # The cat box is huge but mostly outside a 50x50 image: 50*10 inside vs dog 40*40.
     annotation = Annotation(50, 50, (obj("cat", 0, 0, 1000, 10), obj("dog", 0, 0, 40, 40)))

@@ -36,6 +36,25 @@ def test_defaults():
     assert c.max_bad_fraction == 0.01 and c.overwrite is False
 
 
+@pytest.mark.parametrize("split", ["all", "ALL", "train.small", "my split"])
+def test_a_split_tfds_cannot_load_by_name_is_refused(split):
+    # A VOC list all.txt was built (--splits train,all): TFDS's metadata named a split that
+    # tfds.load(split="all") takes for every split (it recursed), a TFDS trial found.
+    with pytest.raises(ValueError) as refused:
+        config("--splits", f"train,{split}")
+    assert str(refused.value) == (
+        f"--splits {split}: the build would write a split named {split!r}, which TFDS cannot "
+        "load (to it 'all' is every split together, and a split's name is letters, digits, "
+        "'_' and '-', as in 'train[:10%]+test'); rename its list or folder in the tree"
+    )
+    assert config("--splits", "train,val,mini-train,Test_2").splits == (
+        "train",
+        "val",
+        "mini-train",
+        "Test_2",
+    )
+
+
 def test_dataflow_flags_pass_through_next_to_ours():
     argv = [
         "--input_dir",

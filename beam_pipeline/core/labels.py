@@ -36,6 +36,27 @@ CLASS_FOLDERS = "class_folders"  # its images sit in class folders (CLS-LOC trai
 UNLABELLED_SPLIT = "unlabelled"  # no XML and no class folder anywhere in it (a test split)
 
 
+def _refuse_unwritable_name(name: str) -> None:
+    """ValueError for a class name the build's label files cannot hold as it is: one with a
+    line break or another control character, or with a space at an end (labels.txt and TFDS's
+    `*.labels.txt` are a name a line, and TFDS strips each: a folder 'dog\nx' made two lines,
+    TFDS named a folder ' cat' 'cat', with exit 0 and `verify` OK)."""
+    controls = [c for c in name if unicodedata.category(c) == "Cc"]
+    if not name or name != name.strip() or controls:
+        why = (
+            "is empty"
+            if not name
+            else f"holds the control character {controls[0]!r}"
+            if controls
+            else "begins or ends with a space"
+        )
+        raise ValueError(
+            f"the class name {name!r} {why}: the build's label files (labels.txt, TFDS's) hold "
+            "a name a line and TFDS reads each without its end spaces, so it would not read "
+            "back as written; rename its class folder (or its XML <name>)"
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class Vocabulary(ClassList):
     """The build's class list (background after the classes) with a name → label lookup."""
@@ -47,6 +68,8 @@ class Vocabulary(ClassList):
                 f"a class is named {BACKGROUND!r}, the name of the background class "
                 f"(label {len(self.classes)}, images without objects); rename or drop it"
             )
+        for name in self.classes:
+            _refuse_unwritable_name(name)
 
     @classmethod
     def from_names(cls, names: Iterable[str]) -> Vocabulary:

@@ -72,6 +72,20 @@ def output_split(name: str) -> str:
     return _OUTPUT_SPLITS.get(name, name)
 
 
+def refuse_unloadable_split(split: str) -> None:
+    """ValueError for a split whose output name TFDS cannot load: `all` (every split to it;
+    a VOC list `all.txt` was written, then `tfds.load(split="all")` recursed) or a name
+    outside its `[\\w-]+` (a split selector's syntax: `train[:10%]+test`)."""
+    name = output_split(split)
+    if name.lower() == "all" or not re.fullmatch(r"[\w-]+", name):
+        raise ValueError(
+            f"--splits {split}: the build would write a split named {name!r}, which TFDS "
+            "cannot load (to it 'all' is every split together, and a split's name is letters, "
+            "digits, '_' and '-', as in 'train[:10%]+test'); rename its list or folder in the "
+            "tree"
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class ListingTask:
     """One directory to list recursively.
