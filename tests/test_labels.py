@@ -53,6 +53,10 @@ def test_a_tie_in_the_xmls_decimals_goes_to_the_first_where_floats_differ():
     edge = (obj("dog", 39.9, 0, 40.7, 10), obj("cat", -0.1, 0, 0.1, 10))
     assert main_object_index(Annotation(40, 30, edge)) == 0
     assert main_object_index(Annotation(None, None, edge)) == 0  # 0.8 x 10 against 0.2 x 10
+    # Whole-pixel boxes (VOC's, ILSVRC's) compare as floats, exactly: within 1e-6 but apart.
+    whole = (obj("dog", 0, 0, 4_000_000, 4_000_000), obj("cat", 0, 0, 4_000_000, 4_000_001))
+    assert main_object_index(Annotation(None, None, whole)) == 1
+    assert main_object_index(Annotation(None, None, (whole[0], whole[0]))) == 0
 
 
 @pytest.mark.parametrize(

@@ -234,8 +234,16 @@ def main_object_index(annotation: Annotation) -> int | None:
     near = [i for i, area in enumerate(areas) if area >= top * (1 - _NEAR_TIE)]
     if len(near) == 1:
         return near[0]
+    if all(_whole(annotation.objects[i].box) for i in near):  # (VOC's, ILSVRC's: exact floats)
+        return areas.index(top)
     exact = [_exact_area(annotation.objects[i].box, width, height) for i in near]
     return near[exact.index(max(exact))]  # (index: the first of equal ones)
+
+
+def _whole(box: Box) -> bool:
+    """Whether a box's coordinates are whole numbers a float holds exactly, as its area."""
+    coordinates = (box.xmin, box.ymin, box.xmax, box.ymax)
+    return all(float(v).is_integer() and abs(v) < 2**26 for v in coordinates)
 
 
 def _exact_area(box: Box, width: int | None, height: int | None) -> Fraction:
