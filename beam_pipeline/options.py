@@ -281,6 +281,9 @@ class BuildConfig:
         flags = options.view_as(BuildOptions)
         if need_output and not (flags.input_dir and flags.output_dir):
             raise ValueError("--input_dir and --output_dir are required")
+        for flag, path in (("--input_dir", flags.input_dir), ("--output_dir", flags.output_dir)):
+            if path is not None and not path.strip():  # (' ' built into a folder named ' ')
+                raise ValueError(f"{flag} {path!r} is blank: name a folder")
         policy_kwargs: dict[str, Any] = {
             "mode": flags.image_policy,
             "size": parse_image_size(flags.image_policy, flags.image_size),

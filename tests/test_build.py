@@ -76,6 +76,9 @@ def dirty_build(dirty_tree, tmp_path_factory):
     return out, info
 
 
+TAKES = "--train takes 1 to 1,000,000 images and --val 0 to 1,000,000"
+
+
 def test_counts_and_accounting(dirty_build):
     out, info = dirty_build
     train, val = info.splits["train"], info.splits["validation"]
@@ -909,11 +912,15 @@ def test_the_sample_command_writes_the_bundled_tree(tmp_path, capsys):
     for argv, said in [
         (["cmd"], f"{tmp_path / 'cmd'} is not empty: name a new folder"),
         (["file"], f"{tmp_path / 'file'} is a file: name a new folder"),
-        (["new", "--train", "0"], "--train takes 1 image or more and --val 0 or more, not 0, 250"),
-        (["new", "--val", "-5"], "--train takes 1 image or more and --val 0 or more, not 1000, -5"),
+        (["new", "--train", "0"], f"{TAKES}, not 0, 250"),
+        (["new", "--val", "-5"], f"{TAKES}, not 1000, -5"),
+        (["new", "--train", "99999999999"], f"{TAKES}, not 99999999999, 250"),  # (it drew on)
+        (["new", "--seed", "-1"], "--seed takes 0 or more, not -1"),  # (NumPy's traceback)
     ]:
         assert commands.main(["sample", str(tmp_path / argv[0]), *argv[1:]]) == 2
         assert capsys.readouterr().err.startswith(f"error: {said}")
+    assert commands.main(["sample", " "]) == 2  # (a folder named ' ' was written)
+    assert capsys.readouterr().err == "error: name the folder to write the tree to\n"
     assert not (tmp_path / "new").exists()
     assert written["cmd"] == sorted(
         p.relative_to(tmp_path / "cmd") for p in (tmp_path / "cmd").rglob("*")

@@ -55,6 +55,14 @@ def test_a_split_tfds_cannot_load_by_name_is_refused(split):
     )
 
 
+@pytest.mark.parametrize("flag", ["--input_dir", "--output_dir"])
+def test_a_blank_folder_is_refused(flag):
+    # --output_dir ' ' built into a folder named ' ', exit 0 (a CLI fuzz trial).
+    argv = {"--input_dir": "in", "--output_dir": "out", flag: " "}
+    with pytest.raises(ValueError, match=rf"^{flag} ' ' is blank: name a folder$"):
+        BuildConfig.from_options(PipelineOptions([x for kv in argv.items() for x in kv]))
+
+
 def test_dataflow_flags_pass_through_next_to_ours():
     argv = [
         "--input_dir",

@@ -152,6 +152,11 @@ def write_tree(
     return images
 
 
+# The most images of a split (a sample is drawn in one process: 99,999,999,999 was taken, and
+# drawn on for as long as it was let).
+MAX_IMAGES = 1_000_000
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m beam_pipeline sample", description=__doc__.split("\n\n")[0]
@@ -178,10 +183,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _refusal(args: argparse.Namespace) -> str | None:
     """Why the tree is not written: counts below 1 (0 for --val), or a folder that is not new
     (a tree drawn over another kept its old XML beside the new images)."""
-    if args.train < 1 or args.val < 0:
-        return f"--train takes 1 image or more and --val 0 or more, not {args.train}, {args.val}"
+    if not (1 <= args.train <= MAX_IMAGES and 0 <= args.val <= MAX_IMAGES):
+        return (
+            f"--train takes 1 to {MAX_IMAGES:,} images and --val 0 to {MAX_IMAGES:,}, not "
+            f"{args.train}, {args.val}"
+        )
+    if args.seed < 0:  # (NumPy's seeds: -1 gave its traceback)
+        return f"--seed takes 0 or more, not {args.seed}"
     folder = args.output_dir
-    if not folder:
+    if not folder.strip():  # (' ' wrote the tree into a folder named ' ')
         return "name the folder to write the tree to"
     if os.path.exists(folder) and (not os.path.isdir(folder) or os.listdir(folder)):
         what = "a file" if not os.path.isdir(folder) else "not empty"
