@@ -305,6 +305,9 @@ def test_beam_options_pass_through_and_the_project_flags_stay_out_of_beam():
         (["--num_shardz", "4"], "unknown flag --num_shardz (did you mean --num_shards?)"),
         (["--temp_locaton=gs://x"], "unknown flag --temp_locaton (did you mean --temp_location?)"),
         (["--runer", "DataflowRunner"], "unknown flag --runer (did you mean --runner?)"),
+        # A flag cut short: the project's it starts (--out was taken for --layout).
+        (["--out", "X"], "unknown flag --out (did you mean --output_dir?)"),
+        (["--dupl", "report"], "unknown flag --dupl (did you mean --duplicates?)"),
         (
             ["--frobnicate"],
             "unknown flag --frobnicate; `python -m beam_pipeline build --help` lists",

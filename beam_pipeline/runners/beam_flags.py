@@ -114,8 +114,8 @@ def beam_argv(argv: Sequence[str], *, command_flags: Sequence[str] = ()) -> list
     _refuse_repeated(rest, beam)
     unknown = _parse_known(beam, rest)
     if unknown:
-        known = [*command_flags, *known_flags(project), *known_flags(beam)]
-        raise ValueError(_unknown_message(unknown, known))
+        ours = [*command_flags, *known_flags(project)]
+        raise ValueError(_unknown_message(unknown, [*ours, *known_flags(beam)], ours))
     return rest
 
 
@@ -165,7 +165,7 @@ def _refuse_repeated(argv: Sequence[str], parser: argparse.ArgumentParser) -> No
         )
 
 
-def _unknown_message(unknown: Sequence[str], known: Sequence[str]) -> str:
+def _unknown_message(unknown: Sequence[str], known: Sequence[str], ours: Sequence[str] = ()) -> str:
     flags = [token for token in unknown if token.startswith("-")]
     if not flags:
         return (
@@ -175,7 +175,11 @@ def _unknown_message(unknown: Sequence[str], known: Sequence[str]) -> str:
     problems = []
     for flag in flags:
         name = flag.split("=", 1)[0]
-        close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+        # A flag cut short names the project's one it starts (`--out`: --output_dir, not
+        # --layout), where one does.
+        close = [k for k in ours if k.startswith(name)] if len(name) > 3 else []
+        if len(close) != 1:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
         problems.append(f"{name} (did you mean {close[0]}?)" if close else name)
     return (
         f"unknown flag {', '.join(problems)}; `python -m beam_pipeline build --help` lists the "
