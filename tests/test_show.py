@@ -7,6 +7,8 @@ record's relative box, and the histogram's bars against `class_counts`, in the f
 written PNG's pixels.
 """
 
+import json
+import os
 import random
 import re
 import shutil
@@ -391,6 +393,26 @@ def test_an_output_in_the_build_or_not_a_png_file_is_refused(built, tmp_path, ca
         assert err.startswith(f"error: --output {target}: {problem}")
     assert {p.name: p.read_bytes() for p in built.iterdir() if p.is_file()} == before
     assert not (tmp_path / "x.jpg").exists()
+
+
+def test_an_output_in_the_tree_or_over_a_file_that_is_no_png_is_refused(built, tmp_path, capsys):
+    # Into the tree the build was made from (the next build took the sheet for an image), or
+    # over a text file named without an extension: both written, exit 0 (a CLI fuzz trial).
+    tree = json.loads((built / BUILD_INFO_FILE).read_text())["source"]["input_dir"]
+    notes = tmp_path / "notes"
+    notes.write_text("mine")
+    for target, problem in [
+        (f"{tree}/Data/DET/train/x.png", f"it is inside the tree {tree} the build was made from"),
+        (notes, "it is a file that is no PNG: name a new file or a PNG to replace"),
+    ]:
+        code, out, err = run(capsys, built, "-o", target)
+        assert (code, out) == (2, "")
+        assert err.startswith(f"error: --output {target}: {problem}")
+    assert notes.read_text() == "mine" and not os.path.exists(f"{tree}/Data/DET/train/x.png")
+    code, _, _ = run(capsys, built, "-o", tmp_path / "sheet")  # a new file: the name as given
+    assert code == 0 and (tmp_path / "sheet").read_bytes().startswith(b"\x89PNG")
+    code, _, _ = run(capsys, built, "-o", tmp_path / "sheet")  # a PNG of its: replaced
+    assert code == 0
 
 
 def test_a_directory_without_a_build_exits_2(tmp_path, capsys):

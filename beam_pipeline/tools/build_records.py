@@ -35,7 +35,7 @@ from schemas import (
 )
 from schemas import features as F
 from schemas.metadata import tree_instead_of_build
-from schemas.paths import first_few, is_local, join
+from schemas.paths import first_few, is_local, join, within
 from schemas.tfrecord import CorruptRecordError, read_records
 
 # A display name longer than this is cut (with "…") where a class is named for a person.
@@ -374,3 +374,31 @@ def check_shard(shard: str) -> None:
         raise RequestError(f"{said}{example}{find}")
     if not file_exists(shard):
         raise RequestError(f"{shard} does not exist")
+
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png_output_problem(output: str, build: str) -> str | None:
+    """Why a tool cannot write its PNG at `output` for the build at `build`, or None: inside
+    the build (over its files), inside the tree it was built from (the next build would take
+    the picture for an image of the tree), over a file that is no PNG (a text file was
+    overwritten), or in a folder that does not exist."""
+    folder = os.path.dirname(os.path.abspath(output))
+    if not output.strip() or os.path.isdir(output):
+        return "name the PNG file to write"
+    if within(output, build) and os.path.isfile(join(build, BUILD_INFO_FILE)):  # (over its files)
+        return f"it is inside the build {build}: write the PNG outside it"
+    try:
+        tree = read_build_info(build).source.get("input_dir") or ""
+    except (OSError, ValueError):
+        tree = ""  # (not a build: the tool says so)
+    if tree and is_local(tree) and within(output, tree):
+        return f"it is inside the tree {tree} the build was made from: write the PNG outside it"
+    if os.path.splitext(output)[1].lower() not in ("", ".png"):
+        return "the picture is a PNG: name the file .png"
+    if os.path.isfile(output):
+        with open(output, "rb") as existing:
+            if existing.read(8) != _PNG_SIGNATURE:
+                return "it is a file that is no PNG: name a new file or a PNG to replace"
+    return None if os.path.isdir(folder) else f"the folder {folder} does not exist"

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import sys
 from collections.abc import Iterator, Sequence
@@ -48,6 +47,7 @@ from beam_pipeline.tools.build_records import (
     RequestError,
     class_label,
     class_title,
+    png_output_problem,
     read_build_shard,
     records_at,
 )
@@ -71,7 +71,7 @@ from schemas import (
     SplitInfo,
 )
 from schemas import features as F
-from schemas.paths import join, within
+from schemas.paths import join
 from schemas.tfrecord import CorruptRecordError
 
 HISTOGRAM_MATPLOTLIB = 'error: --histogram needs matplotlib: pip install "imagenet-tfrecords[show]"'
@@ -305,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.n is None and not args.histogram:
         args.n = 16
-    if problem := _output_problem(args.output, args.output_dir):
+    if problem := png_output_problem(args.output, args.output_dir):
         print(f"error: --output {args.output}: {problem}", file=sys.stderr)
         return 2
     try:
@@ -316,18 +316,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _failed(error, args.output_dir)
     print(f"wrote {args.output}: {summary}")
     return 0
-
-
-def _output_problem(output: str, build: str) -> str | None:
-    """Why the PNG cannot be written at `output`, or None."""
-    folder = os.path.dirname(os.path.abspath(output))
-    if not output or os.path.isdir(output):
-        return "name the PNG file to write"
-    if within(output, build) and os.path.isfile(join(build, BUILD_INFO_FILE)):  # (over its files)
-        return f"it is inside the build {build}: write the PNG outside it"
-    if os.path.splitext(output)[1].lower() not in ("", ".png"):
-        return "the picture is a PNG: name the file .png"
-    return None if os.path.isdir(folder) else f"the folder {folder} does not exist"
 
 
 def _parser() -> argparse.ArgumentParser:
