@@ -63,6 +63,31 @@ def test_a_blank_folder_is_refused(flag):
         BuildConfig.from_options(PipelineOptions([x for kv in argv.items() for x in kv]))
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", "--input_dir", "in", "--rejections", "1", "--rejections", "2"],
+        ["show", "out", "-o", "a.png", "-o", "b.png"],
+        ["sample", "new", "--train", "1", "--train", "2"],
+        ["inspect", "out", "--index", "1", "--index", "2"],
+        ["verify", "out", "--workers", "1", "--workers=2"],
+    ],
+)
+def test_a_commands_flag_given_twice_with_two_values_is_refused(
+    argv, tmp_path, capsys, monkeypatch
+):
+    # The last one won unseen (show -o a.png -o b.png wrote b.png alone), as build refuses.
+    from beam_pipeline.tools import commands
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        commands.main(argv)
+    assert exited.value.code == 2
+    flag = argv[-2].split("=")[0] if "=" not in argv[-1] else argv[-1].split("=")[0]
+    assert f"error: {flag} given twice with different values" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_dataflow_flags_pass_through_next_to_ours():
     argv = [
         "--input_dir",

@@ -5,7 +5,6 @@ one would read or that are given twice."""
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
 import difflib
 import importlib.util
@@ -17,6 +16,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.runners.runner import create_runner
 
 from beam_pipeline.options import BuildOptions
+from beam_pipeline.tools.commands import refuse_repeated
 
 
 def known_flags(parser: argparse.ArgumentParser) -> list[str]:
@@ -101,7 +101,7 @@ def beam_argv(argv: Sequence[str], *, command_flags: Sequence[str] = ()) -> list
     """
     project = argparse.ArgumentParser(allow_abbrev=False, add_help=False, exit_on_error=False)
     BuildOptions._add_argparse_args(project)
-    _refuse_repeated(argv, project)
+    refuse_repeated(argv, project)
     rest = _parse_known(project, list(argv))
     rest = _resolve_runner_flag(rest)
     dask_flags = sorted({t.split("=", 1)[0] for t in rest if t.startswith("--dask_")})
@@ -111,7 +111,7 @@ def beam_argv(argv: Sequence[str], *, command_flags: Sequence[str] = ()) -> list
         )
     beam = _beam_parser(rest)
     beam.exit_on_error = False
-    _refuse_repeated(rest, beam)
+    refuse_repeated(rest, beam)
     unknown = _parse_known(beam, rest)
     if unknown:
         ours = [*command_flags, *known_flags(project)]
@@ -126,43 +126,6 @@ def _parse_known(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     except argparse.ArgumentError as error:
         raise ValueError(str(error)) from None
     return rest
-
-
-def _repeats(action: argparse.Action) -> bool:
-    """Whether an option is given once per value, and so meant to repeat: an append action
-    (`--extra_package`), or Beam's comma-separated lists that add up (`--experiments`)."""
-    return isinstance(action, argparse._AppendAction) or type(action).__name__ == (
-        "_CommaSeparatedListAction"
-    )
-
-
-def _refuse_repeated(argv: Sequence[str], parser: argparse.ArgumentParser) -> None:
-    """ValueError for a flag of `parser` given twice with different values (the last one
-    would win unseen, as when a wrapper script appends its own); the same twice is harmless."""
-    takes_value = {
-        flag: action.nargs != 0
-        for action in parser._actions
-        if not _repeats(action)
-        for flag in action.option_strings
-    }
-    values: dict[str, set[str | None]] = collections.defaultdict(set)
-    value: str | None
-    for position, token in enumerate(argv):
-        flag, equals, value = token.partition("=")
-        if flag not in takes_value:
-            continue
-        if takes_value[flag] and not equals:
-            value = argv[position + 1] if position + 1 < len(argv) else None
-        values[flag].add(value)
-    repeated = sorted(flag for flag, seen in values.items() if len(seen) > 1)
-    if repeated:
-        given = "; ".join(
-            f"{flag} {' and '.join(sorted(map(str, values[flag])))}" for flag in repeated
-        )
-        raise ValueError(
-            f"{', '.join(repeated)} given twice with different values ({given}): give each "
-            "once (the last one would win unseen)"
-        )
 
 
 def _unknown_message(unknown: Sequence[str], known: Sequence[str], ours: Sequence[str] = ()) -> str:

@@ -46,6 +46,7 @@ from beam_pipeline.tools.build_records import (
     shard_build_info,
     shard_directory,
 )
+from beam_pipeline.tools.commands import parse_once
 from schemas import (
     BUILD_INFO_FILE,
     FEATURES,
@@ -308,7 +309,7 @@ def to_json(value: Any, indent: str = "") -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parse_once(_parser(), argv)
     try:
         if _is_build(args):
             text = _inspect_build(args)

@@ -404,6 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from beam_pipeline.runners.beam_flags import beam_argv, known_flags
     from beam_pipeline.runners.dataflow import check_dataflow
     from beam_pipeline.runners.local import check_runner
+    from beam_pipeline.tools.commands import parse_once
     from beam_pipeline.tree.layouts import LayoutError
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -417,7 +418,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--rejections", type=int, default=20, help="rejections listed in the text (default 20)"
     )
-    ours, rest = parser.parse_known_args(argv)
+    ours, rest = parse_once(parser, argv, known=True)
     if ours.rejections < 0:
         parser.error(f"--rejections {ours.rejections}: give 0 or more")
     if "-h" in rest or "--help" in rest:

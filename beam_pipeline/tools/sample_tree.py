@@ -23,6 +23,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from beam_pipeline.core.annotations import voc_xml
+from beam_pipeline.tools.commands import parse_once
 
 CLASSES = ("circle", "cross", "square", "triangle")
 _COLOURS = {
@@ -167,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--train", type=int, default=1000, help="train images (default 1000)")
     parser.add_argument("--val", type=int, default=250, help="validation images (default 250)")
     parser.add_argument("--seed", type=int, default=0, help="the drawing's seed (default 0)")
-    args = parser.parse_args(argv)
+    args = parse_once(parser, argv)
     if problem := _refusal(args):
         print(f"error: {problem}", file=sys.stderr)
         return 2

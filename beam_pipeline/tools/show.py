@@ -51,6 +51,7 @@ from beam_pipeline.tools.build_records import (
     read_build_shard,
     records_at,
 )
+from beam_pipeline.tools.commands import parse_once
 from beam_pipeline.tools.histogram import class_histogram
 from beam_pipeline.tools.sheet import (
     CopyGroup,
@@ -302,7 +303,7 @@ _SAID = (UsageError, RequestError, NothingToShow, CorruptRecordError, DamagedBui
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parse_once(_parser(), argv)
     if args.n is None and not args.histogram:
         args.n = 16
     if problem := png_output_problem(args.output, args.output_dir):

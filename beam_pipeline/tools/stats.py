@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from beam_pipeline.core import odd_images
+from beam_pipeline.tools.commands import parse_once
 from schemas import ODD_IMAGES_FILE, DatasetInfo, SplitInfo
 from schemas.classes import BACKGROUND
 
@@ -224,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("output_dir")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    args = parser.parse_args(argv)
+    args = parse_once(parser, argv)
     try:
         stats = build_stats(args.output_dir)
     except (FileNotFoundError, ValueError) as error:

@@ -35,6 +35,7 @@ from beam_pipeline.output.directory import (
 )
 from beam_pipeline.output.lock import busy_reason
 from beam_pipeline.output.readback import read_build_info
+from beam_pipeline.tools.commands import parse_once
 from schemas import BUILD_INFO_FILE, DatasetInfo
 from schemas.label_map import LABEL_MAP_CSV_FILE, LABEL_MAP_FILE, label_map_csv, label_map_text
 from schemas.paths import join
@@ -94,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m beam_pipeline upgrade", description=first, epilog=what
     )
     parser.add_argument("output_dir", metavar="OUT", help="the output directory of a build")
-    args = parser.parse_args(argv)
+    args = parse_once(parser, argv)
     try:
         info, written = upgrade(args.output_dir)
     except (FileNotFoundError, ValueError) as error:

@@ -39,6 +39,7 @@ from beam_pipeline.core.rejections import read_dead_letter
 from beam_pipeline.output.directory import STAGING_DIR, list_shard_files, work_folders
 from beam_pipeline.output.lock import busy_reason
 from beam_pipeline.output.readback import read_build_info
+from beam_pipeline.tools.commands import parse_once
 from beam_pipeline.tools.record_checks import Tally, check_example, check_tallies
 from beam_pipeline.tree.planner import vocabulary_split
 from schemas import (
@@ -395,7 +396,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="Processes that check shards at once (default: one per core).",
     )
     parser.add_argument("--no_decode", action="store_true", help="Skip decoding the images.")
-    args = parser.parse_args(argv)
+    args = parse_once(parser, argv)
     if not 1 <= args.workers <= 4 * (os.cpu_count() or 1):
         parser.error(f"--workers {args.workers}: give 1 to {4 * (os.cpu_count() or 1)} processes")
     try:
