@@ -570,3 +570,11 @@ def test_an_image_in_several_splits_is_shown_in_each(voc_build, capsys):
     code, out, _ = run(capsys, voc_build, "--split", "validation", "--json")
     payload = json.loads(out)
     assert code == 0 and payload["split"] == "validation" and payload["split_position"] == 0
+
+
+def test_a_blank_filename_is_refused_as_a_bad_flag(tmp_path, capsys):
+    # --filename '' searched every shard for it and exited 1 (a CLI fuzz trial).
+    with pytest.raises(SystemExit) as exited:
+        inspect_record.main([str(tmp_path), "--filename", " "])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.endswith("error: argument --filename: is blank: name it\n")

@@ -146,3 +146,11 @@ def parse_once(parser: argparse.ArgumentParser, argv: Sequence[str] | None, know
     except ValueError as error:
         parser.error(str(error))
     return parser.parse_known_args(argv) if known else parser.parse_args(argv)
+
+
+def nonblank(value: str) -> str:
+    """An argparse `type` for a name that cannot be blank (`inspect --filename ''` searched
+    every shard for it, exit 1)."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("is blank: name it")
+    return value

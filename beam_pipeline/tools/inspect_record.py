@@ -46,7 +46,7 @@ from beam_pipeline.tools.build_records import (
     shard_build_info,
     shard_directory,
 )
-from beam_pipeline.tools.commands import parse_once
+from beam_pipeline.tools.commands import nonblank, parse_once
 from schemas import (
     BUILD_INFO_FILE,
     FEATURES,
@@ -345,12 +345,9 @@ def _parser() -> argparse.ArgumentParser:
         "shard", metavar="SHARD", help="A .tfrecord file, or a build's directory (local or gs://)."
     )
     which = parser.add_mutually_exclusive_group()
-    which.add_argument(
-        "--index", type=int, help="The record's position (default 0; -1 is the last)."
-    )
-    which.add_argument(
-        "--filename", metavar="NAME", help="The record whose image/filename is NAME or ends /NAME."
-    )
+    which.add_argument("--index", type=int, help="The record's position (default 0; -1: last).")
+    name = "The record whose image/filename is NAME or ends /NAME."
+    which.add_argument("--filename", metavar="NAME", type=nonblank, help=name)
     parser.add_argument(
         "--split",
         metavar="SPLIT",
