@@ -84,7 +84,7 @@ def printed(info, monkeypatch, home, **kwargs) -> str:
     return stream.getvalue()
 
 
-@pytest.mark.parametrize("kept", [None, (1_000, 1_234_567)])
+@pytest.mark.parametrize("kept", [None, (1_000, 1_234_567), (0, 0)])
 def test_every_summary_line_of_an_imagenet_build_fits_80_columns(monkeypatch, home, kept):
     rejected = {
         "train": {"truncated_image": 1_000, "decompression_bomb": 200, "not_an_image": 34},
@@ -94,11 +94,14 @@ def test_every_summary_line_of_an_imagenet_build_fits_80_columns(monkeypatch, ho
     assert max(widths(text)) <= 80, text
     out = home / "imagenet-tfrecords" / "sample_data" / "out"
     # The folded lines say what one line did (a line breaks only between words).
-    done = (
-        "in 12,345.6 s, 116 images/s,"
-        if kept is None
-        else "in 12,345.6 s; kept 1,000 shards (1,234,567 images) from the run that stopped; "
-        "wrote 408 shards (196,600 images), 16 images/s,"
+    done = {
+        None: "in 12,345.6 s, 116 images/s,",
+        # --resume into a new folder said "kept 0 shards (0 images) from the run that stopped".
+        (0, 0): "in 12,345.6 s (--resume found no shard to keep), 116 images/s,",
+    }.get(
+        kept,
+        "in 12,345.6 s; kept 1,000 shards (1,234,567 images) from the run that stopped; "
+        "wrote 408 shards (196,600 images), 16 images/s,",
     )
     assert sentence(text) == (
         f"Built {out} from /home/someone/data/ILSVRC2017/ILSVRC (ilsvrc_cls_loc): "

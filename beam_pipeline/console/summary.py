@@ -124,7 +124,9 @@ def built_chunks(
     layout = info.source.get("layout", "?")
     chunks = [f"Built {output_dir}", f"from {input_dir} ({layout}):", plural(examples, "example")]
     written = examples
-    if kept is not None:
+    if kept is not None and kept[0] == 0:  # (into a new folder: "kept 0 shards from the run
+        chunks += [f"in {seconds:,.1f} s", "(--resume found no shard to keep)"]  # that stopped")
+    elif kept is not None:
         shards = sum(split.num_shards for split in info.splits.values())
         kept_shards, kept_images = kept
         written = examples - kept_images
