@@ -212,7 +212,16 @@ def test_plan_refuses_what_the_build_refuses_before_it_starts(sample, capsys, tm
     assert code == 2 and err.startswith("error: --project names a Dataflow job, and this ")
     with pytest.raises(SystemExit):
         run_plan(capsys, "--input_dir", tree, "--rejections", "-1")
-    assert "error: --rejections -1: give 0 or more" in capsys.readouterr().err
+    assert "error: argument --rejections: -1: give 0 or more" in capsys.readouterr().err
+    # A log in the tree, a blank output: "The build would go ahead", exit 0 (a CLI fuzz trial).
+    code, _, err = run_plan(capsys, "--input_dir", tree, "--log_file", f"{tree}/x.log")
+    assert (code, err) == (
+        2,
+        f"error: --log_file {tree}/x.log: it is inside the tree ({tree}): write the log "
+        "outside it\n",
+    )
+    code, _, err = run_plan(capsys, "--input_dir", tree, "--output_dir", "")
+    assert (code, err) == (2, "error: --output_dir '' is blank: name a folder\n")
     code, text, _ = run_plan(capsys, "--input_dir", tree, "--output_dir", out)
     assert code == 1
     assert text.splitlines()[-1] == (

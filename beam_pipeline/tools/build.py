@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     flags = console.console_flags(argv)
-    if problem := _log_file_problem(argv, flags.log_file):
+    if problem := log_file_problem(argv, flags.log_file):
         print(f"error: --log_file {flags.log_file}: {problem}", file=sys.stderr)
         return 2
     try:
@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(argv, out)
 
 
-def _log_file_problem(argv: list[str], log_file: str | None) -> str | None:
+def log_file_problem(argv: list[str], log_file: str | None) -> str | None:
     """Why the log may not go to `log_file`: into the tree (it was appended to an image, which
     the build then stored), over the labels file, or into the output directory."""
     if log_file is None:

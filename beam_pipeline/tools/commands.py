@@ -154,3 +154,11 @@ def nonblank(value: str) -> str:
     if not value.strip():
         raise argparse.ArgumentTypeError("is blank: name it")
     return value
+
+
+def count(value: str) -> int:
+    """An argparse `type` for a count: an int of 0 or more."""
+    number = int(value)  # (argparse names a ValueError's flag and value)
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"{number}: give 0 or more")
+    return number

@@ -399,12 +399,14 @@ def _reason(error: BuildFailed) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from beam_pipeline.console.build_console import console_flags
     from beam_pipeline.options import BuildConfig
     from beam_pipeline.pipeline import prepare
     from beam_pipeline.runners.beam_flags import beam_argv, known_flags
     from beam_pipeline.runners.dataflow import check_dataflow
     from beam_pipeline.runners.local import check_runner
-    from beam_pipeline.tools.commands import parse_once
+    from beam_pipeline.tools.build import log_file_problem
+    from beam_pipeline.tools.commands import count, parse_once
     from beam_pipeline.tree.layouts import LayoutError
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -415,18 +417,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         allow_abbrev=False,
     )
     parser.add_argument("--json", action="store_true", help="print the plan as one JSON object")
-    parser.add_argument(
-        "--rejections", type=int, default=20, help="rejections listed in the text (default 20)"
-    )
+    listed = "rejections listed in the text (default 20)"
+    parser.add_argument("--rejections", type=count, default=20, help=listed)
     ours, rest = parse_once(parser, argv, known=True)
-    if ours.rejections < 0:
-        parser.error(f"--rejections {ours.rejections}: give 0 or more")
     if "-h" in rest or "--help" in rest:
         parser.print_help()
         return 0
     try:
         from apache_beam.options.pipeline_options import PipelineOptions
 
+        if problem := log_file_problem(rest, log := console_flags(rest).log_file):  # (build's)
+            raise ValueError(f"--log_file {log}: {problem}")
         beam_flags = beam_argv(rest, command_flags=known_flags(parser))
         config = BuildConfig.from_options(PipelineOptions(rest), need_output=False)
         # What the build refuses before it reads the tree (a Dask scheduler where nothing
@@ -439,10 +440,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, LayoutError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if ours.json:
-        print(json.dumps(plan.to_json(), indent=1, ensure_ascii=False))
-    else:
-        print(format_plan(plan, ours.rejections))
+    text = json.dumps(plan.to_json(), indent=1, ensure_ascii=False) if ours.json else None
+    print(text or format_plan(plan, ours.rejections))
     return 0 if plan.refusal is None and plan.failure is None else 1
 
 
