@@ -531,6 +531,12 @@ README = str(pathlib.Path(__file__).resolve().parents[1] / "README.md")
         ),
         (["--runner", "Foo"], "unknown --runner Foo: DaskRunner, DataflowRunner, DirectRunner"),
         (["--streaming"], "--streaming: a build is a batch pipeline over a finite tree; drop it"),
+        # Beam said so once the build had begun (exit 1, the output made; a CLI fuzz trial).
+        (
+            ["--runner", "PortableRunner"],
+            "--runner PortableRunner needs --job_endpoint HOST:PORT, the address of a running "
+            "Beam job service",
+        ),
         (
             ["--runner", "DaskRunner", "--direct_num_workers", "4", "--num_workers", "2"],
             "--direct_num_workers, --num_workers does nothing on Dask, whose cluster runs the "

@@ -154,6 +154,11 @@ def check_runner(options: PipelineOptions, argv: Sequence[str]) -> None:
 
         check_scheduler(options)
         return
+    if runner.lower() in ("portablerunner", "portable") and "--job_endpoint" not in named:
+        raise ValueError(  # (Beam said so once the build had begun: exit 1, an output made)
+            f"--runner {runner} needs --job_endpoint HOST:PORT, the address of a running Beam "
+            "job service (Flink's or Spark's job server): it starts none"
+        )
     if "." in runner:  # a runner's class path: Beam imports it
         return
     from apache_beam.runners.runner import _RUNNER_MAP
