@@ -88,6 +88,18 @@ def test_a_commands_flag_given_twice_with_two_values_is_refused(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_console_flag_without_its_value_is_refused_as_the_builds(capsys):
+    # The console's own parser said `usage: __main__.py [--verbose] [--quiet] [--log_file ...]`.
+    with pytest.raises(SystemExit) as exited:
+        build_tool.main(["--input_dir", "in", "--output_dir", "out", "--log_file", "--quiet"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        "usage: python -m beam_pipeline build --input_dir TREE --output_dir OUT [FLAGS] "
+        "(--help lists them)\npython -m beam_pipeline build: error: argument --log_file: "
+        "expected one argument\n"
+    )
+
+
 def test_dataflow_flags_pass_through_next_to_ours():
     argv = [
         "--input_dir",

@@ -85,7 +85,12 @@ def add_console_flags(parser: argparse.ArgumentParser) -> None:
 
 def console_flags(argv: Sequence[str]) -> argparse.Namespace:
     """The console flags of a command line, read without Beam."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser = argparse.ArgumentParser(  # (its errors said `__main__.py` and 3 flags of many)
+        prog="python -m beam_pipeline build",
+        usage="%(prog)s --input_dir TREE --output_dir OUT [FLAGS] (--help lists them)",
+        add_help=False,
+        allow_abbrev=False,
+    )
     add_console_flags(parser)
     flags, _ = parser.parse_known_args(list(argv))
     return flags
