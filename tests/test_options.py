@@ -416,6 +416,7 @@ def test_a_typo_never_runs_a_build(tmp_path, capsys):
         ),
         (["--runner"], "argument --runner: expected one argument"),
         (["--labels_file"], "argument --labels_file: expected one argument"),
+        (["--seed", "--seed"], "argument --seed: expected one argument"),  # ("given twice")
         # A flag given twice: the last one won, unseen (a wrapper script appending flags).
         (
             ["--num_shards", "2", "--seed", "1", "--num_shards=5", "--seed", "2", "--seed", "1"],

@@ -124,6 +124,8 @@ def refuse_repeated(argv: Sequence[str], parser: argparse.ArgumentParser) -> Non
             continue
         if takes_value[flag] and not equals:
             value = argv[position + 1] if position + 1 < len(argv) else None
+            if value is None or value.startswith("--"):
+                continue  # no value: argparse says so (`--seed --seed` was "given twice")
         values[flag].add(value)
     repeated = sorted(flag for flag, seen in values.items() if len(seen) > 1)
     if repeated:
