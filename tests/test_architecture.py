@@ -19,6 +19,7 @@ PACKAGES = ("beam_pipeline", "schemas", "loaders")
 # besides itself and `schemas`. Lowest first.
 LAYERS = {
     "core": set(),
+    "arguments": set(),
     "failures": set(),
     "interrupts": {"failures"},
     "tree": {"core"},
@@ -26,11 +27,11 @@ LAYERS = {
     "console": {"core", "tree"},
     "stages": {"core", "tree", "output", "console", "failures", "interrupts"},
     "options": {"core", "tree", "console"},
-    "runners": {"core", "tree", "options", "failures", "interrupts"},
+    "runners": {"core", "tree", "options", "arguments", "failures", "interrupts"},
     "pipeline": {"core", "tree", "output", "console", "stages", "options", "runners", "failures"},
     "tools": {
         *("core", "tree", "output", "console", "stages", "options", "runners", "pipeline"),
-        *("failures", "interrupts"),
+        *("arguments", "failures", "interrupts"),
     },
     "__main__": {"tools"},
     "__init__": set(),

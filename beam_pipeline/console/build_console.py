@@ -40,6 +40,7 @@ from rich.progress import (
 from rich.text import Text
 
 from beam_pipeline.console import watch
+from schemas.paths import within
 
 if TYPE_CHECKING:
     pass
@@ -94,6 +95,25 @@ def console_flags(argv: Sequence[str]) -> argparse.Namespace:
     add_console_flags(parser)
     flags, _ = parser.parse_known_args(list(argv))
     return flags
+
+
+def log_file_problem(argv: list[str], log_file: str | None) -> str | None:
+    """Why the log may not go to `log_file`: into the tree (it was appended to an image, which
+    the build then stored), over the labels file, or into the output directory."""
+    if log_file is None:
+        return None
+    if not log_file or os.path.isdir(log_file):
+        return "name the file the log is written to"
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    for flag in ("--input_dir", "--output_dir", "--labels_file"):
+        parser.add_argument(flag, default="")
+    paths, _ = parser.parse_known_args(argv)
+    for directory, what in ((paths.input_dir, "the tree"), (paths.output_dir, "the output")):
+        if within(log_file, directory):
+            return f"it is inside {what} ({directory}): write the log outside it"
+    if paths.labels_file and within(log_file, paths.labels_file):
+        return "it is the labels file: name another file for the log"
+    return None
 
 
 def log_folder() -> str:

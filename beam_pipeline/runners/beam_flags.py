@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.runner import create_runner
 
+from beam_pipeline.arguments import refuse_repeated
 from beam_pipeline.options import BuildOptions
-from beam_pipeline.tools.commands import refuse_repeated
 
 
 def known_flags(parser: argparse.ArgumentParser) -> list[str]:

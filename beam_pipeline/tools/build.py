@@ -18,7 +18,6 @@ from beam_pipeline.console import summary, tree_notes
 from beam_pipeline.failures import WorkerLost
 from beam_pipeline.interrupts import interrupts_remembered, stopping_signal, worker_lost
 from beam_pipeline.output.readback import rejections_by_split
-from schemas.paths import within
 
 # glibc mallopt parameters, and the environment variables that set them in child processes.
 _MALLOC_SETTINGS = (
@@ -62,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     flags = console.console_flags(argv)
-    if problem := log_file_problem(argv, flags.log_file):
+    if problem := console.log_file_problem(argv, flags.log_file):
         print(f"error: --log_file {flags.log_file}: {problem}", file=sys.stderr)
         return 2
     try:
@@ -74,25 +73,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     with build_console as out:
         return _main(argv, out)
-
-
-def log_file_problem(argv: list[str], log_file: str | None) -> str | None:
-    """Why the log may not go to `log_file`: into the tree (it was appended to an image, which
-    the build then stored), over the labels file, or into the output directory."""
-    if log_file is None:
-        return None
-    if not log_file or os.path.isdir(log_file):
-        return "name the file the log is written to"
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    for flag in ("--input_dir", "--output_dir", "--labels_file"):
-        parser.add_argument(flag, default="")
-    paths, _ = parser.parse_known_args(argv)
-    for directory, what in ((paths.input_dir, "the tree"), (paths.output_dir, "the output")):
-        if within(log_file, directory):
-            return f"it is inside {what} ({directory}): write the log outside it"
-    if paths.labels_file and within(log_file, paths.labels_file):
-        return "it is the labels file: name another file for the log"
-    return None
 
 
 def _main(argv: list[str], out: console.BuildConsole) -> int:

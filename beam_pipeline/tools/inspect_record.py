@@ -28,6 +28,7 @@ from typing import Any
 
 from PIL import Image
 
+from beam_pipeline.arguments import nonblank, parse_once
 from beam_pipeline.core.formats import sniff_format
 from beam_pipeline.output.readback import (
     UNLABELLED_NAME,
@@ -46,7 +47,6 @@ from beam_pipeline.tools.build_records import (
     shard_build_info,
     shard_directory,
 )
-from beam_pipeline.tools.commands import nonblank, parse_once
 from schemas import (
     BUILD_INFO_FILE,
     FEATURES,

@@ -399,14 +399,13 @@ def _reason(error: BuildFailed) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from beam_pipeline.console.build_console import console_flags
+    from beam_pipeline.arguments import count, parse_once
+    from beam_pipeline.console.build_console import console_flags, log_file_problem
     from beam_pipeline.options import BuildConfig
     from beam_pipeline.pipeline import prepare
     from beam_pipeline.runners.beam_flags import beam_argv, known_flags
     from beam_pipeline.runners.dataflow import check_dataflow
     from beam_pipeline.runners.local import check_runner
-    from beam_pipeline.tools.build import log_file_problem
-    from beam_pipeline.tools.commands import count, parse_once
     from beam_pipeline.tree.layouts import LayoutError
 
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 import numpy as np
 from PIL import Image, ImageDraw
 
+from beam_pipeline.arguments import parse_once
 from beam_pipeline.core.annotations import voc_xml
-from beam_pipeline.tools.commands import parse_once
 
 CLASSES = ("circle", "cross", "square", "triangle")
 _COLOURS = {

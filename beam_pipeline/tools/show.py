@@ -35,6 +35,7 @@ from collections.abc import Iterator, Sequence
 
 from PIL import Image
 
+from beam_pipeline.arguments import parse_once
 from beam_pipeline.output.readback import (
     NoBuildError,
     example_values,
@@ -51,7 +52,6 @@ from beam_pipeline.tools.build_records import (
     read_build_shard,
     records_at,
 )
-from beam_pipeline.tools.commands import parse_once
 from beam_pipeline.tools.histogram import class_histogram
 from beam_pipeline.tools.sheet import (
     CopyGroup,

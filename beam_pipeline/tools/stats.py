@@ -19,8 +19,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from beam_pipeline.arguments import parse_once
 from beam_pipeline.core import odd_images
-from beam_pipeline.tools.commands import parse_once
 from schemas import ODD_IMAGES_FILE, DatasetInfo, SplitInfo
 from schemas.classes import BACKGROUND
 

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
+from beam_pipeline.arguments import parse_once
 from beam_pipeline.output.commit import commit_stage
 from beam_pipeline.output.directory import (
     STAGING_DIR,
@@ -35,7 +36,6 @@ from beam_pipeline.output.directory import (
 )
 from beam_pipeline.output.lock import busy_reason
 from beam_pipeline.output.readback import read_build_info
-from beam_pipeline.tools.commands import parse_once
 from schemas import BUILD_INFO_FILE, DatasetInfo
 from schemas.label_map import LABEL_MAP_CSV_FILE, LABEL_MAP_FILE, label_map_csv, label_map_text
 from schemas.paths import join

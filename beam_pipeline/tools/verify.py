@@ -33,13 +33,13 @@ from collections.abc import Sequence
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from beam_pipeline.arguments import parse_once
 from beam_pipeline.console.summary import human_bytes, plural
 from beam_pipeline.core import duplicates, odd_images
 from beam_pipeline.core.rejections import read_dead_letter
 from beam_pipeline.output.directory import STAGING_DIR, list_shard_files, work_folders
 from beam_pipeline.output.lock import busy_reason
 from beam_pipeline.output.readback import read_build_info
-from beam_pipeline.tools.commands import parse_once
 from beam_pipeline.tools.record_checks import Tally, check_example, check_tallies
 from beam_pipeline.tree.planner import vocabulary_split
 from schemas import (
