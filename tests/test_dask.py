@@ -2,6 +2,7 @@
 
 import collections
 import http.server
+import json
 import os
 import pathlib
 import signal
@@ -103,6 +104,47 @@ def test_a_failed_check_on_dask_writes_no_shard_and_fails_loudly(cluster, tree, 
     assert [line["path"] for line in dead_letters(out)] == [
         str(tree / "Annotations" / "DET" / "val" / "zz_bad_xml.xml")
     ]
+
+
+def test_workers_that_run_other_code_are_refused_naming_what_differs(
+    cluster, tree, tmp_path, monkeypatch
+):
+    # Workers with a copy of the project one line apart wrote other bytes, exit 0 (a Dask
+    # trial). Here the launcher stamps one library more than its workers do.
+    from beam_pipeline.runners import dask_preflight
+
+    monkeypatch.setattr(dask_preflight, "_LIBRARIES", (*dask_preflight._LIBRARIES, "json"))
+    out = tmp_path / "out"
+    with pytest.raises(failures.BuildFailed) as raised:
+        build(tree, out, *dask_flags(cluster))
+    assert str(raised.value).startswith(
+        f"BUILD FAILED: the Dask worker {min(cluster.scheduler_info['workers'])} runs other "
+        f"code than this machine (json None there, {json.__version__} here): its shards would "
+        "differ from a local build's; install the same imagenet-tfrecords and libraries on "
+        "every worker"
+    )
+    assert list(out.glob("*.tfrecord")) == [] and not (out / BUILD_INFO_FILE).exists()
+
+
+def test_the_code_stamp_is_the_modules_and_the_libraries():
+    from beam_pipeline.runners import dask_preflight
+
+    here = dask_preflight.code_stamp()
+    assert sorted(here) == [
+        "PIL",
+        "Python",
+        "apache_beam",
+        "imagenet-tfrecords modules",
+        "numpy",
+        "simplejpeg",
+    ]
+    assert dask_preflight.other_code({"tcp://a": dict(here)}, here) is None
+    one_line_apart = {**here, "imagenet-tfrecords modules": "0" * 16}
+    said = dask_preflight.other_code({"tcp://b": here, "tcp://a": one_line_apart}, here)
+    assert said.startswith(
+        f"the Dask worker tcp://a runs other code than this machine (imagenet-tfrecords "
+        f"modules 0000000000000000 there, {here['imagenet-tfrecords modules']} here)"
+    )
 
 
 @pytest.mark.slow

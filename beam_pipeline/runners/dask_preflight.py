@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import hashlib
+import importlib
 import os
+import platform
 import shlex
 import socket
 from typing import Any
@@ -146,3 +149,49 @@ def no_workers_message(address: str, verb: str) -> str:
         "package (install it where the workers and the scheduler run), and an adaptive "
         "cluster needs a minimum of one"
     )
+
+
+# What decides a shard's bytes besides the flags and the tree, for `code_stamp`: the libraries
+# that decode, check and encode the images, and Beam.
+_LIBRARIES = ("PIL", "numpy", "simplejpeg", "apache_beam")
+
+
+def code_stamp() -> dict[str, str]:
+    """This process's code as a build's bytes depend on it: a digest of the project's modules
+    (`beam_pipeline`, `schemas`), the versions of the image libraries and Beam, and Python's."""
+    digest = hashlib.sha256()
+    for package in ("beam_pipeline", "schemas"):
+        root = os.path.dirname(importlib.import_module(package).__file__ or "")
+        for folder, subfolders, files in os.walk(root):
+            subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
+            for name in sorted(f for f in files if f.endswith(".py")):
+                path = os.path.join(folder, name)
+                digest.update(os.path.relpath(path, root).encode() + b"\0")
+                with open(path, "rb") as source:
+                    digest.update(source.read())
+    stamp = {"imagenet-tfrecords modules": digest.hexdigest()[:16]}
+    for name in _LIBRARIES:
+        module = importlib.import_module(name)
+        stamp[name] = str(getattr(module, "__version__", "?"))
+    stamp["Python"] = ".".join(platform.python_version_tuple()[:2])
+    return stamp
+
+
+def other_code(stamps: dict[str, dict[str, str]], here: dict[str, str]) -> str | None:
+    """Why a worker's shards would differ from this machine's (`stamps`: `code_stamp` per
+    worker, from `client.run`), naming it and what differs; None when every one matches. A
+    worker with another copy of the project (one line changed) wrote other bytes, exit 0."""
+    for worker, stamp in sorted(stamps.items()):
+        differ = [
+            f"{key} {stamp.get(key)} there, {value} here"
+            for key, value in here.items()
+            if stamp.get(key) != value
+        ]
+        if differ:
+            return (
+                f"the Dask worker {worker} runs other code than this machine ({'; '.join(differ)}):"
+                " its shards would differ from a local build's; install the same "
+                "imagenet-tfrecords and libraries on every worker, or start them from this "
+                "checkout (PYTHONPATH)"
+            )
+    return None

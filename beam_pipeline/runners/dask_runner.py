@@ -159,6 +159,11 @@ class DaskRunner(beam_dask.DaskRunner):
                             address or client.scheduler.address, "has"
                         )
                     ) from None
+            different = dask_preflight.other_code(
+                client.run(dask_preflight.code_stamp), dask_preflight.code_stamp()
+            )
+            if different:
+                raise BuildFailed(different)
             threads = sum(client.nthreads().values())
             last_cluster = (address, len(client.nthreads()), threads)
             logger.info(
