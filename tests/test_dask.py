@@ -138,7 +138,7 @@ def test_the_code_stamp_is_the_modules_and_the_libraries():
         "numpy",
         "simplejpeg",
     ]
-    assert dask_preflight.other_code({"tcp://a": dict(here)}, here) is None
+    assert dask_preflight.other_code({"tcp://a": dict(here), "tcp://c": OSError()}, here) is None
     one_line_apart = {**here, "imagenet-tfrecords modules": "0" * 16}
     said = dask_preflight.other_code({"tcp://b": here, "tcp://a": one_line_apart}, here)
     assert said.startswith(

@@ -177,11 +177,15 @@ def code_stamp() -> dict[str, str]:
     return stamp
 
 
-def other_code(stamps: dict[str, dict[str, str]], here: dict[str, str]) -> str | None:
+def other_code(stamps: dict[str, Any], here: dict[str, str]) -> str | None:
     """Why a worker's shards would differ from this machine's (`stamps`: `code_stamp` per
     worker, from `client.run`), naming it and what differs; None when every one matches. A
-    worker with another copy of the project (one line changed) wrote other bytes, exit 0."""
+    worker with another copy of the project (one line changed) wrote other bytes, exit 0. A
+    worker that could not answer (its error in `stamps`: one that cannot import the project)
+    is left to fail on its first task, as it did."""
     for worker, stamp in sorted(stamps.items()):
+        if not isinstance(stamp, dict):
+            continue
         differ = [
             f"{key} {stamp.get(key)} there, {value} here"
             for key, value in here.items()

@@ -160,7 +160,8 @@ class DaskRunner(beam_dask.DaskRunner):
                         )
                     ) from None
             different = dask_preflight.other_code(
-                client.run(dask_preflight.code_stamp), dask_preflight.code_stamp()
+                client.run(dask_preflight.code_stamp, on_error="return"),
+                dask_preflight.code_stamp(),
             )
             if different:
                 raise BuildFailed(different)
