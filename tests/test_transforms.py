@@ -17,6 +17,7 @@ from beam_pipeline.core.images import ImagePolicy
 from beam_pipeline.core.labels import Vocabulary
 from beam_pipeline.core.rejections import InputError, Rejection
 from beam_pipeline.failures import BuildFailed
+from beam_pipeline.output import directory
 from beam_pipeline.stages import discovery, packing, writing
 from beam_pipeline.stages.coders import LabelledEntryCoder
 from beam_pipeline.stages.discovery import DiscoverImages
@@ -385,11 +386,36 @@ def test_a_shard_missing_an_entry_of_its_bucket_fails_the_build():
         rank_members(batches(members, members[:1]), plan, 0)
 
 
+def test_a_worker_that_does_not_see_the_tree_or_the_output_fails_the_build(tmp_path):
+    # A Dask worker with another folder at --input_dir listed nothing (the build blamed the
+    # tree, or committed what the other workers listed); at --output_dir it wrote its shards
+    # into its own view (a Dask trial). Here the tree and the output are gone from the path.
+    ilsvrc_image(tmp_path / "tree", "train", "a", jpeg_bytes(), voc_xml([("cat", 1, 1, 5, 5)]))
+    plan = planner.plan_discovery(
+        str(tmp_path / "tree"), layouts.ILSVRC_DET, ("train",), TreeAccess(has_files, match, None)
+    )
+    os.rename(tmp_path / "tree", tmp_path / "moved")
+    os.mkdir(tmp_path / "tree")  # (an empty folder at the path, as a mount over it shows)
+    seen = r"does not see the tree at .*/tree: every worker must"
+    with pytest.raises(Exception, match=seen), TestPipeline() as p:
+        _ = p | DiscoverImages(plan)
+    (tmp_path / "out").mkdir()  # (no mark: not the folder the build began in)
+    seen = r"does not see the output directory .*/out \(its "
+    with pytest.raises(Exception, match=seen), TestPipeline() as p:
+        vocabulary = p | "V" >> beam.Create([Vocabulary(("cat",))])
+        plans = p | "P" >> beam.Create([("train", None)])
+        assigned = p | beam.Create([(("train", 0), writing.encode_members([]))])
+        _ = assigned | WriteShards(
+            str(tmp_path), str(tmp_path / "out"), ImagePolicy(), vocabulary, plans
+        )
+
+
 def test_write_shards_streams_records_and_rejects_bad_images(tmp_path):
     write(tmp_path / "in/good.JPEG", jpeg_bytes(40, 30))
     bad = write(tmp_path / "in/bad.JPEG", jpeg_bytes(40, 30)[:300])
     out = tmp_path / "out"
     out.mkdir()
+    (out / directory.OWNER_FILE).write_text("")  # (a build's first file)
     labelled = [
         LabelledEntry(entry("good", filename="in/good.JPEG"), None, 1, (), "folder"),
         LabelledEntry(entry("bad", filename="in/bad.JPEG"), None, 1, (), "folder"),
@@ -418,6 +444,7 @@ def test_write_shards_streams_records_and_rejects_bad_images(tmp_path):
             label="rejected",
         )
     assert sorted(f.name for f in out.iterdir()) == [
+        ".imagenet-tfrecords",
         ".progress",
         ".tmp",
         "train-00000-of-00001.tfrecord",

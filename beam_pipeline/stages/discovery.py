@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import socket
 import zlib
 from collections.abc import Iterator, Sequence
 
@@ -24,6 +25,7 @@ from apache_beam.typehints import Tuple
 
 from beam_pipeline.core.entries import FileRef, IndexEntry
 from beam_pipeline.core.rejections import METRICS_NAMESPACE, REJECTED, Rejection
+from beam_pipeline.failures import BuildFailed
 from beam_pipeline.stages import packing
 from beam_pipeline.stages.coders import FileRefCoder, RejectionCoder
 from beam_pipeline.stages.metrics import count_rejection
@@ -104,6 +106,22 @@ class _ListPartFn(beam.DoFn):
     def __init__(self, tasks: Sequence[layouts.ListingTask], subtree: bool):
         self._tasks = tuple(tasks)
         self._subtree = subtree
+
+    def setup(self):
+        """BuildFailed on a worker that does not see the local tree this machine found (an
+        empty folder or none at its path): it listed nothing, and the build blamed the tree
+        (`split 'train' has no images`) or committed what the other workers listed."""
+        for root in {task.root for task in self._tasks if is_local(task.root)}:
+            try:
+                seen = os.path.isdir(root) and bool(os.listdir(root))
+            except OSError:
+                seen = False
+            if not seen:
+                raise BuildFailed(
+                    f"a worker ({socket.gethostname()}) does not see the tree at {root}: every "
+                    "worker must see --input_dir at the path this machine does (a shared file "
+                    "system, mounted alike)"
+                )
 
     def process(self, part):
         index, directory = part

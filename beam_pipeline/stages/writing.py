@@ -15,6 +15,7 @@ import collections
 import concurrent.futures
 import contextlib
 import hashlib
+import socket
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
@@ -32,7 +33,7 @@ from beam_pipeline.core.jpegdata import KEPT_STRAY_JPEG_BYTES
 from beam_pipeline.core.labels import Vocabulary
 from beam_pipeline.core.rejections import IMAGE, METRICS_NAMESPACE, REJECTED, InputError, Rejection
 from beam_pipeline.failures import BuildFailed
-from beam_pipeline.output.directory import incomplete_file, shard_path
+from beam_pipeline.output.directory import OWNER_FILE, incomplete_file, shard_path
 from beam_pipeline.stages import packing, resume
 from beam_pipeline.stages.coders import LabelledEntryCoder
 from beam_pipeline.stages.metrics import count_rejection
@@ -207,6 +208,14 @@ class _WriteShardFn(beam.DoFn):
 
         # Our own max_pixels check refuses bombs; Pillow's must not be stricter than it.
         Image.MAX_IMAGE_PIXELS = max(Image.MAX_IMAGE_PIXELS or 0, self._policy.max_pixels)
+        if not FileSystems.exists(join(self._output_dir, OWNER_FILE)):  # (written first)
+            # A worker that sees another folder at the path wrote its shards there: the build
+            # then said "expected N bytes, found no file", or failed reading its own metadata.
+            raise BuildFailed(
+                f"a worker ({socket.gethostname()}) does not see the output directory "
+                f"{self._output_dir} (its {OWNER_FILE}, written when the build began, is not "
+                "there): every worker must see --output_dir at the path this machine does"
+            )
         self._reader = concurrent.futures.ThreadPoolExecutor(
             READ_AHEAD_FILES, thread_name_prefix="read-ahead"
         )
