@@ -420,6 +420,16 @@ def test_several_trees_below_or_none_are_refused_naming_them(tmp_path):
     )
     found = locate.locate_tree(str(tmp_path), layouts.ILSVRC_DET, has_files, subdirectories)
     assert found == (f"{tmp_path}/a", layouts.ILSVRC_DET)
+    # One a level down and one two: the first was built, the other unseen, exit 0.
+    ilsvrc_image(tmp_path / "old" / "copy", "train", "x", b"x")
+    with pytest.raises(layouts.LayoutError) as error:
+        locate.locate_tree(str(tmp_path), layouts.ILSVRC_DET, has_files, subdirectories)
+    assert str(error.value) == (
+        f"{tmp_path} holds several trees: {tmp_path}/a (ilsvrc_det), "
+        f"{tmp_path}/old/copy (ilsvrc_det); pass one as --input_dir"
+    )
+    found = locate.locate_tree(str(tmp_path), layouts.ILSVRC_CLS_LOC, has_files, subdirectories)
+    assert found == (f"{tmp_path}/b", layouts.ILSVRC_CLS_LOC)
     ilsvrc_image(tmp_path / "b", "train", "y", b"x")  # b now holds DET and CLS-LOC
     with pytest.raises(layouts.LayoutError, match=r"b holds several layouts .*--layout$"):
         locate.locate_tree(str(tmp_path / "b"), layouts.AUTO, has_files, subdirectories)

@@ -271,6 +271,15 @@ def locate_tree(
         for found in layouts_at(join(root, name), has_files)
         if found in wanted
     ]
+    deeper = [  # (another tree a level further down went unseen: the first one was built)
+        (join(root, name, inner), found)
+        for name in subdirectories(root)[:_MAX_LOOKED_AT]
+        if len(below) == 1 and join(root, name) != below[0][0]
+        for inner in subdirectories(join(root, name))[:_MAX_LOOKED_AT]
+        for found in layouts_at(join(root, name, inner), has_files)
+        if found in wanted
+    ]
+    below += deeper
     if len(below) == 1:
         return below[0]
     if len({path for path, _ in below}) == 1:
