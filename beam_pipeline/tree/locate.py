@@ -265,21 +265,7 @@ def locate_tree(
     here = [found for found in layouts_at(root, has_files) if found in wanted]
     if here:
         return root, (detect_layout(root, has_files) if layout == AUTO else layout)
-    below = [
-        (join(root, name), found)
-        for name in subdirectories(root)
-        for found in layouts_at(join(root, name), has_files)
-        if found in wanted
-    ]
-    deeper = [  # (another tree a level further down went unseen: the first one was built)
-        (join(root, name, inner), found)
-        for name in subdirectories(root)[:_MAX_LOOKED_AT]
-        if len(below) == 1 and join(root, name) != below[0][0]
-        for inner in subdirectories(join(root, name))[:_MAX_LOOKED_AT]
-        for found in layouts_at(join(root, name, inner), has_files)
-        if found in wanted
-    ]
-    below += deeper
+    below = _trees_below(root, wanted, has_files, subdirectories)
     if len(below) == 1:
         return below[0]
     if len({path for path, _ in below}) == 1:
@@ -309,6 +295,32 @@ def locate_tree(
             if found := find_voc_xml(root, subdirectories):
                 _refuse_layout(found, VOC_XML, layout)
     raise _not_a_tree(root, has_files, subdirectories)
+
+
+def _trees_below(
+    root: str,
+    wanted: tuple[str, ...],
+    has_files: HasFiles,
+    subdirectories: Callable[[str], list[str]],
+) -> list[tuple[str, str]]:
+    """(path, layout) of the trees of the `wanted` layouts in `root`'s subdirectories, and, when
+    there is one, of those a level further down beside it (another tree there went unseen:
+    the first one was built)."""
+    below = [
+        (join(root, name), found)
+        for name in subdirectories(root)
+        for found in layouts_at(join(root, name), has_files)
+        if found in wanted
+    ]
+    deeper = [
+        (join(root, name, inner), found)
+        for name in subdirectories(root)[:_MAX_LOOKED_AT]
+        if len(below) == 1 and join(root, name) != below[0][0]
+        for inner in subdirectories(join(root, name))[:_MAX_LOOKED_AT]
+        for found in layouts_at(join(root, name, inner), has_files)
+        if found in wanted
+    ]
+    return below + deeper
 
 
 def _named_folders(
