@@ -14,8 +14,9 @@ import ast
 import dataclasses
 import functools
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
+from typing import Any
 
 from beam_pipeline.core.annotations import Annotation, Box
 from beam_pipeline.core.rejections import InputError
@@ -209,11 +210,20 @@ def parse_display_names(text: str) -> dict[str, str]:
 
 def clamped_area(box: Box, width: int | None, height: int | None) -> float:
     """Area of `box`, clamped to the image when its size is known."""
-    xmin, ymin, xmax, ymax = box.xmin, box.ymin, box.xmax, box.ymax
+    return _clamped_area(box, width, height)
+
+
+def _clamped_area(
+    box: Box, width: int | None, height: int | None, number: Callable | None = None
+) -> Any:
+    """`clamped_area` in the coordinates' floats, or in the numbers `number` makes of them
+    (`_decimal`'s: exact)."""
+    coordinates = (box.xmin, box.ymin, box.xmax, box.ymax)
+    xmin, ymin, xmax, ymax = map(number, coordinates) if number else coordinates
     if width is not None and height is not None:
-        xmin, xmax = min(max(xmin, 0.0), width), min(max(xmax, 0.0), width)
-        ymin, ymax = min(max(ymin, 0.0), height), min(max(ymax, 0.0), height)
-    return max(xmax - xmin, 0.0) * max(ymax - ymin, 0.0)
+        xmin, xmax = min(max(xmin, 0), width), min(max(xmax, 0), width)
+        ymin, ymax = min(max(ymin, 0), height), min(max(ymax, 0), height)
+    return max(xmax - xmin, 0) * max(ymax - ymin, 0)
 
 
 # Areas this close (relative to the largest) are compared again in the XML's own decimals:
@@ -247,14 +257,14 @@ def _whole(box: Box) -> bool:
 
 
 def _exact_area(box: Box, width: int | None, height: int | None) -> Fraction:
-    """`clamped_area` in exact arithmetic on the decimals the XML wrote: a coordinate parsed
-    from up to 15 significant digits is its float's shortest repr."""
-    xmin, ymin, xmax, ymax = (Fraction(repr(v)) for v in (box.xmin, box.ymin, box.xmax, box.ymax))
-    if width is not None and height is not None:
-        right, bottom, zero = Fraction(width), Fraction(height), Fraction(0)
-        xmin, xmax = min(max(xmin, zero), right), min(max(xmax, zero), right)
-        ymin, ymax = min(max(ymin, zero), bottom), min(max(ymax, zero), bottom)
-    return max(xmax - xmin, Fraction(0)) * max(ymax - ymin, Fraction(0))
+    """`clamped_area` in exact arithmetic on the decimals the XML wrote."""
+    return _clamped_area(box, width, height, _decimal)
+
+
+def _decimal(value: float) -> Fraction:
+    """A coordinate as the XML wrote it: one parsed from up to 15 significant digits is its
+    float's shortest repr."""
+    return Fraction(repr(value))
 
 
 def split_kind(has_annotations: bool, has_class_folders: bool, negatives: bool = True) -> str:
