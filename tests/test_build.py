@@ -439,6 +439,39 @@ def test_a_stop_after_the_commit_finished_says_the_build_is_complete(tmp_path):
     )
 
 
+def test_a_worker_lost_after_the_commit_finished_keeps_the_build_with_exit_0(
+    tmp_path, monkeypatch, capsys
+):
+    # A local worker killed during the runner's shutdown, after the commit: exit 1 and
+    # "BUILD FAILED" for a whole build (build_info.json committed), while one lost before
+    # the commit must fail.
+    from beam_pipeline import pipeline
+
+    tree, out = tmp_path / "in", tmp_path / "out"
+    for stem, name in (("a", "cat"), ("b", "dog")):
+        ilsvrc_image(tree, "train", stem, jpeg_bytes(), voc_xml([(name, 1, 1, 30, 30)]))
+    argv = ["--input_dir", str(tree), "--splits", "train", "--output_dir", str(out)]
+    real_execute = pipeline.execute
+    lost = "a worker process of the build ended before the build did (exit code -9, SIGKILL)"
+
+    def execute_then_lose(*args, commit=True):
+        if commit:
+            real_execute(*args)
+        raise RuntimeError("the runner's channel closed")
+
+    monkeypatch.setattr(build_tool, "worker_lost", lambda wait=0.0: lost)
+    monkeypatch.setattr(pipeline, "execute", execute_then_lose)
+    assert build_tool.main(argv) == 0
+    assert "2 examples" in capsys.readouterr().out
+    assert verify.verify(str(out)) == (1, [])
+    kept = (out / BUILD_INFO_FILE).read_bytes()
+    monkeypatch.setattr(pipeline, "execute", lambda *args: execute_then_lose(*args, commit=False))
+    assert build_tool.main([*argv, "--overwrite"]) == 1  # the marker is the one it replaces
+    err = capsys.readouterr().err
+    assert failure_line(err) == f"BUILD FAILED: {lost}"
+    assert (out / BUILD_INFO_FILE).read_bytes() == kept
+
+
 @pytest.mark.parametrize(
     "budget, failure, rejected",
     [

@@ -11,6 +11,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from beam_pipeline import failures
 from beam_pipeline.console import build_console as console
@@ -18,6 +19,12 @@ from beam_pipeline.console import summary, tree_notes
 from beam_pipeline.failures import WorkerLost
 from beam_pipeline.interrupts import interrupts_remembered, stopping_signal, worker_lost
 from beam_pipeline.output.readback import rejections_by_split
+
+if TYPE_CHECKING:
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from beam_pipeline.pipeline import Prepared
+    from schemas.metadata import DatasetInfo
 
 # glibc mallopt parameters, and the environment variables that set them in child processes.
 _MALLOC_SETTINGS = (
@@ -125,23 +132,9 @@ def _build(argv: list[str], out: console.BuildConsole) -> int:
     for note in tree_notes.tree_notes(prepared.plan, config):
         out.say(note)
     in_place = resume.shards_in_place(config.output_dir) if config.resume else None
-    try:
-        with out.progress(config.output_dir) as live:
-            info = pipeline.execute(options, prepared)
-            if live is not None:
-                live.finish()
-    except (KeyboardInterrupt, Exception) as error:
-        # Ctrl-C reaches an in-process build inside a DoFn, which the runner re-raises wrapped.
-        if failures.was_interrupted(error):
-            left = _what_is_left(config.output_dir, before, interrupted=True)
-            assert left is not None  # an interrupted build always says what it left
-            return _interrupted(out, error, left)
-        lost = worker_lost(wait=1.0)  # the runner may have failed first, on a closed channel
-        left = _what_is_left(config.output_dir, before, lost is not None)  # as interrupted
-        if lost is not None:
-            logger.error("Build failed", exc_info=error)
-            error = WorkerLost(lost)
-        return _failed(out, error, "Build failed", left)
+    info = _execute(options, prepared, out, before)
+    if isinstance(info, int):
+        return info
     summary.print_summary(
         sys.stdout,
         info,
@@ -154,6 +147,40 @@ def _build(argv: list[str], out: console.BuildConsole) -> int:
         kept=resume.kept_shards(config.output_dir, info, in_place),
     )
     return 0
+
+
+def _execute(
+    options: PipelineOptions, prepared: Prepared, out: console.BuildConsole, before: bytes | None
+) -> DatasetInfo | int:
+    """Runs the build: its DatasetInfo, or the exit code of a build that stopped (said).
+    A worker lost after the commit finished (a runner's shutdown) leaves a whole build: kept,
+    with a warning, exit 0."""
+    from beam_pipeline import pipeline
+    from beam_pipeline.output.readback import read_build_info
+
+    output_dir = prepared.config.output_dir
+    try:
+        with out.progress(output_dir) as live:
+            info = pipeline.execute(options, prepared)
+            if live is not None:
+                live.finish()
+        return info
+    except (KeyboardInterrupt, Exception) as error:
+        # Ctrl-C reaches an in-process build inside a DoFn, which the runner re-raises wrapped.
+        if failures.was_interrupted(error):
+            left = _what_is_left(output_dir, before, interrupted=True)
+            assert left is not None  # an interrupted build always says what it left
+            return _interrupted(out, error, left)
+        lost = worker_lost(wait=1.0)  # the runner may have failed first, on a closed channel
+        now = _commit_marker(output_dir)
+        if lost is not None and now not in (None, before) and _commit_finished(output_dir):
+            logger.warning("After the commit finished: %s; the build is complete", lost)
+            return read_build_info(output_dir)
+        left = _what_is_left(output_dir, before, lost is not None)  # as interrupted
+        if lost is not None:
+            logger.error("Build failed", exc_info=error)
+            error = WorkerLost(lost)
+        return _failed(out, error, "Build failed", left)
 
 
 def _commit_finished(output_dir: str) -> bool:
