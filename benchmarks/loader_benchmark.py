@@ -13,6 +13,8 @@ images):
   ours (train)       load_dataset(training=True): + shuffles, fused random crop, flip
   ... uint8          the same with dtype="uint8" (pixels; no float conversion on the host)
   ... detection      training, uint8, label_mode="detection": every box follows crop and flip
+  ... cached         ReadConfig(cache=True), after its first epoch (run before timing):
+                     evaluation's decoded images, or training's records, from memory
   baselines          with --tree, the loaders people write instead, over the tree's JPEG files
                      (benchmarks.loader_baselines): a Keras PyDataset with Pillow,
                      from_generator + py_function with Pillow, tf.data over the raw files
@@ -40,7 +42,7 @@ import tensorflow as tf
 
 from benchmarks import loader_baselines
 from benchmarks.measure import built_dataset
-from loaders import dataset_info, load_dataset, normalization_layer
+from loaders import ReadConfig, dataset_info, load_dataset, normalization_layer
 from schemas import features as F
 
 SIZE = (224, 224)
@@ -179,6 +181,15 @@ def main() -> int:
     in_memory = decode_limit(args.data_dir, b)
     evaluation = split().repeat()
     evaluation8 = split(dtype="uint8").repeat()
+    # ReadConfig(cache=True): epochs after the first, from memory (filled here, once).
+    kept = ReadConfig(cache=True)
+    cached = {
+        "ours (eval), cached": split(config=kept),
+        "ours (train), cached": split(training=True, seed=0, config=kept),
+    }
+    for dataset in cached.values():
+        for _ in dataset:
+            pass
     loops = {
         "decode limit (bytes in memory)": lambda: in_memory,
         "ours (eval)": lambda: evaluation,
@@ -186,6 +197,7 @@ def main() -> int:
         "ours (eval), uint8": lambda: evaluation8,
         "ours (train), uint8": lambda: train8.repeat(),
         "ours (train), uint8, detection": lambda: detection.repeat(),
+        **{name: (lambda d=dataset: d.repeat()) for name, dataset in cached.items()},
     }
     feeds = {
         "fit small CNN, fed by ours (train)": train.repeat(),

@@ -7,6 +7,9 @@ import math
 import numbers
 
 AUTOTUNE = -1  # tf.data.AUTOTUNE, without importing TensorFlow here
+# `ReadConfig(cache=None)` keeps a split in memory when that takes at most this much (TFDS's
+# autocache bound is 250 MiB): what it saves, benchmarks/RESULTS.md, "Loader on 2 cores".
+AUTO_CACHE_BYTES = 256 << 20
 
 
 def tf_data_value(value: int) -> int:
@@ -34,6 +37,12 @@ class ReadConfig:
         class: the object the image is labelled by).
       eval_central_crop: fraction kept by the evaluation central crop (1.0: none).
       value_range: images are scaled linearly from [0, 255] to this range.
+      cache: keep the first full epoch in memory for the next ones (tf.data's cache):
+        training, the records (crops and flips are drawn anew each epoch, and the shuffle
+        buffer takes the whole split: a full reshuffle each epoch); evaluation, the decoded
+        images (the same values; a quarter of the memory as uint8). None (the default): when
+        that takes at most `AUTO_CACHE_BYTES` (256 MiB, as TFDS's autocache); True: whatever
+        it takes (refused past this machine's memory); False: never.
     """
 
     shuffle_buffer: int = 1024
@@ -47,6 +56,7 @@ class ReadConfig:
     min_object_covered: float = 0.1
     eval_central_crop: float = 1.0
     value_range: tuple[float, float] = (0.0, 1.0)
+    cache: bool | None = None
 
     def __post_init__(self):
         """Refuses, naming the field, a value tf.data would reject only when iterating (or
@@ -56,6 +66,8 @@ class ReadConfig:
         _count(self, "cycle_length", low=1, autotune=True)
         _count(self, "num_parallel_calls", low=1, autotune=True)
         _count(self, "prefetch", low=0, autotune=True)
+        if self.cache is not None and not isinstance(self.cache, bool):
+            raise TypeError(f"ReadConfig.cache must be None, True or False, not {self.cache!r}")
         for name in ("random_crop", "random_flip"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(

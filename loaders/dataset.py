@@ -12,6 +12,7 @@ takes whole (the reader takes its `training`, `seed` and `config`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import warnings
@@ -125,7 +126,30 @@ def read_and_batch(
         records, info.num_classes, spec, num_labels=len(class_names), service=service
     )
     dataset.class_names = class_names  # as Keras's image_dataset_from_directory sets them
+    if spec.training:
+        _warn_on_cache(dataset)
     return dataset
+
+
+def _warn_on_cache(dataset: tf.data.Dataset) -> None:
+    """Gives a training dataset a `cache` that warns: Keras's tutorials cache the dataset
+    (`ds.cache().shuffle(1000)`), whose augmentation is in the model; here the crops and flips
+    are in the dataset, and a cache of it replays the first epoch's every epoch."""
+    replay = dataset.cache
+
+    @functools.wraps(replay)
+    def cache(*args, **kwargs):
+        warnings.warn(
+            "cache() on load_dataset's training dataset replays the first epoch's random crops "
+            "and flips every epoch; the loader keeps the records in memory itself and draws "
+            "new ones each epoch (ReadConfig(cache=True); the default for splits up to 256 "
+            "MiB): drop the .cache()",
+            UserWarning,
+            stacklevel=2,
+        )
+        return replay(*args, **kwargs)
+
+    dataset.cache = cache
 
 
 def pipeline_seed(seed: int | None, input_context) -> int | None:
@@ -192,9 +216,13 @@ def batch_examples(
     Training shuffles the records in a buffer and zips a random seed onto each for its crop and
     flip. The batch count comes from `records.num_examples`, so the dataset knows its length.
     """
+    cached = spec.caches(records.num_examples, records.num_bytes, service)
     dataset = records.records
     if spec.training:
         buffer = spec.config.shuffle_buffer
+        if cached:  # the records, kept from the first epoch; all in memory: a full reshuffle
+            dataset = dataset.cache()
+            buffer = max(buffer, records.num_examples)
         dataset = dataset.shuffle(buffer, seed=spec.seed, reshuffle_each_iteration=True)
         random = tf.data.Dataset.random(seed=spec.seed, rerandomize_each_iteration=True)
         dataset = tf.data.Dataset.zip(dataset, random.batch(2))
@@ -204,6 +232,8 @@ def batch_examples(
         num_parallel_calls=tf_data_value(spec.config.num_parallel_calls),
         deterministic=True if spec.seed is not None else None,
     )
+    if cached and not spec.training:  # evaluation's decoded images: the same every epoch
+        dataset = dataset.cache()
     if service is not None:
         # Imported here: `python -m loaders.service` runs that module as __main__, and an
         # import of it by `import loaders` would make runpy warn.

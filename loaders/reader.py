@@ -33,11 +33,13 @@ class SplitRecords:
       fewest_examples: records per epoch in the input pipeline that has fewest (of all those
         of the `input_context`; `num_examples` without one): training takes as many batches
         from every pipeline, since each step takes one batch from each.
+      num_bytes: the bytes of this input pipeline's records (what a cache of them holds).
     """
 
     records: tf.data.Dataset
     num_examples: int
     fewest_examples: int
+    num_bytes: int = 0
 
 
 def read_records(
@@ -94,7 +96,9 @@ def read_records(
         before=_unchanged_build(info),
     )
     per_pipeline = [sum(kept for _, _, _, kept in plan) for plan in plans]
-    return SplitRecords(records, per_pipeline[index], min(per_pipeline))
+    shards = info.split(split).shards
+    num_bytes = sum(shards[s].num_bytes * kept // max(counts[s], 1) for s, _, _, kept in mine)
+    return SplitRecords(records, per_pipeline[index], min(per_pipeline), num_bytes)
 
 
 def _deal_shards(counts: list[int], pipelines: int) -> list[list[tuple[int, int, int, int]]]:

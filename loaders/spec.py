@@ -15,7 +15,7 @@ import json
 import os
 from typing import Any
 
-from loaders.config import ReadConfig
+from loaders.config import AUTO_CACHE_BYTES, ReadConfig
 from loaders.info import BuildInfo
 from loaders.preprocessing import checked_image_size, is_int, output_dtype
 
@@ -242,6 +242,36 @@ class LoadSpec:
                 "distribute_datasets_from_function with its input_context (each worker then "
                 "reads shards of its own)"
             )
+
+    def caches(self, num_examples: int, num_bytes: int, service: str | None) -> bool:
+        """Whether the examples step keeps an epoch of `num_examples` records (`num_bytes` on
+        disk) in memory (`ReadConfig.cache`): training the records, evaluation the decoded
+        images. ValueError for cache=True past this machine's memory or with a tf.data
+        service (its workers decode, anew each epoch)."""
+        choice = self.config.cache
+        if choice is False or (choice is None and service is not None):
+            return False
+        if service is not None:
+            raise ValueError(
+                "ReadConfig(cache=True) keeps decoded images in this process, but with service "
+                "the tf.data service's workers read and decode: leave cache at None (or False)"
+            )
+        needed = num_bytes
+        if not self.training:
+            height, width = checked_image_size(self.image_size)
+            pixel = 4 if output_dtype(self.dtype) == "float32" else 1
+            needed = num_examples * height * width * 3 * pixel
+        if choice is None:
+            return needed <= AUTO_CACHE_BYTES
+        memory = physical_memory()
+        if memory and needed > memory:
+            kept = "records" if self.training else f"{num_examples} decoded images"
+            raise ValueError(
+                f"ReadConfig(cache=True): the {kept} take {_gib(needed)}, more than this "
+                f"machine's {_gib(memory)} of memory: cache=None (or False) reads them each "
+                "epoch" + ("" if self.training else '; dtype="uint8" takes a quarter')
+            )
+        return True
 
     def refuse_empty_epoch(self, split: str, num_examples: int) -> None:
         """ValueError when training would have no batch: fewer examples than one batch."""

@@ -964,11 +964,19 @@ def test_a_dataset_made_before_a_rebuild_refuses_the_new_shards(tmp_path):
     sample_tree.write_tree(str(tree), num_train=40, num_val=10, seed=2)
     out = tmp_path / "out"
     build(tree, out, "--num_shards", "2")
-    dataset = load_dataset(str(out), "train", batch_size=8, image_size=SIZE, training=True)
-    assert sum(int(images.shape[0]) for images, _ in dataset) == 40
+    uncached = ReadConfig(cache=False)
+    dataset = load_dataset(
+        str(out), "train", batch_size=8, image_size=SIZE, training=True, config=uncached
+    )
+    cached = load_dataset(str(out), "train", batch_size=8, image_size=SIZE, training=True)
+    for loaded in (dataset, cached):
+        assert sum(int(images.shape[0]) for images, _ in loaded) == 40
+    old_labels = sorted(x for _, labels in cached for x in np.argmax(labels, 1).tolist())
     larger = tmp_path / "larger"
     sample_tree.write_tree(str(larger), num_train=60, num_val=10, seed=3)
     build(larger, out, "--num_shards", "2", "--overwrite")
+    # (A split cached in its first epoch, ReadConfig.cache, goes on with that build whole.)
+    assert sorted(x for _, labels in cached for x in np.argmax(labels, 1).tolist()) == old_labels
     expected = f"{out}/build_info.json changed since load_dataset read it (rebuilt, or upgraded)"
     with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(expected)):
         for _ in dataset:
@@ -988,7 +996,9 @@ def test_a_rebuild_that_commits_in_the_middle_of_an_epoch_stops_it_by_name(tmp_p
     sample_tree.write_tree(str(tree), num_train=200, num_val=10, seed=2)
     build(tree, out, "--num_shards", "train=4,validation=1")
     # (50 records a shard, more than tf.data reads ahead of one batch)
-    config = ReadConfig(cycle_length=1, prefetch=0, shuffle_buffer=1, num_parallel_calls=1)
+    config = ReadConfig(
+        cycle_length=1, prefetch=0, shuffle_buffer=1, num_parallel_calls=1, cache=False
+    )
     dataset = load_dataset(
         str(out), "train", batch_size=5, image_size=SIZE, training=True, seed=0, config=config
     )

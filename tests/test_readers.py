@@ -274,6 +274,9 @@ def test_the_readme_od_api_config_names_the_label_map_and_every_train_shard(samp
 @pytest.mark.slow
 def test_the_readme_dali_snippet_reads_the_shards_on_the_cpu(sample_dir):
     ((_, code),) = [b for b in readme_blocks("## NVIDIA DALI") if b[0] == "python"]
+    # DALI turns a JPEG by its EXIF orientation by default: away from its boxes and from what
+    # every other reader gives (found by a new-user trial).
+    assert "adjust_orientation=False" in code
     probe = (
         code
         + "\nimport json\n"
