@@ -104,6 +104,8 @@ class BuildInfo:
             hint = ""
             if name.lower() in ("val", "valid") and "validation" in self.info.splits:
                 hint = f"; {name} is written as validation"
+            elif name.lower() == "training" and "train" in self.info.splits:
+                hint = '; the training split is "train" (Keras\'s subset="training")'
             elif any(mark in name for mark in "[+%"):  # TFDS's slicing: "train[:10%]"
                 hint = (
                     "; the loader reads whole splits (TFDS's slices such as train[:10%] are "
@@ -206,7 +208,8 @@ def dataset_info(data_dir: str | os.PathLike) -> BuildInfo:
         name = next((name for name in (BUILD_INFO_FILE, LEGACY_INFO_FILE) if name in read), "")
         return BuildInfo(directory.rstrip("/"), info, name, read.get(name, ""))
     except NoBuildError as error:
-        tree = tree_instead_of_build(directory, tf.io.gfile.isdir)
+        listing = os.listdir if is_local(directory) else None
+        tree = tree_instead_of_build(directory, tf.io.gfile.isdir, listing)
         raise IncompleteDatasetError(str(tree or _builds_below(directory) or error)) from None
 
 

@@ -325,6 +325,10 @@ HABITS = {
     "as_supervised": "(images, labels) is the default",
     "with_info": "dataset_info(data_dir) gives the build's metadata",
     "directory": "the first argument, data_dir, is the build's directory",
+    "follow_links": "the build follows a class folder's links (the tree is read at build time)",
+    "pad_to_aspect_ratio": "evaluation resizes the whole image (no padding); "
+    "config=ReadConfig(eval_central_crop=0.875) crops the centre",
+    "verbose": "the build reports what it found (its summary and rejected.jsonl)",
 }
 
 

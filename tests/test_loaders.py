@@ -76,6 +76,9 @@ def test_keras_and_tfds_arguments_name_what_does_their_work():
     )
     with pytest.raises(TypeError, match=r"^load_dataset\(\) got an unexpected keyword argument "):
         load_dataset("unused", "train", batch_size=4, bogus=1)
+    for habit in ("follow_links", "pad_to_aspect_ratio", "verbose"):  # (a new-user trial's)
+        with pytest.raises(TypeError, match=f"argument '{habit}' \\(Keras's or TFDS's\\): "):
+            load_dataset("unused", "train", batch_size=4, **{habit: True})
     with pytest.raises(TypeError, match=r"takes 2 positional arguments but 3 were given"):
         load_dataset("unused", "train", 4)  # (Python's own, not the hints')
     assert "batch_size" in inspect.signature(load_dataset).parameters
@@ -745,6 +748,11 @@ def test_a_leading_tilde_is_the_home_directory_and_val_is_named_validation(built
     )
     with pytest.raises(KeyError, match=r"'valid'; .*; valid is written as validation"):
         load_dataset(path, "valid", batch_size=5)  # Roboflow's folder name
+    with pytest.raises(KeyError) as error:
+        load_dataset(path, "training", batch_size=5)
+    assert error.value.args[0].endswith(
+        '; the training split is "train" (Keras\'s subset="training")'
+    )
     with pytest.raises(KeyError) as error:  # TFDS's habit
         load_dataset(path, "train[:10%]", batch_size=5)
     assert error.value.args[0] == (

@@ -432,6 +432,25 @@ def test_stats_of_a_directory_without_a_build(tmp_path, capsys):
     assert str(error.value) == tree
 
 
+def test_a_folder_of_class_folders_given_as_a_build_is_named_the_tree_to_build(tmp_path, capsys):
+    # Keras's habit: the photo folder given to the loader. It was told to build *into* it
+    # ("this is the output directory, not the tree"), which the build refuses.
+    photos = tmp_path / "photos" / "train"
+    for name in ("cat/a.JPG", "dog/b.png", "emu/c.jpeg", "yak/d.jpg", "notes/readme.txt"):
+        write(photos / name, b"x")
+    tree = (
+        f"{photos} is a folder of image folders (cat/, dog/, emu/, ...), not a build: build it "
+        f"first (python -m beam_pipeline --input_dir {photos} --output_dir OUT) and read OUT"
+    )
+    with pytest.raises(FileNotFoundError) as error:  # IncompleteDatasetError
+        load_dataset(str(photos), "train", batch_size=2)
+    assert str(error.value) == tree
+    assert commands.main(["stats", str(photos)]) == 2
+    assert capsys.readouterr().err == f"error: {tree}\n"
+    assert commands.main(["stats", str(photos / "notes")]) == 2  # no image folders: as before
+    assert "holds no committed build" in capsys.readouterr().err
+
+
 def test_the_command_line_lists_its_commands_and_refuses_unknown_ones(capsys):
     assert commands.main([]) == 0
     listing = capsys.readouterr().out

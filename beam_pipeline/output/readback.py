@@ -101,7 +101,8 @@ def read_build_info(output_dir: str) -> DatasetInfo:
     try:
         return read_metadata(read_text, output_dir)
     except NoBuildError:
-        if tree := tree_instead_of_build(output_dir, _is_dir):
+        listing = os.listdir if is_local(output_dir) else None
+        if tree := tree_instead_of_build(output_dir, _is_dir, listing):
             raise tree from None
         raise
     except BeamIOError as error:  # a URL Beam's file system cannot read here (s3:// unset)

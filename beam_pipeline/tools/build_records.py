@@ -364,7 +364,7 @@ def check_shard(shard: str) -> None:
             names = [s.file for split in info.splits.values() for s in split.shards]
             said = f"{shard} is a directory; name one shard file"
             find = ", or find a record of its build: --filename NAME, or --split SPLIT --index N"
-        elif tree := tree_instead_of_build(shard, os.path.isdir):
+        elif tree := tree_instead_of_build(shard, os.path.isdir, os.listdir):
             raise RequestError(str(tree))
         else:  # a build that did not commit: its shards are read only by name
             names, find = sorted(n for n in os.listdir(shard) if is_shard_filename(n)), ""
