@@ -286,13 +286,55 @@ def _image_folders(
         return []
 
 
-def read_build_info(read_text: Callable[[str], str | None], output_dir: str) -> DatasetInfo:
+def disagreements(info: DatasetInfo) -> list[str]:
+    """The metadata's own sums, where they disagree: each split lists shards 0..n-1 of n, once
+    each; its shards' examples add up to its count; discovered = written + rejected; its
+    class counts add up. (A shard dropped from the list, or one listed in two splits: the
+    loader read what was listed, silently, until these were checked on every read.)"""
+    found = []
+    for split_name, split in sorted(info.splits.items()):
+        n = len(split.shards)
+        expected = [shard_filename(split_name, i, n) for i in range(n)]
+        listed = [shard.file for shard in split.shards]
+        messages = []
+        if listed != expected:
+            missing = sorted(set(expected) - set(listed))
+            messages.append(
+                f"lists {n} shards but not as {split_name}-00000-of-{n:05d} to "
+                f"-{n - 1:05d} (missing {missing[:3]}, listed {listed[:3]}...)"
+                if missing
+                else f"lists its {n} shards out of order or twice"
+            )
+        written = sum(shard.num_examples for shard in split.shards)
+        if written != split.num_examples:
+            messages.append(
+                f"its shards hold {written} examples, num_examples says {split.num_examples}"
+            )
+        if split.num_discovered != split.num_examples + split.num_rejected:
+            messages.append(
+                f"num_discovered {split.num_discovered} != num_examples {split.num_examples} + "
+                f"num_rejected {split.num_rejected}"
+            )
+        counted = sum(split.class_counts)
+        if split.labelled and split.class_counts and counted != split.num_examples:
+            messages.append(
+                f"class_counts add up to {counted}, num_examples is {split.num_examples}"
+            )
+        found += [f"split {split_name!r}: {message}" for message in messages]
+    return found
+
+
+def read_build_info(
+    read_text: Callable[[str], str | None], output_dir: str, sums: bool = True
+) -> DatasetInfo:
     """A committed build's metadata: `build_info.json`, or a schema 1.x build's file.
 
     Args:
       read_text: reads a file of the build directory by name; None when it does not exist
         (each side passes its own file system: Beam's, tf.io.gfile).
       output_dir: the directory, for messages.
+      sums: refuse metadata whose sums disagree (`disagreements`) as damaged; `verify` (which
+        lists every disagreement) and `upgrade` read it as it is.
 
     Raises:
       NoBuildError: no committed build there (the message says why and what to do).
@@ -301,7 +343,8 @@ def read_build_info(read_text: Callable[[str], str | None], output_dir: str) -> 
     """
     text = read_text(BUILD_INFO_FILE)
     if text is not None:
-        return _parse_build_info(text, join(output_dir, BUILD_INFO_FILE))
+        path = join(output_dir, BUILD_INFO_FILE)
+        return _summed(_parse_build_info(text, path), path, output_dir, sums)
     legacy = read_text(LEGACY_INFO_FILE)
     if legacy is None:
         raise NoBuildError(
@@ -318,7 +361,20 @@ def read_build_info(read_text: Callable[[str], str | None], output_dir: str) -> 
             f"{LEGACY_INFO_FILE} is TFDS's metadata, not a build's (a build stopped while "
             "committing, or a directory TFDS wrote); rebuild it with --overwrite"
         )
-    return _info_of(payload, join(output_dir, LEGACY_INFO_FILE))
+    path = join(output_dir, LEGACY_INFO_FILE)
+    return _summed(_info_of(payload, path), path, output_dir, sums)
+
+
+def _summed(info: DatasetInfo, path: str, output_dir: str, sums: bool) -> DatasetInfo:
+    """`info`, or DamagedBuildError naming the first of its `disagreements` where `sums`."""
+    found = disagreements(info) if sums else []
+    if found:
+        more = f" and {len(found) - 1} more" if len(found) > 1 else ""
+        raise DamagedBuildError(
+            f"{_DAMAGED.format(path)} ({found[0]}{more}: python -m beam_pipeline verify "
+            f"{output_dir} lists them); {_REBUILD}"
+        )
+    return info
 
 
 def build_payload(text: str | bytes) -> dict[str, Any] | None:
@@ -332,6 +388,7 @@ def build_payload(text: str | bytes) -> dict[str, Any] | None:
 
 
 _DAMAGED = "{} is damaged and the build cannot be read"
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 _REBUILD = "rebuild it (--overwrite replaces it)"
 
 
@@ -353,6 +410,17 @@ def _parse_build_info(text: str, path: str) -> DatasetInfo:
         raise DamagedBuildError(
             f"{_DAMAGED.format(path)} (not JSON: {error}); {_REBUILD}"
         ) from None
+    except RecursionError:  # (arrays within arrays, thousands deep)
+        raise DamagedBuildError(
+            f"{_DAMAGED.format(path)} (not a build's JSON: nested too deep); {_REBUILD}"
+        ) from None
+    if _SURROGATE.search(text):  # a "\ud800" escape: a string no UTF-8 file or name can hold
+        try:
+            json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise DamagedBuildError(
+                f"{_DAMAGED.format(path)} (a string holds a lone surrogate, not text); {_REBUILD}"
+            ) from None
     if not isinstance(payload, dict) or "schema_version" not in payload:
         raise DamagedBuildError(f"{_DAMAGED.format(path)} (it has no schema_version); {_REBUILD}")
     return _info_of(payload, path)

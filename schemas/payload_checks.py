@@ -146,7 +146,7 @@ def _mapping(
 
 def _count(value: Any, field: str) -> int:
     """`value`, a non-negative int (not a bool)."""
-    if type(value) is not int or value < 0:
+    if type(value) is not int or not 0 <= value < 2**63:  # (TensorFlow's counts are int64)
         raise PayloadError(_not(field, value, "a count"))
     return value
 

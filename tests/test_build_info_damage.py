@@ -163,6 +163,10 @@ EDITS = {
         "lower-case hex digits",
     ),
     "shard field unknown": (shard("crc", 1), "splits.train.shards[0] has the unknown field 'crc'"),
+    "shard count past int64": (  # (the loader failed converting it, naming no file)
+        shard("num_examples", 2**63),
+        "splits.train.shards[0].num_examples is the int 9223372036854775808, not a count",
+    ),
     "shard bytes a string": (
         shard("num_bytes", "9"),
         "splits.train.shards[0].num_bytes is the str '9', not a count",
@@ -234,6 +238,28 @@ def test_the_commands_say_it_in_a_line_not_a_traceback(built, tmp_path):
     assert (verified.returncode, verified.stdout, verified.stderr) == (1, f"FAIL {said}\n", "")
     shown = run("show", out, "-o", tmp_path / "x.png")
     assert (shown.returncode, shown.stdout, shown.stderr) == (1, "", f"error: {said}\n")
+
+
+@pytest.mark.parametrize(
+    "text, what",
+    [
+        ("[" * 100_000 + "]" * 100_000, "not a build's JSON: nested too deep"),
+        ('{"schema_version": "2.1.0", "classes": ["circ\\ud800le"]}', "a string holds a lone "
+         "surrogate, not text"),
+    ],
+    ids=["nested", "surrogate"],
+)  # fmt: skip
+def test_json_no_reader_can_take_is_named_damaged(built, tmp_path, capsys, text, what):
+    # A damaged-output trial's: a RecursionError traceback in every tool; a class name no
+    # UTF-8 file can hold made stats end in a UnicodeEncodeError traceback.
+    out = shutil.copytree(built, tmp_path / "out")
+    (out / BUILD_INFO_FILE).write_text(text)
+    said = damaged(out, what)
+    with pytest.raises(DamagedBuildError) as raised:
+        read(out)
+    assert str(raised.value) == said
+    assert stats.main([str(out)]) == 2
+    assert capsys.readouterr() == ("", f"error: {said}\n")
 
 
 def test_a_directory_in_its_place_is_named_damaged(built, tmp_path, capsys):

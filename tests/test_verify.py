@@ -6,8 +6,8 @@ import struct
 import pytest
 from helpers import build, build_sample, jpeg_bytes
 
-from beam_pipeline.tools import sample_tree, upgrade, verify
-from schemas import BUILD_INFO_FILE, DatasetInfo
+from beam_pipeline.tools import commands, sample_tree, upgrade, verify
+from schemas import BUILD_INFO_FILE, DamagedBuildError, DatasetInfo
 from schemas import features as F
 from schemas.example_proto import Example
 from schemas.tfrecord import encode_record, read_records
@@ -287,6 +287,23 @@ def test_metadata_that_disagrees_with_itself_is_reported(copy, capsys):
         "FAIL build_info.json: split 'validation': its shards hold 8 examples, num_examples says 7"
     ) in output
     assert "FAIL build_info.json: split 'validation': num_discovered 8 != num_examples 7" in output
+    # Every reader refuses it, naming the first disagreement (the loader read 7 of 8 shards,
+    # stats printed the sums, show and inspect read what was listed: a damaged-output trial).
+    damaged = (
+        f"{copy}/build_info.json is damaged and the build cannot be read (split 'train': lists "
+        "2 shards but not as train-00000-of-00002 to -00001 (missing "
+        "['train-00000-of-00002.tfrecord', 'train-00001-of-00002.tfrecord'], listed "
+        "['train-00000-of-00003.tfrecord', 'train-00001-of-00003.tfrecord']...) and 4 more: "
+        f"python -m beam_pipeline verify {copy} lists them); rebuild it (--overwrite replaces it)"
+    )
+    assert commands.main(["stats", str(copy)]) == 2
+    assert capsys.readouterr().err == f"error: {damaged}\n"
+    pytest.importorskip("tensorflow")
+    from loaders import load_dataset
+
+    with pytest.raises(DamagedBuildError) as error:
+        load_dataset(str(copy), "validation", batch_size=2)
+    assert str(error.value) == damaged
     # The shard it no longer lists is still on disk, where a glob reads it.
     assert (
         "FAIL train-00002-of-00003.tfrecord: not a shard of this build (build_info.json does not "
@@ -387,13 +404,20 @@ def test_class_files_that_disagree_with_the_metadata_are_reported(copy, capsys):
 
 def test_a_stray_shard_a_glob_would_read_is_reported(copy, capsys):
     (copy / "train-00003-of-00003.tfrecord").write_bytes(shard_of(copy, 0).read_bytes())
-    (copy / "notes-00000-of-00001.tfrecord").write_bytes(b"not a split of the build: no glob")
+    # Any other record file: a copy a file manager named, a split the metadata lost (a
+    # damaged-output trial: verify said OK beside both).
+    (copy / "train-00000-of-00003 (copy).tfrecord").write_bytes(b"x")
+    (copy / "notes-00000-of-00001.tfrecord").write_bytes(b"not a split of the build")
     code, output = run(copy, capsys, "--no_decode")
     assert code == 1
     assert output.splitlines() == [
+        "FAIL notes-00000-of-00001.tfrecord: not a shard of this build (build_info.json does not "
+        "list it), but a glob such as *.tfrecord reads it: delete it",
+        "FAIL train-00000-of-00003 (copy).tfrecord: not a shard of this build (build_info.json "
+        "does not list it), but a glob such as train-*.tfrecord reads it: delete it",
         "FAIL train-00003-of-00003.tfrecord: not a shard of this build (build_info.json does not "
         "list it), but a glob such as train-*.tfrecord reads it: delete it",
-        "1 problem in 1 file (4 shards checked)",
+        "3 problems in 3 files (4 shards checked)",
     ]
 
 

@@ -69,8 +69,9 @@ def first_value(values: dict[str, list[Any]], key: str, default: Any) -> Any:
     return values[key][0] if values.get(key) else default
 
 
-def read_build_info(output_dir: str) -> DatasetInfo:
-    """A committed build's metadata (`build_info.json`, or a schema 1.x build's file).
+def read_build_info(output_dir: str, sums: bool = True) -> DatasetInfo:
+    """A committed build's metadata (`build_info.json`, or a schema 1.x build's file); with
+    `sums`, refused as damaged where its sums disagree (`schemas.metadata.disagreements`).
 
     Raises:
       NoBuildError: no committed build there (the message says how to make one).
@@ -99,7 +100,7 @@ def read_build_info(output_dir: str) -> DatasetInfo:
         return metadata_text(data, path)
 
     try:
-        return read_metadata(read_text, output_dir)
+        return read_metadata(read_text, output_dir, sums)
     except NoBuildError:
         listing = os.listdir if is_local(output_dir) else None
         if tree := tree_instead_of_build(output_dir, _is_dir, listing):

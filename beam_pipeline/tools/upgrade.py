@@ -49,7 +49,7 @@ def upgrade(output_dir: str) -> tuple[DatasetInfo, list[str]]:
       NoBuildError: OUT holds no committed build.
       ValueError: its metadata is of a schema this code cannot read.
     """
-    info = read_build_info(output_dir)
+    info = read_build_info(output_dir, sums=False)  # (verify lists what disagrees)
     written = []
     label_maps = {
         LABEL_MAP_FILE: label_map_text(info.classes, info.display_names),

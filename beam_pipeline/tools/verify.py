@@ -54,10 +54,9 @@ from schemas import (
     DamagedBuildError,
     DatasetInfo,
     ShardInfo,
-    is_shard_filename,
-    shard_filename,
 )
 from schemas.label_map import LABEL_MAP_CSV_FILE, LABEL_MAP_FILE, label_map_csv, label_map_text
+from schemas.metadata import disagreements
 from schemas.paths import join
 from schemas.tfds_metadata import tfds_files
 from schemas.tfrecord import CorruptRecordError, read_records
@@ -132,7 +131,7 @@ def verify_shard(
 
 def verify(data_dir: str, workers: int = 1, decode: bool = True) -> tuple[int, list[Problem]]:
     """Checks every shard of every split; returns (shards checked, problems in shard order)."""
-    info = read_build_info(data_dir)
+    info = read_build_info(data_dir, sums=False)  # its disagreements: check_metadata
     shards = [
         (name, shard, split.labelled)
         for name, split in sorted(info.splits.items())
@@ -209,46 +208,16 @@ def check_class_files(data_dir: str, info: DatasetInfo) -> list[Problem]:
 
 
 def check_metadata(info: DatasetInfo, name: str = BUILD_INFO_FILE) -> list[Problem]:
-    """The metadata's own sums: each split lists shards 0..n-1 of n, once each; its shards'
-    examples add up to its count; discovered = written + rejected; its class counts add up."""
-    problems = []
-    for split_name, split in sorted(info.splits.items()):
-        messages = []
-        n = len(split.shards)
-        expected = [shard_filename(split_name, i, n) for i in range(n)]
-        listed = [shard.file for shard in split.shards]
-        if listed != expected:
-            missing = sorted(set(expected) - set(listed))
-            messages.append(
-                f"lists {n} shards but not as {split_name}-00000-of-{n:05d} to "
-                f"-{n - 1:05d} (missing {missing[:3]}, listed {listed[:3]}...)"
-                if missing
-                else f"lists its {n} shards out of order or twice"
-            )
-        written = sum(shard.num_examples for shard in split.shards)
-        if written != split.num_examples:
-            messages.append(
-                f"its shards hold {written} examples, num_examples says {split.num_examples}"
-            )
-        if split.num_discovered != split.num_examples + split.num_rejected:
-            messages.append(
-                f"num_discovered {split.num_discovered} != num_examples {split.num_examples} + "
-                f"num_rejected {split.num_rejected}"
-            )
-        counted = sum(split.class_counts)
-        if split.labelled and split.class_counts and counted != split.num_examples:
-            messages.append(
-                f"class_counts add up to {counted}, num_examples is {split.num_examples}"
-            )
-        problems += [Problem(name, None, f"split {split_name!r}: {m}") for m in messages]
-    return problems
+    """The metadata's own sums, where they disagree (`schemas.metadata.disagreements`)."""
+    return [Problem(name, None, message) for message in disagreements(info)]
 
 
 def check_stray_shards(
     data_dir: str, info: DatasetInfo, metadata: str = BUILD_INFO_FILE
 ) -> list[Problem]:
-    """Shard-named files of a split that the metadata does not list: a glob such as
-    `train-*.tfrecord` (the readers of "Reading the records elsewhere") would read them."""
+    """Record files (`*.tfrecord`) that the metadata does not list: a glob such as
+    `train-*.tfrecord` (the readers of "Reading the records elsewhere") would read them, and
+    TFDS's own reader those of a split the metadata no longer names."""
     listed = info.shard_files
     (found,) = FileSystems.match([join(data_dir, f"*{SHARD_SUFFIX}")])
     names = sorted(m.path.rsplit("/", 1)[-1] for m in found.metadata_list)
@@ -257,11 +226,19 @@ def check_stray_shards(
             name,
             None,
             f"not a shard of this build ({metadata} does not list it), but a glob "
-            f"such as {name.rsplit('-', 3)[0]}-*{SHARD_SUFFIX} reads it: delete it",
+            f"such as {_glob_reading(name, info)} reads it: delete it",
         )
         for name in names
-        if name not in listed and is_shard_filename(name) and name.rsplit("-", 3)[0] in info.splits
+        if name not in listed
     ]
+
+
+def _glob_reading(name: str, info: DatasetInfo) -> str:
+    """`train-*.tfrecord` for a file named after a split of `info`, else `*.tfrecord`."""
+    split = name.split("-", 1)[0]
+    return (
+        f"{split}-*{SHARD_SUFFIX}" if "-" in name and split in info.splits else f"*{SHARD_SUFFIX}"
+    )
 
 
 def check_rejections(
