@@ -524,6 +524,35 @@ def test_a_shard_of_another_size_is_named_not_read_as_the_build_s(built, tmp_pat
     assert not (tmp_path / "s.png").exists()
 
 
+def test_a_shard_short_of_its_count_with_its_size_recorded_is_named(built, tmp_path, capsys):
+    # Cut at a record boundary and its size and digest written into build_info.json: `show`
+    # drew what the shard held and nothing of the shards after it, exit 0.
+    copy = tmp_path / "copy"
+    shutil.copytree(built, copy)
+    path = shard(copy, "train")
+    records = list(read_records(io.BytesIO(path.read_bytes())))
+    path.write_bytes(b"".join(encode_record(r) for r in records[:-1]))
+    payload = json.loads((copy / BUILD_INFO_FILE).read_text())
+    first = payload["splits"]["train"]["shards"][0]
+    first["num_bytes"] = path.stat().st_size
+    first["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (copy / BUILD_INFO_FILE).write_text(json.dumps(payload))
+    said = (
+        f"error: {path} holds {len(records) - 1} records, build_info.json counts "
+        f"{len(records)}: it is not the shard the build wrote; run python -m beam_pipeline "
+        f"verify {copy}\n"
+    )
+    total = payload["splits"]["train"]["num_examples"]
+    assert (
+        show.main([str(copy), "--split", "train", "-n", str(total), "-o", str(tmp_path / "s.png")])
+        == 1
+    )
+    assert capsys.readouterr().err == said
+    assert not (tmp_path / "s.png").exists()
+    code, _, err = run(capsys, copy, "--split", "train", "--index", str(len(records) - 1))
+    assert (code, err) == (1, said.rstrip("\n"))
+
+
 @pytest.fixture(scope="module")
 def voc_build(tmp_path_factory):
     """VOC2007 with overlapping lists: 000005 in train and trainval, 000009 in val and trainval."""

@@ -102,7 +102,9 @@ def records_at(
 ) -> Iterator[Located]:
     """The records at sorted positions of a split, reading only the shards that hold them.
 
-    A shard of another size than the metadata says is refused (`read_build_shard`).
+    A shard of another size than the metadata says, or one that holds fewer records than it
+    counts, is refused: ShardMismatchError, naming it (`show` drew what the short shard held
+    and nothing of the shards after it, exit 0: a damaged-output trial).
     """
     wanted = iter(positions)
     target = next(wanted, None)
@@ -110,12 +112,20 @@ def records_at(
     for shard in split_info.shards:
         end = start + shard.num_examples
         if target is not None and target < end:
+            position = start - 1  # (a shard with no record)
             for position, record in enumerate(read_build_shard(output_dir, shard), start=start):
                 if position == target:
                     yield Located(split, shard.file, position - start, position, record)
                     target = next(wanted, None)
                     if target is None or target >= end:
                         break
+            else:
+                raise ShardMismatchError(
+                    f"{join(output_dir, shard.file)} holds {position + 1 - start} records, "
+                    f"{BUILD_INFO_FILE} "
+                    f"counts {shard.num_examples}: it is not the shard the build wrote; run "
+                    f"python -m beam_pipeline verify {output_dir}"
+                )
         start = end
         if target is None:
             return
