@@ -68,7 +68,8 @@ COMMITTED = [
 
 
 def info(*shards: ShardInfo) -> DatasetInfo:
-    split = SplitInfo(sum(s.num_examples for s in shards), 1, 0, (1, 0), shards)
+    count = sum(s.num_examples for s in shards)
+    split = SplitInfo(count, count, 0, (count, 0), shards)
     return DatasetInfo("1.0.0", ("cat",), {"train": split}, {}, {}, {}, {})
 
 

@@ -400,6 +400,23 @@ def test_class_files_that_disagree_with_the_metadata_are_reported(copy, capsys):
     (copy / "labels.txt").unlink()
     code, output = run(copy, capsys, "--no_decode")
     assert "FAIL labels.txt: missing; write it again" in output
+    # A label map deleted (said OK), a directory in a file's place (a traceback): a trial's.
+    (copy / "label_map.csv").unlink()
+    (copy / "labels.txt").mkdir()
+    shard = copy / "train-00000-of-00003.tfrecord"
+    shard.unlink()
+    shard.mkdir()
+    code, output = run(copy, capsys, "--no_decode")
+    assert code == 1
+    assert output.splitlines() == [
+        "FAIL train-00000-of-00003.tfrecord: cannot be read: Is a directory",
+        "FAIL labels.txt: cannot be read: Is a directory; write it again from the metadata's "
+        "class list, one class a line",
+        f"FAIL label_map.pbtxt: {disagrees}labels wrongly); delete it and run python -m "
+        f"beam_pipeline upgrade {copy}",
+        f"FAIL label_map.csv: missing; run python -m beam_pipeline upgrade {copy}",
+        "4 problems in 4 files (4 shards checked)",
+    ]
 
 
 def test_a_stray_shard_a_glob_would_read_is_reported(copy, capsys):

@@ -106,7 +106,11 @@ def verify_shard(
     if not FileSystems.exists(path):
         return [Problem(shard.file, None, "missing")], tally
     count, problems = 0, []
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+    try:
+        opened = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    except OSError as error:  # (a directory of its name: a traceback, from a trial)
+        return [Problem(shard.file, None, f"cannot be read: {_why(error)}")], tally
+    with opened as stream:
         reader = _HashingReader(stream)
         try:
             for count, record in enumerate(read_records(reader), start=1):
@@ -171,16 +175,17 @@ def verify(data_dir: str, workers: int = 1, decode: bool = True) -> tuple[int, l
 
 
 def check_class_files(data_dir: str, info: DatasetInfo) -> list[Problem]:
-    """Problems with `labels.txt` (line i: class i) and the Object Detection API's label map:
-    missing (`labels.txt`; the label map came later, `upgrade` adds it), or not the classes of
-    the build's metadata (two classes swapped, a name edited: a reader of the file would name
-    labels wrongly)."""
+    """Problems with `labels.txt` (line i: class i) and the Object Detection API's label maps:
+    missing (`upgrade` writes the label maps), unreadable, or not the classes of the build's
+    metadata (two classes swapped, a name edited: a reader of the file would name labels
+    wrongly)."""
     expected = {
         LABELS_FILE: "".join(name + "\n" for name in info.classes),
         LABEL_MAP_FILE: label_map_text(info.classes, info.display_names),
         LABEL_MAP_CSV_FILE: label_map_csv(info.classes),
     }
-    upgrade = f"delete it and run python -m beam_pipeline upgrade {data_dir}"
+    upgrade_command = f"python -m beam_pipeline upgrade {data_dir}"
+    upgrade = f"delete it and run {upgrade_command}"
     fixes = {
         LABELS_FILE: "write it again from the metadata's class list, one class a line",
         LABEL_MAP_FILE: upgrade,
@@ -190,11 +195,15 @@ def check_class_files(data_dir: str, info: DatasetInfo) -> list[Problem]:
     for name, text in expected.items():
         path = join(data_dir, name)
         if not FileSystems.exists(path):
-            if name == LABELS_FILE:
-                problems.append(Problem(name, None, f"missing; {fixes[name]}"))
+            rewrite = fixes[name] if name == LABELS_FILE else f"run {upgrade_command}"
+            problems.append(Problem(name, None, f"missing; {rewrite}"))
             continue
-        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
-            found = stream.read().decode("utf-8", errors="replace")
+        try:
+            with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+                found = stream.read().decode("utf-8", errors="replace")
+        except OSError as error:
+            problems.append(Problem(name, None, f"cannot be read: {_why(error)}; {fixes[name]}"))
+            continue
         if found != text:
             problems.append(
                 Problem(
@@ -205,6 +214,11 @@ def check_class_files(data_dir: str, info: DatasetInfo) -> list[Problem]:
                 )
             )
     return problems
+
+
+def _why(error: OSError) -> str:
+    """The file system's words for `error`: "Is a directory"."""
+    return error.strerror or str(error)
 
 
 def check_metadata(info: DatasetInfo, name: str = BUILD_INFO_FILE) -> list[Problem]:
