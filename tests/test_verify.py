@@ -71,6 +71,12 @@ def test_work_folders_a_commit_left_are_noted_and_upgrade_removes_them(copy, cap
     assert not (copy / ".progress").exists() and not (copy / ".tmp").exists()
     capsys.readouterr()
     assert run(copy, capsys) == (0, "OK: 4 shards verified\n")
+    (copy / ".tmp").write_text("a file in its place: upgrade ended in a FileExistsError")
+    assert upgrade.main([str(copy)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {copy}/.tmp is a file, not a work folder of the build: delete it, then rerun "
+        "upgrade\n"
+    )
 
 
 def test_flipped_byte_is_located(copy, capsys):

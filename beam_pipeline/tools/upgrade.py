@@ -21,6 +21,7 @@ Exit code 0 when the metadata is written, 2 when OUT holds no committed build.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -29,7 +30,9 @@ from apache_beam.io.filesystems import FileSystems
 from beam_pipeline.arguments import parse_once
 from beam_pipeline.output.commit import commit_stage
 from beam_pipeline.output.directory import (
+    PROGRESS_DIR,
     STAGING_DIR,
+    TEMP_DIR,
     remove_empty_temp_dir,
     remove_work_dirs,
     write_atomic,
@@ -38,7 +41,7 @@ from beam_pipeline.output.lock import busy_reason
 from beam_pipeline.output.readback import read_build_info
 from schemas import BUILD_INFO_FILE, DatasetInfo
 from schemas.label_map import LABEL_MAP_CSV_FILE, LABEL_MAP_FILE, label_map_csv, label_map_text
-from schemas.paths import join
+from schemas.paths import is_local, join
 from schemas.tfds_metadata import TFDS_INFO_FILE, tfds_files
 
 
@@ -50,6 +53,12 @@ def upgrade(output_dir: str) -> tuple[DatasetInfo, list[str]]:
       ValueError: its metadata is of a schema this code cannot read.
     """
     info = read_build_info(output_dir, sums=False)  # (verify lists what disagrees)
+    for folder in (TEMP_DIR, PROGRESS_DIR, STAGING_DIR):
+        path = join(output_dir, folder)
+        if is_local(path) and os.path.lexists(path) and not os.path.isdir(path):
+            raise ValueError(  # (its files are written through .tmp/: a traceback, in a trial)
+                f"{path} is a file, not a work folder of the build: delete it, then rerun upgrade"
+            )
     written = []
     label_maps = {
         LABEL_MAP_FILE: label_map_text(info.classes, info.display_names),
