@@ -553,6 +553,28 @@ def test_a_shard_short_of_its_count_with_its_size_recorded_is_named(built, tmp_p
     assert (code, err) == (1, said.rstrip("\n"))
 
 
+def test_a_record_that_is_no_example_with_its_checksums_intact_is_named(built, tmp_path, capsys):
+    # Its CRCs recomputed, the shard's size and digest recorded: `show` ended in protobuf's
+    # DecodeError traceback (inspect named it).
+    copy = tmp_path / "copy"
+    shutil.copytree(built, copy)
+    path = shard(copy, "train")
+    records = list(read_records(io.BytesIO(path.read_bytes())))
+    records[0] = b"\xff\xf5 not a tf.train.Example"
+    path.write_bytes(b"".join(encode_record(r) for r in records))
+    payload = json.loads((copy / BUILD_INFO_FILE).read_text())
+    first = payload["splits"]["train"]["shards"][0]
+    first["num_bytes"] = path.stat().st_size
+    first["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (copy / BUILD_INFO_FILE).write_text(json.dumps(payload))
+    said = f"error: {path} record 0 is not a tf.train.Example (DecodeError)\n"
+    name = json.loads((copy / BUILD_INFO_FILE).read_text())["classes"][0]
+    for how in (["-n", "50"], ["--class", name]):
+        assert show.main([str(copy), "--split", "train", *how, "-o", str(tmp_path / "s.png")]) == 1
+        assert capsys.readouterr().err == said
+    assert not (tmp_path / "s.png").exists()
+
+
 @pytest.fixture(scope="module")
 def voc_build(tmp_path_factory):
     """VOC2007 with overlapping lists: 000005 in train and trainval, 000009 in val and trainval."""

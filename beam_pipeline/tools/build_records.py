@@ -16,6 +16,7 @@ import difflib
 import os
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from beam_pipeline.output.readback import (
     example_values,
@@ -273,13 +274,23 @@ def _by_position(output_dir: str, info: DatasetInfo, split: str, index: int) -> 
     )
 
 
-def _stored_name(record: bytes, path: str, index: int) -> str:
+class NotAnExampleError(ValueError):
+    """A record, its checksums intact, whose bytes are not a `tf.train.Example`."""
+
+
+def record_values(record: bytes, path: str, index: int) -> dict[str, list[Any]]:
+    """`example_values` of record `index` of the shard at `path`; NotAnExampleError, naming
+    them, for bytes protobuf cannot parse (`show` ended in a DecodeError traceback)."""
     try:
-        values = example_values(record)
+        return example_values(record)
     except Exception as error:  # noqa: BLE001 - protobuf raises its own DecodeError
-        raise ValueError(
+        raise NotAnExampleError(
             f"{path} record {index} is not a tf.train.Example ({type(error).__name__})"
         ) from None
+
+
+def _stored_name(record: bytes, path: str, index: int) -> str:
+    values = record_values(record, path, index)
     return first_value(values, F.FILENAME, b"").decode("utf-8", "replace")
 
 

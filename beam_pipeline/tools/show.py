@@ -38,18 +38,19 @@ from PIL import Image
 from beam_pipeline.arguments import parse_once
 from beam_pipeline.output.readback import (
     NoBuildError,
-    example_values,
     first_value,
     open_file,
     read_build_info,
 )
 from beam_pipeline.tools.build_records import (
     CorruptShardError,
+    NotAnExampleError,
     RequestError,
     class_label,
     class_title,
     png_output_problem,
     read_build_shard,
+    record_values,
     records_at,
 )
 from beam_pipeline.tools.histogram import class_histogram
@@ -114,7 +115,9 @@ def _split(info: DatasetInfo, split: str | None) -> tuple[str, SplitInfo]:
 def _records_at(output_dir: str, split: SplitInfo, indices: Sequence[int]) -> Iterator[Record]:
     """The records at sorted split positions, reading only the shards that hold them."""
     for found in records_at(output_dir, "", split, indices):
-        yield Record(found.position, found.shard, example_values(found.record or b""))
+        path = join(output_dir, found.shard)
+        values = record_values(found.record or b"", path, found.index)
+        yield Record(found.position, found.shard, values)
 
 
 def _records_of_class(
@@ -134,8 +137,9 @@ def _records_of_class(
     found: list[Record] = []
     for i in order:
         records = read_build_shard(output_dir, split.shards[i])
+        path = join(output_dir, split.shards[i].file)
         for position, record in enumerate(records, start=starts[i]):
-            values = example_values(record)
+            values = record_values(record, path, position - starts[i])
             if first_value(values, F.LABEL, UNLABELLED) == label:
                 found.append(Record(position, split.shards[i].file, values))
                 if len(found) == n:
@@ -253,9 +257,9 @@ def copies_stored(
         for shard in info.splits[split].shards:
             if not needles:
                 break
-            for record in read_build_shard(output_dir, shard):
+            for index, record in enumerate(read_build_shard(output_dir, shard)):
                 if any(needle in record for needle in needles.values()):
-                    values = example_values(record)
+                    values = record_values(record, join(output_dir, shard.file), index)
                     stored = first_value(values, F.FILENAME, b"").decode("utf-8", "replace")
                     if needles.pop(stored, None) is not None:
                         found[(split, stored)] = Record(position, shard.file, values)
@@ -299,7 +303,8 @@ def copies_sheet(
 
 
 # What `show` says in a line (`_failed`), not a trace.
-_SAID = (UsageError, RequestError, NothingToShow, CorruptRecordError, DamagedBuildError, OSError)
+_SAID = (UsageError, RequestError, NotAnExampleError, NothingToShow, CorruptRecordError)
+_SAID_TOO = (DamagedBuildError, OSError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -313,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.histogram:
             return _histogram(args)
         summary = _write_copies(args) if args.duplicates else _write_sheet(args)
-    except _SAID as error:
+    except (*_SAID, *_SAID_TOO) as error:
         return _failed(error, args.output_dir)
     print(f"wrote {args.output}: {summary}")
     return 0
