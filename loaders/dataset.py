@@ -319,12 +319,28 @@ class _Parser:
             if filenames:
                 target["filename"] = filenames[0]
             return image, target
-        label = tf.cast(parsed[F.LABEL], tf.int32)
+        label = self._checked_label(tf.cast(parsed[F.LABEL], tf.int32))
         if spec.label_mode == "one_hot":
             label = tf.one_hot(label, self.num_labels, dtype=tf.float32)
         elif spec.label_mode == "binary":
             label = tf.reshape(tf.cast(label, tf.float32), [1])
         return (image, label, *filenames)
+
+    def _checked_label(self, label):
+        """The record's label, or an error while iterating for one past the loaded columns (a
+        class list cut in build_info.json made tf.one_hot an all-zero row, silently)."""
+        within = tf.logical_and(label >= 0, label < self.num_labels)
+        check = tf.debugging.Assert(
+            within,
+            [
+                "A record's label",
+                label,
+                f"is not one of the {self.num_labels} labels loaded: the build's metadata and "
+                "records disagree (python -m beam_pipeline verify names what)",
+            ],
+        )
+        with tf.control_dependencies([check]):
+            return tf.identity(label)
 
     def _detected(self, parsed, boxes):
         """(boxes, objects) of the record: `objects` [N, 1] classes, or [N, 2] classes and

@@ -8,6 +8,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 
@@ -963,6 +964,23 @@ def test_flipped_byte_fails_loudly_naming_the_shard(built, tmp_path, where):
     ):
         for _ in dataset:
             pass
+
+
+def test_a_label_past_the_loaded_columns_stops_the_epoch(built, tmp_path):
+    # The class list cut in build_info.json, its sums kept: one-hot rows of all zeros, int
+    # labels past the model's outputs, silently (a damaged-output trial).
+    copy = shutil.copytree(built, tmp_path / "out")
+    payload = json.loads((copy / BUILD_INFO_FILE).read_text())
+    payload["classes"] = payload["classes"][:2]
+    payload.update(num_classes=2, background_index=2)
+    for split in payload["splits"].values():
+        split["class_counts"] = [split["num_examples"], 0, 0]
+    (copy / BUILD_INFO_FILE).write_text(json.dumps(payload))
+    for mode in ("one_hot", "int"):
+        dataset = load_dataset(str(copy), "validation", batch_size=8, label_mode=mode)
+        with pytest.raises(tf.errors.InvalidArgumentError, match="is not one of the 2 labels"):
+            for _ in dataset:
+                pass
 
 
 def test_a_dataset_made_before_a_rebuild_refuses_the_new_shards(tmp_path):
