@@ -262,6 +262,11 @@ def test_classify_rejects_stray_files_and_undecodable_names():
         ("n01/.DS_Store", "macOS's folder view settings (.DS_Store), not part of the dataset"),
         ("Thumbs.db", "Windows' thumbnail cache (Thumbs.db), not part of the dataset"),
         ("n01/README", "not an image by its name (no extension)"),
+        (  # (an iPhone user's photos: "not an image" said nothing of what to do)
+            "n01/IMG_0001.HEIC",
+            "a HEIF photo (iPhones' default), which Pillow cannot read (extension '.HEIC'): "
+            "convert it to JPEG",
+        ),
     ):
         assert pairing.classify(task, f"/r/JPEGImages/{name}", 3).detail == detail
     bad = pairing.classify(task, "/r/JPEGImages/caf\udce9.jpg", 3)

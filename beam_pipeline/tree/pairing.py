@@ -107,7 +107,21 @@ def _not_wanted(task: ListingTask, path: str, extension: str) -> str:
         task.kind, "an image or its XML annotation"
     )
     named = f"extension {extension!r}" if extension else "no extension"
+    if extension.lower() in _UNREAD_PHOTOS and task.kind != ANNOTATIONS:
+        return f"{_UNREAD_PHOTOS[extension.lower()]} (extension {extension!r}): convert it to JPEG"
     return f"not {what} by its name ({named})"
+
+
+# Photo formats cameras and phones write that the build does not read.
+_UNREAD_PHOTOS = {
+    ".heic": "a HEIF photo (iPhones' default), which Pillow cannot read",
+    ".heif": "a HEIF photo, which Pillow cannot read",
+    ".avif": "an AVIF image, which the build does not read",
+    ".dng": "a camera's raw photo",
+    ".cr2": "a camera's raw photo",
+    ".nef": "a camera's raw photo",
+    ".arw": "a camera's raw photo",
+}
 
 
 def _stray(task: ListingTask, path: str, detail: str) -> Rejection:
