@@ -255,6 +255,8 @@ def test_loader_benchmark_prints_every_loader_and_fit(trees, built):
         "ours (eval), uint8",
         "ours (train), uint8",
         "ours (train), uint8, detection",
+        "ours (eval), cached",
+        "ours (train), cached",
         "baseline: Keras PyDataset + Pillow, defaults (workers=1)",
         "baseline: Keras PyDataset + Pillow, workers=2 (threads)",
         "baseline: from_generator + py_function (Pillow)",
