@@ -110,6 +110,11 @@ def load_dali_dataset(
         dtype=dtype,
         config=config,
     )
+    if config.cache:
+        raise ValueError(
+            "ReadConfig(cache=True) is load_dataset's: DALI reads and decodes every epoch anew "
+            "(on the GPU: the CPU's work a cache saves is not there to save)"
+        )
     settings = DaliSettings.checked(device, num_threads, decoder_options, prefetch_batches)
     return dali_batches(_local_build(data_dir), split, spec, settings, index_dir)
 

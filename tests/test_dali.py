@@ -670,6 +670,7 @@ def test_bad_arguments_are_refused_by_name(built):
         ({"label_mode": "detection"}, "detection targets come from load_dataset"),
         ({"dtype": "float16"}, "dtype must be one of"),
         ({"num_threads": 0}, "num_threads must be at least 1 (or None: the cores this process"),
+        ({"config": ReadConfig(cache=True)}, "ReadConfig(cache=True) is load_dataset's"),
     ]
     for kwargs, message in cases:
         with pytest.raises(ValueError, match=re.escape(message)):
