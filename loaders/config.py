@@ -7,8 +7,9 @@ import math
 import numbers
 
 AUTOTUNE = -1  # tf.data.AUTOTUNE, without importing TensorFlow here
-# `ReadConfig(cache=None)` keeps a split in memory when that takes at most this much (TFDS's
-# autocache bound is 250 MiB): what it saves, benchmarks/RESULTS.md, "Loader on 2 cores".
+# `ReadConfig(cache=None)` keeps an input pipeline's part of a split in memory when that takes
+# at most this much (TFDS autocaches up to 250 MiB): what it saves, benchmarks/RESULTS.md,
+# "Loader on 2 cores".
 AUTO_CACHE_BYTES = 256 << 20
 
 
@@ -41,8 +42,8 @@ class ReadConfig:
         training, the records (crops and flips are drawn anew each epoch, and the shuffle
         buffer takes the whole split: a full reshuffle each epoch); evaluation, the decoded
         images (the same values; a quarter of the memory as uint8). None (the default): when
-        that takes at most `AUTO_CACHE_BYTES` (256 MiB, as TFDS's autocache); True: whatever
-        it takes (refused past this machine's memory); False: never.
+        that takes at most `AUTO_CACHE_BYTES` (256 MiB per input pipeline; TFDS autocaches up
+        to 250 MiB); True: whatever it takes (refused past this machine's memory); False: never.
     """
 
     shuffle_buffer: int = 1024

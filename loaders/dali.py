@@ -110,11 +110,6 @@ def load_dali_dataset(
         dtype=dtype,
         config=config,
     )
-    if config.cache:
-        raise ValueError(
-            "ReadConfig(cache=True) is load_dataset's: DALI reads and decodes every epoch anew "
-            "(on the GPU: the CPU's work a cache saves is not there to save)"
-        )
     settings = DaliSettings.checked(device, num_threads, decoder_options, prefetch_batches)
     return dali_batches(_local_build(data_dir), split, spec, settings, index_dir)
 
@@ -136,6 +131,11 @@ def dali_batches(
     """`load_dali_dataset`'s batches once its arguments are checked: the split checked
     against `spec`, its shards' indexes written if need be, DALI's pipeline built, and its
     batches handed over as the Keras backend takes them."""
+    if spec.config.cache:
+        raise ValueError(
+            "ReadConfig(cache=True) is load_dataset's: DALI reads and decodes every epoch anew "
+            "(on the GPU: the CPU's work a cache saves is not there to save)"
+        )
     spec.refuse_unlabelled(info, split)
     spec.refuse_unseeded_workers("load_dali_dataset")
     class_names = spec.label_names(info, split)

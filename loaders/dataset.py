@@ -16,6 +16,7 @@ import functools
 import hashlib
 import os
 import warnings
+import weakref
 
 import tensorflow as tf
 
@@ -135,7 +136,7 @@ def _warn_on_cache(dataset: tf.data.Dataset) -> None:
     """Gives a training dataset a `cache` that warns: Keras's tutorials cache the dataset
     (`ds.cache().shuffle(1000)`), whose augmentation is in the model; here the crops and flips
     are in the dataset, and a cache of it replays the first epoch's every epoch."""
-    replay = dataset.cache
+    replay, this = type(dataset).cache, weakref.ref(dataset)  # (no cycle keeping it alive)
 
     @functools.wraps(replay)
     def cache(*args, **kwargs):
@@ -147,7 +148,7 @@ def _warn_on_cache(dataset: tf.data.Dataset) -> None:
             UserWarning,
             stacklevel=2,
         )
-        return replay(*args, **kwargs)
+        return replay(this(), *args, **kwargs)
 
     dataset.cache = cache
 

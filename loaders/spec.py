@@ -256,7 +256,7 @@ class LoadSpec:
                 "ReadConfig(cache=True) keeps decoded images in this process, but with service "
                 "the tf.data service's workers read and decode: leave cache at None (or False)"
             )
-        needed = num_bytes
+        needed, pixel = num_bytes, 1
         if not self.training:
             height, width = checked_image_size(self.image_size)
             pixel = 4 if output_dtype(self.dtype) == "float32" else 1
@@ -269,7 +269,7 @@ class LoadSpec:
             raise ValueError(
                 f"ReadConfig(cache=True): the {kept} take {_gib(needed)}, more than this "
                 f"machine's {_gib(memory)} of memory: cache=None (or False) reads them each "
-                "epoch" + ("" if self.training else '; dtype="uint8" takes a quarter')
+                "epoch" + ("" if self.training or pixel == 1 else '; dtype="uint8" takes a quarter')
             )
         return True
 
