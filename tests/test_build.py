@@ -442,9 +442,9 @@ def test_a_stop_after_the_commit_finished_says_the_build_is_complete(tmp_path):
 def test_a_worker_lost_after_the_commit_finished_keeps_the_build_with_exit_0(
     tmp_path, monkeypatch, capsys
 ):
-    # A local worker killed during the runner's shutdown, after the commit: exit 1 and
-    # "BUILD FAILED" for a whole build (build_info.json committed), while one lost before
-    # the commit must fail.
+    # A local worker killed during the runner's shutdown after the commit, or while it wrote
+    # what follows build_info.json: exit 1 and "BUILD FAILED" for a whole build (the chaos
+    # test's random kills), while one lost before the commit must fail.
     from beam_pipeline import pipeline
 
     tree, out = tmp_path / "in", tmp_path / "out"
@@ -464,7 +464,23 @@ def test_a_worker_lost_after_the_commit_finished_keeps_the_build_with_exit_0(
     assert build_tool.main(argv) == 0
     assert "2 examples" in capsys.readouterr().out
     assert verify.verify(str(out)) == (1, [])
+    first = (out / BUILD_INFO_FILE).read_bytes()
+
+    # Lost in the middle of what the commit writes after its marker (the chaos test's kill):
+    # "BUILD FAILED ... upgrade writes what is missing", exit 1, for a whole build.
+    def lost_in_the_commit(*args):
+        real_execute(*args)
+        (out / "dataset_info.json").unlink()
+        (out / ".tmp").mkdir()
+        raise RuntimeError("the runner's channel closed")
+
+    monkeypatch.setattr(pipeline, "execute", lost_in_the_commit)
+    assert build_tool.main([*argv, "--overwrite", "--seed", "5"]) == 0
+    assert "2 examples" in capsys.readouterr().out
+    assert (out / "dataset_info.json").exists() and not (out / ".tmp").exists()
+    assert verify.verify(str(out)) == (1, [])
     kept = (out / BUILD_INFO_FILE).read_bytes()
+    assert kept != first
     monkeypatch.setattr(pipeline, "execute", lambda *args: execute_then_lose(*args, commit=False))
     assert build_tool.main([*argv, "--overwrite"]) == 1  # the marker is the one it replaces
     err = capsys.readouterr().err

@@ -172,15 +172,36 @@ def _execute(
             assert left is not None  # an interrupted build always says what it left
             return _interrupted(out, error, left)
         lost = worker_lost(wait=1.0)  # the runner may have failed first, on a closed channel
-        now = _commit_marker(output_dir)
-        if lost is not None and now not in (None, before) and _commit_finished(output_dir):
-            logger.warning("After the commit finished: %s; the build is complete", lost)
+        if lost is not None and _whole_after_commit(output_dir, before):
+            logger.warning("After the commit marker was written: %s; the build is whole", lost)
             return read_build_info(output_dir)
         left = _what_is_left(output_dir, before, lost is not None)  # as interrupted
         if lost is not None:
             logger.error("Build failed", exc_info=error)
             error = WorkerLost(lost)
         return _failed(out, error, "Build failed", left)
+
+
+def _whole_after_commit(output_dir: str, before: bytes | None) -> bool:
+    """Whether the build in `output_dir` is whole although a worker was lost: the commit wrote
+    its marker (a new `build_info.json`), so every shard and file before it is in place; what
+    follows it (TFDS's metadata, from it, and the work folders' removal) is done here when the
+    worker was lost in the middle of those, as `upgrade` would do it."""
+    from beam_pipeline.output.commit import commit_stage, write_atomic
+    from beam_pipeline.output.directory import remove_work_dirs
+    from beam_pipeline.output.readback import read_build_info
+    from schemas.tfds_metadata import TFDS_INFO_FILE, tfds_files
+
+    now = _commit_marker(output_dir)
+    if now is None or now == before or commit_stage(output_dir) == "retiring":
+        return False
+    if not _commit_finished(output_dir):
+        files = tfds_files(read_build_info(output_dir))
+        marker = files.pop(TFDS_INFO_FILE)
+        for name, text in [*files.items(), (TFDS_INFO_FILE, marker)]:  # TFDS's marker last
+            write_atomic(output_dir, name, text.encode("utf-8"))
+        remove_work_dirs(output_dir)
+    return True
 
 
 def _commit_finished(output_dir: str) -> bool:
