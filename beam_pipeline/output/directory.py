@@ -336,8 +336,13 @@ def remove_work_dirs(output_dir: str) -> None:
 
 def work_folders(output_dir: str) -> list[str]:
     """The temp and progress folders of a build in `output_dir` (a committed build has none,
-    but where its commit stopped before it removed them)."""
-    return [name for name in (TEMP_DIR, PROGRESS_DIR) if FileSystems.exists(join(output_dir, name))]
+    but where its commit stopped before it removed them); not a local file of their name."""
+    return [
+        name
+        for name in (TEMP_DIR, PROGRESS_DIR)
+        if FileSystems.exists(path := join(output_dir, name))
+        and not (is_local(path) and os.path.isfile(path))
+    ]
 
 
 def remove_empty_temp_dir(output_dir: str) -> None:
