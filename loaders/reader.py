@@ -250,14 +250,28 @@ def _shard_there(path: tf.Tensor) -> tf.Tensor:
 
 
 def checked_record(record: tf.Tensor) -> tf.Tensor:
-    """The record; fails with the stand-in's message where `read_shard` put one.
+    """The record; fails with the stand-in's message where `read_shard` put one, or saying
+    what it is where its first byte is not an Example's (its checksums intact: TensorFlow's
+    parse error then held the record's bytes, and Python failed to decode them as text).
 
-    One `Assert` on the first byte: the message is the record itself, so nothing is built per
-    record (a `tf.cond` that formatted the message cost measurable CPU on every record).
+    One `Assert` on the first byte: the message is the record itself or a constant, so nothing
+    is built per record (a `tf.cond` that formatted the message cost measurable CPU on every
+    record).
     """
-    valid = tf.debugging.Assert(tf.strings.substr(record, 0, 1) != _MISSING, [record])
+    first = tf.strings.substr(record, 0, 1)
+    # (Not the record whole into the select: a copy of ~100 KB a record.)
+    said = tf.where(first == _MISSING, tf.strings.substr(record, 0, 4096), _NOT_AN_EXAMPLE)
+    valid = tf.debugging.Assert(first == _EXAMPLE, [said])
     with tf.control_dependencies([valid]):
         return tf.identity(record)
+
+
+# A serialised tf.train.Example starts with its field 1 (`features`, length-delimited).
+_EXAMPLE = "\n"
+_NOT_AN_EXAMPLE = (
+    "A record of the build is not a tf.train.Example, its checksums intact (written over "
+    "after the build?): python -m beam_pipeline verify on its build names it"
+)
 
 
 def check_shards(info: BuildInfo, split: str) -> None:

@@ -62,6 +62,13 @@ def test_a_short_shard_is_padded_with_stand_ins_that_checked_record_refuses(buil
     expected = f"Fewer than the {stored + 2} records that build_info.json counts"
     with pytest.raises(tf.errors.InvalidArgumentError, match=expected):
         checked_record(records[stored])
+    # A record written over, its checksums recomputed: the parse's error held its bytes, and
+    # the loader raised UnicodeDecodeError (a damaged-output trial).
+    with pytest.raises(tf.errors.InvalidArgumentError) as error:
+        checked_record(tf.constant(b"\xf5\xff not an Example"))
+    assert "A record of the build is not a tf.train.Example, its checksums intact" in str(
+        error.value
+    )
 
 
 def test_a_shard_deleted_after_its_dataset_was_made_fails_when_opened(built, tmp_path):
