@@ -18,8 +18,9 @@ from schemas import (
     SplitInfo,
     read_build_info,
 )
-from schemas.metadata import metadata_text, tree_instead_of_build, unreadable_metadata
+from schemas.metadata import metadata_text, unreadable_metadata
 from schemas.paths import first_few, is_local, join, not_a_directory
+from schemas.trees import tree_instead_of_build
 
 
 class IncompleteDatasetError(NoBuildError):

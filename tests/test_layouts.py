@@ -415,24 +415,22 @@ def test_a_tree_one_level_down_is_found(tmp_path):
 
 
 def test_several_trees_below_or_none_are_refused_naming_them(tmp_path):
+    def refused(layout, *trees):
+        with pytest.raises(layouts.LayoutError) as error:
+            locate.locate_tree(str(tmp_path), layout, has_files, subdirectories)
+        named = ", ".join(f"{tmp_path}/{tree}" for tree in trees)
+        assert (
+            str(error.value) == f"{tmp_path} holds several trees: {named}; pass one as --input_dir"
+        )
+
     ilsvrc_image(tmp_path / "a", "train", "x", b"x")
     ilsvrc_image(tmp_path / "b", "train", "n01/x", b"x", task="CLS-LOC")
-    with pytest.raises(layouts.LayoutError) as error:
-        locate.locate_tree(str(tmp_path), layouts.AUTO, has_files, subdirectories)
-    assert str(error.value) == (
-        f"{tmp_path} holds several trees: {tmp_path}/a (ilsvrc_det), "
-        f"{tmp_path}/b (ilsvrc_cls_loc); pass one as --input_dir"
-    )
+    refused(layouts.AUTO, "a (ilsvrc_det)", "b (ilsvrc_cls_loc)")
     found = locate.locate_tree(str(tmp_path), layouts.ILSVRC_DET, has_files, subdirectories)
     assert found == (f"{tmp_path}/a", layouts.ILSVRC_DET)
     # One a level down and one two: the first was built, the other unseen, exit 0.
     ilsvrc_image(tmp_path / "old" / "copy", "train", "x", b"x")
-    with pytest.raises(layouts.LayoutError) as error:
-        locate.locate_tree(str(tmp_path), layouts.ILSVRC_DET, has_files, subdirectories)
-    assert str(error.value) == (
-        f"{tmp_path} holds several trees: {tmp_path}/a (ilsvrc_det), "
-        f"{tmp_path}/old/copy (ilsvrc_det); pass one as --input_dir"
-    )
+    refused(layouts.ILSVRC_DET, "a (ilsvrc_det)", "old/copy (ilsvrc_det)")
     found = locate.locate_tree(str(tmp_path), layouts.ILSVRC_CLS_LOC, has_files, subdirectories)
     assert found == (f"{tmp_path}/b", layouts.ILSVRC_CLS_LOC)
     ilsvrc_image(tmp_path / "b", "train", "y", b"x")  # b now holds DET and CLS-LOC

@@ -14,8 +14,9 @@ from schemas import DatasetInfo
 from schemas import NoBuildError as NoBuildError  # re-exported: what read_build_info raises
 from schemas import read_build_info as read_metadata
 from schemas.example_proto import Example
-from schemas.metadata import metadata_text, tree_instead_of_build, unreadable_metadata
+from schemas.metadata import metadata_text, unreadable_metadata
 from schemas.paths import file_system_error, is_local, join, not_a_directory
+from schemas.trees import tree_instead_of_build
 
 UNLABELLED_NAME = "unlabelled"  # what `show` and `inspect` call label -1
 

@@ -35,9 +35,9 @@ from schemas import (
     is_shard_filename,
 )
 from schemas import features as F
-from schemas.metadata import tree_instead_of_build
 from schemas.paths import first_few, is_local, join, within
 from schemas.tfrecord import CorruptRecordError, read_records
+from schemas.trees import tree_instead_of_build
 
 # A display name longer than this is cut (with "…") where a class is named for a person.
 TITLE_CHARACTERS = 30
