@@ -153,8 +153,8 @@ def _execute(
     options: PipelineOptions, prepared: Prepared, out: console.BuildConsole, before: bytes | None
 ) -> DatasetInfo | int:
     """Runs the build: its DatasetInfo, or the exit code of a build that stopped (said).
-    A worker lost after the commit finished (a runner's shutdown) leaves a whole build: kept,
-    with a warning, exit 0."""
+    A worker lost once the commit wrote its marker leaves a whole build (`_whole_after_commit`):
+    kept, with a warning, exit 0."""
     from beam_pipeline import pipeline
     from beam_pipeline.output.readback import read_build_info
 
@@ -185,8 +185,8 @@ def _execute(
 def _whole_after_commit(output_dir: str, before: bytes | None) -> bool:
     """Whether the build in `output_dir` is whole although a worker was lost: the commit wrote
     its marker (a new `build_info.json`), so every shard and file before it is in place; what
-    follows it (TFDS's metadata, from it, and the work folders' removal) is done here when the
-    worker was lost in the middle of those, as `upgrade` would do it."""
+    follows it (TFDS's `dataset_info.json`, from it, and the work folders' removal) is done
+    here when the worker was lost in the middle of those."""
     from beam_pipeline.output.commit import commit_stage, write_atomic
     from beam_pipeline.output.directory import remove_work_dirs
     from beam_pipeline.output.readback import read_build_info
@@ -195,11 +195,9 @@ def _whole_after_commit(output_dir: str, before: bytes | None) -> bool:
     now = _commit_marker(output_dir)
     if now is None or now == before or commit_stage(output_dir) == "retiring":
         return False
-    if not _commit_finished(output_dir):
-        files = tfds_files(read_build_info(output_dir))
-        marker = files.pop(TFDS_INFO_FILE)
-        for name, text in [*files.items(), (TFDS_INFO_FILE, marker)]:  # TFDS's marker last
-            write_atomic(output_dir, name, text.encode("utf-8"))
+    if not _commit_finished(output_dir):  # (TFDS's other files come before the marker)
+        marker = tfds_files(read_build_info(output_dir))[TFDS_INFO_FILE]
+        write_atomic(output_dir, TFDS_INFO_FILE, marker.encode("utf-8"))
         remove_work_dirs(output_dir)
     return True
 

@@ -123,9 +123,8 @@ def records_at(
             else:
                 raise ShardMismatchError(
                     f"{join(output_dir, shard.file)} holds {position + 1 - start} records, "
-                    f"{BUILD_INFO_FILE} "
-                    f"counts {shard.num_examples}: it is not the shard the build wrote; run "
-                    f"python -m beam_pipeline verify {output_dir}"
+                    f"{BUILD_INFO_FILE} counts {shard.num_examples}: it is not the shard the "
+                    f"build wrote; run python -m beam_pipeline verify {output_dir}"
                 )
         start = end
         if target is None:

@@ -306,15 +306,16 @@ def _trees_below(
     """(path, layout) of the trees of the `wanted` layouts in `root`'s subdirectories, and, when
     there is one, of those a level further down beside it (another tree there went unseen:
     the first one was built)."""
+    names = subdirectories(root)
     below = [
         (join(root, name), found)
-        for name in subdirectories(root)
+        for name in names
         for found in layouts_at(join(root, name), has_files)
         if found in wanted
     ]
     deeper = [
         (join(root, name, inner), found)
-        for name in subdirectories(root)[:_MAX_LOOKED_AT]
+        for name in names[:_MAX_LOOKED_AT]
         if len(below) == 1 and join(root, name) != below[0][0]
         for inner in subdirectories(join(root, name))[:_MAX_LOOKED_AT]
         for found in layouts_at(join(root, name, inner), has_files)
