@@ -189,10 +189,11 @@ def kill_local_worker(rng: random.Random):
         workers: list[psutil.Process] = []
         while not workers and process.poll() is None:  # they start a second or so in
             with contextlib.suppress(psutil.Error):
-                workers = [
+                workers = [  # the SDK workers, not a fork yet to exec their `sh -c`
                     child
                     for child in psutil.Process(process.pid).children(recursive=True)
                     if child.name().startswith("python")
+                    and "apache_beam.runners.worker.sdk_worker_main" in child.cmdline()
                 ]
             time.sleep(0.01)
         if not workers:

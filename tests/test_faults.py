@@ -179,6 +179,7 @@ KILL_ARGS = [
     "--direct_num_workers",
     "2",
 ]
+SDK_WORKER = "apache_beam.runners.worker.sdk_worker_main"  # the module a worker process runs
 KILL_POINTS = {
     # The output directory exists: the pipeline is starting (listing, labelling, ranking).
     "before_any_output": lambda out: out.is_dir(),
@@ -260,11 +261,16 @@ def test_a_killed_worker_process_fails_the_build_loudly_and_resume_matches(
     )
 
     def workers():
-        return [
-            child
-            for child in psutil.Process(process.pid).children(recursive=True)
-            if child.name().startswith("python")
-        ]
+        # A worker is started as `sh -c "python -m ...sdk_worker_main"`: until the launcher's
+        # fork has exec'd the shell it is a process named python too (the race that counted one
+        # worker twice). Only a python process whose command line runs the SDK worker counts.
+        found = []
+        for child in psutil.Process(process.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                line = child.cmdline()
+                if child.name().startswith("python") and SDK_WORKER in line:
+                    found.append(child)
+        return found
 
     ready = {
         "workers_started": lambda: len(workers()) == 2,
