@@ -77,7 +77,7 @@ def consumer_rates(loops: dict, count: int, batch_size: int, repeats: int) -> di
     return runs
 
 
-def decode_limit(data_dir: str, batch_size: int) -> tf.data.Dataset:
+def decode_limit(data_dir: str, batch_size: int, size=SIZE) -> tf.data.Dataset:
     """The split's own JPEG bytes held in memory: only decode + resize + batch remain."""
     info = dataset_info(data_dir)
     records = tf.data.TFRecordDataset(info.shard_paths("train"))
@@ -86,7 +86,7 @@ def decode_limit(data_dir: str, batch_size: int) -> tf.data.Dataset:
 
     def decode(data):
         image = tf.io.decode_jpeg(data, channels=3, dct_method="INTEGER_FAST")
-        return tf.cast(tf.image.resize(image, SIZE), tf.float32) / 255.0
+        return tf.cast(tf.image.resize(image, size), tf.float32) / 255.0
 
     return (
         tf.data.Dataset.from_tensor_slices(encoded)
@@ -97,9 +97,9 @@ def decode_limit(data_dir: str, batch_size: int) -> tf.data.Dataset:
     )
 
 
-def small_cnn(num_outputs: int, uint8: bool = False) -> keras.Model:
+def small_cnn(num_outputs: int, uint8: bool = False, size=SIZE) -> keras.Model:
     """A small CNN; with `uint8`, it takes pixels and starts with `normalization_layer()`."""
-    inputs = keras.Input((*SIZE, 3), dtype="uint8" if uint8 else "float32")
+    inputs = keras.Input((*size, 3), dtype="uint8" if uint8 else "float32")
     x = normalization_layer()(inputs) if uint8 else inputs
     x = keras.layers.Conv2D(16, 3, strides=2, activation="relu")(x)
     x = keras.layers.Conv2D(32, 3, strides=2, activation="relu")(x)
@@ -129,26 +129,28 @@ def fit_rates(model, datasets: dict, steps: int, batch_size: int, repeats: int =
     return {name: statistics.median(rates) for name, rates in runs.items()}
 
 
-def baseline_feeds(tree: str, num_outputs: int, b: int) -> tuple[dict, keras.utils.PyDataset]:
+def baseline_feeds(
+    tree: str, num_outputs: int, b: int, size=SIZE
+) -> tuple[dict, keras.utils.PyDataset]:
     """The baseline loaders over the tree's JPEG files, and the PyDataset for model.fit."""
     files = loader_baselines.image_files(tree)
     classes = np.random.default_rng(0).integers(0, num_outputs, len(files))
     labels = np.eye(num_outputs, dtype=np.float32)[classes]
     loops = {
         "baseline: Keras PyDataset + Pillow, defaults (workers=1)": (
-            lambda: loader_baselines.keras_pydataset_batches(files, labels, b, SIZE)
+            lambda: loader_baselines.keras_pydataset_batches(files, labels, b, size)
         ),
         "baseline: Keras PyDataset + Pillow, workers=2 (threads)": (
-            lambda: loader_baselines.keras_pydataset_batches(files, labels, b, SIZE, workers=2)
+            lambda: loader_baselines.keras_pydataset_batches(files, labels, b, size, workers=2)
         ),
         "baseline: from_generator + py_function (Pillow)": (
-            lambda: loader_baselines.generator_py_function(files, labels, b, SIZE)
+            lambda: loader_baselines.generator_py_function(files, labels, b, size)
         ),
         "baseline: tf.data over the raw JPEG files": (
-            lambda: loader_baselines.tfdata_raw_files(files, labels, b, SIZE)
+            lambda: loader_baselines.tfdata_raw_files(files, labels, b, size)
         ),
     }
-    return loops, loader_baselines.PillowPyDataset(files, labels, b, SIZE, workers=2)
+    return loops, loader_baselines.PillowPyDataset(files, labels, b, size, workers=2)
 
 
 def print_table(title: str, rows: dict, columns: dict) -> None:
@@ -169,16 +171,23 @@ def main() -> int:
     )
     parser.add_argument("--repeats", type=int, default=5, help="alternating rounds per loader")
     parser.add_argument("--fit_repeats", type=int, default=3, help="alternating model.fit runs")
+    parser.add_argument(
+        "--image_size", type=int, default=SIZE[0], help="output side (square), default 224"
+    )
     args = parser.parse_args()
+    size = (args.image_size, args.image_size)
     info = built_dataset(parser, args.data_dir)
     b = args.batch_size
     n = args.batches or info.split("train").num_examples // b
     num_outputs = len(info.class_names)
-    split = functools.partial(load_dataset, args.data_dir, "train", batch_size=b, image_size=SIZE)
+    split = functools.partial(load_dataset, args.data_dir, "train", batch_size=b, image_size=size)
     train = split(training=True, seed=0)
     train8 = split(training=True, seed=0, dtype="uint8")
     detection = split(training=True, seed=0, dtype="uint8", label_mode="detection")
-    in_memory = decode_limit(args.data_dir, b)
+    in_memory = decode_limit(args.data_dir, b, size)
+    full = ReadConfig(dct_scaling=False)  # every JPEG decoded at full size, as the limit does
+    evaluation_full = split(config=full).repeat()
+    train_full = split(training=True, seed=0, config=full)
     evaluation = split().repeat()
     evaluation8 = split(dtype="uint8").repeat()
     # ReadConfig(cache=True): epochs after the first, from memory (filled here, once).
@@ -194,6 +203,8 @@ def main() -> int:
         "decode limit (bytes in memory)": lambda: in_memory,
         "ours (eval)": lambda: evaluation,
         "ours (train)": lambda: train.repeat(),
+        "ours (eval), dct_scaling=False": lambda: evaluation_full,
+        "ours (train), dct_scaling=False": lambda: train_full.repeat(),
         "ours (eval), uint8": lambda: evaluation8,
         "ours (train), uint8": lambda: train8.repeat(),
         "ours (train), uint8, detection": lambda: detection.repeat(),
@@ -206,7 +217,7 @@ def main() -> int:
         ),
     }
     if args.tree:
-        baseline_loops, pydataset = baseline_feeds(args.tree, num_outputs, b)
+        baseline_loops, pydataset = baseline_feeds(args.tree, num_outputs, b, size)
         loops.update(baseline_loops)
         feeds["fit small CNN, fed by the Keras PyDataset (workers=2)"] = pydataset
     feeds["fit small CNN, one cached batch"] = tf.data.Dataset.from_tensors(
@@ -219,7 +230,7 @@ def main() -> int:
     limit_name = "decode limit (bytes in memory)"
     limit, ours = rows[limit_name], rows["ours (train)"]
     print_table(
-        f"loader into a consumer loop, {SIZE[0]}x{SIZE[1]}, batch {b}, {n} batches, "
+        f"loader into a consumer loop, {size[0]}x{size[1]}, batch {b}, {n} batches, "
         f"medians of {args.repeats} rounds",
         rows,
         {"vs decode limit": lambda r: r / limit, "ours (train) / this": lambda r: ours / r},
@@ -236,6 +247,9 @@ def main() -> int:
             f"{rows[f'ours ({mode}), uint8'] / rows[f'ours ({mode})']:.2f} (images/s), "
             f"{cpu[f'ours ({mode})'] / cpu[f'ours ({mode}), uint8']:.2f} (CPU per image, inverse)"
         )
+    for mode in ("eval", "train"):
+        scaled, whole = cpu[f"ours ({mode})"], cpu[f"ours ({mode}), dct_scaling=False"]
+        print(f"ours ({mode}), DCT-scaled decode: CPU per image {whole / scaled:.2f}x less")
     for name in ("ours (eval)", "ours (train)"):
         ratios = sorted(
             rate / limit_rate
@@ -243,10 +257,10 @@ def main() -> int:
         )
         print(f"{name} / decode limit, round by round: " + " ".join(f"{x:.2f}" for x in ratios))
     steps = max(1, n // 2)
-    fits = fit_rates(small_cnn(num_outputs), feeds, steps, b, args.fit_repeats)
+    fits = fit_rates(small_cnn(num_outputs, size=size), feeds, steps, b, args.fit_repeats)
     fits.update(
         fit_rates(
-            small_cnn(num_outputs, uint8=True),
+            small_cnn(num_outputs, uint8=True, size=size),
             {"fit small CNN + normalization layer, fed by ours (train, uint8)": train8.repeat()},
             steps,
             b,

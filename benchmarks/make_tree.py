@@ -3,8 +3,9 @@
     python -m benchmarks.make_tree bench_data/tree8k --num_images 8000
 
 Images are random crops of real photographs (the corpus photos in tests/data), resized so the
-longer side is 300-500 px (mostly 500, like ImageNet), with sensor-like noise and quality 95, so
-that files are about as large as ImageNet's and decoding costs what it would on ImageNet (the
+longer side is 300-500 px (mostly 500, like ImageNet; `--long_side 4000`: 2400-4000, like
+phones' photos), with sensor-like noise and quality 95, so that files are about as large as
+ImageNet's and decoding costs what it would on ImageNet (the
 mean size is printed). 2% are grayscale, 5% have no XML and 3% an XML without objects
 (negatives); the rest have 1-3 boxes of 200 synset-like classes. Deterministic per seed and per
 image index, so a 2k tree is exactly the first 2k images of the 8k one. With `--distinct`, each
@@ -57,22 +58,24 @@ def _distinct_source(rng: np.random.Generator) -> Image.Image:
     return Image.fromarray(pixels)
 
 
-def make_image(args: tuple[str, int, int] | tuple[str, int, int, bool]) -> int:
+def make_image(args: tuple) -> int:
     """Writes image `index` (and its XML) under `root`; returns the JPEG size in bytes. A
-    fourth value True makes it a picture of its own (`--distinct`)."""
+    fourth value True makes it a picture of its own (`--distinct`); a fifth is the longer
+    side's most (`--long_side`, 500)."""
     root, index, seed = args[:3]
     distinct = len(args) > 3 and bool(args[3])
+    top = int(args[4]) if len(args) > 4 else 500
     _load_sources()
     rng = np.random.default_rng([seed, index])
     source = _distinct_source(rng) if distinct else _sources[index % len(_sources)]
     sw, sh = source.size
     cw, ch = int(sw * rng.uniform(0.5, 1)), int(sh * rng.uniform(0.5, 1))
     x, y = int(rng.integers(0, sw - cw + 1)), int(rng.integers(0, sh - ch + 1))
-    long_side = 500 if rng.random() < 0.7 else int(rng.integers(300, 500))
+    long_side = top if rng.random() < 0.7 else int(rng.integers(top * 3 // 5, top))
     if cw >= ch:
-        width, height = long_side, max(200, long_side * ch // cw)
+        width, height = long_side, max(top * 2 // 5, long_side * ch // cw)
     else:
-        width, height = max(200, long_side * cw // ch), long_side
+        width, height = max(top * 2 // 5, long_side * cw // ch), long_side
     image = source.crop((x, y, x + cw, y + ch)).resize((width, height), Image.Resampling.BILINEAR)
     noisy = np.asarray(image, np.int16) + rng.normal(0, 15, (height, width, 3)).astype(np.int16)
     image = Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8))
@@ -106,10 +109,15 @@ def make_image(args: tuple[str, int, int] | tuple[str, int, int, bool]) -> int:
 
 
 def make_tree(
-    root: str, num_images: int, seed: int = 0, processes: int = 2, distinct: bool = False
+    root: str,
+    num_images: int,
+    seed: int = 0,
+    processes: int = 2,
+    distinct: bool = False,
+    long_side: int = 500,
 ) -> list[int]:
     """Writes the tree; returns the JPEG sizes."""
-    jobs = [(root, i, seed, distinct) for i in range(num_images)]
+    jobs = [(root, i, seed, distinct, long_side) for i in range(num_images)]
     with multiprocessing.Pool(processes) as pool:
         return pool.map(make_image, jobs, chunksize=64)
 
@@ -129,8 +137,17 @@ def main() -> int:
         "corpus photos: a tree without near copies (the photos' crops make 2.7 near pairs an "
         "image at 8,000)",
     )
+    parser.add_argument(
+        "--long_side",
+        type=int,
+        default=500,
+        help="the longer side of most images (the rest 0.6-1x of it; 500 like ImageNet, "
+        "4000 like a phone's photos)",
+    )
     args = parser.parse_args()
-    sizes = make_tree(args.root, args.num_images, args.seed, args.processes, args.distinct)
+    sizes = make_tree(
+        args.root, args.num_images, args.seed, args.processes, args.distinct, args.long_side
+    )
     print(f"{len(sizes)} images, mean {np.mean(sizes) / 1e3:.0f} KB, in {args.root}")
     return 0
 

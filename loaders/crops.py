@@ -34,7 +34,7 @@ def main_boxes(ymins, xmins, ymaxs, xmaxs, classes=None, labels=None):
 
 def central_windows(shapes, fraction: float):
     """Per image of a batch of [H, W, C] shapes: the (anchor, size) of `load_dataset`'s
-    central crop window ([top, left], [height, width]; `preprocessing._central_window`)."""
+    central crop window ([top, left], [height, width]; `jpeg_scale.central_window`)."""
     anchors, sizes = [], []
     for shape in shapes:
         side = np.asarray(shape[:2], np.float64)

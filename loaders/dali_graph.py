@@ -320,7 +320,7 @@ def _window(records, spec: LoadSpec, crop_seed: int):
         return anchor, size, (anchor, size, shape, box)
     if spec.config.eval_central_crop < 1.0:
         # tf.image.central_crop's whole-pixel window, as load_dataset cuts it
-        # (`preprocessing._central_window`), not a fractional one.
+        # (`jpeg_scale.central_window`), not a fractional one.
         # (In float64, as TensorFlow's: DALI keeps a constant as float32, and 0.6 * 130
         # is then 78.0000031, which moved such windows by a pixel.)
         shape = fn.peek_image_shape(encoded, adjust_orientation=False)

@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from loaders.config import ReadConfig, tf_data_value
 from loaders.info import data_path, dataset_info
+from loaders.jpeg_scale import may_scale
 from loaders.preprocessing import eval_view, labelled_boxes, train_view, view_boxes
 from loaders.reader import SplitRecords, checked_record, read_records
 from loaders.spec import CLASS_LABELS, SEEDS, LoadSpec, keras_habits
@@ -113,6 +114,11 @@ def read_and_batch(
     if input_context is None:
         spec.refuse_unseeded_workers("load_dataset")
     spec = dataclasses.replace(spec, seed=pipeline_seed(spec.seed, input_context))
+    if spec.config.dct_scaling is None:
+        scaling = may_scale(info.split(split), spec.image_size, spec.training)
+        spec = dataclasses.replace(
+            spec, config=dataclasses.replace(spec.config, dct_scaling=scaling)
+        )
     class_names = spec.label_names(info, split)
     records = read_records(
         info,
@@ -285,6 +291,8 @@ class _Parser:
         crops = spec.training and spec.config.random_crop
         # The crop keeps the labelled object: the label's boxes (`labelled_boxes`).
         self.labelled_crop = crops and spec.label_mode in CLASS_LABELS
+        # The DCT scale of an evaluation's decode, from the record's size, not the JPEG's header.
+        self.stored_shape = not spec.training and spec.config.dct_scaling is not False
         keys = (
             F.ENCODED,
             *((F.LABEL,) if spec.label_mode in CLASS_LABELS else ()),
@@ -292,6 +300,7 @@ class _Parser:
             *((F.OBJECT_LABEL,) if detection or self.labelled_crop else ()),
             *((F.OBJECT_DIFFICULT,) if detection and spec.difficult != "keep" else ()),
             *((F.FILENAME,) if spec.with_filenames else ()),
+            *((F.HEIGHT, F.WIDTH) if self.stored_shape else ()),
         )
         self.features = tf_feature_spec(num_classes, keys)
 
@@ -311,7 +320,12 @@ class _Parser:
                 parsed[F.ENCODED], boxes, spec.image_size, seed, spec.config, spec.dtype
             )
         else:
-            image, view = eval_view(parsed[F.ENCODED], spec.image_size, spec.config, spec.dtype)
+            shape = None
+            if self.stored_shape:
+                shape = tf.cast(tf.stack([parsed[F.HEIGHT], parsed[F.WIDTH]]), tf.int32)
+            image, view = eval_view(
+                parsed[F.ENCODED], spec.image_size, spec.config, spec.dtype, stored_shape=shape
+            )
         filenames = (parsed[F.FILENAME],) if spec.with_filenames else ()
         if spec.label_mode is None:
             return (image, *filenames) if filenames else image

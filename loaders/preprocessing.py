@@ -6,6 +6,7 @@ served model sees exactly what it was validated on.
 
 from __future__ import annotations
 
+import functools
 import numbers
 import os
 from collections.abc import Callable
@@ -15,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from loaders.config import ReadConfig
+from loaders.jpeg_scale import central_window, decode_for_output, decode_jpeg, decode_window
 
 DTYPES = ("float32", "uint8")
 
@@ -23,8 +25,9 @@ class View(NamedTuple):
     """What part of the source image an output image shows, so boxes can follow the pixels.
 
     Attributes:
-      source_shape: int32 [height, width] of the decoded source image.
-      window: int32 [y, x, height, width] of the crop in source pixels (the whole image if none).
+      source_shape: int32 [height, width] of the source image as decoded: at its DCT scale
+        (`ReadConfig.dct_scaling`), ceil(H / ratio) x ceil(W / ratio).
+      window: int32 [y, x, height, width] of the crop in those pixels (the whole image if none).
       flipped: bool scalar, the output was mirrored left-right after the crop.
     """
 
@@ -96,7 +99,7 @@ def preprocess_for_eval(
     """
     size = checked_image_size(image_size)
     _refuse_not_one_file(encoded)
-    return eval_view(encoded, size, config, dtype, decode=decode_as_stored)[0]
+    return eval_view(encoded, size, config, dtype, any_format=True)[0]
 
 
 def _refuse_not_one_file(encoded) -> None:
@@ -127,15 +130,14 @@ def _refuse_not_one_file(encoded) -> None:
         )
 
 
-def decode_as_stored(encoded: tf.Tensor) -> tf.Tensor:
-    """uint8 RGB [H, W, 3] of image file bytes, as the build stores them (`preprocess_for_eval`)."""
-    jpeg = tf.strings.substr(encoded, 0, 3) == b"\xff\xd8\xff"
-    image = tf.cond(jpeg, lambda: _decode_jpeg(encoded), lambda: _on_white(encoded))
+def decode_as_stored(
+    encoded: tf.Tensor, jpeg: Callable[[tf.Tensor], tf.Tensor] = decode_jpeg
+) -> tf.Tensor:
+    """uint8 RGB [H, W, 3] of image file bytes, as the build stores them (`preprocess_for_eval`);
+    a JPEG's decoded by `jpeg`."""
+    is_jpeg = tf.strings.substr(encoded, 0, 3) == b"\xff\xd8\xff"
+    image = tf.cond(is_jpeg, lambda: jpeg(encoded), lambda: _on_white(encoded))
     return tf.ensure_shape(image, [None, None, 3])  # (the branches' shapes differ in a graph)
-
-
-def _decode_jpeg(encoded: tf.Tensor) -> tf.Tensor:
-    return tf.io.decode_jpeg(encoded, channels=3, dct_method="INTEGER_FAST")
 
 
 def _decode_png(encoded: tf.Tensor) -> tf.Tensor:
@@ -242,31 +244,31 @@ def eval_view(
     image_size: tuple[int, int],
     config: ReadConfig = ReadConfig(),
     dtype: str = "float32",
-    decode: Callable[[tf.Tensor], tf.Tensor] = _decode_jpeg,
+    any_format: bool = False,
+    stored_shape: tf.Tensor | None = None,
 ) -> tuple[tf.Tensor, View]:
-    """`preprocess_for_eval`'s image and the view of the source image it shows (`decode`: of
-    the build's JPEGs, by default)."""
+    """`preprocess_for_eval`'s image and the view of the source image it shows: of the build's
+    JPEGs, or (`any_format`) of any file `decode_as_stored` reads. `stored_shape`: the
+    record's [height, width] (`verify` checks them against the pixels), which picks the DCT
+    scale; else the JPEG's header does."""
     dtype = output_dtype(dtype)
-    image = decode(encoded)
+    fraction = config.eval_central_crop
+    jpeg = functools.partial(
+        decode_for_output,
+        image_size=image_size,
+        central_crop=fraction,
+        scaling=config.dct_scaling is not False,
+        shape=stored_shape,
+    )
+    image = decode_as_stored(encoded, jpeg) if any_format else jpeg(encoded)
     shape = tf.shape(image)
-    if config.eval_central_crop < 1.0:
-        window = _central_window(shape, config.eval_central_crop)
+    if fraction < 1.0:
+        window = central_window(shape, fraction)
         image = tf.slice(image, tf.concat([window[:2], [0]], 0), tf.concat([window[2:], [-1]], 0))
     else:
         window = tf.stack([0, 0, shape[0], shape[1]])
     image = tf.image.resize(image, image_size, method="bilinear", antialias=False)
     return _finish(image, config, dtype), View(shape[:2], window, tf.constant(False))
-
-
-def _central_window(shape: tf.Tensor, fraction: float) -> tf.Tensor:
-    """[y, x, height, width] of `tf.image.central_crop`'s window, with its arithmetic."""
-
-    def start(side):
-        side = tf.cast(side, tf.float64)
-        return tf.cast((side - side * fraction) / 2, tf.int32)
-
-    top, left = start(shape[0]), start(shape[1])
-    return tf.stack([top, left, shape[0] - 2 * top, shape[1] - 2 * left])
 
 
 def labelled_boxes(boxes: tf.Tensor, classes: tf.Tensor, label: tf.Tensor) -> tf.Tensor:
@@ -343,14 +345,12 @@ def train_view(
         max_attempts=10,
         use_image_if_no_bounding_boxes=True,
     )
-    offset_y, offset_x, _ = tf.unstack(begin)
-    height, width, _ = tf.unstack(size)
-    window = tf.stack([offset_y, offset_x, height, width])
-    image = tf.io.decode_and_crop_jpeg(encoded, window, channels=3, dct_method="INTEGER_FAST")
-    image = tf.image.resize(image, image_size, method="bilinear", antialias=False)
-    image, view = _random_flip(
-        image, View(shape[:2], window, tf.constant(False)), flip_seed, config
+    window = tf.concat([begin[:2], size[:2]], 0)
+    image, shape, window = decode_window(
+        encoded, shape[:2], window, image_size, config.dct_scaling is not False
     )
+    image = tf.image.resize(image, image_size, method="bilinear", antialias=False)
+    image, view = _random_flip(image, View(shape, window, tf.constant(False)), flip_seed, config)
     return _finish(image, config, dtype), view
 
 

@@ -174,10 +174,11 @@ class LoadSpec:
         needed = self.batch_size * height * width * 3 * (4 if dtype == "float32" else 1)
         memory = physical_memory()
         if memory and needed > memory:
+            needs, has = _gibs(needed, memory)
             raise ValueError(
                 f"a batch of {self.batch_size} images of {height}x{width} {dtype} needs "
-                f"{_gib(needed)}, more than this machine's {_gib(memory)} of memory: lower "
-                "image_size or batch_size"
+                f"{needs}, more than this machine's {has} of memory: lower image_size or "
+                "batch_size"
             )
 
     def refuse_unlabelled(self, info: BuildInfo, split: str) -> None:
@@ -266,9 +267,10 @@ class LoadSpec:
         memory = physical_memory()
         if memory and needed > memory:
             kept = "records" if self.training else f"{num_examples} decoded images"
+            needs, has = _gibs(needed, memory)
             raise ValueError(
-                f"ReadConfig(cache=True): the {kept} take {_gib(needed)}, more than this "
-                f"machine's {_gib(memory)} of memory: cache=None (or False) reads them each "
+                f"ReadConfig(cache=True): the {kept} take {needs}, more than this "
+                f"machine's {has} of memory: cache=None (or False) reads them each "
                 "epoch" + ("" if self.training or pixel == 1 else '; dtype="uint8" takes a quarter')
             )
         return True
@@ -307,6 +309,17 @@ def physical_memory() -> int | None:
 
 def _gib(size: int) -> str:
     return f"{size / 2**30:,.0f} GiB" if size >= 10 * 2**30 else f"{size / 2**30:.2g} GiB"
+
+
+def _gibs(needed: int, memory: int) -> tuple[str, str]:
+    """`needed` and `memory` as `_gib`s, with decimals until they differ (a batch just past
+    the memory read "needs 16 GiB, more than this machine's 16 GiB"); else in bytes."""
+    texts = _gib(needed), _gib(memory)
+    for digits in range(1, 4):
+        if texts[0] != texts[1]:
+            return texts
+        texts = f"{needed / 2**30:,.{digits}f} GiB", f"{memory / 2**30:,.{digits}f} GiB"
+    return texts if texts[0] != texts[1] else (f"{needed:,} bytes", f"{memory:,} bytes")
 
 
 # Keyword arguments of Keras's `image_dataset_from_directory` and TFDS's `tfds.load` that the

@@ -246,12 +246,15 @@ def test_loader_benchmark_prints_every_loader_and_fit(trees, built):
         "--tree",
         trees["large"],
         *("--batch_size", 8, "--batches", 2, "--repeats", 1, "--fit_repeats", 1),
+        *("--image_size", 96),
     )
     loops, cpu, fits = tables(done.stdout)
     loaders = [
         "decode limit (bytes in memory)",
         "ours (eval)",
         "ours (train)",
+        "ours (eval), dct_scaling=False",
+        "ours (train), dct_scaling=False",
         "ours (eval), uint8",
         "ours (train), uint8",
         "ours (train), uint8, detection",
@@ -281,6 +284,9 @@ def test_loader_benchmark_prints_every_loader_and_fit(trees, built):
     for mode in ("eval", "train"):
         line = rf"^ours \({mode}\), uint8 / float32: [\d.]+ \(images/s\), [\d.]+ \(CPU"
         assert re.search(line, done.stdout, re.M)
+        line = rf"^ours \({mode}\), DCT-scaled decode: CPU per image [\d.]+x less$"
+        assert re.search(line, done.stdout, re.M)
+    assert "loader into a consumer loop, 96x96, batch 8" in done.stdout
     for name in ("ours (eval)", "ours (train)"):
         line = rf"^{re.escape(name)} / decode limit, round by round: [\d.]+$"
         assert re.search(line, done.stdout, re.M)

@@ -50,6 +50,9 @@ from schemas import features as F  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SIZE = (40, 32)
+# DALI decodes every JPEG at full size (nvJPEG has no DCT scaling): its pixels are compared with
+# load_dataset's full-size decode.
+FULL_SIZE = ReadConfig(dct_scaling=False)
 STILL = ReadConfig(random_crop=False, random_flip=False)  # every record's pixels fixed
 
 
@@ -131,7 +134,8 @@ def test_evaluation_is_every_record_once_with_the_loaders_labels_and_pixels(buil
         expected = np.eye(num_classes + 1)[[e[F.LABEL][0] for e in examples]]
         np.testing.assert_array_equal(labels, expected)
         for image, example in zip(images, examples, strict=True):
-            ours = preprocess_for_eval(example[F.ENCODED][0], SIZE, dtype="uint8").numpy()
+            encoded = example[F.ENCODED][0]
+            ours = preprocess_for_eval(encoded, SIZE, FULL_SIZE, dtype="uint8").numpy()
             # Two JPEG decoders' rounding (TensorFlow's INTEGER_FAST IDCT, DALI's libjpeg-turbo
             # default): within two levels on average; a wrong channel order, crop or flip
             # would be tens of levels off.
@@ -179,7 +183,8 @@ def test_evaluation_central_crops_cut_load_datasets_window(built, fraction):
     (images,) = [np.asarray(x) for x, _ in load_dali_dataset(built, "validation", **kw)]
     for image, example in zip(images, read_split(built, "validation"), strict=True):
         encoded = example[F.ENCODED][0]
-        ours = preprocess_for_eval(encoded, SIZE, config=config, dtype="uint8").numpy()
+        full_size = dataclasses.replace(config, dct_scaling=False)
+        ours = preprocess_for_eval(encoded, SIZE, config=full_size, dtype="uint8").numpy()
         assert np.abs(image.astype(int) - ours.astype(int)).mean() < 2.0
 
 
@@ -194,7 +199,7 @@ def test_exif_orientation_is_not_applied_as_load_dataset_does_not(tmp_path):
     build(tmp_path / "tree", tmp_path / "out")
     kw = {"batch_size": 3, "image_size": SIZE, "dtype": "uint8"}
     (images,) = [np.asarray(x) for x, _ in load_dali_dataset(tmp_path / "out", "validation", **kw)]
-    ours = preprocess_for_eval(turned, SIZE, dtype="uint8").numpy()
+    ours = preprocess_for_eval(turned, SIZE, FULL_SIZE, dtype="uint8").numpy()
     for image in images:
         assert np.abs(image.astype(int) - ours.astype(int)).mean() < 2.0
     pipe = training_crops(tmp_path / "out", 3, seed=3, config=ReadConfig(random_flip=False))

@@ -153,7 +153,7 @@ def colour_box(image, colour):
     return np.array([columns.min(), rows.min(), columns.max() + 1, rows.max() + 1], np.float32)
 
 
-@pytest.mark.parametrize("size", [(72, 96), (64, 64)])
+@pytest.mark.parametrize("size", [(72, 96), (64, 64), (24, 32)])  # (24, 32): at 1/2, 1/4 too
 def test_training_boxes_follow_the_random_crop_and_flip(detection_build, size):
     out, truth = detection_build
     names = dataset_info(out).class_names

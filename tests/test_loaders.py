@@ -121,6 +121,18 @@ def test_keras_names_categorical_int_image_size_and_class_names(built):
             "machine's 16 GiB of memory: lower image_size or batch_size",
         ),
         (
+            {"batch_size": 8, "image_size": (12_000, 15_000)},  # just past: 16.1 GiB
+            ValueError,
+            "a batch of 8 images of 12000x15000 float32 needs 16.1 GiB, more than this machine's "
+            "16.0 GiB of memory",
+        ),
+        (
+            {"batch_size": 28_533},  # 192 KiB past 16 GiB
+            ValueError,
+            "a batch of 28533 images of 224x224 float32 needs 17,180,061,696 bytes, more than "
+            "this machine's 17,179,869,184 bytes of memory: lower image_size or batch_size",
+        ),
+        (
             {"batch_size": 10**9, "dtype": "uint8"},
             ValueError,
             "a batch of 1000000000 images of 224x224 uint8 needs 140,190 GiB, more than",

@@ -1,0 +1,149 @@
+"""The build's JPEGs decoded at a DCT scale: 1/2, 1/4 or 1/8 of their size, where the part of
+the image the output shows still has at least the output's pixels (`ReadConfig.dct_scaling`).
+
+libjpeg scales inside its inverse DCT (an 8x8 block becomes 4x4, 2x2 or 1x1 pixels): fewer
+pixels transformed, converted to RGB and handed to the resize, which then shrinks by less than
+2x. That is faster (a 4000x3000 photo decodes in about 0.4x the time at 1/8) and it aliases
+less: the bilinear resize without antialias that follows (tf.keras's and the decode limit's)
+samples four source pixels for each output pixel and skips the rest, however many there are.
+Figures: benchmarks/RESULTS.md, "Loader: decoding at a DCT scale".
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import tensorflow as tf
+
+from schemas.metadata import SplitInfo
+
+RATIOS = (1, 2, 4, 8)  # the scales tf.io.decode_jpeg takes (its `ratio`: 1/ratio of each side)
+
+
+def decode_jpeg(encoded: tf.Tensor, ratio: int = 1, window: tf.Tensor | None = None) -> tf.Tensor:
+    """uint8 RGB of JPEG bytes at 1/`ratio` of their size; `window` [y, x, height, width] in
+    the pixels of that scale: only that part is decoded."""
+    if window is None:
+        return tf.io.decode_jpeg(encoded, channels=3, ratio=ratio, dct_method="INTEGER_FAST")
+    return tf.io.decode_and_crop_jpeg(
+        encoded, window, channels=3, ratio=ratio, dct_method="INTEGER_FAST"
+    )
+
+
+def scaled_shape(shape: tf.Tensor, ratio) -> tf.Tensor:
+    """[height, width] of a JPEG of `shape` decoded at 1/`ratio`: libjpeg rounds up."""
+    return (shape + ratio - 1) // ratio
+
+
+def decode_for_output(
+    encoded: tf.Tensor,
+    image_size: tuple[int, int],
+    central_crop: float,
+    scaling: bool,
+    shape: tf.Tensor | None = None,
+) -> tf.Tensor:
+    """A JPEG decoded whole at the smallest scale whose central crop (`central_crop` of each
+    side, `tf.image.central_crop`'s arithmetic) is still at least `image_size`; at full size
+    without `scaling`. `shape`: int32 [height, width] where known (a record's: reading the
+    JPEG's header for it took 3% of an evaluation's CPU), else read from the header."""
+    if not scaling:
+        return decode_jpeg(encoded)
+    if shape is None:
+        shape = tf.io.extract_jpeg_shape(encoded)[:2]
+    sides = scaled_shape(shape[None, :], _ratios(shape.dtype))  # [ratio, (height, width)]
+    if central_crop < 1.0:
+        sides -= 2 * _central_start(sides, central_crop)
+    return _decode_at(encoded, _largest(sides >= image_size))
+
+
+def decode_window(
+    encoded: tf.Tensor,
+    shape: tf.Tensor,
+    window: tf.Tensor,
+    image_size: tuple[int, int],
+    scaling: bool,
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """(pixels, shape, window): `window` [y, x, height, width] of a JPEG of `shape` decoded at
+    the smallest scale that leaves it at least `image_size`, with the shape and window at that
+    scale (the window grown outwards to whole pixels of it), so boxes follow the pixels."""
+    if not scaling:
+        return decode_jpeg(encoded, window=window), shape, window
+    # h // r >= out_h exactly when h // out_h >= r: the most times the output fits, in 5 ops
+    times = tf.reduce_min(window[2:] // tf.constant(image_size, window.dtype))
+    index = tf.reduce_sum(tf.cast(times >= tf.constant(RATIOS[1:], window.dtype), tf.int32))
+
+    def at(ratio: int) -> Callable[[], tuple[tf.Tensor, tf.Tensor, tf.Tensor]]:
+        def decode():  # (the window's arithmetic in the branch: none at full size)
+            if ratio == 1:
+                return decode_jpeg(encoded, window=window), shape, window
+            scaled = scaled_shape(shape, ratio)
+            start = window[:2] // ratio
+            end = tf.minimum(scaled_shape(window[:2] + window[2:], ratio), scaled)
+            part = tf.concat([start, end - start], 0)
+            return decode_jpeg(encoded, ratio, part), scaled, part
+
+        return decode
+
+    image, scaled, part = tf.switch_case(index, [at(ratio) for ratio in RATIOS])
+    return tf.ensure_shape(image, [None, None, 3]), scaled, part
+
+
+def may_scale(split: SplitInfo, image_size: tuple[int, int], training: bool) -> bool:
+    """`ReadConfig(dct_scaling=None)`'s choice for a split, from its metadata's histograms of
+    heights and widths. Evaluation: where its tallest and its widest image (each image is at
+    most both) are at least twice the output; choosing costs nothing measurable there.
+    Training: where its median height and width are, so that a good share of the crops (their
+    median side is 0.73 of the image's) is scaled: the choice costs 2-5% of a training image's
+    CPU, which scaled decodes repay only when that many are (benchmarks/RESULTS.md, "Loader:
+    decoding at a DCT scale"). A build without the histograms (schema before 1.2): scaled."""
+    if not split.image_heights or not split.image_widths:
+        return True
+    pick = _median if training else max
+    return (
+        pick(split.image_heights) >= 2 * image_size[0]
+        and pick(split.image_widths) >= 2 * image_size[1]
+    )
+
+
+def _median(histogram: dict[int, int]) -> int:
+    """The median of a {value: count} histogram (the lower one of an even count)."""
+    half, seen = (sum(histogram.values()) + 1) // 2, 0
+    for value in sorted(histogram):
+        seen += histogram[value]
+        if seen >= half:
+            return value
+    raise ValueError("an empty histogram has no median")
+
+
+def central_window(shape: tf.Tensor, fraction: float) -> tf.Tensor:
+    """[y, x, height, width] of `tf.image.central_crop`'s window into an image of `shape`
+    ([height, width, ...]), with its arithmetic."""
+    start = _central_start(shape[:2], fraction)
+    return tf.concat([start, shape[:2] - 2 * start], 0)
+
+
+def _central_start(sides: tf.Tensor, fraction: float) -> tf.Tensor:
+    """`tf.image.central_crop`'s offsets into `sides` (int32, any shape), in float64."""
+    sides64 = tf.cast(sides, tf.float64)
+    return tf.cast((sides64 - sides64 * fraction) / 2, sides.dtype)
+
+
+# The choice is made in a few vectorized ops a record: with one small op per ratio and side
+# (about a hundred) it cost 3-4% of an evaluation's CPU at 224x224, where nothing is scaled.
+def _ratios(dtype) -> tf.Tensor:
+    """RATIOS as a [4, 1] column, against [height, width] rows."""
+    return tf.constant([[ratio] for ratio in RATIOS], dtype)
+
+
+def _largest(fits: tf.Tensor) -> tf.Tensor:
+    """The index into RATIOS of the largest ratio whose row of `fits` [4, 2] is all true; 0
+    (full size) where none is."""
+    fitting = tf.reduce_all(fits, axis=1)
+    return tf.reduce_max(tf.where(fitting, tf.range(len(RATIOS)), 0))
+
+
+def _decode_at(encoded: tf.Tensor, index: tf.Tensor, window: tf.Tensor | None = None):
+    """`decode_jpeg` at RATIOS[index] (a static attribute of the op: one branch a ratio)."""
+    branches = [functools.partial(decode_jpeg, encoded, ratio, window) for ratio in RATIOS]
+    return tf.ensure_shape(tf.switch_case(index, branches), [None, None, 3])

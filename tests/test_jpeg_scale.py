@@ -1,0 +1,174 @@
+"""`ReadConfig.dct_scaling`: a JPEG decoded at 1/2, 1/4 or 1/8 of its size where what the output
+shows still has the output's pixels at that scale; the same view, boxes and pixels as a decode at
+that scale composed by hand."""
+
+import functools
+import io
+import pathlib
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from helpers import build
+from PIL import Image
+
+from loaders import ReadConfig, dataset_info, load_dataset
+from loaders.jpeg_scale import RATIOS, may_scale, scaled_shape
+from loaders.preprocessing import eval_view, preprocess_for_eval, train_view
+from schemas.metadata import SplitInfo
+
+CAT = pathlib.Path(__file__).parent / "data/corpus/images/tfrecorder/TRAIN/cat/cat-640x853-1.jpg"
+FULL_SIZE = ReadConfig(dct_scaling=False)
+
+
+def decoded(encoded, ratio, window=None):
+    """The JPEG at 1/`ratio`, or its `window` at that scale as libjpeg crops it (its right and
+    bottom edges' chroma upsampled as the image's are: a few levels off a slice there)."""
+    if window is None:
+        return tf.io.decode_jpeg(encoded, channels=3, ratio=ratio, dct_method="INTEGER_FAST")
+    window = tf.constant(window, tf.int32)
+    return tf.io.decode_and_crop_jpeg(
+        encoded, window, channels=3, ratio=ratio, dct_method="INTEGER_FAST"
+    )
+
+
+def resized(image, size):
+    pixels = tf.image.resize(image, size, method="bilinear", antialias=False)
+    return tf.cast(tf.clip_by_value(tf.round(pixels), 0, 255), tf.uint8).numpy()
+
+
+@pytest.mark.parametrize("progressive", [False, True])
+@pytest.mark.parametrize("size", [(1, 1), (7, 9), (17, 33), (599, 801), (1000, 8)])
+def test_the_scaled_shape_is_libjpegs(size, progressive):
+    height, width = size
+    pixels = np.random.default_rng(height).integers(0, 256, (height, width, 3), np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="JPEG", progressive=progressive)
+    for ratio in RATIOS:
+        image = decoded(tf.constant(out.getvalue()), ratio)
+        assert tuple(image.shape[:2]) == tuple(scaled_shape(np.array(size), ratio))
+
+
+@pytest.mark.parametrize(
+    ("size", "crop", "ratio"),
+    [
+        ((64, 64), 1.0, 8),  # 853 x 640 / 8 = 107 x 80
+        ((80, 80), 1.0, 8),
+        ((64, 81), 1.0, 4),  # 80 wide at 1/8: one short
+        ((100, 100), 1.0, 4),
+        ((200, 300), 1.0, 2),
+        ((400, 400), 1.0, 1),
+        ((70, 70), 0.875, 8),  # the central crop of 80: 70
+        ((71, 71), 0.875, 4),
+        ((280, 100), 0.875, 2),
+    ],
+)
+def test_evaluation_decodes_at_the_smallest_scale_that_fills_the_output(size, crop, ratio):
+    encoded = tf.constant(CAT.read_bytes())
+    config = ReadConfig(eval_central_crop=crop)
+    image, view = eval_view(encoded, size, config, "uint8")
+    source = decoded(encoded, ratio)
+    expected = tf.image.central_crop(source, crop) if crop < 1 else source
+    assert tuple(view.source_shape.numpy()) == tuple(source.shape[:2])
+    assert tuple(view.window.numpy()[2:]) == tuple(expected.shape[:2])
+    np.testing.assert_array_equal(image.numpy(), resized(expected, size))
+    np.testing.assert_array_equal(  # preprocess_for_eval, for any file: the same
+        preprocess_for_eval(encoded, size, config, "uint8").numpy(), image.numpy()
+    )
+    whole = tf.image.central_crop(decoded(encoded, 1), crop) if crop < 1 else decoded(encoded, 1)
+    np.testing.assert_array_equal(  # without scaling: the full-size decode
+        preprocess_for_eval(
+            encoded, size, ReadConfig(eval_central_crop=crop, dct_scaling=False), "uint8"
+        ).numpy(),
+        resized(whole, size),
+    )
+
+
+@pytest.mark.parametrize("size", [(32, 32), (56, 40), (160, 120)])
+def test_a_training_crop_is_its_window_at_the_smallest_scale_that_fills_the_output(size):
+    encoded = tf.constant(CAT.read_bytes())
+    shape = np.array([853, 640])
+    boxes = tf.constant([[0.1, 0.2, 0.9, 0.7]])
+    config = ReadConfig(random_flip=False)
+    used = set()
+    for seed in range(40):
+        seed = tf.constant([seed, 7], tf.int64)
+        image, view = train_view(encoded, boxes, size, seed, config, "uint8")
+        _, full = train_view(encoded, boxes, size, seed, FULL_SIZE, "uint8")
+        window = full.window.numpy()  # the same draw, in source pixels
+        ratio = max(r for r in RATIOS if np.all(window[2:] // r >= size))
+        start = window[:2] // ratio
+        end = np.minimum(-(-(window[:2] + window[2:]) // ratio), scaled_shape(shape, ratio))
+        assert tuple(view.source_shape.numpy()) == tuple(scaled_shape(shape, ratio))
+        assert tuple(view.window.numpy()) == (*start, *(end - start))
+        expected = decoded(encoded, ratio, view.window.numpy())
+        np.testing.assert_array_equal(image.numpy(), resized(expected, size))
+        y, x, h, w = view.window.numpy()  # the window is in the scaled image's pixels
+        cut = decoded(encoded, ratio).numpy()[y : y + h, x : x + w].astype(int)
+        off = np.abs(expected.numpy().astype(int) - cut)
+        assert off[:-1, :-1].max() == 0 and off.mean() < 0.1  # (but the right and bottom edge)
+        used.add(ratio)
+    assert len(used) >= 2  # the crops' sizes vary: more than one scale was taken
+
+
+def test_the_loader_scales_a_builds_large_images_as_preprocess_for_eval_does(tmp_path):
+    photos = CAT.parent.parent.parent  # TRAIN/, VALIDATION/, TEST/ of class folders, 320-853 px
+    build(photos, tmp_path / "out")
+    info = dataset_info(str(tmp_path / "out"))
+    assert may_scale(info.split("train"), (64, 64), training=False)  # 853 x 640: at 1/8
+    assert not may_scale(info.split("train"), (427, 320), training=False)  # none is twice
+
+    def loaded(size, config):
+        images = {}
+        for split in info.splits:
+            batches = load_dataset(
+                str(tmp_path / "out"),
+                split,
+                batch_size=2,
+                image_size=size,
+                label_mode=None,
+                dtype="uint8",
+                with_filenames=True,
+                config=config,
+            )
+            for pixels, names in batches:
+                images.update(zip((n.decode() for n in names.numpy()), pixels.numpy(), strict=True))
+        return images
+
+    stored = {str(p.relative_to(photos)): p.read_bytes() for p in photos.glob("*/*/*.jpg")}
+    for size in [(64, 64), (150, 120)]:
+        scaled, whole = loaded(size, ReadConfig()), loaded(size, FULL_SIZE)
+        assert sorted(scaled) == sorted(whole) == sorted(stored)
+        for name, encoded in stored.items():
+            np.testing.assert_array_equal(
+                scaled[name], preprocess_for_eval(encoded, size, dtype="uint8").numpy()
+            )
+            np.testing.assert_array_equal(
+                whole[name], preprocess_for_eval(encoded, size, FULL_SIZE, "uint8").numpy()
+            )
+        assert sum(not np.array_equal(scaled[n], whole[n]) for n in stored) >= 4
+
+
+def test_a_split_is_scaled_where_its_largest_image_or_for_training_its_median_is_twice():
+    def split(heights, widths):
+        return SplitInfo(1, 1, 0, (1,), (), image_heights=heights, image_widths=widths)
+
+    evaluation = functools.partial(may_scale, image_size=(224, 224), training=False)
+    training = functools.partial(may_scale, image_size=(224, 224), training=True)
+    assert evaluation(split({100: 1, 448: 2}, {300: 1, 448: 1}))
+    assert not evaluation(split({100: 1, 447: 2}, {300: 1, 900: 1}))
+    assert not evaluation(split({900: 1}, {447: 1}))
+    assert not training(split({100: 2, 448: 1}, {448: 3}))  # the median height is 100
+    assert training(split({100: 1, 448: 1, 500: 1}, {448: 2, 300: 1}))
+    assert not training(split({100: 2, 448: 2}, {448: 4}))  # the lower of an even count
+    for choice in (evaluation, training):
+        assert choice(split({}, {}))  # a build before schema 1.2: unknown, scaled
+
+
+@pytest.mark.parametrize("value", ["yes", 1, 0.0])
+def test_dct_scaling_is_none_true_or_false(value):
+    with pytest.raises(TypeError) as refused:
+        ReadConfig(dct_scaling=value)
+    assert (
+        str(refused.value) == f"ReadConfig.dct_scaling must be None, True or False, not {value!r}"
+    )
