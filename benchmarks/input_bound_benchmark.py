@@ -4,6 +4,8 @@
     python -m benchmarks.input_bound_benchmark bench_data/out8k --model small --batch_size 64
     python -m benchmarks.input_bound_benchmark bench_data/out8k --service 2  # + tf.data service
     python -m benchmarks.input_bound_benchmark bench_data/out8k --dali        # + NVIDIA DALI
+    python -m benchmarks.input_bound_benchmark bench_data/out8k --image_size 160  # a fast recipe
+    python -m benchmarks.input_bound_benchmark bench_data/out8k --model efficientnetv2b0
 
 For each way of feeding the model (float32 batches; uint8 batches into the same model with
 `loaders.normalization_layer()` first; with --service, uint8 batches decoded by a tf.data
@@ -42,17 +44,34 @@ from benchmarks.measure import built_dataset
 from loaders import load_dataset, normalization_layer
 from loaders.service import start_dispatcher, start_worker
 
+# The backbones --model names (random weights, no classifier): ResNet-50, and the small models
+# fast recipes train (issue 42), without their own input scaling (the loader's [0, 1] floats, or
+# `normalization_layer()`'s, reach them as they reach ResNet-50).
+BACKBONES = {
+    "resnet50": lambda shape: keras.applications.ResNet50(
+        weights=None, include_top=False, pooling="avg", input_shape=shape
+    ),
+    "efficientnetv2b0": lambda shape: keras.applications.EfficientNetV2B0(
+        weights=None, include_top=False, pooling="avg", input_shape=shape,
+        include_preprocessing=False,
+    ),
+    "mobilenetv3large": lambda shape: keras.applications.MobileNetV3Large(
+        weights=None, include_top=False, pooling="avg", input_shape=shape,
+        include_preprocessing=False,
+    ),
+}  # fmt: skip
 
-def build_model(name: str, num_outputs: int, uint8: bool = False) -> keras.Model:
-    """ResNet-50 (random weights, SGD with momentum), or loader_benchmark's small CNN; with
-    `uint8`, it takes pixels and starts with `normalization_layer()`."""
+
+def build_model(
+    name: str, num_outputs: int, uint8: bool = False, size: tuple[int, int] = SIZE
+) -> keras.Model:
+    """A `BACKBONES` model (SGD with momentum) of `size` inputs, or loader_benchmark's small
+    CNN; with `uint8`, it takes pixels and starts with `normalization_layer()`."""
     if name == "small":
-        return small_cnn(num_outputs, uint8=uint8)
-    inputs = keras.Input((*SIZE, 3), dtype="uint8" if uint8 else "float32")
+        return small_cnn(num_outputs, uint8=uint8, size=size)
+    inputs = keras.Input((*size, 3), dtype="uint8" if uint8 else "float32")
     x = normalization_layer()(inputs) if uint8 else inputs
-    backbone = keras.applications.ResNet50(
-        weights=None, include_top=False, pooling="avg", input_shape=(*SIZE, 3)
-    )
+    backbone = BACKBONES[name]((*size, 3))
     # A float32 softmax: under mixed precision the loss's inputs stay in full precision.
     outputs = keras.layers.Dense(num_outputs, activation="softmax", dtype="float32")(backbone(x))
     model = keras.Model(inputs, outputs)
@@ -161,7 +180,10 @@ class PluginBatches:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("data_dir")
-    parser.add_argument("--model", choices=("resnet50", "small"), default="resnet50")
+    parser.add_argument("--model", choices=(*BACKBONES, "small"), default="resnet50")
+    parser.add_argument(
+        "--image_size", type=int, default=SIZE[0], help="square input side (default 224)"
+    )
     parser.add_argument("--batch_size", type=int, default=256)
     parser.add_argument("--steps", type=int, default=50, help="steps per timed run")
     parser.add_argument("--repeats", type=int, default=3)
@@ -199,7 +221,7 @@ def main() -> int:
     if mixed:
         keras.mixed_precision.set_global_policy("mixed_bfloat16")
     info = built_dataset(parser, args.data_dir)
-    b = args.batch_size
+    b, size = args.batch_size, (args.image_size, args.image_size)
     servers, service = [], args.service
     if service and not service.startswith("grpc://"):
         servers = [start_dispatcher()]
@@ -215,7 +237,7 @@ def main() -> int:
             options = {key: settings.pop(key) for key in list(settings) if key in DALI_ARGUMENTS}
             training = bool(settings.pop("training", 1))
             batches = load_dali_dataset(
-                args.data_dir, "train", batch_size=b, image_size=SIZE, training=training,
+                args.data_dir, "train", batch_size=b, image_size=size, training=training,
                 seed=0, dtype=dtype, decoder_options=settings, **options,
             )  # fmt: skip
             if isinstance(batches, tf.data.Dataset):
@@ -227,7 +249,7 @@ def main() -> int:
             args.data_dir,
             "train",
             batch_size=b,
-            image_size=SIZE,
+            image_size=size,
             training=True,
             seed=0,
             dtype=dtype,
@@ -246,10 +268,14 @@ def main() -> int:
     print(
         f"device: {', '.join(devices) or 'CPU only'}; host cores: {os.cpu_count()}; "
         f"Keras backend: {keras.backend.backend()}; "
-        f"model: {args.model}, batch {b}, mixed precision: {'on' if mixed else 'off'}"
+        f"model: {args.model} at {size[0]}x{size[1]}, batch {b}, "
+        f"mixed precision: {'on' if mixed else 'off'}"
         + (f"; tf.data service: {args.service}" if service else "")
     )
-    print(f"| {args.model}, batch {b} | loader alone | fit, fed | fit, cached | fed / cached |")
+    print(
+        f"| {args.model} {size[0]}px, batch {b} | loader alone | fit, fed | fit, cached | "
+        "fed / cached |"
+    )
     print("|---|---|---|---|---|")
     shares, models, waits, failed = {}, {}, {}, 0
     try:
@@ -262,7 +288,7 @@ def main() -> int:
                 # One model per input dtype: the rows that feed it uint8 share its compiled step.
                 if dtype not in models:
                     models[dtype] = build_model(
-                        args.model, len(info.class_names), uint8=dtype == "uint8"
+                        args.model, len(info.class_names), dtype == "uint8", size
                     )
                 loader, _ = images_per_second(fed, args.steps, b, warmup=5)
                 if isinstance(fed, Endless):

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from beam_pipeline.runners.machine import available_cores
@@ -298,16 +299,21 @@ def test_input_bound_benchmark_says_whether_the_model_waits(built):
         "input_bound_benchmark",
         built,
         *("--model", "small", "--batch_size", 8, "--steps", 2, "--repeats", 1, "--service", 2),
+        *("--image_size", 96),
     )
     (rows,) = tables(done.stdout)
-    assert rows["small, batch 8"] == ["loader alone", "fit, fed", "fit, cached", "fed / cached"]
+    header = ["loader alone", "fit, fed", "fit, cached", "fed / cached"]
+    assert rows["small 96px, batch 8"] == header
     ways = ["float32", "uint8 + normalization layer", "uint8, tf.data service"]
     assert list(rows)[1:] == ways
     for name in ways:
         assert_numbers(rows[name])
         verdict = rf"^{re.escape(name)}: the model (waits|does not wait) on input \(fed at [\d.]+ "
         assert re.search(verdict, done.stdout, re.M)
-    device = r"^device: .*; model: small, batch 8, mixed precision: (on|off); tf.data service: 2$"
+    device = (
+        r"^device: .*; model: small at 96x96, batch 8, mixed precision: (on|off); "
+        r"tf.data service: 2$"
+    )
     assert re.search(device, done.stdout, re.M)
 
 
@@ -336,6 +342,19 @@ def test_input_bound_benchmark_feeds_dali_and_times_the_wait_for_it(built):
         wait = rf"^{re.escape(name)}: fit waited [\d.]+ ms per batch for DALI \(a fed step: "
         assert re.search(wait + r"[\d.]+ ms\)$", done.stdout, re.M)
     assert "Keras backend: jax" in done.stdout
+
+
+@pytest.mark.parametrize("name", ["efficientnetv2b0", "mobilenetv3large"])
+def test_the_feed_benchmarks_small_models_take_pixels_at_any_size(name):
+    from benchmarks.input_bound_benchmark import build_model
+
+    model = build_model(name, 5, uint8=True, size=(64, 96))
+    assert model.input.dtype == "uint8" and tuple(model.input.shape) == (None, 64, 96, 3)
+    assert model.layers[1].name == "normalization"  # the loader's layer, then the backbone
+    pixels = np.random.default_rng(0).integers(0, 256, (2, 64, 96, 3), np.uint8)
+    scores = model.predict(pixels, verbose=0)
+    assert scores.shape == (2, 5)
+    np.testing.assert_allclose(scores.sum(axis=1), 1.0, rtol=1e-5)
 
 
 def test_dali_rows_are_parsed_or_refused_by_name():

@@ -131,7 +131,8 @@ stage_feed() {
   [ -f "$out/build_info.json" ] || $PY -m beam_pipeline --input_dir "$TREE_M" --output_dir "$out" \
     --splits train --num_shards 64 --quiet
   # FEED_ARGS: the rows after uint8 and DALI's training and evaluation ones (input_bound_benchmark
-  # --help), e.g. FEED_ARGS="--no_float32 --dali_row hw_decoder_load=1" (FEED_ARGS="" for none);
+  # --help), e.g. FEED_ARGS="--no_float32 --dali_row hw_decoder_load=1" (FEED_ARGS="" for none;
+  # fast recipes: FEED_ARGS="--image_size 160", "--model efficientnetv2b0 --batch_size 512");
   # the default adds the tf.data service and DALI with its own settings (the loader sets others
   # on the GPU)
   local rows rc=0 sampler=
