@@ -93,6 +93,16 @@ def check_image_invariants(data: bytes, policy: ImagePolicy) -> None:
     import tensorflow as tf
 
     assert tuple(tf.io.decode_jpeg(stored.data, channels=3).shape) == pillow.shape
+    from loaders.jpeg_scale import RATIOS, decode_jpeg, scaled_shape
+
+    # The loader's DCT-scaled decodes (loaders.jpeg_scale): libjpeg's size, and the same
+    # picture: a scaled pixel is its block's average, so the means agree, but where the full
+    # decode clipped (0 or 255: an average of clipped values is not the clipped average).
+    unclipped = 0 < pillow.min() and pillow.max() < 255
+    for ratio in RATIOS[1:]:
+        scaled = decode_jpeg(tf.constant(stored.data), ratio).numpy()
+        assert scaled.shape == (*scaled_shape(np.array(pillow.shape[:2]), ratio), 3)
+        assert not unclipped or abs(float(scaled.mean()) - float(pillow.mean())) < 8, ratio
     strict = simplejpeg.decode_jpeg(stored.data, strict=True)
     assert np.array_equal(strict, pillow)
     if not stored.reencoded:  # kept: what a reader shows of the input, nothing lost
