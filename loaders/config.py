@@ -44,8 +44,8 @@ class ReadConfig:
         that can be; False: none, every image at full size (as `load_dali_dataset` decodes).
         None (the default): `load_dataset` decides per split from its metadata's sizes
         (`loaders.jpeg_scale.may_scale`: evaluation where some image is twice the output,
-        training where the median one is); `preprocess_for_eval` and `preprocess_for_train`
-        take None as True.
+        training where the median image's median crop is); `preprocess_for_eval` and
+        `preprocess_for_train` take None as True.
       cache: keep the first full epoch in memory for the next ones (tf.data's cache):
         training, the records (crops and flips are drawn anew each epoch, and the shuffle
         buffer takes the whole split: a full reshuffle each epoch); evaluation, the decoded

@@ -115,7 +115,9 @@ def read_and_batch(
         spec.refuse_unseeded_workers("load_dataset")
     spec = dataclasses.replace(spec, seed=pipeline_seed(spec.seed, input_context))
     if spec.config.dct_scaling is None:
-        scaling = may_scale(info.split(split), spec.image_size, spec.training)
+        crops = spec.training and spec.config.random_crop
+        area = spec.config.crop_area_range if crops else None
+        scaling = may_scale(info.split(split), spec.image_size, area)
         spec = dataclasses.replace(
             spec, config=dataclasses.replace(spec.config, dct_scaling=scaling)
         )

@@ -12,6 +12,7 @@ Figures: benchmarks/RESULTS.md, "Loader: decoding at a DCT scale".
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 
 import tensorflow as tf
@@ -89,21 +90,28 @@ def decode_window(
     return tf.ensure_shape(image, [None, None, 3]), scaled, part
 
 
-def may_scale(split: SplitInfo, image_size: tuple[int, int], training: bool) -> bool:
+def may_scale(
+    split: SplitInfo,
+    image_size: tuple[int, int],
+    crop_area_range: tuple[float, float] | None = None,
+) -> bool:
     """`ReadConfig(dct_scaling=None)`'s choice for a split, from its metadata's histograms of
-    heights and widths. Evaluation: where its tallest and its widest image (each image is at
-    most both) are at least twice the output; choosing costs nothing measurable there.
-    Training: where its median height and width are, so that a good share of the crops (their
-    median side is 0.73 of the image's) is scaled: the choice costs 2-5% of a training image's
-    CPU, which scaled decodes repay only when that many are (benchmarks/RESULTS.md, "Loader:
-    decoding at a DCT scale"). A build without the histograms (schema before 1.2): scaled."""
+    heights and widths. Whole images (evaluation; `crop_area_range` None): where its tallest
+    and its widest image (each image is at most both) are at least twice the output; choosing
+    costs nothing measurable there. Random crops of `crop_area_range` of the image: where the
+    median image's crop of the median area (sides `sqrt((low + high) / 2)` of the image's,
+    0.73 by default) is twice the output, so that about half the crops are scaled: the choice
+    costs a training image 2-6% of its CPU, which only that many scaled decodes repay
+    (benchmarks/RESULTS.md, "Loader: decoding at a DCT scale"). A build without the
+    histograms (schema before 1.2): scaled."""
     if not split.image_heights or not split.image_widths:
         return True
-    pick = _median if training else max
-    return (
-        pick(split.image_heights) >= 2 * image_size[0]
-        and pick(split.image_widths) >= 2 * image_size[1]
-    )
+    if crop_area_range is None:
+        height, width, side = max(split.image_heights), max(split.image_widths), 1.0
+    else:
+        height, width = _median(split.image_heights), _median(split.image_widths)
+        side = math.sqrt(sum(crop_area_range) / 2)
+    return height * side >= 2 * image_size[0] and width * side >= 2 * image_size[1]
 
 
 def _median(histogram: dict[int, int]) -> int:

@@ -115,8 +115,8 @@ def test_the_loader_scales_a_builds_large_images_as_preprocess_for_eval_does(tmp
     photos = CAT.parent.parent.parent  # TRAIN/, VALIDATION/, TEST/ of class folders, 320-853 px
     build(photos, tmp_path / "out")
     info = dataset_info(str(tmp_path / "out"))
-    assert may_scale(info.split("train"), (64, 64), training=False)  # 853 x 640: at 1/8
-    assert not may_scale(info.split("train"), (427, 320), training=False)  # none is twice
+    assert may_scale(info.split("train"), (64, 64))  # 853 x 640: at 1/8
+    assert not may_scale(info.split("train"), (427, 320))  # none is twice that
 
     def loaded(size, config):
         images = {}
@@ -149,18 +149,21 @@ def test_the_loader_scales_a_builds_large_images_as_preprocess_for_eval_does(tmp
         assert sum(not np.array_equal(scaled[n], whole[n]) for n in stored) >= 4
 
 
-def test_a_split_is_scaled_where_its_largest_image_or_for_training_its_median_is_twice():
+def test_a_split_is_scaled_where_its_largest_image_or_its_median_crop_is_twice_the_output():
     def split(heights, widths):
         return SplitInfo(1, 1, 0, (1,), (), image_heights=heights, image_widths=widths)
 
-    evaluation = functools.partial(may_scale, image_size=(224, 224), training=False)
-    training = functools.partial(may_scale, image_size=(224, 224), training=True)
+    evaluation = functools.partial(may_scale, image_size=(224, 224))
+    training = functools.partial(may_scale, image_size=(100, 100), crop_area_range=(0.08, 1.0))
     assert evaluation(split({100: 1, 448: 2}, {300: 1, 448: 1}))
     assert not evaluation(split({100: 1, 447: 2}, {300: 1, 900: 1}))
     assert not evaluation(split({900: 1}, {447: 1}))
-    assert not training(split({100: 2, 448: 1}, {448: 3}))  # the median height is 100
-    assert training(split({100: 1, 448: 1, 500: 1}, {448: 2, 300: 1}))
-    assert not training(split({100: 2, 448: 2}, {448: 4}))  # the lower of an even count
+    # the median crop's side is sqrt(0.54) = 0.735 of the image's: 273 px gives 200.6, 272 199.9
+    assert training(split({100: 1, 273: 1, 500: 1}, {273: 2, 300: 1}))
+    assert not training(split({100: 1, 272: 1, 500: 1}, {273: 2, 300: 1}))
+    assert not training(split({100: 2, 500: 2}, {500: 4}))  # the lower of an even count
+    whole = functools.partial(may_scale, image_size=(100, 100), crop_area_range=(1.0, 1.0))
+    assert whole(split({200: 2, 100: 1}, {200: 3}))
     for choice in (evaluation, training):
         assert choice(split({}, {}))  # a build before schema 1.2: unknown, scaled
 
