@@ -44,18 +44,17 @@ def decode_for_output(
     scaling: bool,
     shape: tf.Tensor | None = None,
 ) -> tf.Tensor:
-    """A JPEG decoded whole at the smallest scale whose central crop (`central_crop` of each
-    side, `tf.image.central_crop`'s arithmetic) is still at least `image_size`; at full size
-    without `scaling`. `shape`: int32 [height, width] where known (a record's: reading the
-    JPEG's header for it took 3% of an evaluation's CPU), else read from the header."""
+    """A JPEG decoded whole at 1/r, the largest r of RATIOS for which its central crop
+    (`central_crop` of each side, `tf.image.central_crop`'s arithmetic) is at least r times
+    `image_size` (`may_scale`'s "twice the output" at 1/2); at full size without `scaling`.
+    `shape`: int32 [height, width] where known (a record's: reading the JPEG's header for it
+    took 3% of an evaluation's CPU), else read from the header."""
     if not scaling:
         return decode_jpeg(encoded)
     if shape is None:
         shape = tf.io.extract_jpeg_shape(encoded)[:2]
-    sides = scaled_shape(shape[None, :], _ratios(shape.dtype))  # [ratio, (height, width)]
-    if central_crop < 1.0:
-        sides -= 2 * _central_start(sides, central_crop)
-    return _decode_at(encoded, _largest(sides >= image_size))
+    kept = shape - 2 * _central_start(shape, central_crop) if central_crop < 1.0 else shape
+    return _decode_at(encoded, _scale_index(kept, image_size))
 
 
 def decode_window(
@@ -70,9 +69,7 @@ def decode_window(
     scale (the window grown outwards to whole pixels of it), so boxes follow the pixels."""
     if not scaling:
         return decode_jpeg(encoded, window=window), shape, window
-    # h // r >= out_h exactly when h // out_h >= r: the most times the output fits, in 5 ops
-    times = tf.reduce_min(window[2:] // tf.constant(image_size, window.dtype))
-    index = tf.reduce_sum(tf.cast(times >= tf.constant(RATIOS[1:], window.dtype), tf.int32))
+    index = _scale_index(window[2:], image_size)
 
     def at(ratio: int) -> Callable[[], tuple[tf.Tensor, tf.Tensor, tf.Tensor]]:
         def decode():  # (the window's arithmetic in the branch: none at full size)
@@ -139,16 +136,12 @@ def _central_start(sides: tf.Tensor, fraction: float) -> tf.Tensor:
 
 # The choice is made in a few vectorized ops a record: with one small op per ratio and side
 # (about a hundred) it cost 3-4% of an evaluation's CPU at 224x224, where nothing is scaled.
-def _ratios(dtype) -> tf.Tensor:
-    """RATIOS as a [4, 1] column, against [height, width] rows."""
-    return tf.constant([[ratio] for ratio in RATIOS], dtype)
-
-
-def _largest(fits: tf.Tensor) -> tf.Tensor:
-    """The index into RATIOS of the largest ratio whose row of `fits` [4, 2] is all true; 0
-    (full size) where none is."""
-    fitting = tf.reduce_all(fits, axis=1)
-    return tf.reduce_max(tf.where(fitting, tf.range(len(RATIOS)), 0))
+def _scale_index(sides: tf.Tensor, image_size: tuple[int, int]) -> tf.Tensor:
+    """The index into RATIOS of the largest ratio r for which `sides` [height, width] are at
+    least r times `image_size` (0: full size): h >= r * out_h exactly when h // out_h >= r,
+    so the fewest times the output fits in a side decides."""
+    times = tf.reduce_min(sides // tf.constant(image_size, sides.dtype))
+    return tf.reduce_sum(tf.cast(times >= tf.constant(RATIOS[1:], sides.dtype), tf.int32))
 
 
 def _decode_at(encoded: tf.Tensor, index: tf.Tensor, window: tf.Tensor | None = None):

@@ -303,18 +303,38 @@ def preprocess_for_train(
     dtype: str = "float32",
 ) -> tf.Tensor:
     """JPEG bytes → [H, W, 3] with a random crop decoded directly (fused), and a flip; float32
-    in `config.value_range` or uint8 pixels, as `preprocess_for_eval`.
+    in `config.value_range` or uint8 pixels, as `preprocess_for_eval`. Without
+    `config.random_crop`, any file `preprocess_for_eval` reads, resized whole, and flipped.
 
     The crop keeps at least `config.min_object_covered` of the main object (the largest box), so
     the label stays true; images without boxes (`boxes` [0, 4], or None) crop anywhere
-    (Inception-style). `image_size` as for `preprocess_for_eval`. `seed` is a stateless [2]
-    integer seed, or an int (taken as [seed, 0]).
+    (Inception-style): [N, 4] relative (ymin, xmin, ymax, xmax), a list, an array or a tensor.
+    `image_size` as for `preprocess_for_eval`. `seed` is a stateless [2] integer seed, or an
+    int (taken as [seed, 0]).
     """
-    if boxes is None:
-        boxes = tf.zeros([0, 4], tf.float32)
+    boxes = _checked_boxes(boxes)
     if is_int(seed):
         seed = tf.constant([int(seed), 0], tf.int64)
-    return train_view(encoded, boxes, checked_image_size(image_size), seed, config, dtype)[0]
+    size = checked_image_size(image_size)
+    return train_view(encoded, boxes, size, seed, config, dtype, any_format=True)[0]
+
+
+def _checked_boxes(boxes) -> tf.Tensor:
+    """`preprocess_for_train`'s boxes as float32 [N, 4] (None or [] as none); TypeError or
+    ValueError naming the argument (a list failed inside TensorFlow's indexing, float64 in a
+    kernel's dtype check)."""
+    if boxes is None or (isinstance(boxes, (list, tuple)) and not boxes):
+        return tf.zeros([0, 4], tf.float32)
+    try:
+        boxes = tf.cast(tf.convert_to_tensor(boxes), tf.float32)
+    except (TypeError, ValueError, tf.errors.UnimplementedError) as error:
+        raise TypeError(f"boxes must be numbers, [N, 4], not {boxes!r}") from error
+    if boxes.shape.rank not in (None, 2) or (boxes.shape.rank and boxes.shape[-1] not in (None, 4)):
+        raise ValueError(
+            "boxes must be [N, 4]: relative (ymin, xmin, ymax, xmax), one row an object, not "
+            f"of shape {boxes.shape}"
+        )
+    return boxes
 
 
 def train_view(
@@ -324,14 +344,16 @@ def train_view(
     seed: tf.Tensor,
     config: ReadConfig = ReadConfig(),
     dtype: str = "float32",
+    any_format: bool = False,
 ) -> tuple[tf.Tensor, View]:
     """`preprocess_for_train`'s image and the view of the source image it shows.
 
-    Without `config.random_crop` the view is the evaluation one, flipped with `seed` itself.
+    Without `config.random_crop` the view is the evaluation one (of any format `any_format`),
+    flipped with `seed` itself.
     """
     dtype = output_dtype(dtype)
     if not config.random_crop:
-        image, view = eval_view(encoded, image_size, config, dtype)
+        image, view = eval_view(encoded, image_size, config, dtype, any_format=any_format)
         return _random_flip(image, view, seed, config)
     crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
     shape = tf.io.extract_jpeg_shape(encoded)

@@ -14,7 +14,7 @@ from PIL import Image
 
 from loaders import ReadConfig, dataset_info, load_dataset
 from loaders.jpeg_scale import RATIOS, may_scale, scaled_shape
-from loaders.preprocessing import eval_view, preprocess_for_eval, train_view
+from loaders.preprocessing import eval_view, preprocess_for_eval, preprocess_for_train, train_view
 from schemas.metadata import SplitInfo
 
 CAT = pathlib.Path(__file__).parent / "data/corpus/images/tfrecorder/TRAIN/cat/cat-640x853-1.jpg"
@@ -174,4 +174,44 @@ def test_dct_scaling_is_none_true_or_false(value):
         ReadConfig(dct_scaling=value)
     assert (
         str(refused.value) == f"ReadConfig.dct_scaling must be None, True or False, not {value!r}"
+    )
+
+
+@pytest.mark.parametrize(("side", "scaled"), [(447, False), (448, True)])
+def test_evaluation_scales_from_twice_the_output_as_the_loaders_choice_does(side, scaled):
+    # 447 is 224 at 1/2 rounded up: it was scaled image by image where the loader's choice
+    # for the split (its largest image at least twice the output) was not to scale: serving
+    # and evaluation differed.
+    pixels = np.random.default_rng(side).integers(0, 256, (side, side, 3), np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).resize((side // 8, side // 8)).resize((side, side)).save(out, "JPEG")
+    encoded = tf.constant(out.getvalue())
+    ours = preprocess_for_eval(encoded, 224, dtype="uint8").numpy()
+    whole = preprocess_for_eval(encoded, 224, FULL_SIZE, "uint8").numpy()
+    assert np.array_equal(ours, whole) != scaled
+    np.testing.assert_array_equal(ours, resized(decoded(encoded, 2 if scaled else 1), (224, 224)))
+    split = SplitInfo(1, 1, 0, (1,), (), image_heights={side: 1}, image_widths={side: 1})
+    assert may_scale(split, (224, 224)) == scaled
+
+
+def test_preprocess_for_train_takes_boxes_as_lists_and_arrays_and_any_file_uncropped():
+    encoded = tf.constant(CAT.read_bytes())
+    box = [[0.1, 0.2, 0.9, 0.7]]
+    ours = preprocess_for_train(encoded, tf.constant(box), 64, seed=3, dtype="uint8").numpy()
+    for given in (box, np.array(box), np.array(box, np.float64), tf.constant(box, tf.float64)):
+        again = preprocess_for_train(encoded, given, 64, seed=3, dtype="uint8").numpy()
+        np.testing.assert_array_equal(again, ours)
+    for bad, error, said in [
+        ([0.1, 0.2, 0.9, 0.7], ValueError, "boxes must be [N, 4]: relative (ymin, xmin"),
+        ([["a", "b", "c", "d"]], TypeError, "boxes must be numbers, [N, 4], not"),
+    ]:
+        with pytest.raises(error) as refused:
+            preprocess_for_train(encoded, bad, 64, seed=3)
+        assert str(refused.value).startswith(said)
+    png = io.BytesIO()
+    Image.open(CAT).save(png, "PNG")
+    whole = ReadConfig(random_crop=False, random_flip=False)
+    np.testing.assert_array_equal(
+        preprocess_for_train(png.getvalue(), None, 64, seed=3, config=whole, dtype="uint8"),
+        preprocess_for_eval(png.getvalue(), 64, dtype="uint8"),
     )
