@@ -65,8 +65,9 @@ def decode_window(
     scaling: bool,
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """(pixels, shape, window): `window` [y, x, height, width] of a JPEG of `shape` decoded at
-    the smallest scale that leaves it at least `image_size`, with the shape and window at that
-    scale (the window grown outwards to whole pixels of it), so boxes follow the pixels."""
+    1/r, the largest r of RATIOS for which it is at least r times `image_size`, with the shape
+    and window at that scale (the window grown outwards to whole pixels of it), so boxes
+    follow the pixels."""
     if not scaling:
         return decode_jpeg(encoded, window=window), shape, window
     index = _scale_index(window[2:], image_size)
@@ -134,8 +135,8 @@ def _central_start(sides: tf.Tensor, fraction: float) -> tf.Tensor:
     return tf.cast((sides64 - sides64 * fraction) / 2, sides.dtype)
 
 
-# The choice is made in a few vectorized ops a record: with one small op per ratio and side
-# (about a hundred) it cost 3-4% of an evaluation's CPU at 224x224, where nothing is scaled.
+# In a few vectorized ops a record: a hundred small ones (one per ratio and side) cost
+# evaluation 3-4% of its CPU at 224x224 (benchmarks/RESULTS.md, "Loader: decoding at a DCT scale").
 def _scale_index(sides: tf.Tensor, image_size: tuple[int, int]) -> tf.Tensor:
     """The index into RATIOS of the largest ratio r for which `sides` [height, width] are at
     least r times `image_size` (0: full size): h >= r * out_h exactly when h // out_h >= r,
