@@ -98,7 +98,7 @@ def check_image_invariants(data: bytes, policy: ImagePolicy) -> None:
     # The loader's DCT-scaled decodes (loaders.jpeg_scale): libjpeg's size, and the same
     # picture: a scaled pixel is its block's average, so the means agree, but where the full
     # decode clipped (0 or 255: an average of clipped values is not the clipped average).
-    unclipped = 0 < pillow.min() and pillow.max() < 255
+    unclipped = pillow.min() > 0 and pillow.max() < 255
     for ratio in RATIOS[1:]:
         scaled = decode_jpeg(tf.constant(stored.data), ratio).numpy()
         assert scaled.shape == (*scaled_shape(np.array(pillow.shape[:2]), ratio), 3)
