@@ -39,13 +39,10 @@ class ReadConfig:
       eval_central_crop: fraction kept by the evaluation central crop (1.0: none).
       value_range: images are scaled linearly from [0, 255] to this range.
       dct_scaling: decode a JPEG at 1/2, 1/4 or 1/8 of its size (libjpeg's DCT scaling)
-        where the crop still has at least the output's pixels at that scale: faster, and
-        less aliased than the plain bilinear resize of the whole decode. True: each image
-        that can be; False: none, every image at full size (as `load_dali_dataset` decodes).
-        None (the default): `load_dataset` decides per split from its metadata's sizes
-        (`loaders.jpeg_scale.may_scale`: evaluation where some image is twice the output,
-        training where the median image's median crop is); `preprocess_for_eval` and
-        `preprocess_for_train` take None as True.
+        where the part shown is at least 2, 4 or 8 times the output: faster on large images,
+        and less aliased than the bilinear resize of the whole decode. Off by default, as
+        tf.data's usual pipelines and `load_dali_dataset` decode whole; give the same config
+        to `preprocess_for_eval` when serving a model trained with it.
       cache: keep the first full epoch in memory for the next ones (tf.data's cache):
         training, the records (crops and flips are drawn anew each epoch, and the shuffle
         buffer takes the whole split: a full reshuffle each epoch); evaluation, the decoded
@@ -66,7 +63,7 @@ class ReadConfig:
     eval_central_crop: float = 1.0
     value_range: tuple[float, float] = (0.0, 1.0)
     cache: bool | None = None
-    dct_scaling: bool | None = None
+    dct_scaling: bool = False
 
     def __post_init__(self):
         """Refuses, naming the field, a value tf.data would reject only when iterating (or
@@ -76,11 +73,9 @@ class ReadConfig:
         _count(self, "cycle_length", low=1, autotune=True)
         _count(self, "num_parallel_calls", low=1, autotune=True)
         _count(self, "prefetch", low=0, autotune=True)
-        for name in ("cache", "dct_scaling"):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, bool):
-                raise TypeError(f"ReadConfig.{name} must be None, True or False, not {value!r}")
-        for name in ("random_crop", "random_flip"):
+        if self.cache is not None and not isinstance(self.cache, bool):
+            raise TypeError(f"ReadConfig.cache must be None, True or False, not {self.cache!r}")
+        for name in ("random_crop", "random_flip", "dct_scaling"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(
                     f"ReadConfig.{name} must be True or False, not {getattr(self, name)!r}"

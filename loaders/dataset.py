@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from loaders.config import ReadConfig, tf_data_value
 from loaders.info import data_path, dataset_info
-from loaders.jpeg_scale import may_scale
+from loaders.jpeg_scale import may_scale, scaling_hint
 from loaders.preprocessing import eval_view, labelled_boxes, train_view, view_boxes
 from loaders.reader import SplitRecords, checked_record, read_records
 from loaders.spec import CLASS_LABELS, SEEDS, LoadSpec, keras_habits
@@ -114,13 +114,13 @@ def read_and_batch(
     if input_context is None:
         spec.refuse_unseeded_workers("load_dataset")
     spec = dataclasses.replace(spec, seed=pipeline_seed(spec.seed, input_context))
-    if spec.config.dct_scaling is None:
-        crops = spec.training and spec.config.random_crop
-        area = spec.config.crop_area_range if crops else None
-        scaling = may_scale(info.split(split), spec.image_size, area)
-        spec = dataclasses.replace(
-            spec, config=dataclasses.replace(spec.config, dct_scaling=scaling)
-        )
+    if spec.config.dct_scaling and not may_scale(info.split(split), spec.image_size):
+        # No image of the split is twice the output: the same pixels without the choice,
+        # which costs a training image 2-6% (benchmarks/RESULTS.md, "Loader: decoding at a
+        # DCT scale").
+        spec = dataclasses.replace(spec, config=dataclasses.replace(spec.config, dct_scaling=False))
+    elif not spec.config.dct_scaling:
+        _hint_scaling(info.split(split), spec.image_size, data_dir, split)
     class_names = spec.label_names(info, split)
     records = read_records(
         info,
@@ -138,6 +138,13 @@ def read_and_batch(
     if spec.training:
         _warn_on_cache(dataset)
     return dataset
+
+
+def _hint_scaling(split_info, image_size: tuple[int, int], data_dir: str, split: str) -> None:
+    """Warns where a split's images are far larger than the output and decoded whole."""
+    hint = scaling_hint(split_info, image_size)
+    if hint:
+        warnings.warn(f"split {split!r} of {data_dir}: {hint}", UserWarning, stacklevel=5)
 
 
 def _warn_on_cache(dataset: tf.data.Dataset) -> None:
@@ -294,7 +301,7 @@ class _Parser:
         # The crop keeps the labelled object: the label's boxes (`labelled_boxes`).
         self.labelled_crop = crops and spec.label_mode in CLASS_LABELS
         # The DCT scale of an evaluation's decode, from the record's size, not the JPEG's header.
-        self.stored_shape = not spec.training and spec.config.dct_scaling is not False
+        self.stored_shape = not spec.training and spec.config.dct_scaling
         keys = (
             F.ENCODED,
             *((F.LABEL,) if spec.label_mode in CLASS_LABELS else ()),

@@ -12,7 +12,6 @@ Figures: benchmarks/RESULTS.md, "Loader: decoding at a DCT scale".
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 
 import tensorflow as tf
@@ -88,28 +87,37 @@ def decode_window(
     return tf.ensure_shape(image, [None, None, 3]), scaled, part
 
 
-def may_scale(
-    split: SplitInfo,
-    image_size: tuple[int, int],
-    crop_area_range: tuple[float, float] | None = None,
-) -> bool:
-    """`ReadConfig(dct_scaling=None)`'s choice for a split, from its metadata's histograms of
-    heights and widths. Whole images (evaluation; `crop_area_range` None): where its tallest
-    and its widest image (each image is at most both) are at least twice the output; choosing
-    costs nothing measurable there. Random crops of `crop_area_range` of the image: where the
-    median image's crop of the median area (sides `sqrt((low + high) / 2)` of the image's,
-    0.73 by default) is twice the output, so that about half the crops are scaled: the choice
-    costs a training image 2-6% of its CPU, which only that many scaled decodes repay
-    (benchmarks/RESULTS.md, "Loader: decoding at a DCT scale"). A build without the
-    histograms (schema before 1.2): scaled."""
+def may_scale(split: SplitInfo, image_size: tuple[int, int]) -> bool:
+    """Whether `ReadConfig(dct_scaling=True)` can scale any image of `split`: its tallest and
+    its widest image (the metadata's histograms; each image is at most both) are at least
+    twice the output. Where not, the loader leaves the choice out: the same pixels, and the
+    choice costs a training image 2-6% of its CPU (benchmarks/RESULTS.md, "Loader: decoding
+    at a DCT scale"). A build without the histograms (schema before 1.2): it may."""
     if not split.image_heights or not split.image_widths:
         return True
-    if crop_area_range is None:
-        height, width, side = max(split.image_heights), max(split.image_widths), 1.0
-    else:
-        height, width = _median(split.image_heights), _median(split.image_widths)
-        side = math.sqrt(sum(crop_area_range) / 2)
-    return height * side >= 2 * image_size[0] and width * side >= 2 * image_size[1]
+    return (
+        max(split.image_heights) >= 2 * image_size[0]
+        and max(split.image_widths) >= 2 * image_size[1]
+    )
+
+
+def scaling_hint(split: SplitInfo, image_size: tuple[int, int]) -> str | None:
+    """What to say where `split`'s median image is at least 4 times the output in both sides
+    (most of each decode thrown away: photos kept at their size, `--image_policy original`),
+    or None."""
+    if not split.image_heights or not split.image_widths:
+        return None
+    height, width = _median(split.image_heights), _median(split.image_widths)
+    times = min(height // image_size[0], width // image_size[1])
+    if times < 4:
+        return None
+    ratio = 8 if times >= 8 else 4
+    return (
+        f"its median image is {width}x{height} for a {image_size[1]}x{image_size[0]} output: "
+        f"config=ReadConfig(dct_scaling=True) decodes such images at 1/{ratio} of their size "
+        "(1.15-1.31x less CPU an image on 3000-4000 px photos), or rebuild with "
+        f"--image_policy shorter_side --image_size {2 * max(image_size)}"
+    )
 
 
 def _median(histogram: dict[int, int]) -> int:

@@ -257,7 +257,7 @@ def eval_view(
         decode_for_output,
         image_size=image_size,
         central_crop=fraction,
-        scaling=config.dct_scaling is not False,
+        scaling=config.dct_scaling,
         shape=stored_shape,
     )
     image = decode_as_stored(encoded, jpeg) if any_format else jpeg(encoded)
@@ -368,9 +368,7 @@ def train_view(
         use_image_if_no_bounding_boxes=True,
     )
     window = tf.concat([begin[:2], size[:2]], 0)
-    image, shape, window = decode_window(
-        encoded, shape[:2], window, image_size, config.dct_scaling is not False
-    )
+    image, shape, window = decode_window(encoded, shape[:2], window, image_size, config.dct_scaling)
     image = tf.image.resize(image, image_size, method="bilinear", antialias=False)
     image, view = _random_flip(image, View(shape, window, tf.constant(False)), flip_seed, config)
     return _finish(image, config, dtype), view
