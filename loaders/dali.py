@@ -136,6 +136,12 @@ def dali_batches(
             "ReadConfig(cache=True) is load_dataset's: DALI reads and decodes every epoch anew "
             "(on the GPU: the CPU's work a cache saves is not there to save)"
         )
+    if spec.config.dct_scaling:
+        raise ValueError(
+            "ReadConfig(dct_scaling=True) is load_dataset's: DALI decodes every JPEG whole "
+            "(nvJPEG has no DCT scaling); a model trained with it is evaluated and served "
+            "through load_dataset and preprocess_for_eval with the same config"
+        )
     spec.refuse_unlabelled(info, split)
     spec.refuse_unseeded_workers("load_dali_dataset")
     class_names = spec.label_names(info, split)

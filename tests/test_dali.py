@@ -676,6 +676,10 @@ def test_bad_arguments_are_refused_by_name(built):
         ({"dtype": "float16"}, "dtype must be one of"),
         ({"num_threads": 0}, "num_threads must be at least 1 (or None: the cores this process"),
         ({"config": ReadConfig(cache=True)}, "ReadConfig(cache=True) is load_dataset's"),
+        (
+            {"config": ReadConfig(dct_scaling=True)},
+            "ReadConfig(dct_scaling=True) is load_dataset's: DALI decodes every JPEG whole",
+        ),
     ]
     for kwargs, message in cases:
         with pytest.raises(ValueError, match=re.escape(message)):
