@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from schemas.classes import ClassList, is_labelled
@@ -388,6 +388,23 @@ def _info_of(payload: dict[str, Any], path: str) -> DatasetInfo:
     except (PayloadError, KeyError, TypeError, AttributeError) as error:
         what = f"no {error}" if isinstance(error, KeyError) else str(error)
         raise DamagedBuildError(f"{_DAMAGED.format(path)} ({what}); {_REBUILD}") from None
+
+
+def histogram_median(histogram: Mapping[int, int]) -> float:
+    """The median of values given as {value: count} (a split's `image_widths`, say): the mean
+    of the two middle ones of an even count, as `stats` prints it."""
+    total = sum(histogram.values())
+    ordered = sorted(histogram.items())
+
+    def nth(n):
+        seen = 0
+        for value, count in ordered:
+            seen += count
+            if seen > n:
+                return value
+        raise IndexError(n)
+
+    return (nth((total - 1) // 2) + nth(total // 2)) / 2
 
 
 def _histogram_json(counts: dict[int, int]) -> dict[str, int]:

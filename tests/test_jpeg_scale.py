@@ -137,7 +137,7 @@ def test_the_loader_scales_a_builds_large_images_as_preprocess_for_eval_does(tmp
         return images
 
     out = str(tmp_path / "out")
-    said = r"split 'train' of .*: its median image is 640x560 for a 64x64 output: config=ReadC"
+    said = r"split 'train' of .*: its images' median width and height are 640 and 706.5 px"
     with pytest.warns(UserWarning, match=said):  # whole decodes of images 8x the output
         load_dataset(out, "train", batch_size=2, image_size=64)
     with warnings.catch_warnings():
@@ -167,9 +167,10 @@ def test_the_choice_is_left_out_where_no_image_is_twice_the_output_and_large_one
     assert not may_scale(split({900: 1}, {447: 1}), (224, 224))
     assert may_scale(split({}, {}), (224, 224))  # a build before schema 1.2: unknown
     assert scaling_hint(split({3000: 2, 100: 1}, {4000: 3}), (224, 224)) == (
-        "its median image is 4000x3000 for a 224x224 output: config=ReadConfig(dct_scaling="
-        "True) decodes such images at 1/8 of their size (1.15-1.31x less CPU an image on "
-        "3000-4000 px photos), or rebuild with --image_policy shorter_side --image_size 448"
+        "its images' median width and height are 4000 and 3000 px (`stats`) for a 224x224 "
+        "output: config=ReadConfig(dct_scaling=True) decodes such images at 1/8 of their size "
+        "(1.15-1.31x less CPU an image on 3000-4000 px photos), or rebuild with --image_policy "
+        "shorter_side --image_size 448"
     )
     assert "at 1/4 of their size" in scaling_hint(split({900: 1}, {1000: 1}), (224, 224))
     assert scaling_hint(split({895: 1}, {4000: 1}), (224, 224)) is None  # 3.99 times

@@ -23,28 +23,13 @@ from beam_pipeline.arguments import parse_once
 from beam_pipeline.core import odd_images
 from schemas import ODD_IMAGES_FILE, DatasetInfo, SplitInfo
 from schemas.classes import BACKGROUND
-
-
-def _median(histogram: Mapping[int, int]) -> float:
-    """The median of values given as {value: count}."""
-    total = sum(histogram.values())
-    ordered = sorted(histogram.items())
-
-    def nth(n):
-        seen = 0
-        for value, count in ordered:
-            seen += count
-            if seen > n:
-                return value
-        raise IndexError(n)
-
-    return (nth((total - 1) // 2) + nth(total // 2)) / 2
+from schemas.metadata import histogram_median
 
 
 def _spread(histogram: Mapping[int, int]) -> dict[str, float] | None:
     if not histogram:
         return None
-    return {"min": min(histogram), "median": _median(histogram), "max": max(histogram)}
+    return {"min": min(histogram), "median": histogram_median(histogram), "max": max(histogram)}
 
 
 def split_stats(
