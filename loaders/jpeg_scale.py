@@ -102,10 +102,9 @@ def may_scale(split: SplitInfo, image_size: tuple[int, int]) -> bool:
 
 
 def scaling_hint(split: SplitInfo, image_size: tuple[int, int]) -> str | None:
-    """What to say where `split`'s median width and height (as `stats` prints them) are at least 4
-    times the output's
-    (most of each decode thrown away: photos kept at their size, `--image_policy original`),
-    or None."""
+    """What to say where `split`'s median width and height (as `stats` prints them) are at
+    least 4 times the output's (most of each decode thrown away: photos kept at their size,
+    `--image_policy original`), or None."""
     if not split.image_heights or not split.image_widths:
         return None
     height = histogram_median(split.image_heights)
