@@ -26,7 +26,7 @@ import warnings
 import numpy as np
 from PIL import Image, JpegImagePlugin
 
-from beam_pipeline.core.fingerprints import Fingerprint, fingerprint, hash_scale
+from beam_pipeline.core.fingerprints import Fingerprint, Pixels, fingerprint, hash_scale
 from beam_pipeline.core.formats import sniff_format
 from beam_pipeline.core.jpegdata import (
     UnsupportedConversion,
@@ -102,8 +102,9 @@ class NormalisedImage:
 
     `source_width`/`source_height` are the decoded size before any resize (what the annotation's
     coordinates refer to). `note`: what the build reports of a kept image (stray JPEG bytes
-    taken out on `--keep_stray_jpeg_bytes`), or "". `fingerprint`: of the pixels stored, from
-    the decode the check made (`core.fingerprints`).
+    taken out on `--keep_stray_jpeg_bytes`), or "". `print_source`: the decode the check or the
+    conversion made, which `fingerprint` (`core.fingerprints`) is made of when first asked for
+    (None under `--duplicates off`).
     """
 
     data: bytes
@@ -114,7 +115,13 @@ class NormalisedImage:
     source_height: int
     reencoded: bool
     note: str = ""
-    fingerprint: Fingerprint | None = None
+    print_source: Pixels | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    @functools.cached_property
+    def fingerprint(self) -> Fingerprint | None:
+        """The stored pixels' `fingerprints.Fingerprint`, made once, when first asked for: the
+        writer asks in runs (`stages.writing`), not right after each decode."""
+        return None if self.print_source is None else fingerprint(self.print_source)
 
     @functools.cached_property
     def sha256(self) -> str:
@@ -169,8 +176,8 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
                 image.draft(image.mode, target)
             image.load()
     if keep:
-        prints = fingerprint(checked.pixels) if policy.fingerprints else None
-        return NormalisedImage(data, width, height, fmt, width, height, False, note, prints)
+        kept = checked.pixels if policy.fingerprints else None
+        return NormalisedImage(data, width, height, fmt, width, height, False, note, kept)
     rgb = to_rgb(image)
     if rgb.size != target:
         rgb = rgb.resize(target, Image.Resampling.BICUBIC, reducing_gap=3.0)
@@ -180,8 +187,8 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
         rgb.save(out, format="JPEG", quality=policy.jpeg_quality, subsampling=sampling)
     except (OSError, ValueError) as error:  # the image's fault, never the output's
         raise InputError("corrupt_image", f"{fmt}: cannot be encoded as JPEG: {error}") from None
-    prints = fingerprint(rgb) if policy.fingerprints else None
-    return NormalisedImage(out.getvalue(), *target, fmt, width, height, True, note, prints)
+    printed = rgb if policy.fingerprints else None
+    return NormalisedImage(out.getvalue(), *target, fmt, width, height, True, note, printed)
 
 
 def _decode_jpeg_strictly(

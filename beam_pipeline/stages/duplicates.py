@@ -1,5 +1,5 @@
 """Finding copies among the stored images on the runner (`core.duplicates` has the rules):
-ImagePrint batches (one per shard, from the writer) → exact groups (grouped by content hash)
+the writer's ImagePrints (`PrintRuns`), one batch per shard → exact groups (grouped by content hash)
 and near pairs (the representative of each content and perceptual hash under each block,
 grouped by block value, pairs within the radius) and the odd images, for Finalize's report;
 and the training images' prints in one searchable `leaks.TrainingCopies` (`--duplicates
@@ -32,6 +32,7 @@ import numpy as np
 from beam_pipeline.core import duplicates, odd_images
 from beam_pipeline.core import fingerprints as fp
 from beam_pipeline.core.duplicates import (
+    DUPLICATE,
     EXACT,
     EXACT_GROUPS,
     NAMED,
@@ -40,7 +41,10 @@ from beam_pipeline.core.duplicates import (
     ImagePrint,
     Member,
 )
+from beam_pipeline.core.entries import LabelledEntry
+from beam_pipeline.core.images import NormalisedImage
 from beam_pipeline.core.leaks import Chunk, TrainingCopies
+from beam_pipeline.core.rejections import InputError
 
 # Blocks of the perceptual hash: one more than the radius, so two hashes within it share one.
 BLOCKS = fp.DEFAULT_RADIUS + 1
@@ -130,6 +134,64 @@ def _near_pairs(key, batches):
         a, b = ids[first], ids[second]
         rows = np.stack([np.minimum(a, b), np.maximum(a, b), distance.astype(np.uint64)], 1)
         yield NEAR_PAIRS, rows.tobytes()
+
+
+def image_print(
+    labelled: LabelledEntry, sha256: str, found: fp.Fingerprint, width: int, height: int
+) -> ImagePrint:
+    """What the build keeps of a stored image to find its copies (`core.duplicates`): its
+    record's `image/key/sha256` (hex), its fingerprint and its source size (a resize policy
+    upscales a tiny source: it is still tiny)."""
+    entry, content = labelled.entry, bytes.fromhex(sha256)[: fp.CONTENT_HASH_BYTES]
+    return ImagePrint(entry.split, entry.filename, labelled.label, content, *found, width, height)
+
+
+# Prints are made PRINT_RUN images at a time, after their decodes: right after each decode,
+# whose entropy decoding has cooled the caches, one took 70 us, in runs 32-40 (1,500 tree
+# images, one thread: benchmarks/RESULTS.md, "Fingerprints"). A run holds its small decodes.
+PRINT_RUN = 32
+
+
+class PrintRuns:
+    """A shard's ImagePrints, in the order its images are written (none under `--duplicates
+    off`). Under `--duplicates drop_leaks` (`training`: a TrainingCopies) each is made before
+    its image is written, to judge it; otherwise in runs, holding the small decodes (not the
+    images' bytes) until then."""
+
+    def __init__(self, training):
+        self._training, self._made, self._pending = training, [], []
+
+    def judge(self, labelled: LabelledEntry, image: NormalisedImage, vocabulary) -> None:
+        """InputError `duplicate` when the image copies one of the training images, its detail
+        naming both classes where they differ."""
+        if self._training is None or image.fingerprint is None:
+            return
+        found = (image.sha256, image.fingerprint, image.source_width, image.source_height)
+        copy = self._training.copy_of(image_print(labelled, *found))
+        if copy is not None:
+            raise InputError(DUPLICATE, copy.detail(labelled.label, vocabulary.names))
+
+    def add(self, labelled: LabelledEntry, image: NormalisedImage) -> None:
+        """The print of an image written (made now if `judge` made it)."""
+        if image.print_source is None:
+            return
+        source = image.fingerprint if self._training is not None else image.print_source
+        size = (image.source_width, image.source_height)
+        self._pending.append((labelled, image.sha256, source, *size))
+        if len(self._pending) >= PRINT_RUN:
+            self._flush()
+
+    def _flush(self) -> None:
+        for labelled, sha256, source, width, height in self._pending:
+            if not isinstance(source, fp.Fingerprint):  # (judged: made already)
+                source = fp.fingerprint(source)
+            self._made.append(image_print(labelled, sha256, source, width, height))
+        self._pending.clear()
+
+    def made(self) -> list[ImagePrint]:
+        """The shard's prints, once its last image is written."""
+        self._flush()
+        return self._made
 
 
 class FindDuplicates(beam.PTransform):

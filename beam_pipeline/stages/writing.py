@@ -24,11 +24,10 @@ from apache_beam.metrics import Metrics
 from apache_beam.typehints import Tuple
 
 from beam_pipeline.console import watch
-from beam_pipeline.core import fingerprints, sharding
-from beam_pipeline.core.duplicates import DUPLICATE, ImagePrint
+from beam_pipeline.core import sharding
 from beam_pipeline.core.entries import LabelledEntry, ShardResult
 from beam_pipeline.core.examples import build_example
-from beam_pipeline.core.images import ImagePolicy, NormalisedImage, normalise_image
+from beam_pipeline.core.images import ImagePolicy, normalise_image
 from beam_pipeline.core.jpegdata import KEPT_STRAY_JPEG_BYTES
 from beam_pipeline.core.labels import Vocabulary
 from beam_pipeline.core.rejections import IMAGE, METRICS_NAMESPACE, REJECTED, InputError, Rejection
@@ -36,6 +35,7 @@ from beam_pipeline.failures import BuildFailed
 from beam_pipeline.output.directory import OWNER_FILE, incomplete_file, shard_path
 from beam_pipeline.stages import packing, resume
 from beam_pipeline.stages.coders import LabelledEntryCoder
+from beam_pipeline.stages.duplicates import PrintRuns
 from beam_pipeline.stages.metrics import count_rejection
 from beam_pipeline.tree.fileio import READ_AHEAD_FILES, read_ahead
 from schemas import UNLABELLED, ShardInfo, shard_filename
@@ -272,7 +272,7 @@ class _WriteShardFn(beam.DoFn):
         digest, num_bytes, num_examples = hashlib.sha256(), 0, 0
         class_counts, sources, disagreements = collections.Counter(), collections.Counter(), 0
         objects, widths, heights = (collections.Counter() for _ in range(3))
-        rejections, prints = [], []
+        rejections, prints = [], PrintRuns(training)
         inputs = [
             (join(self._input_dir, labelled.entry.filename), labelled.entry.num_bytes)
             for _, labelled in members
@@ -287,7 +287,7 @@ class _WriteShardFn(beam.DoFn):
                         tally.add()
                         try:
                             record, image = self._encode(labelled, data.result(), vocabulary)
-                            image_print = _print_of(labelled, image, training, vocabulary)
+                            prints.judge(labelled, image, vocabulary)
                         except InputError as error:
                             rejections.append(
                                 Rejection.from_error(
@@ -308,7 +308,7 @@ class _WriteShardFn(beam.DoFn):
                         objects[len(labelled.object_labels)] += 1
                         widths[image.width] += 1
                         heights[image.height] += 1
-                        prints += [image_print] if image_print is not None else []
+                        prints.add(labelled, image)
         except OSError as error:  # the output's fault, not the input's: fail the build, loudly
             raise BuildFailed(
                 f"cannot write shard {name} to {self._output_dir}: {error}"
@@ -326,7 +326,7 @@ class _WriteShardFn(beam.DoFn):
             widths=tuple(sorted(widths.items())),
             heights=tuple(sorted(heights.items())),
         )
-        return result, rejections, prints
+        return result, rejections, prints.made()
 
     def _encode(self, labelled: LabelledEntry, data: bytes, vocabulary: Vocabulary):
         """(the framed record, the image as stored).
@@ -341,38 +341,6 @@ class _WriteShardFn(beam.DoFn):
         if image.reencoded:
             self._reencoded.inc()
         return encode_record(build_example(labelled, image, vocabulary)), image
-
-
-def image_print(labelled: LabelledEntry, image: NormalisedImage) -> ImagePrint:
-    """What the build keeps of a stored image to find its copies (`core.duplicates`)."""
-    assert image.fingerprint is not None  # (ImagePolicy.fingerprints)
-    entry, found = labelled.entry, image.fingerprint
-    return ImagePrint(
-        entry.split,
-        entry.filename,
-        labelled.label,
-        bytes.fromhex(image.sha256)[: fingerprints.CONTENT_HASH_BYTES],
-        found.perceptual,
-        found.luma_spread,
-        found.chroma_spread,
-        image.source_width,  # (a resize policy upscales a tiny source: it is still tiny)
-        image.source_height,
-    )
-
-
-def _print_of(
-    labelled: LabelledEntry, image: NormalisedImage, training, vocabulary: Vocabulary
-) -> ImagePrint | None:
-    """The image's print (None under `--duplicates off`); InputError `duplicate` when it
-    copies one of `training` (a TrainingCopies, under `--duplicates drop_leaks`), its detail
-    naming both classes where they differ."""
-    if image.fingerprint is None:
-        return None
-    found = image_print(labelled, image)
-    copy = training.copy_of(found) if training is not None else None
-    if copy is not None:
-        raise InputError(DUPLICATE, copy.detail(labelled.label, vocabulary.names))
-    return found
 
 
 def _kept_report(split: str, path: str, note: str) -> Rejection:
