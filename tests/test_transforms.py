@@ -29,7 +29,7 @@ from beam_pipeline.stages.labelling import (
 )
 from beam_pipeline.stages.writing import AssignShards, WriteShards, rank_members
 from beam_pipeline.tree import layouts, planner
-from beam_pipeline.tree.fileio import has_files, match, read_ahead
+from beam_pipeline.tree.fileio import has_files, match, read_ahead, read_file
 from beam_pipeline.tree.layouts import TreeAccess
 
 TARGET = sharding.DEFAULT_TARGET_SHARD_BYTES
@@ -476,6 +476,31 @@ class _CountingExecutor(concurrent.futures.ThreadPoolExecutor):
     def submit(self, *args, **kwargs):
         self.submitted += 1
         return super().submit(*args, **kwargs)
+
+
+def test_a_pipe_or_folder_in_an_images_place_is_a_read_error_not_a_wait(tmp_path):
+    # A trial swapped images for FIFOs after the listing: the build waited forever in open().
+    pipe, folder = tmp_path / "swapped.JPEG", tmp_path / "folder.JPEG"
+    os.mkfifo(pipe)
+    folder.mkdir()
+    with concurrent.futures.ThreadPoolExecutor(1) as executor:
+        future = executor.submit(read_file, str(pipe))
+        try:
+            with pytest.raises(InputError) as failure:
+                future.result(timeout=10)
+        finally:  # a read that waits on the pipe: give it a writer, so the pool can close
+            if not future.done():
+                with open(pipe, "wb"):
+                    pass
+    assert (failure.value.reason, failure.value.detail) == (
+        "read_error",
+        "not a regular file: a device, socket or pipe (there since the tree was listed?)",
+    )
+    with pytest.raises(InputError) as failure:
+        read_file(str(folder))
+    assert failure.value.detail == f"IsADirectoryError: [Errno 21] Is a directory: '{folder}'"
+    (tmp_path / "image.JPEG").write_bytes(b"\xff\xd8 bytes")
+    assert read_file(str(tmp_path / "image.JPEG")) == b"\xff\xd8 bytes"
 
 
 def test_read_ahead_keeps_order_bounds_reads_in_flight_and_reports_each_failure(tmp_path):

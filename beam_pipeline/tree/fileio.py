@@ -9,10 +9,12 @@ from __future__ import annotations
 import codecs
 import collections
 import concurrent.futures
+import errno
 import hashlib
 import os
 import posixpath
 import re
+import stat
 import warnings
 from collections.abc import Iterable, Iterator
 
@@ -28,12 +30,40 @@ from schemas.paths import first_few, is_local, join
 
 
 def read_file(path: str) -> bytes:
-    """Whole file; raises InputError(read_error) when it cannot be read."""
+    """Whole file; raises InputError(read_error) when it cannot be read: also when a local
+    path is no regular file (a pipe put in an image's place after the listing held a build
+    forever: a read of a pipe waits for a writer)."""
     try:
+        if is_local(path):
+            return _read_regular_file(path)
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
             return stream.read()
+    except InputError:
+        raise
     except Exception as error:  # noqa: BLE001 - any I/O failure of one file is that file's fault
         raise InputError("read_error", f"{type(error).__name__}: {error}") from None
+
+
+def _read_regular_file(path: str) -> bytes:
+    """A local regular file's bytes, opened without waiting (O_NONBLOCK: a pipe's open waits
+    for a writer) and read only once `fstat` says it is a regular file."""
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        mode = os.fstat(descriptor).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if not stat.S_ISREG(mode):
+            raise InputError(
+                "read_error",
+                "not a regular file: a device, socket or pipe (there since the tree was listed?)",
+            )
+        os.set_blocking(descriptor, True)
+        with os.fdopen(descriptor, "rb", closefd=True) as stream:
+            descriptor = -1
+            return stream.read()
+    finally:
+        if descriptor >= 0:
+            os.close(descriptor)
 
 
 def decode_text(data: bytes) -> str:
