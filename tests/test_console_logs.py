@@ -1,5 +1,7 @@
 """The default log folder keeps the newest logs: our own finished builds' go, nothing else."""
 
+import errno
+import logging
 import os
 import pathlib
 import subprocess
@@ -176,3 +178,22 @@ def test_a_log_file_in_the_tree_is_refused_when_the_tree_is_named_from_home(
         assert build.main(argv) == 2
         assert "it is inside the tree (~/tree): write the log outside it" in capsys.readouterr().err
     assert (tmp_path / "tree" / "a.JPEG").read_bytes() == b"\xff\xd8 an image"
+
+
+def test_a_log_that_cannot_be_written_to_the_end_is_a_warning_not_a_failure(tmp_path, capsys):
+    # A trial's full log disk: the build committed, said so, then exited 1 with no word (the
+    # log handler's close raised ENOSPC, its traceback sent to the log it could not write).
+    log = tmp_path / "build.log"
+    with BuildConsole(str(log)) as console:
+        console.say("Built")
+        for handler in logging.getLogger().handlers:
+            if getattr(handler, "baseFilename", None) == str(log):
+                handler.flush = _disk_full  # type: ignore[method-assign]
+    assert capsys.readouterr().err == (
+        f"Built\nwarning: the log {log} is incomplete (No space left on device): give "
+        "--log_file a disk with room\n"
+    )
+
+
+def _disk_full():
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

@@ -227,14 +227,25 @@ class BuildConsole:
 
     def __exit__(self, *exc_info) -> None:
         root = logging.getLogger()
+        unwritten: OSError | None = None
         for handler in self._handlers:
             root.removeHandler(handler)
-            handler.close()
+            try:
+                handler.close()
+            except OSError as error:  # its last lines (a full disk): the build's outcome stands
+                unwritten = error
         root.setLevel(self._root_level)
         for handler in self._displaced:
             root.addHandler(handler)
+        if unwritten is not None:
+            why = unwritten.strerror or unwritten
+            self.say(
+                f"warning: the log {self.log_path} is incomplete ({why}): give --log_file a "
+                "disk with room"
+            )
         self._release_fd2(park=BuildConsole.park_stderr and exc_info[0] is None)
-        self._log.close()
+        with contextlib.suppress(OSError):
+            self._log.close()
         _OPEN_LOGS.discard(self.log_path)
 
     def _capture_fd2(self) -> None:
