@@ -151,6 +151,34 @@ def test_a_probe_deleted_by_a_build_probing_beside_is_no_refusal(tmp_path, monke
     assert list((tmp_path / "out").iterdir()) == []
 
 
+def test_a_probe_made_but_not_written_is_deleted_with_the_refusal(tmp_path, monkeypatch):
+    # A full disk: the probe file was made, its write failed, and the refusal left it behind
+    # (one per attempt, in a complete build too, where verify said nothing of it).
+    real_create = directory.FileSystems.create
+
+    class DiskFull:
+        def __init__(self, stream):
+            self._stream = stream
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc_info):
+            self._stream.close()
+
+        def write(self, data):
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(
+        directory.FileSystems, "create", lambda path, *a, **k: DiskFull(real_create(path, *a, **k))
+    )
+    out = tmp_path / "out"
+    with pytest.raises(directory.OutputNotWritableError) as refusal:
+        directory.check_writable(str(out))
+    assert str(refusal.value) == (f"cannot write to {out}: [Errno 28] No space left on device")
+    assert list(out.iterdir()) == []
+
+
 def test_output_location_that_is_a_file_gives_a_clear_error(tree, tmp_path, capsys):
     out = tmp_path / "a_file"
     out.write_text("not a directory")

@@ -304,6 +304,8 @@ def check_writable(output_dir: str) -> None:
             if FileSystems.exists(probe):
                 raise
     except Exception as error:  # noqa: BLE001 - every file system raises its own errors
+        with contextlib.suppress(Exception):  # made, then not written (a full disk)
+            FileSystems.delete([probe])
         raise OutputNotWritableError(f"cannot write to {output_dir}: {error}") from None
     for stale in found.metadata_list:
         if stale.path != probe:
