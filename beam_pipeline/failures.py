@@ -2,6 +2,7 @@
 and the one line a failed pipeline run is said in (`failure_message`). Signals and the worker
 processes they stop: `interrupts.py`."""
 
+import errno
 import re
 
 BUILD_FAILED_MARKER = "BUILD FAILED:"
@@ -40,6 +41,33 @@ def was_interrupted(error: BaseException | None) -> bool:
     return False
 
 
+# What a full disk or quota says, as an OSError's number or in a worker process's text.
+_OUT_OF_SPACE = (errno.ENOSPC, errno.EDQUOT)
+_OUT_OF_SPACE_TEXT = re.compile(rf"\[Errno (?:{'|'.join(map(str, _OUT_OF_SPACE))})\]")
+
+
+def out_of_space(error: BaseException | None) -> bool:
+    """Whether a failed run ran out of disk space (or quota): an OSError of it in the cause
+    chain, or its `[Errno 28]` in the text the runner re-raised it as."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in _OUT_OF_SPACE:
+            return True
+        if _OUT_OF_SPACE_TEXT.search(str(error)):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _unquoted(line: str) -> str:
+    """`line` without the quote that closed the repr it was cut from (`BuildFailed('...')`),
+    keeping a quoted path's own closing quote (a quote character is an odd one out)."""
+    while line and line[-1] in "'\"" and line.count(line[-1]) % 2:
+        line = line[:-1]
+    return line
+
+
 def failure_message(error: BaseException) -> str:
     """One line, starting 'BUILD FAILED:', for an exception a pipeline run raised.
 
@@ -52,7 +80,7 @@ def failure_message(error: BaseException) -> str:
     for line in text.splitlines():
         if BUILD_FAILED_MARKER in line:
             line = line[line.index(BUILD_FAILED_MARKER) :]
-            return _STEP.sub("", line).strip().strip("'\"")
+            return _unquoted(_STEP.sub("", line).strip())
     # A message of several lines (Beam's option validation, Dask's) is said on one.
     kind, message = type(error).__name__, " ".join(text.split())[:_LONGEST]
     for line in text.splitlines():

@@ -488,6 +488,14 @@ def test_a_worker_process_traceback_becomes_one_line():
     )
 
 
+def test_a_build_failure_keeps_its_quoted_path_whole():
+    # The console dropped the closing quote of a path at the end of the line.
+    said = "BUILD FAILED: cannot write shard a to /out: [Errno 28] No space: '/out/.tmp/a.1'"
+    wrapped = f"{said} [while running 'WriteShards/WriteShard']"
+    assert failures.failure_message(RuntimeError(wrapped)) == said
+    assert failures.failure_message(RuntimeError(f"x: {said}'")) == said
+
+
 def test_live_counts_sum_workers_and_a_retried_shard_replaces_its_count(tmp_path):
     assert watch.read_counts(str(tmp_path)) == {}
     first_attempt = watch.Tally(str(tmp_path), watch.WRITTEN, "train-00000-of-00002.tfrecord")

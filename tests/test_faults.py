@@ -115,9 +115,13 @@ def test_full_output_location_fails_loudly_and_commits_nothing(tree, tmpfs, caps
         ["--input_dir", str(tree), "--output_dir", str(out), "--num_shards", "2"]
     )
     assert code == 1
-    message = failure_line(capsys.readouterr().err)
+    err = capsys.readouterr().err
+    message = failure_line(err)
     assert message.startswith("BUILD FAILED: cannot write ")  # a shard or its progress record
     assert "No space left on device" in message
+    note = err.splitlines()[-2]  # what to do: a trial found only the error's text
+    assert note.startswith(f"the disk of {out} is full: free space on it; nothing was committed")
+    assert re.search(r"; rerun (the same command|with --resume to keep the \d+ shards?)", note)
     assert not (out / BUILD_INFO_FILE).exists()
 
 

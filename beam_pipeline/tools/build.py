@@ -175,7 +175,10 @@ def _execute(
         if lost is not None and _whole_after_commit(output_dir, before):
             logger.warning("After the commit marker was written: %s; the build is whole", lost)
             return read_build_info(output_dir)
-        left = _what_is_left(output_dir, before, lost is not None)  # as interrupted
+        full = failures.out_of_space(error)
+        left = _what_is_left(output_dir, before, lost is not None or full)  # as interrupted
+        if full and left is not None:
+            left = f"the disk of {output_dir} is full: free space on it; {left}"
         if lost is not None:
             logger.error("Build failed", exc_info=error)
             error = WorkerLost(lost)
