@@ -125,6 +125,21 @@ def test_full_output_location_fails_loudly_and_commits_nothing(tree, tmpfs, caps
     assert not (out / BUILD_INFO_FILE).exists()
 
 
+def test_plan_says_a_build_would_run_out_of_room(tree, tmpfs, capsys):
+    # A trial: on a disk with no room plan said "The build would go ahead."
+    out = tmpfs("size=64k")
+    assert plan_tool.main(["--input_dir", str(tree), "--output_dir", str(out)]) == 1
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert re.fullmatch(
+        rf"The build would fail once its shards are written: the disk of {re.escape(str(out))} "
+        r"has [\d.]+ KiB free, and the records need about [\d.]+ KiB: free space on it, or "
+        r"give --output_dir a disk with room",
+        last,
+    ), last
+    assert plan_tool.main(["--input_dir", str(tree), "--output_dir", str(out / "a" / "b")]) == 1
+    capsys.readouterr()
+
+
 @pytest.mark.parametrize("resume", [False, True])
 def test_probe_left_by_a_killed_run_is_removed(tree, tmp_path, resume):
     out = tmp_path / "out"

@@ -7,8 +7,8 @@ Runs the build's index steps in this process, on the same functions the pipeline
 budget), reads no pixel and writes nothing. Prints per split: images, annotations, orphans,
 label sources, classes (most and least frequent, unknown ones), the shard plan, and what would
 be rejected for reasons known without decoding. Exit code 0 when the build would go ahead, 1
-when it would be refused (the reason last, as the build words it), 2 for bad flags or a tree
-that cannot be read.
+when it would be refused or fail (the reason last, as the build words it; also a local output
+disk with less room than the records' estimate), 2 for bad flags or a tree that cannot be read.
 
 The command and the computing of its plan (`plan_build`); what the plan holds and how it is
 printed are `plan_report`'s.
@@ -33,11 +33,10 @@ from beam_pipeline.core.labels import (
     UNLABELLED_SPLIT,
     Vocabulary,
 )
-from beam_pipeline.core.rejections import DISCOVER, IMAGE, InputError, Rejection
+from beam_pipeline.core.rejections import IMAGE, InputError, Rejection
 from beam_pipeline.core.sharding import SplitPlan, plan_split, shard_start, sort_key
 from beam_pipeline.failures import BUILD_FAILED_MARKER, BuildFailed
 from beam_pipeline.stages.discovery import list_task
-from beam_pipeline.stages.finalize import needed_fraction, over_budget_message
 from beam_pipeline.stages.labelling import (
     any_marks,
     class_names,
@@ -51,22 +50,22 @@ from beam_pipeline.stages.labelling import (
 )
 from beam_pipeline.stages.misplaced import misplaced_index
 from beam_pipeline.stages.writing import split_size
-from beam_pipeline.tools.plan_report import BuildPlan, SplitPlanReport, format_plan, rebuild_notes
+from beam_pipeline.tools.plan_report import (
+    SMALL_FILE_BYTES,
+    BuildPlan,
+    SplitPlanReport,
+    format_plan,
+    rebuild_notes,
+    write_failure,
+)
 from beam_pipeline.tree import layouts, planner
 from beam_pipeline.tree.fileio import read_file
 from beam_pipeline.tree.pairing import pair_files
-from schemas.paths import first_few, join
+from schemas.paths import join
 from schemas.tfrecord import encode_record
 
 # Records whose size is sampled per split to estimate the bytes besides the image.
 _OVERHEAD_SAMPLE = 64
-# Image files under this many bytes are checked as the build's writer checks them (an empty one
-# from its listed size, others read: fewer bytes than this each), so that plan counts the
-# rejections it will make. No JPEG is this small: its quantisation table, frame and scan headers
-# and Huffman tables alone take more (the smallest the build accepts, a 1x1 grey JPEG without
-# JFIF header, has 137 bytes), so a `.JPEG` under it is empty, cut short or not a JPEG. Other
-# formats can be (a 1x1 PNG has 67 bytes, a GIF 43, a WebP 34): the check, not the size, decides.
-SMALL_FILE_BYTES = 125
 
 
 def plan_build(prepared) -> BuildPlan:
@@ -107,8 +106,8 @@ def plan_build(prepared) -> BuildPlan:
     failure = None
     if refusal is None:
         refusal = _refusal(prepared, spec, counts, rejections, reports)
-    if refusal is None and unread:
-        failure = _write_budget(config.max_bad_fraction, counts, [*rejections, *unread], unread)
+    if refusal is None:
+        failure = write_failure(config, counts, [*rejections, *unread], unread, reports)
     rejections += unread
     rejections.sort(key=lambda r: (r.split, r.reason, r.path))
     return BuildPlan(
@@ -365,33 +364,6 @@ def _refusal(prepared, spec, counts, rejections, reports) -> str | None:
         if report.shards == 0:  # no entry left to plan (those its writer rejects are planned)
             return f"split {name!r}: all {report.images} images would be rejected"
     return None
-
-
-def _write_budget(max_bad_fraction: float, counts, rejections, unread) -> str | None:
-    """Why the build would fail once its shards are written, as it words it (its error budget
-    counted with the files its writer rejects: `unread`, named), or None."""
-    images = [r for r in rejections if r.is_image]
-    total = sum(counts.values()) + sum(1 for r in images if r.stage == DISCOVER)
-    bad = len(images)
-    if not total or bad <= max_bad_fraction * total:
-        return None
-    message = over_budget_message(max_bad_fraction, bad, total, images)
-    kinds = (
-        (f"too small to be an image (under {SMALL_FILE_BYTES} bytes)", False),
-        ("boxes without area in their image", True),
-    )
-    parts = [
-        f"{title}: {first_few([f'{r.path} ({r.reason}: {r.detail})' for r in found], 5)}"
-        for title, boxes in kinds
-        if (found := [r for r in sorted(unread) if (r.reason in _BOX_REASONS) == boxes])
-    ]
-    return (
-        f"{message}; {'; '.join(parts)}; to build without them, remove them from the tree or "
-        f"pass --max_bad_fraction {needed_fraction(bad, total)}"
-    )
-
-
-_BOX_REASONS = ("annotation_box_outside_image", "annotation_degenerate_box")
 
 
 def _reason(error: BuildFailed) -> str:

@@ -15,11 +15,21 @@ from beam_pipeline.console.summary import human_bytes, plural
 from beam_pipeline.core.entries import IndexEntry, LabelledEntry
 from beam_pipeline.core.labels import ANNOTATED, unknown_class_name
 from beam_pipeline.core.rejections import DISCOVER, Rejection
+from beam_pipeline.stages.finalize import needed_fraction, over_budget_message
 from beam_pipeline.tree.pairing import ANNOTATION_WITHOUT_IMAGE
 from schemas import BACKGROUND, UNLABELLED
-from schemas.paths import is_local, join
+from schemas.paths import first_few, is_local, join
 
 ORPHAN_REASONS = (ANNOTATION_WITHOUT_IMAGE, "image_missing")
+
+
+# Image files under this many bytes are checked as the build's writer checks them (an empty one
+# from its listed size, others read: fewer bytes than this each), so that plan counts the
+# rejections it will make. No JPEG is this small: its quantisation table, frame and scan headers
+# and Huffman tables alone take more (the smallest the build accepts, a 1x1 grey JPEG without
+# JFIF header, has 137 bytes), so a `.JPEG` under it is empty, cut short or not a JPEG. Other
+# formats can be (a 1x1 PNG has 67 bytes, a GIF 43, a WebP 34): the check, not the size, decides.
+SMALL_FILE_BYTES = 125
 
 
 @dataclasses.dataclass
@@ -282,3 +292,60 @@ def rebuild_notes(config, reports: dict[str, SplitPlanReport]) -> list[str]:
         short = needed is not None and free <= needed
         note += f" ({human_bytes(free)} free{': not enough' if short else ''})"
     return [*notes, note]
+
+
+def space_failure(config, reports: dict[str, SplitPlanReport]) -> str | None:
+    """Why the build would run out of room: a local output whose disk has less free than the
+    records' estimate (less the shards a --resume keeps), or None (also where the size is
+    unknown until resized)."""
+    from beam_pipeline.output.directory import list_shard_files
+
+    sizes = [r.estimated_bytes for r in reports.values()]
+    if not config.output_dir or not is_local(config.output_dir) or None in sizes:
+        return None
+    path = os.path.abspath(config.output_dir)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    kept = sum(list_shard_files(config.output_dir).values()) if config.resume else 0
+    needed, free = sum(size or 0 for size in sizes) - kept, shutil.disk_usage(path).free
+    if free >= needed:
+        return None
+    return (
+        f"the disk of {config.output_dir} has {human_bytes(free)} free, and the records need "
+        f"about {human_bytes(needed)}: free space on it, or give --output_dir a disk with room"
+    )
+
+
+def write_failure(config, counts, rejections, unread, reports) -> str | None:
+    """Why the build would fail once its shards are written, as it words it, or None: its
+    error budget counted with the files its writer rejects (`unread`: `_write_budget`), or a
+    disk without room for the records (`space_failure`)."""
+    budget = _write_budget(config.max_bad_fraction, counts, rejections, unread) if unread else None
+    return budget or space_failure(config, reports)
+
+
+def _write_budget(max_bad_fraction: float, counts, rejections, unread) -> str | None:
+    """Why the build would fail once its shards are written, as it words it (its error budget
+    counted with the files its writer rejects: `unread`, named), or None."""
+    images = [r for r in rejections if r.is_image]
+    total = sum(counts.values()) + sum(1 for r in images if r.stage == DISCOVER)
+    bad = len(images)
+    if not total or bad <= max_bad_fraction * total:
+        return None
+    message = over_budget_message(max_bad_fraction, bad, total, images)
+    kinds = (
+        (f"too small to be an image (under {SMALL_FILE_BYTES} bytes)", False),
+        ("boxes without area in their image", True),
+    )
+    parts = [
+        f"{title}: {first_few([f'{r.path} ({r.reason}: {r.detail})' for r in found], 5)}"
+        for title, boxes in kinds
+        if (found := [r for r in sorted(unread) if (r.reason in _BOX_REASONS) == boxes])
+    ]
+    return (
+        f"{message}; {'; '.join(parts)}; to build without them, remove them from the tree or "
+        f"pass --max_bad_fraction {needed_fraction(bad, total)}"
+    )
+
+
+_BOX_REASONS = ("annotation_box_outside_image", "annotation_degenerate_box")
