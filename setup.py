@@ -53,7 +53,7 @@ setuptools.setup(
     },
     entry_points={
         "console_scripts": [
-            "imagenet-tfrecords=beam_pipeline.tools.commands:cli",
+            "imagenet-tfrecords=beam_pipeline.tools.commands:run",
             "imagenet-tfrecords-sample=beam_pipeline.tools.sample_tree:main",
             "imagenet-tfrecords-verify=beam_pipeline.tools.verify:main",
         ]

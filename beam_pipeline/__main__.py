@@ -1,8 +1,8 @@
-"""Command line: `python -m beam_pipeline [COMMAND] ...` (`beam_pipeline.tools.commands`)."""
+"""Command line: `python -m beam_pipeline [COMMAND] ...` (`beam_pipeline.tools.commands.run`)."""
 
 import sys
 
-from beam_pipeline.tools.commands import cli
+from beam_pipeline.tools.commands import run
 
 if __name__ == "__main__":
-    sys.exit(cli())
+    sys.exit(run())

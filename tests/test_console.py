@@ -471,6 +471,22 @@ def test_an_inherited_ignored_sigint_stays_ignored_and_an_early_one_is_one_line(
     assert capsys.readouterr().err == "INTERRUPTED (Ctrl-C)\n"
 
 
+def test_an_interrupted_command_ends_its_process_though_a_thread_cannot():
+    # A trial: a build's read thread stuck in open() on a pipe; SIGTERM said BUILD INTERRUPTED
+    # and the process then waited for the thread at its exit, forever.
+    script = (
+        "import sys, threading\n"
+        "from beam_pipeline.tools import commands\n"
+        "def stuck(argv=None, *, cli=False):\n"
+        "    threading.Thread(target=threading.Event().wait).start()\n"
+        "    return 143\n"
+        "commands.main, commands.END_AFTER_SIGNAL_S = stuck, 0.5\n"
+        "sys.exit(commands.run())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], timeout=60, check=False)
+    assert done.returncode == 143
+
+
 def test_a_worker_process_traceback_becomes_one_line():
     # What FnApiRunner raises when a DoFn fails in a worker process: the worker's text.
     text = (

@@ -323,6 +323,6 @@ def _failed(
 
 
 if __name__ == "__main__":  # `python -m beam_pipeline.tools.build ...`: the `build` command
-    from beam_pipeline.tools.commands import cli
+    from beam_pipeline.tools.commands import run
 
-    raise SystemExit(cli(["build", *sys.argv[1:]]))
+    raise SystemExit(run(["build", *sys.argv[1:]]))

@@ -6,12 +6,15 @@ commands existed; each command's module also runs alone (`python -m beam_pipelin
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import logging
 import os
 import signal
 import sys
+import threading
+import time
 from collections.abc import Sequence
 
 # name → (module of `beam_pipeline.tools` with `main(argv) -> int`, what it does).
@@ -43,9 +46,9 @@ def usage() -> str:
 
 
 def cli(argv: Sequence[str] | None = None) -> int:
-    """`python -m beam_pipeline` and `imagenet-tfrecords`: `main`, as a process that ends with
-    it. A build's console leaves stderr in its log (`BuildConsole.park_stderr`), and a Ctrl-C
-    before the build's own handling (in the first second: imports) is one line, not a trace."""
+    """`main` as a process runs it (`run`). A build's console leaves stderr in its log
+    (`BuildConsole.park_stderr`), and a Ctrl-C before the build's own handling (in the first
+    second: imports) is one line, not a trace."""
     try:
         try:
             return main(argv, cli=True)
@@ -56,6 +59,36 @@ def cli(argv: Sequence[str] | None = None) -> int:
         return 128 + signal.SIGINT
     except BrokenPipeError:
         return _reader_left()
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """`python -m beam_pipeline` and `imagenet-tfrecords`: `cli`, in a process that ends after
+    a stopping signal even where a thread of the build cannot (`_end_after_signal`)."""
+    code = cli(argv)
+    if code in _STOPPED:
+        _end_after_signal(code)
+    return code
+
+
+_STOPPED = (128 + signal.SIGINT, 128 + signal.SIGTERM)
+# How long the process may take to end after an interrupted command has said so.
+END_AFTER_SIGNAL_S = 10.0
+
+
+def _end_after_signal(code: int) -> None:
+    """Ends the process with `code` `END_AFTER_SIGNAL_S` seconds from now, if it has not ended:
+    at its exit Python waits for every thread, and a build's read thread stuck in a read (a
+    hung network mount; a pipe put in an image's place) held a process that had said `BUILD
+    INTERRUPTED` forever."""
+
+    def end() -> None:
+        time.sleep(END_AFTER_SIGNAL_S)
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+    threading.Thread(target=end, name="end-after-signal", daemon=True).start()
 
 
 def main(argv: Sequence[str] | None = None, *, cli: bool = False) -> int:
