@@ -244,7 +244,7 @@ def batch_examples(
         dataset = tf.data.Dataset.zip(dataset, random.batch(2))
     parse = _Parser(num_classes, num_labels, spec)
     dataset = dataset.map(
-        parse,
+        parse.seeded if spec.training else parse,
         num_parallel_calls=tf_data_value(spec.config.num_parallel_calls),
         deterministic=True if spec.seed is not None else None,
     )
@@ -291,7 +291,8 @@ def _counted(dataset: tf.data.Dataset, records: SplitRecords, spec: LoadSpec) ->
 
 
 class _Parser:
-    """One serialized record (with a seed when training) → one dataset element."""
+    """One serialized record and its note (`read_shard`'s; with a seed when training) → one
+    dataset element."""
 
     def __init__(self, num_classes: int, num_labels: int, spec: LoadSpec):
         self.num_labels = num_labels  # the one-hot width: with the background column or not
@@ -313,9 +314,9 @@ class _Parser:
         )
         self.features = tf_feature_spec(num_classes, keys)
 
-    def __call__(self, record, seed=None):
+    def __call__(self, record, note, seed=None):
         spec = self.spec
-        parsed = tf.io.parse_single_example(checked_record(record), self.features)
+        parsed = tf.io.parse_single_example(checked_record(record, note), self.features)
         boxes = None
         if F.BBOX_YMIN in parsed:
             boxes = tf.stack([tf.sparse.to_dense(parsed[key]) for key in F.BOX_KEYS_YX], axis=1)
@@ -349,6 +350,10 @@ class _Parser:
         elif spec.label_mode == "binary":
             label = tf.reshape(tf.cast(label, tf.float32), [1])
         return (image, label, *filenames)
+
+    def seeded(self, pair, seed):
+        """The element of a training record: `((record, note), seed)`."""
+        return self(*pair, seed)
 
     def _checked_label(self, label):
         """The record's label, or an error while iterating for one past the loaded columns (a

@@ -1,16 +1,18 @@
 """The loader's two steps on their own: `loaders.reader.read_records` and `batch_examples`."""
 
 import collections
+import shutil
 
 import pytest
 from helpers import build_sample
 
 tf = pytest.importorskip("tensorflow")
 
-from loaders import dataset_info  # noqa: E402
+from loaders import dataset_info, load_dataset  # noqa: E402
 from loaders.dataset import batch_examples  # noqa: E402
 from loaders.reader import checked_record, read_records, read_shard  # noqa: E402
 from loaders.spec import LoadSpec  # noqa: E402
+from schemas import tfrecord  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +34,7 @@ def test_each_pipeline_reads_its_count_and_together_every_record_once(built, spl
     for index in range(pipelines):
         context = tf.distribute.InputContext(pipelines, index, 1)
         part = read_records(info, split, input_context=context)
-        records = [r.numpy() for r in part.records]
+        records = [r.numpy() for r, _ in part.records]
         assert len(records) == part.num_examples
         seen += records
     assert collections.Counter(seen) == collections.Counter(raw_records(info, split))
@@ -43,7 +45,7 @@ def test_training_shuffles_files_every_epoch_and_a_seed_repeats_the_order(built)
 
     def epochs(seed):
         records = read_records(info, "train", training=True, seed=seed).records
-        return [[r.numpy() for r in records] for _ in range(4)]
+        return [[r.numpy() for r, _ in records] for _ in range(4)]
 
     first = epochs(5)
     assert first == epochs(5)
@@ -57,18 +59,43 @@ def test_a_short_shard_is_padded_with_stand_ins_that_checked_record_refuses(buil
     stored = info.split("validation").shards[0].num_examples
     records = list(read_shard(tf.constant(path), tf.constant(stored + 2, tf.int64)))
     assert len(records) == stored + 2
-    for record in records[:stored]:
-        assert checked_record(record).numpy() == record.numpy()
+    for record, note in records[:stored]:
+        assert checked_record(record, note).numpy() == record.numpy()
     expected = f"Fewer than the {stored + 2} records that build_info.json counts"
     with pytest.raises(tf.errors.InvalidArgumentError, match=expected):
-        checked_record(records[stored])
+        checked_record(*records[stored])
     # A record written over, its checksums recomputed: the parse's error held its bytes, and
     # the loader raised UnicodeDecodeError (a damaged-output trial).
     with pytest.raises(tf.errors.InvalidArgumentError) as error:
-        checked_record(tf.constant(b"\xf5\xff not an Example"))
-    assert "A record of the build is not a tf.train.Example, its checksums intact" in str(
-        error.value
-    )
+        checked_record(tf.constant(b"\xf5\xff not an Example"), records[0][1])
+    assert NOT_AN_EXAMPLE.format(path) in str(error.value)
+
+
+NOT_AN_EXAMPLE = (
+    "A record of shard {} is not a tf.train.Example, its checksums intact (written over after "
+    "the build?): python -m beam_pipeline verify on its build names the record"
+)
+
+
+def test_a_record_written_over_is_refused_naming_its_shard(built, tmp_path):
+    # Valid framing and checksums, other bytes: the loader's error said "a record of the
+    # build", not which of its shards (verify names both).
+    out = tmp_path / "out"
+    shutil.copytree(built, out)
+    info = dataset_info(out)
+    path = info.shard_paths("validation")[1]
+    with open(path, "rb") as stream:
+        records = list(tfrecord.read_records(stream))
+    records[1] = b"\xff" * len(records[1])  # (the same size: the shard's size still checks)
+    with open(path, "wb") as stream:
+        stream.write(b"".join(map(tfrecord.encode_record, records)))
+    for training in (False, True):
+        batches = load_dataset(
+            str(out), "validation", batch_size=2, image_size=64, training=training, seed=0
+        )
+        with pytest.raises(tf.errors.InvalidArgumentError) as error:
+            list(batches)
+        assert NOT_AN_EXAMPLE.format(path) in str(error.value)
 
 
 def test_a_shard_deleted_after_its_dataset_was_made_fails_when_opened(built, tmp_path):

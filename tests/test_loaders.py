@@ -680,7 +680,7 @@ def test_pipelines_with_global_seeds_of_their_own_read_each_record_once(built, p
             tf.random.set_seed(100 + index)
             context = tf.distribute.InputContext(pipelines, index, 1)
             split = read_records(info, "train", training=True, input_context=context)
-            names = split.records.repeat(2).map(lambda r: tf.io.parse_single_example(r, spec))
+            names = split.records.repeat(2).map(lambda r, _: tf.io.parse_single_example(r, spec))
             names = [example[F.FILENAME].decode() for example in names.as_numpy_iterator()]
             assert len(names) == 2 * split.num_examples
             epochs[0].update(names[: split.num_examples])
