@@ -11,6 +11,7 @@ description; `tf_feature_spec` builds the `tf.io.parse_example` spec on demand.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from typing import Any
 
 from schemas.classes import one_hot_length
@@ -72,7 +73,7 @@ class Feature:
 
     def in_schema(self, version: str) -> bool:
         """Whether records of a build of schema `version` carry this key."""
-        return _version(self.since) <= _version(version)
+        return version_key(self.since) <= version_key(version)
 
     @property
     def proto_kind(self) -> str:
@@ -113,8 +114,16 @@ FEATURES: tuple[Feature, ...] = (
 FEATURES_BY_KEY = {feature.key: feature for feature in FEATURES}
 
 
-def _version(text: str) -> tuple[int, ...]:
+def version_key(text: str) -> tuple[int, ...]:
+    """A schema version as numbers to compare: (2, 1, 0) for "2.1.0"."""
     return tuple(int(part) for part in text.split("."))
+
+
+def records_schema(keys: Iterable[str]) -> str:
+    """The schema of a record that carries `keys`: the latest that added one of them (keys
+    this code does not know left out)."""
+    known = (FEATURES_BY_KEY[key].since for key in keys if key in FEATURES_BY_KEY)
+    return max(known, key=version_key, default="1.0.0")
 
 
 def tf_feature_spec(num_classes: int, keys: tuple[str, ...] | None = None) -> dict[str, Any]:

@@ -476,3 +476,43 @@ def test_the_account_of_rejections_is_checked(copy, capsys):
     code, output = run(copy, capsys, "--no_decode")
     assert code == 1
     assert "FAIL rejected.jsonl: missing: the account of rejected files is lost" in output
+
+
+def test_a_schema_version_older_than_the_records_is_the_metadata_s_fault(copy, capsys):
+    # build_info.json edited to say 2.0.0 over 2.1 records: verify blamed each of the 32
+    # records ("feature image/object/view is not in schema 2.0.0") and told to rewrite TFDS's
+    # files (which say 2.1.0, as the records) with `upgrade`, not the metadata.
+    path = copy / BUILD_INFO_FILE
+    payload = json.loads(path.read_text())
+    path.write_text(json.dumps({**payload, "schema_version": "2.0.0"}))
+    assert run(copy, capsys, "--no_decode") == (
+        1,
+        "FAIL build_info.json: schema_version is 2.0.0, but all 32 records are of schema 2.1.0 "
+        "(they carry image/object/view, which schema 2.0.0 has not): the metadata and the "
+        'records disagree; set its schema_version back to "2.1.0" (or rebuild)\n'
+        "1 problem in 1 file (4 shards checked)\n",
+    )
+    path.write_text(json.dumps({**payload, "schema_version": "1.1.0"}))
+    assert run(copy, capsys, "--no_decode") == (
+        1,
+        "FAIL build_info.json: schema_version is 1.1.0, but all 32 records are of schema 2.1.0 "
+        "(they carry image/key/sha256 and image/object/view, which schema 1.1.0 has not): the "
+        'metadata and the records disagree; set its schema_version back to "2.1.0" (or '
+        "rebuild)\n1 problem in 1 file (4 shards checked)\n",
+    )
+    # One shard's records as 2.0 wrote them (no views): records of two schemas.
+    shard = shard_of(copy, 0)
+    older = [Example.FromString(record) for record in read_records(io.BytesIO(shard.read_bytes()))]
+    for example in older:
+        del example.features.feature[F.OBJECT_VIEW]
+    shard.write_bytes(b"".join(encode_record(e.SerializeToString()) for e in older))
+    path.write_text(json.dumps({**payload, "schema_version": "2.0.0"}))
+    code, output = run(copy, capsys, "--no_decode")
+    assert code == 1 and output.splitlines() == [
+        "FAIL build_info.json: schema_version is 2.0.0, but 24 of its 32 records are of schema "
+        "2.1.0 (they carry image/object/view, which schema 2.0.0 has not): the metadata and the "
+        "records disagree; records of two schemas in one build: rebuild it",
+        f"FAIL {shard.name}: {shard.stat().st_size} bytes, expected "
+        f"{payload['splits']['train']['shards'][0]['num_bytes']}",
+        "2 problems in 2 files (4 shards checked)",
+    ]

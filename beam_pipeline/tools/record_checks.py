@@ -28,6 +28,7 @@ from schemas import FEATURES, SCHEMA_VERSION, UNLABELLED, DatasetInfo
 from schemas import features as F
 from schemas.classes import BACKGROUND, FROM_BACKGROUND, FROM_NOTHING
 from schemas.example_proto import Example
+from schemas.features import records_schema, version_key
 
 _OBJECT_KEYS = [f.key for f in FEATURES if f.length is None]
 
@@ -44,14 +45,20 @@ def check_example(
     """What is wrong with one serialised Example (of a labelled split or not), or None; the
     record counted in `tally` when its features are the schema's.
 
-    Keys newer than the build's `schema_version` are not required. With the build's `classes`,
-    the label's class text must be the class the metadata names (`background` for the
-    background index, empty when unlabelled).
+    Keys newer than the build's `schema_version` are not required. A record that carries a key
+    of a later schema is checked as that schema's record, and counted as one in `tally`
+    (`check_schema` holds the metadata's version to them). With the build's `classes`, the
+    label's class text must be the class the metadata names (`background` for the background
+    index, empty when unlabelled).
     """
     try:
         example = Example.FromString(record)
     except Exception as error:  # noqa: BLE001 - protobuf raises its own DecodeError
         return f"not a tf.train.Example ({type(error).__name__})"
+    written = records_schema(example.features.feature)
+    if tally is not None:
+        tally.schemas[written] += 1
+    schema_version = max(schema_version, written, key=version_key)
     values, problem = _feature_values(example, num_classes, schema_version)
     if tally is not None and problem is None:
         tally.add(values)
@@ -176,13 +183,15 @@ def _check_image(data: bytes, width: int, height: int) -> str | None:
 class Tally:
     """What a split's records count that its metadata counts too: examples per label (-1:
     unlabelled), per number of objects, per stored width and height; and 8 bytes of the
-    SHA-256 of each file name (a record stored twice, another lost, keep every sum)."""
+    SHA-256 of each file name (a record stored twice, another lost, keep every sum). And
+    every Example per the schema its keys are of (`features.records_schema`), bad or not."""
 
     labels: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     objects: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     widths: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     heights: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     names: bytearray = dataclasses.field(default_factory=bytearray)
+    schemas: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
     def add(self, values: dict[str, list[Any]]) -> None:
         self.labels[values[F.LABEL][0]] += 1
@@ -197,7 +206,31 @@ class Tally:
         self.names += other.names
 
     def _counters(self) -> tuple[collections.Counter, ...]:
-        return self.labels, self.objects, self.widths, self.heights
+        return self.labels, self.objects, self.widths, self.heights, self.schemas
+
+
+def check_schema(info: DatasetInfo, schemas: collections.Counter) -> str | None:
+    """What the metadata's `schema_version` says that the records (`schemas`: how many are of
+    each schema, `Tally.schemas`) do not: records of a later schema (the version edited, or
+    another build's metadata), said once for the metadata, not for each record."""
+    claimed, total = info.schema_version, sum(schemas.values())
+    later = {v: n for v, n in schemas.items() if version_key(v) > version_key(claimed)}
+    if not later:
+        return None
+    latest = max(later, key=version_key)
+    keys = [f.key for f in FEATURES if f.in_schema(latest) and not f.in_schema(claimed)]
+    disagree = (
+        f"schema_version is {claimed}, but {{}} of schema {latest} (they carry "
+        f"{' and '.join(keys)}, which schema {claimed} has not): the metadata and the records "
+        "disagree; "
+    )
+    if later[latest] == total:
+        return disagree.format(f"all {total} records are") + (
+            f'set its schema_version back to "{latest}" (or rebuild)'
+        )
+    return disagree.format(f"{sum(later.values())} of its {total} records are") + (
+        "records of two schemas in one build: rebuild it"
+    )
 
 
 def check_tallies(info: DatasetInfo, split_name: str, tally: Tally) -> Iterable[str]:

@@ -8,11 +8,12 @@ one-hot agrees with its label, class text with the metadata and boxes lie in [0,
 decodes as RGB at its recorded size, in Pillow and in libjpeg-turbo strictly (what a build
 stores); the record count, byte count and SHA-256 match the metadata. Every bad record is named
 (shard, record index), with a count per shard. The metadata must agree with itself
-(`check_metadata`) and with the records (`record_checks.check_tallies`: what each split's
-counts say of them), the directory must hold no shard of a split that it does not list, and
-`rejected.jsonl` must account for the rejections it counts; TFDS's files must say what
-`build_info.json` says (a schema 1.x build has none: `upgrade` writes them). Exit 0 when all
-checks, 1 when something does not (a damaged `build_info.json` too), 2 without a committed build.
+(`check_metadata`) and with the records (`record_checks.check_tallies` and `check_schema`:
+what each split's counts and the schema version say of them), the directory must hold no
+shard of a split that it does not list, and `rejected.jsonl` must account for the rejections
+it counts; TFDS's files must say what `build_info.json` says (a schema 1.x build has none:
+`upgrade` writes them). Exit 0 when all checks, 1 when something does not (a damaged
+`build_info.json` too), 2 without a committed build.
 
 The command, the reading of each shard and the checks of the files beside the shards; what is
 checked in each record is `record_checks`'s (`check_example`).
@@ -40,7 +41,7 @@ from beam_pipeline.core.rejections import read_dead_letter
 from beam_pipeline.output.directory import STAGING_DIR, list_shard_files, work_folders
 from beam_pipeline.output.lock import busy_reason
 from beam_pipeline.output.readback import read_build_info
-from beam_pipeline.tools.record_checks import Tally, check_example, check_tallies
+from beam_pipeline.tools.record_checks import Tally, check_example, check_schema, check_tallies
 from beam_pipeline.tree.planner import vocabulary_split
 from schemas import (
     BUILD_INFO_FILE,
@@ -55,6 +56,7 @@ from schemas import (
     DatasetInfo,
     ShardInfo,
 )
+from schemas.features import version_key
 from schemas.label_map import LABEL_MAP_CSV_FILE, LABEL_MAP_FILE, label_map_csv, label_map_text
 from schemas.metadata import disagreements
 from schemas.paths import join
@@ -153,6 +155,12 @@ def verify(data_dir: str, workers: int = 1, decode: bool = True) -> tuple[int, l
     has_build_info = FileSystems.exists(join(data_dir, BUILD_INFO_FILE))
     metadata = BUILD_INFO_FILE if has_build_info else LEGACY_INFO_FILE  # a schema 1.x build
     problems = check_metadata(info, metadata)
+    written = collections.Counter[str]()
+    for _, tally in results:
+        written.update(tally.schemas)
+    if schema := check_schema(info, written):  # (then the records' schema is held to the rest)
+        problems.append(Problem(metadata, None, schema))
+        info = dataclasses.replace(info, schema_version=max(written, key=version_key))
     problems += [problem for found, _ in results for problem in found]
     tallies = {name: Tally() for name in info.splits}
     for (name, _, _), (found, tally) in zip(shards, results, strict=True):
