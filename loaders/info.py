@@ -12,12 +12,14 @@ import tensorflow as tf
 from schemas import (
     BUILD_INFO_FILE,
     LEGACY_INFO_FILE,
+    SCHEMA_VERSION,
     ClassList,
     DatasetInfo,
     NoBuildError,
     SplitInfo,
     read_build_info,
 )
+from schemas.features import is_later_minor
 from schemas.metadata import metadata_text, unreadable_metadata
 from schemas.paths import first_few, is_local, join, not_a_directory
 from schemas.trees import tree_instead_of_build
@@ -207,11 +209,32 @@ def dataset_info(data_dir: str | os.PathLike) -> BuildInfo:
     try:
         info = read_build_info(read_text, directory)
         name = next((name for name in (BUILD_INFO_FILE, LEGACY_INFO_FILE) if name in read), "")
+        _note_later_schema(join(directory, name), info.schema_version)
         return BuildInfo(directory.rstrip("/"), info, name, read.get(name, ""))
     except NoBuildError as error:
         listing = os.listdir if is_local(directory) else None
         tree = tree_instead_of_build(directory, tf.io.gfile.isdir, listing)
         raise IncompleteDatasetError(str(tree or _builds_below(directory) or error)) from None
+
+
+# (metadata path, schema version) of the builds of a later minor schema already warned of.
+_NOTED: set[tuple[str, str]] = set()
+
+
+def _note_later_schema(path: str, version: str) -> None:
+    """Warns, once per build and version in a process, that a build of a later minor schema
+    than this code's is read as this code reads it: what that schema added is ignored (a
+    later major one is refused, `schemas.metadata.readable_version`)."""
+    if not is_later_minor(version) or (path, version) in _NOTED:
+        return
+    _NOTED.add((path, version))
+    warnings.warn(
+        f"{path}: the build is of schema {version}, newer than this reader's {SCHEMA_VERSION}; "
+        f"it is read as {SCHEMA_VERSION} reads it, the record keys and metadata fields added "
+        "since ignored: pip install -U imagenet-tfrecords to use them",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def _builds_below(data_dir: str) -> str | None:

@@ -119,6 +119,18 @@ def version_key(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split("."))
 
 
+def is_later_minor(version: str) -> bool:
+    """Whether `version` is a later minor version of this code's major one (2.9.0 to 2.1.0):
+    its builds read as this code reads them, without what it added (records' keys a reader
+    does not parse, metadata fields it does not read). False for text that is no version."""
+    ours = version_key(SCHEMA_VERSION)[:2]
+    try:
+        major_minor = version_key(version)[:2]
+    except ValueError:
+        return False
+    return major_minor[0] == ours[0] and major_minor > ours
+
+
 def records_schema(keys: Iterable[str]) -> str:
     """The schema of a record that carries `keys`: the latest that added one of them (keys
     this code does not know left out)."""

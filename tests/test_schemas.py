@@ -163,3 +163,12 @@ def test_other_major_schema_version_is_refused():
 
 def test_shard_file_names():
     assert shard_filename("train", 3, 16) == "train-00003-of-00016.tfrecord"
+
+
+def test_a_later_minor_version_is_told_from_the_others():
+    # What the loader warns of: a version of this major, later by its minor number.
+    major, minor = F.SCHEMA_VERSION.split(".")[:2]
+    later = f"{major}.{int(minor) + 1}"
+    assert [F.is_later_minor(v) for v in (later, f"{later}.0", f"{major}.9.3")] == [True] * 3
+    same = (F.SCHEMA_VERSION, f"{major}.{minor}.9", f"{major}.0.0", "1.9.0", "3.0.0", "2.x", "")
+    assert [F.is_later_minor(v) for v in same] == [False] * len(same)
