@@ -11,6 +11,7 @@ import pytest
 from helpers import build, dead_letters, jpeg_bytes, png_bytes, read_split, write
 
 from beam_pipeline.tools import build as build_tool
+from beam_pipeline.tools import verify
 from beam_pipeline.tree import fileio, folder_trees, layouts, locate
 from beam_pipeline.tree.fileio import has_files, subdirectories
 from beam_pipeline.tree.layouts import LayoutError
@@ -315,8 +316,22 @@ def test_stats_says_no_image_is_background(tmp_path):
     )
 
 
+def in_no_split(path) -> dict:
+    """The `rejected.jsonl` line of an image beside the split folders."""
+    return {
+        "split": "",
+        "path": str(path),
+        "stage": "discover",
+        "reason": "in_no_split",
+        "detail": "an image beside the split folders, in no split: not built; to build it, "
+        "move it into the split folder it belongs to",
+        "is_image": False,
+    }
+
+
 def test_images_beside_the_split_folders_are_named_as_not_built(tmp_path, capsys):
-    # They are in no split: once, the build left them out without a word.
+    # They are in no split: once, the build left them out without a word; then the console
+    # and plan named them, but not the build's own account (rejected.jsonl, failures).
     root = photos(tmp_path / "photos", splits=("train", "val"), per_class=1)
     for name in ("a.jpg", "b.PNG", "c.jpg", "d.jpg"):
         write(root / name, jpeg_bytes())
@@ -324,7 +339,11 @@ def test_images_beside_the_split_folders_are_named_as_not_built(tmp_path, capsys
     assert build_tool.main(["--input_dir", str(root), "--output_dir", str(tmp_path / "out")]) == 0
     info = dataset_info(tmp_path / "out")
     assert [info.split(s).num_examples for s in ("train", "validation")] == [2, 2]
-    assert dead_letters(tmp_path / "out") == []
+    assert [info.split(s).num_rejected for s in ("train", "validation")] == [0, 0]
+    assert info.info.failures == {"in_no_split": 4}
+    names = ("a.jpg", "b.PNG", "c.jpg", "d.jpg")
+    assert dead_letters(tmp_path / "out") == [in_no_split(root / name) for name in names]
+    assert verify.main([str(tmp_path / "out"), "--workers", "1"]) == 0
     note = (
         f"Not built: 4 images in {root} beside its split folders, in no split (a.jpg, b.PNG, "
         "c.jpg and 1 more); to build them, move them into the split folder each belongs to"
@@ -336,6 +355,9 @@ def test_images_beside_the_split_folders_are_named_as_not_built(tmp_path, capsys
         text=True,
     )
     assert note in done.stdout.splitlines()
+    assert [line for line in done.stdout.splitlines() if "in_no_split" in line] == [
+        f"  {root}/{name}: in_no_split: {in_no_split(root / name)['detail']}" for name in names
+    ]
     (root / "b.PNG").unlink(), (root / "c.jpg").unlink(), (root / "d.jpg").unlink()
     build_tool.main(["--input_dir", str(root), "--output_dir", str(tmp_path / "out2")])
     assert (

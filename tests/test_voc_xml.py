@@ -82,7 +82,9 @@ def test_split_folders_inside_images_and_annotations_are_the_splits(tmp_path):
     }
     names = sorted(e[F.FILENAME][0].decode() for e in read_split(tmp_path / "out", "validation"))
     assert names == ["images/val/val0.jpg", "images/val/val1.jpg"]
-    assert not dead_letters(tmp_path / "out")
+    assert [(d["path"], d["reason"], d["is_image"]) for d in dead_letters(tmp_path / "out")] == [
+        (str(root / "images" / "stray.jpg"), "in_no_split", False)
+    ]
     plan = planner.plan_discovery(str(root), VOC_XML, ("train",), TREE_ACCESS)
     assert (plan.unbuilt, plan.outside) == (("val",), (f"{root}/images/stray.jpg",))
     with pytest.raises(LayoutError, match=r"split 'test' has no folder in .*images: the splits"):

@@ -175,6 +175,12 @@ def _revisited_of_tree(element, tasks: Sequence[layouts.ListingTask]):
         yield os.fsencode(unlisted.path), rejection
 
 
+def _in_no_split(path: bytes) -> Rejection:
+    """The counted report of an image beside the split folders (its path as file-system
+    bytes, which any name survives)."""
+    return count_rejection(pairing.in_no_split(os.fsdecode(path)))
+
+
 def _batches(pending: dict):
     """((pairing group, tag) → FileRefs) as (group, (tag, FileRefs bytes)) each, emptied."""
     for (group, tag), refs in pending.items():
@@ -237,7 +243,8 @@ class _PairFn(beam.DoFn):
 class DiscoverImages(beam.PTransform):
     """Lists the tree of a DiscoveryPlan and pairs images with annotations.
 
-    Output: a tuple (entries, rejected) of PCollections of IndexEntry and Rejection.
+    Output: a tuple (entries, rejected) of PCollections of IndexEntry and Rejection (with the
+    plan's images beside its split folders, `outside`, reported as in no split).
     """
 
     def __init__(self, plan: layouts.DiscoveryPlan):
@@ -285,5 +292,11 @@ class DiscoverImages(beam.PTransform):
             .with_output_types(IndexEntry)
             .with_outputs(REJECTED, main="entries")
         )
-        rejected = (refused_rejected, paired[REJECTED]) | "FlattenRejected" >> beam.Flatten()
-        return paired.entries, rejected
+        rejected = [refused_rejected, paired[REJECTED]]
+        if self._plan.outside:  # (images beside the split folders; none: the graph as it was)
+            rejected.append(
+                pbegin
+                | "CreateInNoSplit" >> beam.Create([os.fsencode(p) for p in self._plan.outside])
+                | "InNoSplit" >> beam.Map(_in_no_split).with_output_types(Rejection)
+            )
+        return paired.entries, tuple(rejected) | "FlattenRejected" >> beam.Flatten()

@@ -60,7 +60,7 @@ from beam_pipeline.tools.plan_report import (
 )
 from beam_pipeline.tree import layouts, planner
 from beam_pipeline.tree.fileio import read_file
-from beam_pipeline.tree.pairing import pair_files
+from beam_pipeline.tree.pairing import in_no_split, pair_files
 from schemas.paths import join
 from schemas.tfrecord import encode_record
 
@@ -131,7 +131,7 @@ def plan_build(prepared) -> BuildPlan:
 def _index_entries(plan) -> tuple[list[IndexEntry], list[Rejection], int]:
     """(the entries, the rejections, the files listed) of listing the tree and pairing each
     key's image with its annotation, as the build's discovery does."""
-    rejections: list[Rejection] = []
+    rejections: list[Rejection] = [in_no_split(path) for path in plan.outside]  # (as a build)
     images: collections.defaultdict[str, list[Any]] = collections.defaultdict(list)
     annotations: collections.defaultdict[str, list[Any]] = collections.defaultdict(list)
     listed = 0

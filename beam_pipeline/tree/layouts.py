@@ -125,8 +125,9 @@ class DiscoveryPlan:
     than `test` that has no XML (nor, in CLS-LOC, class folders; in VOC, when no year has
     XML): its examples will be unlabelled, which the console says before the build.
     `outside` holds the images of a folder tree that lie beside its split folders, in no
-    split (local trees): not built, and said so. `nested_splits` names the split folders inside
-    class folders (`cat/train`, `cat/val`): built into the split with the rest, and said so.
+    split (local trees): not built, said so, and reported (`pairing.in_no_split`).
+    `nested_splits` names the split folders inside class folders (`cat/train`, `cat/val`):
+    built into the split with the rest, and said so.
     `notes`: other lines the console says before the build (a VOC split that some years do not
     list, built from those that do).
     """

@@ -20,6 +20,8 @@ from schemas.paths import join
 ANNOTATION_EXTENSION = ".xml"
 # The reason of an XML file that pairs with no image (reported, not counted).
 ANNOTATION_WITHOUT_IMAGE = "annotation_without_image"
+# The reason of an image beside a tree's split folders, in no split (reported, not built).
+IN_NO_SPLIT = "in_no_split"
 # macOS writes `._NAME` beside NAME on file systems without extended attributes (AppleDouble):
 # metadata, not an image, however it is named.
 APPLE_DOUBLE_PREFIX = "._"
@@ -52,6 +54,16 @@ def unlisted_rejection(task: ListingTask, path: str, reason: str, detail: str) -
         detail,
         is_image=_is_image_name(task, path),
     )
+
+
+def in_no_split(path: str) -> Rejection:
+    """The report of an image beside a tree's split folders (`DiscoveryPlan.outside`): not
+    built; in no split, it is no split's image, nor in the error budget."""
+    detail = (
+        "an image beside the split folders, in no split: not built; to build it, move it into "
+        "the split folder it belongs to"
+    )
+    return Rejection("", printable_path(path), DISCOVER, IN_NO_SPLIT, detail, is_image=False)
 
 
 def classify(
