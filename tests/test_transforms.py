@@ -484,7 +484,7 @@ def test_a_pipe_or_folder_in_an_images_place_is_a_read_error_not_a_wait(tmp_path
     os.mkfifo(pipe)
     folder.mkdir()
     with concurrent.futures.ThreadPoolExecutor(1) as executor:
-        future = executor.submit(read_file, str(pipe))
+        future = executor.submit(read_file, str(pipe), regular=True)
         try:
             with pytest.raises(InputError) as failure:
                 future.result(timeout=10)
@@ -497,10 +497,10 @@ def test_a_pipe_or_folder_in_an_images_place_is_a_read_error_not_a_wait(tmp_path
         "not a regular file: a device, socket or pipe (there since the tree was listed?)",
     )
     with pytest.raises(InputError) as failure:
-        read_file(str(folder))
+        read_file(str(folder), regular=True)
     assert failure.value.detail == f"IsADirectoryError: [Errno 21] Is a directory: '{folder}'"
     (tmp_path / "image.JPEG").write_bytes(b"\xff\xd8 bytes")
-    assert read_file(str(tmp_path / "image.JPEG")) == b"\xff\xd8 bytes"
+    assert read_file(str(tmp_path / "image.JPEG"), regular=True) == b"\xff\xd8 bytes"
 
 
 def test_read_ahead_keeps_order_bounds_reads_in_flight_and_reports_each_failure(tmp_path):

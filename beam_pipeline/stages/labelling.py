@@ -74,7 +74,7 @@ def parse_entry(root: str, entry: IndexEntry) -> ParsedEntry | Rejection:
         return ParsedEntry(entry, None)
     path = join(root, entry.annotation_filename)
     try:
-        annotation = parse_annotation(read_file(path))
+        annotation = parse_annotation(read_file(path, regular=True))
         _check_boxes_inside(annotation)
     except InputError as error:
         image = join(root, entry.filename)

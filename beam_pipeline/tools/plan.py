@@ -213,7 +213,7 @@ def _small_files(config, labelled, vocabulary) -> tuple[list[Rejection], int]:
             continue
         path = _path(config, item)
         try:
-            data = read_file(path) if entry.num_bytes else b""
+            data = read_file(path, regular=True) if entry.num_bytes else b""
             read += bool(entry.num_bytes)
             build_example(item, normalise_image(data, config.image_policy), vocabulary)
         except InputError as error:

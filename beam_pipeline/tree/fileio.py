@@ -29,12 +29,13 @@ from beam_pipeline.tree.pairing import IMAGE_EXTENSIONS, printable_path
 from schemas.paths import first_few, is_local, join
 
 
-def read_file(path: str) -> bytes:
-    """Whole file; raises InputError(read_error) when it cannot be read: also when a local
-    path is no regular file (a pipe put in an image's place after the listing held a build
-    forever: a read of a pipe waits for a writer)."""
+def read_file(path: str, *, regular: bool = False) -> bytes:
+    """Whole file; raises InputError(read_error) when it cannot be read. `regular` (a file of
+    the tree, listed as a regular file): also when a local path is no longer one (a pipe put
+    in an image's place after the listing held a build forever: a read of a pipe waits for a
+    writer; a flag's file may be one, `--labels_file <(...)`)."""
     try:
-        if is_local(path):
+        if regular and is_local(path):
             return _read_regular_file(path)
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
             return stream.read()
@@ -399,7 +400,7 @@ def read_ahead(
     try:
         while True:
             for path, size in remaining:
-                pending.append((executor.submit(read_file, path), size))
+                pending.append((executor.submit(read_file, path, regular=True), size))
                 in_flight += size
                 if len(pending) >= max_files or in_flight >= max_bytes:
                     break
