@@ -9,7 +9,7 @@ import json
 import shutil
 
 import pytest
-from helpers import build, interrupted_build, six_photos, two_photos, write
+from helpers import build, interrupted_build, jpeg_bytes, png_bytes, six_photos, two_photos, write
 from PIL import Image, ImageOps
 
 from beam_pipeline.console import summary
@@ -362,3 +362,28 @@ def test_the_report_is_checked_against_its_counts():
     assert duplicates.report_problems(cut, {**counts, "leaked": {"validation": 2}}, "train") == [
         "its groups that leak hold 1 of the 2 validation images build_info.json counts as leaked"
     ]
+
+
+def test_prints_made_in_runs_are_those_made_at_once_and_hold_no_full_size_pixels():
+    # The writer makes a kept JPEG's print in runs after the decodes (cheaper, its small decode
+    # held); a converted image's RGB is the stored size, so its print is made at once.
+    from beam_pipeline.core.entries import IndexEntry, LabelledEntry
+    from beam_pipeline.core.images import ImagePolicy, normalise_image
+    from beam_pipeline.stages.duplicates import PRINT_RUN, PrintRuns, image_print
+
+    policy = ImagePolicy(fingerprints=True)
+    images, runs, expected = [], PrintRuns(None), []
+    for i in range(2 * PRINT_RUN + 5):
+        data = png_bytes(40, 30) if i % 7 == 0 else jpeg_bytes(64 + i, 48, (i * 3, 90, 200 - i))
+        image = normalise_image(data, policy)
+        entry = IndexEntry("train", f"k{i}", f"k{i}.JPEG", None, None, len(data))
+        labelled = LabelledEntry(entry, None, i % 3, (), "folder")
+        images.append((labelled, image))
+        runs.add(labelled, image)
+        assert not any(isinstance(p[2], Image.Image) for p in runs._pending)
+        size = (image.source_width, image.source_height)
+        expected.append(image_print(labelled, image.sha256, image.fingerprint, *size))
+    assert runs.made() == expected
+    assert len(expected) == 2 * PRINT_RUN + 5
+    assert len({p.perceptual for p in expected}) > 1
+    assert PrintRuns(None).made() == []

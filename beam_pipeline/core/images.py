@@ -120,7 +120,7 @@ class NormalisedImage:
     @functools.cached_property
     def fingerprint(self) -> Fingerprint | None:
         """The stored pixels' `fingerprints.Fingerprint`, made once, when first asked for: the
-        writer asks in runs (`stages.writing`), not right after each decode."""
+        writer asks in runs (`stages.duplicates.PrintRuns`), not right after each decode."""
         return None if self.print_source is None else fingerprint(self.print_source)
 
     @functools.cached_property

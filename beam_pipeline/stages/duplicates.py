@@ -155,8 +155,9 @@ PRINT_RUN = 32
 class PrintRuns:
     """A shard's ImagePrints, in the order its images are written (none under `--duplicates
     off`). Under `--duplicates drop_leaks` (`training`: a TrainingCopies) each is made before
-    its image is written, to judge it; otherwise in runs, holding the small decodes (not the
-    images' bytes) until then."""
+    its image is written, to judge it; otherwise a kept JPEG's in runs, its small decode held
+    until then, and a converted image's at once (its RGB is the stored size: 36 MB for a
+    4000x3000 PNG)."""
 
     def __init__(self, training):
         self._training, self._made, self._pending = training, [], []
@@ -175,7 +176,9 @@ class PrintRuns:
         """The print of an image written (made now if `judge` made it)."""
         if image.print_source is None:
             return
-        source = image.fingerprint if self._training is not None else image.print_source
+        source: fp.Pixels | fp.Fingerprint | None = image.print_source
+        if self._training is not None or not isinstance(source, np.ndarray):
+            source = image.fingerprint  # (judged: made already; or a conversion's RGB)
         size = (image.source_width, image.source_height)
         self._pending.append((labelled, image.sha256, source, *size))
         if len(self._pending) >= PRINT_RUN:
@@ -183,7 +186,7 @@ class PrintRuns:
 
     def _flush(self) -> None:
         for labelled, sha256, source, width, height in self._pending:
-            if not isinstance(source, fp.Fingerprint):  # (judged: made already)
+            if not isinstance(source, fp.Fingerprint):
                 source = fp.fingerprint(source)
             self._made.append(image_print(labelled, sha256, source, width, height))
         self._pending.clear()
