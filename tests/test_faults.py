@@ -52,10 +52,10 @@ def test_retried_bundle_leaves_exactly_one_copy_of_each_shard(tree, tmp_path, mo
     real_read = fileio.read_file
     attempts = []
 
-    def failing_read(path):
+    def failing_read(path, **kwargs):
         if path.endswith("train_000007.JPEG"):
             raise RuntimeError("injected worker failure in the middle of a shard")
-        return real_read(path)
+        return real_read(path, **kwargs)
 
     def process_with_retry(self, element, *args, **kwargs):
         entries = [
