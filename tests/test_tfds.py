@@ -269,6 +269,22 @@ def test_verify_names_tfds_metadata_that_is_missing_or_wrong_and_upgrade_mends_i
     assert verify.verify(str(copy)) == (4, []) and shard_digests(copy) == before
 
 
+def test_upgrade_refuses_a_build_of_a_later_schema(built, tmp_path, capsys):
+    # Its TFDS files, rewritten by this code, would name only the keys this schema knows.
+    copy = shutil.copytree(built, tmp_path / "copy")
+    info = json.loads((copy / BUILD_INFO_FILE).read_text())
+    info["schema_version"] = "2.9.0"
+    (copy / BUILD_INFO_FILE).write_text(json.dumps(info))
+    before = {p.name: p.read_bytes() for p in copy.iterdir() if p.is_file()}
+    assert commands.main(["upgrade", str(copy)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {copy / BUILD_INFO_FILE}: the build is of schema 2.9.0, newer than this code's "
+        f"{SCHEMA_VERSION}: run upgrade with the version that wrote it (pip install -U "
+        "imagenet-tfrecords)\n"
+    )
+    assert {p.name: p.read_bytes() for p in copy.iterdir() if p.is_file()} == before
+
+
 def test_tfds_metadata_without_build_info_is_not_a_build(built, tmp_path, tree):
     """What a build killed between TFDS's files and its commit marker leaves."""
     copy = shutil.copytree(built, tmp_path / "copy")

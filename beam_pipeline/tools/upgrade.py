@@ -15,7 +15,8 @@ lack (the views come from the XML: rebuild for them). It also finishes the commi
 that stopped after its `build_info.json` (what the build's stop line says): TFDS's files, then
 the commit's work folders. Records and shards are never read or written: run `verify` for them.
 
-Exit code 0 when the metadata is written, 2 when OUT holds no committed build.
+Exit code 0 when the metadata is written, 2 when OUT holds no committed build or one of a later
+schema than this code's (its TFDS files would lose what that schema added).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ from beam_pipeline.output.directory import (
 )
 from beam_pipeline.output.lock import busy_reason
 from beam_pipeline.output.readback import read_build_info
-from schemas import BUILD_INFO_FILE, DatasetInfo
+from schemas import BUILD_INFO_FILE, SCHEMA_VERSION, DatasetInfo
+from schemas.features import is_later_minor
 from schemas.label_map import LABEL_MAP_CSV_FILE, LABEL_MAP_FILE, label_map_csv, label_map_text
 from schemas.paths import is_local, join
 from schemas.tfds_metadata import TFDS_INFO_FILE, tfds_files
@@ -50,9 +52,15 @@ def upgrade(output_dir: str) -> tuple[DatasetInfo, list[str]]:
 
     Raises:
       NoBuildError: OUT holds no committed build.
-      ValueError: its metadata is of a schema this code cannot read.
+      ValueError: its metadata is of a schema this code cannot read, or of a later minor one.
     """
     info = read_build_info(output_dir, sums=False)  # (verify lists what disagrees)
+    if is_later_minor(info.schema_version):  # its TFDS files would lose what that schema added
+        raise ValueError(
+            f"{join(output_dir, BUILD_INFO_FILE)}: the build is of schema {info.schema_version}, "
+            f"newer than this code's {SCHEMA_VERSION}: run upgrade with the version that wrote "
+            "it (pip install -U imagenet-tfrecords)"
+        )
     for folder in (TEMP_DIR, PROGRESS_DIR, STAGING_DIR):
         path = join(output_dir, folder)
         if is_local(path) and os.path.lexists(path) and not os.path.isdir(path):
