@@ -269,7 +269,7 @@ def test_verify_names_tfds_metadata_that_is_missing_or_wrong_and_upgrade_mends_i
     assert verify.verify(str(copy)) == (4, []) and shard_digests(copy) == before
 
 
-def test_upgrade_refuses_a_build_of_a_later_schema(built, tmp_path, capsys):
+def test_upgrade_and_verify_refuse_a_build_of_a_later_schema(built, tmp_path, capsys):
     # Its TFDS files, rewritten by this code, would name only the keys this schema knows.
     copy = shutil.copytree(built, tmp_path / "copy")
     info = json.loads((copy / BUILD_INFO_FILE).read_text())
@@ -283,6 +283,8 @@ def test_upgrade_refuses_a_build_of_a_later_schema(built, tmp_path, capsys):
         "imagenet-tfrecords)\n"
     )
     assert {p.name: p.read_bytes() for p in copy.iterdir() if p.is_file()} == before
+    assert commands.main(["verify", str(copy)]) == 2  # (it judged the records by this schema)
+    assert "run verify with the version that wrote it" in capsys.readouterr().err
 
 
 def test_tfds_metadata_without_build_info_is_not_a_build(built, tmp_path, tree):

@@ -10,10 +10,11 @@ import collections
 import os
 from typing import Any, BinaryIO
 
-from schemas import DatasetInfo
+from schemas import BUILD_INFO_FILE, SCHEMA_VERSION, DatasetInfo
 from schemas import NoBuildError as NoBuildError  # re-exported: what read_build_info raises
 from schemas import read_build_info as read_metadata
 from schemas.example_proto import Example
+from schemas.features import is_later_minor
 from schemas.metadata import metadata_text, unreadable_metadata
 from schemas.paths import file_system_error, is_local, join, not_a_directory
 from schemas.trees import tree_instead_of_build
@@ -109,6 +110,18 @@ def read_build_info(output_dir: str, sums: bool = True) -> DatasetInfo:
         raise
     except BeamIOError as error:  # a URL Beam's file system cannot read here (s3:// unset)
         raise NoBuildError(f"{output_dir} cannot be read: {file_system_error(error)}") from None
+
+
+def refuse_later_schema(output_dir: str, info: DatasetInfo, command: str) -> None:
+    """ValueError for a build of a later minor schema than this code's, which `command`
+    (upgrade, verify) would rewrite or judge by this schema (TFDS's files without the keys it
+    added; every record's new keys unknown)."""
+    if is_later_minor(info.schema_version):
+        raise ValueError(
+            f"{join(output_dir, BUILD_INFO_FILE)}: the build is of schema {info.schema_version}, "
+            f"newer than this code's {SCHEMA_VERSION}: run {command} with the version that wrote "
+            "it (pip install -U imagenet-tfrecords)"
+        )
 
 
 def _is_dir(path: str) -> bool:

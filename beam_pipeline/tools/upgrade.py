@@ -39,9 +39,8 @@ from beam_pipeline.output.directory import (
     write_atomic,
 )
 from beam_pipeline.output.lock import busy_reason
-from beam_pipeline.output.readback import read_build_info
-from schemas import BUILD_INFO_FILE, SCHEMA_VERSION, DatasetInfo
-from schemas.features import is_later_minor
+from beam_pipeline.output.readback import read_build_info, refuse_later_schema
+from schemas import BUILD_INFO_FILE, DatasetInfo
 from schemas.label_map import LABEL_MAP_CSV_FILE, LABEL_MAP_FILE, label_map_csv, label_map_text
 from schemas.paths import is_local, join
 from schemas.tfds_metadata import TFDS_INFO_FILE, tfds_files
@@ -55,12 +54,7 @@ def upgrade(output_dir: str) -> tuple[DatasetInfo, list[str]]:
       ValueError: its metadata is of a schema this code cannot read, or of a later minor one.
     """
     info = read_build_info(output_dir, sums=False)  # (verify lists what disagrees)
-    if is_later_minor(info.schema_version):  # its TFDS files would lose what that schema added
-        raise ValueError(
-            f"{join(output_dir, BUILD_INFO_FILE)}: the build is of schema {info.schema_version}, "
-            f"newer than this code's {SCHEMA_VERSION}: run upgrade with the version that wrote "
-            "it (pip install -U imagenet-tfrecords)"
-        )
+    refuse_later_schema(output_dir, info, "upgrade")
     for folder in (TEMP_DIR, PROGRESS_DIR, STAGING_DIR):
         path = join(output_dir, folder)
         if is_local(path) and os.path.lexists(path) and not os.path.isdir(path):

@@ -40,7 +40,7 @@ from beam_pipeline.core import duplicates, odd_images
 from beam_pipeline.core.rejections import read_dead_letter
 from beam_pipeline.output.directory import STAGING_DIR, list_shard_files, work_folders
 from beam_pipeline.output.lock import busy_reason
-from beam_pipeline.output.readback import read_build_info
+from beam_pipeline.output.readback import read_build_info, refuse_later_schema
 from beam_pipeline.tools.record_checks import Tally, check_example, check_schema, check_tallies
 from beam_pipeline.tree.planner import vocabulary_split
 from schemas import (
@@ -138,6 +138,7 @@ def verify_shard(
 def verify(data_dir: str, workers: int = 1, decode: bool = True) -> tuple[int, list[Problem]]:
     """Checks every shard of every split; returns (shards checked, problems in shard order)."""
     info = read_build_info(data_dir, sums=False)  # its disagreements: check_metadata
+    refuse_later_schema(data_dir, info, "verify")
     shards = [
         (name, shard, split.labelled)
         for name, split in sorted(info.splits.items())
