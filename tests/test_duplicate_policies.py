@@ -244,7 +244,7 @@ def test_drop_leaks_counts_and_warns_of_the_clashes_of_the_copies_it_drops(tmp_p
     )
     assert summary.duplicates_notes(info.duplicates)[1] == (
         "Warning: 1 dropped image is labelled otherwise than the training image it copies "
-        "(rejected.jsonl: a clash); one of each pair is mislabelled"
+        "(rejected.jsonl: a clash); one of the two is mislabelled"
     )
 
 

@@ -335,7 +335,7 @@ def test_the_report_is_checked_against_its_counts():
     ]
     clash = [{**line, "members": [member, {**other, "class": "dog"}]}]
     assert duplicates.report_problems(clash, leaked, "train") == [
-        "line 1: clash is False, its classes say otherwise"
+        "line 1: clash is false, its classes say otherwise"
     ]
     assert duplicates.report_problems([{**line, "members": [member]}], recorded, "train") == [
         "line 1 is not a group of copies as a build writes one"

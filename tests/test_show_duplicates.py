@@ -337,6 +337,18 @@ def test_leaks_without_duplicates_and_duplicates_with_histogram_exit_2(built, tm
     assert "not allowed with argument --duplicates" in capsys.readouterr().err
 
 
+def test_a_sheet_of_copies_is_bounded(built, tmp_path, capsys):
+    # -n 3000 drew a PNG of 402 x 498,740 px, which Pillow then refused to open.
+    code, _, err = run(capsys, built, "--duplicates", "-n", "201", "-o", tmp_path / "x.png")
+    assert (code, err) == (
+        2,
+        f"error: -n 201: draws at most 200 groups, a row each ({DUPLICATES_FILE} lists all)",
+    )
+    assert not (tmp_path / "x.png").exists()
+    code, _, err = run(capsys, built, "--duplicates", "-n", "0", "-o", tmp_path / "x.png")
+    assert (code, err) == (2, "error: -n must be at least 1, not 0")
+
+
 def test_a_damaged_copies_file_is_named(built, tmp_path, capsys):
     copy = tmp_path / "copy"
     shutil.copytree(built, copy)

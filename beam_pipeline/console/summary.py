@@ -267,7 +267,8 @@ def duplicates_notes(found: Mapping) -> list[str]:
         notes.append(
             f"Warning: {plural(clashes, 'dropped image')} {'is' if one else 'are'} labelled "
             f"otherwise than the training image {'it copies' if one else 'they copy'} "
-            f"({DEAD_LETTER_FILE}: {CLASH}); one of each pair is mislabelled"
+            f"({DEAD_LETTER_FILE}: {CLASH}); "
+            + ("one of the two is mislabelled" if one else "one of each pair is mislabelled")
         )
     if not found.get("images"):  # (a build that looked: said, so that it shows it looked)
         return notes or ([f"Copies: none found ({DUPLICATES_FILE})"] if found else [])

@@ -300,7 +300,8 @@ def report_problems(lines: Sequence[Any], recorded: dict, training: str | None) 
         kinds[line["kind"]] += 1
         classes = {m["class"] for m in members if m["class"]}
         if line["clash"] != (len(classes) > 1):
-            problems.append(f"line {number}: clash is {line['clash']}, its classes say otherwise")
+            said = json.dumps(line["clash"])  # (as the line says it: false, not False)
+            problems.append(f"line {number}: clash is {said}, its classes say otherwise")
         clashes += line["clash"]
         images.update((m["split"], m["path"]) for m in members)
         held = {(m["split"], m["path"]) for m in members if m["split"] != training}

@@ -335,10 +335,11 @@ def _copies(
         said, every = duplicates.leak_list(leaks)
         if policy == duplicates.FAIL:
             resume = "--overwrite --resume" if spec.replaces_build else "--resume"
+            them, each = ("it", "it") if len(leaks) == 1 else ("them", "every one")
             fix = (
-                f"remove them from the tree, or rerun with --duplicates drop_leaks {resume} to "
-                "leave them out (rejected.jsonl, reason duplicate), or --duplicates report "
-                f"{resume} to keep them (the shards written are kept); the log lists every one"
+                f"remove {them} from the tree, or rerun with --duplicates drop_leaks {resume} to "
+                f"leave {them} out (rejected.jsonl, reason duplicate), or --duplicates report "
+                f"{resume} to keep {them} (the shards written are kept); the log lists {each}"
             )
         else:  # drop_leaks: its writers' search and the report disagree
             fix = "this is a defect of the build, please report it; --duplicates report builds"

@@ -26,6 +26,7 @@ from schemas import UNLABELLED, DatasetInfo
 from schemas import features as F
 
 TILE = 192  # side of the square each image is scaled into, in sheet pixels
+MAX_COPY_ROWS = 200  # groups a sheet of copies draws, a row of ~250 px each: 402 x ~50,000 px
 PAD = 6  # between tiles and around the sheet
 CAPTION = 34  # the caption strip under each tile
 HEADER = 26  # the line above the grid

@@ -55,6 +55,7 @@ from beam_pipeline.tools.build_records import (
 )
 from beam_pipeline.tools.histogram import class_histogram
 from beam_pipeline.tools.sheet import (
+    MAX_COPY_ROWS,
     CopyGroup,
     Record,
     Tile,
@@ -273,8 +274,9 @@ def pick_copies(
     """(what the sheet shows, e.g. `2 of 4 groups of copies`; the first `n` groups that
     `choose_copies` keeps). Raises UsageError (see `read_copies`; an unknown split), or
     NothingToShow when none is kept."""
-    if n < 1:
-        raise UsageError(f"-n must be at least 1, not {n}")
+    if not 1 <= n <= MAX_COPY_ROWS:  # (-n 3000 drew 402 x 498,740 px: Pillow refused it)
+        most = f"at most {MAX_COPY_ROWS} groups, a row each ({DUPLICATES_FILE} lists all)"
+        raise UsageError(f"-n must be at least 1, not {n}" if n < 1 else f"-n {n}: draws {most}")
     if split is not None:
         _split(info, split)
     groups = read_copies(output_dir, info)
