@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import random
 import shutil
 
@@ -109,6 +110,14 @@ def test_fail_stops_the_build_with_the_list_and_resume_drops_them(tree, tmp_path
         "duplicate), or --duplicates report --resume to keep them (the shards written are "
         "kept); the log lists every one"
     )
+    log = pathlib.Path(error.strip().splitlines()[-1].removeprefix("full log: ")).read_text()
+    listed = [
+        line for line in log.splitlines() if " copies train/" in line and "FAILED" not in line
+    ]
+    assert listed == [  # once (each of the runner's tracebacks repeated the list)
+        "val/cat/a_copy.jpg copies train/cat/a.jpg (exact copy)",
+        "val/goat/d_half.jpg copies train/goat/d.jpg (near copy, 0 bits apart)",
+    ]
     assert not (out / BUILD_INFO_FILE).exists()
     assert build_tool.main([*argv, *DROP, "--resume"]) == 0
     assert dropped(out, tree) == DROPPED and reported(out) == NOT_LEAKS

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import math
 import shlex
 from collections.abc import Iterable, Mapping
@@ -40,6 +41,8 @@ from schemas import (
     SplitInfo,
 )
 from schemas.paths import join
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -343,7 +346,11 @@ def _copies(
             )
         else:  # drop_leaks: its writers' search and the report disagree
             fix = "this is a defect of the build, please report it; --duplicates report builds"
-        raise BuildFailed("\n".join([f"--duplicates {policy}: {said}. To fix: {fix}", *every]))
+        # Every copy in the log once (in the error, each traceback of the runner's repeated it).
+        logger.error(
+            "--duplicates %s: every copy of a training image:\n%s", policy, "\n".join(every)
+        )
+        raise BuildFailed(f"--duplicates {policy}: {said}. To fix: {fix}")
     found = duplicates.counts(groups, leaks)
     copies = [r for r in rejections if r.reason == DUPLICATE]
     if copies:
