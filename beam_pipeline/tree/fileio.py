@@ -48,7 +48,8 @@ def read_file(path: str, *, regular: bool = False) -> bytes:
 def _read_regular_file(path: str) -> bytes:
     """A local regular file's bytes, opened without waiting (O_NONBLOCK: a pipe's open waits
     for a writer) and read only once `fstat` says it is a regular file."""
-    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    nonblocking = getattr(os, "O_NONBLOCK", 0)  # (POSIX; Windows has no pipes of this kind)
+    descriptor = os.open(path, os.O_RDONLY | nonblocking)
     try:
         mode = os.fstat(descriptor).st_mode
         if stat.S_ISDIR(mode):
@@ -58,7 +59,8 @@ def _read_regular_file(path: str) -> bytes:
                 "read_error",
                 "not a regular file: a device, socket or pipe (there since the tree was listed?)",
             )
-        os.set_blocking(descriptor, True)
+        if nonblocking:
+            os.set_blocking(descriptor, True)
         with os.fdopen(descriptor, "rb", closefd=True) as stream:
             descriptor = -1
             return stream.read()
