@@ -1,6 +1,7 @@
 """What `plan` reports: the plan of a build (`BuildPlan`, a `SplitPlanReport` per split), as the
-JSON of `--json` and as the text `plan` prints, and its notes on a rebuild (`rebuild_notes`).
-Computing it is `plan`'s (`plan_build`).
+JSON of `--json` and as the text `plan` prints, its notes on a rebuild (`rebuild_notes`), and
+why the build would fail once its shards are written (`write_failure`: the error budget, the
+output disk's room). Computing the plan is `plan`'s (`plan_build`).
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ what each split's counts and the schema version say of them), the directory must
 shard of a split that it does not list, and `rejected.jsonl` must account for the rejections
 it counts; TFDS's files must say what `build_info.json` says (a schema 1.x build has none:
 `upgrade` writes them). Exit 0 when all checks, 1 when something does not (a damaged
-`build_info.json` too), 2 without a committed build.
+`build_info.json` too), 2 without a committed build or for one of a later schema than this
+code's (`refuse_later_schema`).
 
 The command, the reading of each shard and the checks of the files beside the shards; what is
 checked in each record is `record_checks`'s (`check_example`).
