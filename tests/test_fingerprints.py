@@ -221,9 +221,19 @@ def test_grouping_by_block_finds_every_pair_once(radius):
     assert 50 <= len(expected) < 300  # copies on both sides of the radius
 
 
+# How scan_block finishes: step by step only, the default, and a switch to the tail's all at
+# once after a few steps of a crowded run.
+TAILS = {"steps": (0, 0), "default": (fp.TAIL_POSITIONS, fp.TAIL_COMPARISONS), "late": (40, 400)}
+
+
+@pytest.mark.parametrize("tail", TAILS)
 @pytest.mark.parametrize("radius", [0, 3, 6])
-def test_search_finds_every_pair_within_the_radius(radius):
+def test_search_finds_every_pair_within_the_radius(radius, tail, monkeypatch):
+    monkeypatch.setattr(fp, "TAIL_POSITIONS", TAILS[tail][0])
+    monkeypatch.setattr(fp, "TAIL_COMPARISONS", TAILS[tail][1])
     hashes = random_hashes(3000, 600, radius, seed=10 + radius)
+    crowd = {f"crowd{i:03d}": (0xF0F0 << 48) | i for i in range(120)}  # one run of 120
+    hashes.update(crowd)
     keys = sorted(hashes)
     found = fp.search([hashes[key] for key in keys], radius)
     got = {
