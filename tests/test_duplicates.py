@@ -197,10 +197,9 @@ def test_near_pairs_of_a_crowded_bucket_are_every_pair_within_the_radius():
     assert len(expected) >= 550
 
     def named(parts):
-        return sorted(
-            (g.members[0].filename, g.members[1].filename, g.distance)
-            for g in duplicates.copies_of(parts)[0]
-        )
+        groups = duplicates.copies_of(parts)[0]
+        assert groups == duplicates.report_order(groups)  # handed in the report's order
+        return sorted((g.members[0].filename, g.members[1].filename, g.distance) for g in groups)
 
     with beam.Pipeline() as pipeline:
         found = (
