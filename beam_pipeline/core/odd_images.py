@@ -30,10 +30,6 @@ ODD = "odd"
 GREY_MINORITY = 0.5
 
 
-def is_grey(image: ImagePrint) -> bool:
-    return image.chroma_spread is not None and image.chroma_spread <= fp.GREY_SPREAD
-
-
 def grey_is_odd(images: int, grey: int) -> bool:
     """Whether grey pictures are odd in a build of `images` of which `grey` are grey."""
     return grey < GREY_MINORITY * images
