@@ -22,8 +22,13 @@ from beam_pipeline.core.duplicates import DROP_LEAKS, FAIL, OFF, POLICIES
 from beam_pipeline.core.holdout import TEST, VALIDATION, HoldOut
 from beam_pipeline.core.images import EXACT, ORIGINAL, RESIZE_MODES, SHORTER_SIDE, ImagePolicy
 from beam_pipeline.core.sharding import DEFAULT_TARGET_SHARD_BYTES
-from beam_pipeline.tree.layouts import AUTO, LAYOUTS, output_split, refuse_unloadable_split
-from beam_pipeline.tree.planner import vocabulary_split
+from beam_pipeline.tree.layouts import (
+    AUTO,
+    LAYOUTS,
+    output_split,
+    refuse_unloadable_split,
+    vocabulary_split,
+)
 
 
 class BuildOptions(PipelineOptions):

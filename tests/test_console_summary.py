@@ -297,3 +297,9 @@ def test_a_class_that_labels_no_image_is_named_with_the_label_rule():
         "objects, if any, are still a detector's)",
         "Note: no validation image is labelled dog (by its largest object): not measured there",
     ]
+    # VOC trains on trainval: a class it lacks is the training warning, test's the note.
+    voc = dataclasses.replace(info, splits={"test": val, "trainval": train})
+    assert [note.split(" (")[0] for note in summary.empty_class_notes(voc)] == [
+        "Warning: no training image is labelled dog",
+        "Note: no test image is labelled dog",
+    ]

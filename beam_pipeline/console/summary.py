@@ -13,6 +13,7 @@ from rich.table import Table
 
 from beam_pipeline.core import odd_images
 from beam_pipeline.core.leaks import CLASH
+from beam_pipeline.tree.layouts import vocabulary_split
 from schemas import (
     DEAD_LETTER_FILE,
     DUPLICATES_FILE,
@@ -221,9 +222,10 @@ def _closing_lines(
 def empty_class_notes(info: DatasetInfo) -> list[str]:
     """A line for each labelled split where some class labels no image: a warning for train
     (a classifier never learns the class), a note for a held-out split (its score there is
-    not measured). A label is an image's class folder or its largest box."""
-    notes = []
-    for name, split in sorted(info.splits.items(), key=lambda item: item[0] != "train"):
+    not measured). A label is an image's class folder or its largest box. The training split
+    is train, or VOC's trainval."""
+    notes, training = [], vocabulary_split(list(info.splits))
+    for name, split in sorted(info.splits.items(), key=lambda item: item[0] != training):
         if not split.num_examples or not split.labelled:
             continue
         empty = [
@@ -232,7 +234,7 @@ def empty_class_notes(info: DatasetInfo) -> list[str]:
         if not empty:
             continue
         shown = ", ".join(empty[:5]) + (f" and {len(empty) - 5:,} more" if len(empty) > 5 else "")
-        if name == "train":
+        if name == training:
             sources = {FROM_XML: "its largest object's class", FROM_FOLDER: "its class folder"}
             rule = " or ".join(v for k, v in sources.items() if split.label_sources.get(k))
             left = "; rejected.jsonl lists the images left out" if split.num_rejected else ""

@@ -31,7 +31,7 @@ from beam_pipeline.core.rejections import DISCOVER, Rejection
 from beam_pipeline.core.sharding import SplitPlan
 from beam_pipeline.failures import BuildFailed
 from beam_pipeline.output import commit
-from beam_pipeline.tree.planner import vocabulary_split
+from beam_pipeline.tree.layouts import vocabulary_split
 from schemas import (
     DEAD_LETTER_FILE,
     DUPLICATES_FILE,

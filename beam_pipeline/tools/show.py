@@ -63,7 +63,7 @@ from beam_pipeline.tools.sheet import (
     render_copies,
     render_sheet,
 )
-from beam_pipeline.tree.layouts import output_split
+from beam_pipeline.tree.layouts import output_split, vocabulary_split
 from schemas import (
     BACKGROUND,
     BUILD_INFO_FILE,
@@ -102,7 +102,7 @@ def read_info(output_dir: str) -> DatasetInfo:
 
 def _split(info: DatasetInfo, split: str | None) -> tuple[str, SplitInfo]:
     if split is None:
-        split = "train" if "train" in info.splits else sorted(info.splits)[0]
+        split = vocabulary_split(list(info.splits)) or sorted(info.splits)[0]
     if split not in info.splits:
         written = output_split(split)
         hint = f"; the tree's {split} is written as {written}" if written in info.splits else ""
@@ -332,7 +332,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("output_dir", metavar="OUT", help="A build's output directory.")
     parser.add_argument("-o", "--output", required=True, metavar="PNG", help="The PNG to write.")
-    parser.add_argument("--split", help="The split to show (default: train, else the first).")
+    parser.add_argument(
+        "--split", help="The split to show (default: train, or VOC's trainval, else the first)."
+    )
     parser.add_argument("-n", type=int, help="Examples or copy groups (default 16).")
     parser.add_argument(
         "--class",

@@ -43,7 +43,7 @@ from beam_pipeline.output.directory import STAGING_DIR, list_shard_files, work_f
 from beam_pipeline.output.lock import busy_reason
 from beam_pipeline.output.readback import read_build_info, refuse_later_schema
 from beam_pipeline.tools.record_checks import Tally, check_example, check_schema, check_tallies
-from beam_pipeline.tree.planner import vocabulary_split
+from beam_pipeline.tree.layouts import vocabulary_split
 from schemas import (
     BUILD_INFO_FILE,
     DEAD_LETTER_FILE,

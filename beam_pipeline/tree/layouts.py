@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from schemas.paths import join
 
@@ -70,6 +70,12 @@ def has_negatives(layout: str) -> bool:
 def output_split(name: str) -> str:
     """Output name of an input split (`val` → `validation`); other names are kept."""
     return _OUTPUT_SPLITS.get(name, name)
+
+
+def vocabulary_split(splits: Sequence[str]) -> str | None:
+    """The split whose classes make the vocabulary when no --labels_file names them: train,
+    or, without it, VOC's trainval (the VOC2007 protocol trains on trainval, tests on test)."""
+    return next((name for name in ("train", "trainval") if name in splits), None)
 
 
 def refuse_unloadable_split(split: str) -> None:

@@ -33,6 +33,7 @@ from beam_pipeline.tree.layouts import (
     parse_split_list,
     split_lists,
     task_name,
+    vocabulary_split,
 )
 from beam_pipeline.tree.listing import same_folder
 from beam_pipeline.tree.refusals import (
@@ -407,12 +408,6 @@ def _choose_splits(present: Sequence[str]) -> str:
     if not present:
         return "name the splits to build with --splits"
     return f"the splits there are {list(present)}: choose with {_splits_flag(present)}"
-
-
-def vocabulary_split(splits: Sequence[str]) -> str | None:
-    """The split whose classes make the vocabulary when no --labels_file names them: train,
-    or, without it, VOC's trainval (the VOC2007 protocol trains on trainval, tests on test)."""
-    return next((name for name in ("train", "trainval") if name in splits), None)
 
 
 def _splits_flag(present: Sequence[str]) -> str:
