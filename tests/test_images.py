@@ -510,6 +510,20 @@ def test_every_stored_image_has_the_fingerprint_of_its_pixels():
             assert distance <= fingerprints.DEFAULT_RADIUS, (policy, distance)
 
 
+def test_a_grey_picture_s_print_is_its_stored_rgb_s():
+    # Printed from its grey pixels (the cheaper way), the same as from the RGB it stores.
+    rng = np.random.default_rng(5)
+    grey = Image.fromarray(rng.integers(0, 256, (90, 120), dtype=np.uint8), "L")
+    for fmt in ("JPEG", "PNG"):
+        out = io.BytesIO()
+        grey.save(out, fmt)
+        stored = normalise_image(out.getvalue(), PRINTS)
+        assert stored.reencoded and stored.fingerprint is not None
+        decoded = Image.open(io.BytesIO(out.getvalue()))
+        assert stored.fingerprint == fingerprints.fingerprint(decoded.convert("RGB"))
+        assert stored.fingerprint.chroma_spread == 0
+
+
 def test_a_converted_image_keeps_its_source_s_chroma():
     # Pillow's default 4:2:0 smeared palette images; a colour JPEG (an MPO too) keeps its own.
     from PIL import JpegImagePlugin
