@@ -164,7 +164,7 @@ def copies_of(parts: Iterable[tuple[str, Any]]) -> tuple[list[Group], Alike]:
         return groups, alike
     rows = np.concatenate(pairs)  # (each pair once: in the group of the first block shared)
     ids, index = np.unique(rows[:, :2], return_inverse=True)
-    names = {int(b): pickle.loads(named[int(b)]) for b in np.unique(ids >> np.uint64(RANK_BITS))}
+    names = {b: pickle.loads(named[b]) for b in set((ids >> np.uint64(RANK_BITS)).tolist())}
     members = []  # by index into ids: a crowded tree's images are in many pairs
     for id_ in ids.tolist():
         *member, others = names[id_ >> RANK_BITS][id_ & ((1 << RANK_BITS) - 1)]
