@@ -9,7 +9,8 @@
 # 3); prints each run's wall and CPU seconds, the medians' throughput ratios against the old
 # checkout and report's against off (issue 41's bar: >= 0.95), by wall time and by CPU time (the
 # CPU time of the build's processes is steadier where other work shares the machine).
-# OLD_FLAGS="--duplicates report" runs the old checkout with those flags (its own cost).
+# OLD_FLAGS="--duplicates report" runs the old checkout with those flags (its own cost); OLD_CHECKOUT
+# "-" runs off and report only, with each round's report/off ratio and their median (paired).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OLD="${1:?usage: benchmarks/duplicates_cost.sh OLD_CHECKOUT TREE [ROUNDS]}"
@@ -22,7 +23,8 @@ trap 'rm -rf "$OUT"' EXIT
 times="$OUT/times"
 TIMEFORMAT="%R %U %S"  # bash's `time`: wall, then the CPU seconds of the build's processes
 for _ in $(seq "$ROUNDS"); do
-  for side in old off report; do
+  sides=(old off report); [ "$OLD" = - ] && sides=(off report)
+  for side in "${sides[@]}"; do
     dir="$HERE"; flags=(--duplicates "$side")
     # shellcheck disable=SC2206 # (OLD_FLAGS: words, as typed)
     [ "$side" = old ] && dir="$OLD" && flags=(${OLD_FLAGS:-})
@@ -41,8 +43,11 @@ for line in open(sys.argv[1]):
     cpus[side].append(float(user) + float(system))
 for name, values in (("wall", walls), ("CPU", cpus)):
     median = {side: statistics.median(v) for side, v in values.items()}
-    for side in ("off", "report"):
+    for side in ("off", "report") if "old" in median else ():
         print(f"{side}: {median['old'] / median[side]:.3f}x the old checkout's throughput "
               f"({name} time, median of {len(values[side])})")
     print(f"report: {median['off'] / median['report']:.3f}x off's throughput ({name} time)")
+    paired = [off / report for off, report in zip(values["off"], values["report"])]
+    print(f"  paired, each round's report/off: median {statistics.median(paired):.3f} "
+          f"({', '.join(f'{r:.3f}' for r in paired)})")
 PY
