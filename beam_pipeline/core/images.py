@@ -187,11 +187,15 @@ def normalise_image(data: bytes, policy: ImagePolicy) -> NormalisedImage:
         rgb.save(out, format="JPEG", quality=policy.jpeg_quality, subsampling=sampling)
     except (OSError, ValueError) as error:  # the image's fault, never the output's
         raise InputError("corrupt_image", f"{fmt}: cannot be encoded as JPEG: {error}") from None
-    # A grey picture is printed from its grey pixels: its RGB's print (R = G = B, of which
-    # Pillow's luma is the grey) at 290 us, not 690.
-    grey = image.mode == "L" and image.size == rgb.size and "transparency" not in image.info
-    printed = (image if grey else rgb) if policy.fingerprints else None
+    printed = _print_source(image, rgb) if policy.fingerprints else None
     return NormalisedImage(out.getvalue(), *target, fmt, width, height, True, note, printed)
+
+
+def _print_source(image: Image.Image, rgb: Image.Image) -> Image.Image:
+    """What a converted image's print is made of: its RGB; a grey picture's grey pixels, the
+    same print (R = G = B, of which Pillow's luma is the grey) at 290 us, not 690."""
+    grey = image.mode == "L" and image.size == rgb.size and "transparency" not in image.info
+    return image if grey else rgb
 
 
 def _decode_jpeg_strictly(

@@ -147,8 +147,8 @@ def image_print(
 
 
 # Prints are made PRINT_RUN images at a time, after their decodes: right after each decode,
-# whose entropy decoding has cooled the caches, one took 70 us, in runs 32-40 (1,500 tree
-# images, one thread: benchmarks/RESULTS.md, "Fingerprints"). A run holds its small decodes.
+# whose entropy decoding has cooled the caches, a print cost twice as much, and a run's sorts
+# and DCTs are one pass (benchmarks/RESULTS.md, "Fingerprints"). A run holds its small decodes.
 PRINT_RUN = 32
 
 
