@@ -604,3 +604,14 @@ def test_names_beyond_ascii_are_drawn_as_letters_where_a_unicode_font_is_install
     font = sheet_tool._font(12)
     drawn = lambda text: (font.getmask(text).size, bytes(font.getmask(text)))  # noqa: E731
     assert drawn("é") != drawn("\ue000")  # a private-use code point: the missing-glyph box
+
+
+def test_the_default_split_is_the_training_one_voc_s_trainval_too():
+    split = SplitInfo(3, 3, 0, (3,), (), {"xml": 3})
+    for splits, shown in (
+        (("test", "train", "validation"), "train"),
+        (("test", "trainval"), "trainval"),  # (sorted, test came first)
+        (("b", "a"), "a"),
+    ):
+        info = DatasetInfo("2.1.0", ("car",), dict.fromkeys(splits, split), {}, {}, {}, {})
+        assert show._split(info, None)[0] == shown
