@@ -48,8 +48,8 @@ from beam_pipeline.runners.dataflow import (
 from beam_pipeline.runners.local import (
     SMALL_BUILD_IMAGES,
     check_runner,
-    count_images_up_to,
     pipeline_options,
+    tree_size_up_to,
 )
 from beam_pipeline.stages.discovery import DiscoverImages
 from beam_pipeline.stages.duplicates import FindDuplicates, TrainingFirst, training_copies
@@ -374,8 +374,14 @@ def prepare_build(
     check_dataflow(beam_options, config)
     check_runner(beam_options, beam_flags)
     prepared = prepare(config)
-    images = count_images_up_to(prepared.plan, SMALL_BUILD_IMAGES) if every_core else None
-    options = pipeline_options(beam_flags, every_core=every_core, images=images)
+    images, one_shard = None, False
+    if every_core:
+        target = config.target_shard_bytes
+        images, size = tree_size_up_to(prepared.plan, SMALL_BUILD_IMAGES, target)
+        one_shard = config.num_shards is None and size <= target
+    options = pipeline_options(
+        beam_flags, every_core=every_core, images=images, one_shard=one_shard
+    )
     complete = prepare_output(config.output_dir, overwrite=config.overwrite, resume=config.resume)
     watch.clear(config.output_dir)
     return options, dataclasses.replace(prepared, replaces_build=complete)

@@ -183,31 +183,33 @@ def test_the_command_line_uses_every_core_unless_told_otherwise(
 
 
 @pytest.mark.parametrize(
-    "images, args, workers",
+    "images, one_shard, args, workers",
     [
-        (999, [], 1),
-        (1000, [], 6),
-        (None, [], 6),  # not counted: a library call names no tree
-        (20, ["--direct_num_workers", "3"], 3),
-        (20, ["--direct_running_mode", "multi_processing"], 1),
+        (999, False, [], 1),
+        (1000, False, [], 6),
+        (1200, True, [], 1),  # each split one shard: one worker would write it
+        (None, False, [], 6),  # not counted: a library call names no tree
+        (20, False, ["--direct_num_workers", "3"], 3),
+        (1200, True, ["--direct_num_workers", "3"], 3),
+        (20, False, ["--direct_running_mode", "multi_processing"], 1),
     ],
 )
 def test_a_small_build_stays_in_this_process_unless_workers_are_asked_for(
-    monkeypatch, images, args, workers
+    monkeypatch, images, one_shard, args, workers
 ):
     monkeypatch.setattr(machine, "available_cores", lambda: 6)
-    options = pipeline_options(args, every_core=True, images=images)
+    options = pipeline_options(args, every_core=True, images=images, one_shard=one_shard)
     assert options.view_as(DirectOptions).direct_num_workers == workers
 
 
-def test_images_are_counted_only_up_to_the_limit(tmp_path):
+def test_images_and_their_bytes_are_counted_only_up_to_the_limits(tmp_path):
     from beam_pipeline.tree import layouts
 
     for split, number in (("train", 7), ("val", 5)):
         for index in range(number):
             path = tmp_path / "Data" / "DET" / split / f"s{index % 2}" / f"{index}.JPEG"
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(b"x")
+            path.write_bytes(b"x" * 10)
     for index in range(50):
         xml = tmp_path / "Annotations" / "DET" / "train" / f"s{index % 2}" / f"{index}.xml"
         xml.parent.mkdir(parents=True, exist_ok=True)
@@ -216,8 +218,23 @@ def test_images_are_counted_only_up_to_the_limit(tmp_path):
     plan = pipeline.prepare(BuildConfig.from_options(PipelineOptions(argv))).plan
     assert plan.root == str(tmp_path)
     assert {t.kind for t in plan.tasks} == {layouts.IMAGES, layouts.ANNOTATIONS}
-    assert local.count_images_up_to(plan, 1000) == 12  # images only, every split
-    assert local.count_images_up_to(plan, 10) == 10
+    assert local.tree_size_up_to(plan, 1000, 0) == (12, 120)  # images only, every split
+    assert local.tree_size_up_to(plan, 10, 0) == (10, 100)
+    assert local.tree_size_up_to(plan, 3, 55) == (6, 60)  # past both: 3 files, 55 bytes
+
+
+def test_a_build_of_one_shard_s_worth_stays_in_this_process(monkeypatch, tmp_path):
+    # 40 images of a few KB, counted as if past SMALL_BUILD_IMAGES: one shard a split unless
+    # --num_shards or --target_shard_mb asks for more.
+    tree = tmp_path / "tree"
+    sample_tree.write_tree(str(tree), num_train=30, num_val=10, seed=0)
+    monkeypatch.setattr(pipeline, "SMALL_BUILD_IMAGES", 20)
+    monkeypatch.setattr(local, "SMALL_BUILD_IMAGES", 20)
+    monkeypatch.setattr(machine, "available_cores", lambda: 6)
+    for extra, workers in (([], 1), (["--num_shards", "2"], 6), (["--target_shard_mb", "0.01"], 6)):
+        argv = ["--input_dir", str(tree), "--output_dir", str(tmp_path / "out"), *extra]
+        options, _ = pipeline.prepare_build(argv, every_core=True)
+        assert options.view_as(DirectOptions).direct_num_workers == workers, extra
 
 
 @pytest.mark.parametrize("flag", ["--num_workers", "--max_num_workers"])

@@ -4,6 +4,7 @@ how the build ran, for its summary."""
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import logging
 import os
@@ -35,39 +36,49 @@ _CLOUD_WORKER_FLAGS = {"--num_workers", "--max_num_workers"}
 # A local build of fewer images than this runs in the launching process: worker processes take
 # ~2.3 s longer to start than an in-process build, which 2 of them first win back at ~2,000
 # images of ImageNet's size (benchmarks/RESULTS.md, "Small builds run in process", `cd86d5e`).
+# So does a build of one shard's worth of bytes: each split is one shard, which one worker
+# writes (1,200 images: 4.25 s in process, 5.4 s with 2 workers; same section).
 SMALL_BUILD_IMAGES = 1000
 
 
-def count_images_up_to(plan: layouts.DiscoveryPlan, limit: int) -> int:
-    """Files below the plan's image directories, counted until `limit` is reached.
+def tree_size_up_to(plan: layouts.DiscoveryPlan, images: int, num_bytes: int) -> tuple[int, int]:
+    """(files, their bytes) below the plan's image directories, counted until there are at
+    least `images` files of more than `num_bytes` bytes in all.
 
-    `limit` for a tree that is not on a local disk (listing it twice would cost a cloud build
-    time; a local runner on such a tree is rare).
+    `(images, num_bytes + 1)` for a tree that is not on a local disk (listing it twice would
+    cost a cloud build time; a local runner on such a tree is rare).
     """
-    count = 0
+    count = size = 0
     for task in plan.tasks:
         if task.kind == layouts.ANNOTATIONS:
             continue
         if "://" in task.directory:
-            return limit
-        for _, _, names in os.walk(task.directory):
-            count += len(names)
-            if count >= limit:
-                return limit
-    return count
+            return images, num_bytes + 1
+        for root, _, names in os.walk(task.directory):
+            for name in names:
+                count += 1
+                with contextlib.suppress(OSError):  # (gone since: the build will say so)
+                    size += os.stat(os.path.join(root, name)).st_size
+                if count >= images and size > num_bytes:
+                    return count, size
+    return count, size
 
 
 def pipeline_options(
-    argv: Sequence[str] = (), *, every_core: bool = False, images: int | None = None
+    argv: Sequence[str] = (),
+    *,
+    every_core: bool = False,
+    images: int | None = None,
+    one_shard: bool = False,
 ) -> PipelineOptions:
     """Beam's options from the command line; FnApiRunner when no --runner is given.
 
     With `every_core` (the command line's default), a local build whose command line names
     neither a runner nor a running mode runs one worker process per available core
     (`--direct_running_mode multi_processing --direct_num_workers N`); `--direct_num_workers`
-    alone keeps its number. On one core, or for fewer than SMALL_BUILD_IMAGES `images`, it
-    stays in this process. A local build refuses Dataflow's worker counts (`--num_workers`),
-    which it would ignore.
+    alone keeps its number. On one core, for fewer than SMALL_BUILD_IMAGES `images`, or for
+    `one_shard` (each split one shard, written by one worker), it stays in this process. A
+    local build refuses Dataflow's worker counts (`--num_workers`), which it would ignore.
     """
     argv = list(argv)
     options = PipelineOptions(argv)
@@ -86,13 +97,13 @@ def pipeline_options(
         if every_core and "--direct_running_mode" not in named:
             if "--direct_num_workers" not in named:
                 cores = machine.available_cores()
-                small = images is not None and images < SMALL_BUILD_IMAGES
-                direct.direct_num_workers = 1 if small else cores
-                if small and cores > 1:
+                few = images is not None and images < SMALL_BUILD_IMAGES
+                direct.direct_num_workers = 1 if few or one_shard else cores
+                if (few or one_shard) and cores > 1:
                     logger.info(
-                        "%d images: building in this process (worker processes would take "
-                        "longer to start than they save; --direct_num_workers N asks for N)",
-                        images,
+                        "%s: building in this process (worker processes would take longer to "
+                        "start than they save; --direct_num_workers N asks for N)",
+                        f"{images:,} images" if few else "one shard's worth of images a split",
                     )
             if direct.direct_num_workers > 1:
                 direct.direct_running_mode = "multi_processing"
