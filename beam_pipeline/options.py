@@ -18,9 +18,9 @@ from typing import Any
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline.console.build_console import add_console_flags
-from beam_pipeline.core.duplicates import DROP_LEAKS, FAIL, OFF, POLICIES
 from beam_pipeline.core.holdout import TEST, VALIDATION, HoldOut
 from beam_pipeline.core.images import EXACT, ORIGINAL, RESIZE_MODES, SHORTER_SIDE, ImagePolicy
+from beam_pipeline.core.quality.duplicates import DROP_LEAKS, FAIL, OFF, POLICIES
 from beam_pipeline.core.sharding import DEFAULT_TARGET_SHARD_BYTES
 from beam_pipeline.tree.layouts import (
     AUTO,

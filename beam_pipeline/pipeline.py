@@ -31,9 +31,9 @@ from apache_beam.options.pipeline_options import (
 )
 
 from beam_pipeline.console import watch
-from beam_pipeline.core import duplicates
 from beam_pipeline.core.holdout import HoldOut
 from beam_pipeline.core.labels import Vocabulary, parse_display_names, parse_labels_file
+from beam_pipeline.core.quality import duplicates
 from beam_pipeline.options import BuildConfig
 from beam_pipeline.output.directory import prepare_output
 from beam_pipeline.output.lock import unlock_output

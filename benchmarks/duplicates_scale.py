@@ -152,7 +152,7 @@ def _near_mask(entry: int, seed: int) -> int:
 
 def shard_prints(layout: Layout, split: int, shard: int) -> tuple:
     """The shard's ImagePrints, in a tuple as the writer emits them."""
-    from beam_pipeline.core.duplicates import ImagePrint
+    from beam_pipeline.core.quality.duplicates import ImagePrint
 
     entries = shard_entries(layout, split, shard)
     slot, source = roles(layout, entries)
@@ -194,7 +194,7 @@ def _key(kind: str, members) -> tuple:
 
 def planted_groups(layout: Layout, split: int, shard: int) -> list[tuple]:
     """(key, PLANTED) of each copy planted in the shard: the group of it and its source."""
-    from beam_pipeline.core.duplicates import EXACT, NEAR
+    from beam_pipeline.core.quality.duplicates import EXACT, NEAR
 
     entries = shard_entries(layout, split, shard)
     slot, source = roles(layout, entries)
@@ -223,7 +223,7 @@ def run_search(layout: Layout, counts_file: str, argv: list[str]) -> dict[str, i
     Beam's flags); writes and returns the counts of `_verdicts` ("exact found", ...)."""
     import apache_beam as beam
 
-    from beam_pipeline.core import duplicates
+    from beam_pipeline.core.quality import duplicates
     from beam_pipeline.runners.local import pipeline_options
     from beam_pipeline.stages.duplicates import FindDuplicates
 

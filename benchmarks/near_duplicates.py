@@ -1,5 +1,5 @@
 """Near duplicates: which hash and radius find copies and leave different photos apart, and
-what the fingerprints cost (issue 41; `beam_pipeline/core/fingerprints.py`).
+what the fingerprints cost (issue 41; `beam_pipeline/core/quality/fingerprints.py`).
 
     python -m benchmarks.near_duplicates [--max_radius 12] [--tree_copies 100]
         [--bench_images 600] [--repeats 5] [--search_sizes 1330000] [--search_radii 4,5,6]
@@ -53,10 +53,11 @@ import numpy as np
 import simplejpeg
 from PIL import Image
 
-from beam_pipeline.core import fingerprints as fp
 from beam_pipeline.core.formats import sniff_format
 from beam_pipeline.core.images import to_rgb
 from beam_pipeline.core.jpegdata import at_scale, strict_decode
+from beam_pipeline.core.quality import fingerprints as fp
+from beam_pipeline.core.quality import hash_search as hs
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests/data/corpus/images"
@@ -513,7 +514,7 @@ def measure_search(hashes: np.ndarray, radius: int, max_run: int | None) -> dict
     block (beyond the hashes and the pairs found so far) and for the whole search."""
     k = radius + 1
     comparisons = 0
-    for shift, width in fp.block_layout(k):
+    for shift, width in hs.block_layout(k):
         keys = ((hashes >> np.uint64(shift)) & np.uint64((1 << width) - 1)).astype(np.int64)
         counts = np.bincount(keys)
         counts = counts[counts <= max_run] if max_run is not None else counts
@@ -525,7 +526,7 @@ def measure_search(hashes: np.ndarray, radius: int, max_run: int | None) -> dict
         tracemalloc.reset_peak()
         held = tracemalloc.get_traced_memory()[0]
         start = time.perf_counter()
-        parts.append(fp.scan_block(hashes, index, k, radius, max_run))
+        parts.append(hs.scan_block(hashes, index, k, radius, max_run))
         seconds += time.perf_counter() - start
         peak = tracemalloc.get_traced_memory()[1]
         block_peak, search_peak = max(block_peak, peak - held), max(search_peak, peak - base)
@@ -564,7 +565,7 @@ def report_search(
         for label, values, cap in cases:
             m = measure_search(values, radius, cap)
             planted = np.isin(sources * len(values) + copies, m["codes"]).mean()
-            widths = sorted({w for _, w in fp.block_layout(radius + 1)})
+            widths = sorted({w for _, w in hs.block_layout(radius + 1)})
             rows.append(
                 [
                     f"{n:,} {label}",

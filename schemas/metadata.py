@@ -27,7 +27,7 @@ LEGACY_INFO_FILE = "dataset_info.json"
 READABLE_MAJORS = ("1", "2")
 LABELS_FILE = "labels.txt"
 DEAD_LETTER_FILE = "rejected.jsonl"
-# The copies among a build's images, a JSON line per group (`beam_pipeline.core.duplicates`).
+# The copies among a build's images, a JSON line per group (`core.quality.duplicates`).
 DUPLICATES_FILE = "duplicates.jsonl"
 # Odd images (nearly uniform, tiny, extreme aspect ratio, grey among colour), a JSON line each.
 ODD_IMAGES_FILE = "odd_images.jsonl"

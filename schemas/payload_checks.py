@@ -66,7 +66,7 @@ _COPY_SPLITS = ("leaked", "dropped")
 
 
 def _check_copies(found: Any) -> None:
-    """`duplicates`: its counts, and its images per split (`core.duplicates.counts`)."""
+    """`duplicates`: its counts, and its images per split (`core.quality.duplicates.counts`)."""
     _mapping(found, "duplicates")
     for key in _COPY_COUNTS:
         if key in found:

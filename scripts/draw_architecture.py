@@ -77,20 +77,25 @@ def _summary(path: pathlib.Path) -> str:
     return first if len(first) <= 110 else first[:107].rstrip() + "..."
 
 
+def _folder_text(folder: pathlib.Path, depth: int) -> list[str]:
+    """A package's modules, then its sub-packages (each under its docstring), indented."""
+    indent = "  " * (depth + 1)
+    lines = [
+        f"{indent}{path.name:<22}{_summary(path)}"
+        for path in sorted(folder.glob("*.py"))
+        if path.name not in ("__init__.py", "__main__.py")
+    ]
+    for sub in sorted(p for p in folder.iterdir() if (p / "__init__.py").exists()):
+        lines.append(f"{indent}{sub.name}/  {_summary(sub / '__init__.py')}")
+        lines += _folder_text(sub, depth + 1)
+    return lines
+
+
 def tree_text() -> str:
     lines = []
     for package in PACKAGES:
-        base = ROOT / package
         lines.append(f"{package}/")
-        folders = [base, *sorted(p for p in base.iterdir() if (p / "__init__.py").exists())]
-        for folder in folders:
-            indent = "  " if folder == base else "    "
-            if folder != base:
-                lines.append(f"  {folder.name}/  {_summary(folder / '__init__.py')}")
-            for path in sorted(folder.glob("*.py")):
-                if path.name in ("__init__.py", "__main__.py"):
-                    continue
-                lines.append(f"{indent}{path.name:<22}{_summary(path)}")
+        lines += _folder_text(ROOT / package, 0)
     return "\n".join(lines)
 
 

@@ -116,8 +116,8 @@ def test_make_tree_writes_a_deterministic_prefix_of_the_larger_tree(trees):
 
 def test_make_tree_distinct_pictures_are_no_near_copies(trees, tmp_path):
     # --distinct: every image a picture of its own, where the photos' crops hash alike.
-    from beam_pipeline.core import fingerprints as fp
     from beam_pipeline.core.images import ImagePolicy, normalise_image
+    from beam_pipeline.core.quality import fingerprints as fp
 
     def hashes(tree):
         policy = ImagePolicy(fingerprints=True)

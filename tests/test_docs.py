@@ -238,7 +238,7 @@ def test_where_the_code_lives_names_every_module_of_the_builder():
         str(path.relative_to(package))
         for path in sorted(package.rglob("*.py"))
         if path.stem not in ("__init__", "__main__")
-        and path.stem not in rows.get("" if path.parent == package else path.parent.name, ())
+        and path.stem not in rows.get(path.parent.relative_to(package).as_posix().strip("."), ())
     ]
     assert missing == []
 

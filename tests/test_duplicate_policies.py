@@ -25,10 +25,10 @@ from PIL import Image
 from test_duplicates import PLANTED, reported, tree  # noqa: F401 (the planted tree)
 
 from beam_pipeline.console import summary
-from beam_pipeline.core import duplicates
 from beam_pipeline.core.annotations import voc_xml
-from beam_pipeline.core.duplicates import EXACT, NEAR, Group, ImagePrint, Member
-from beam_pipeline.core.leaks import Chunk, Copy, TrainingCopies
+from beam_pipeline.core.quality import duplicates
+from beam_pipeline.core.quality.duplicates import EXACT, NEAR, Group, ImagePrint, Member
+from beam_pipeline.core.quality.leaks import Chunk, Copy, TrainingCopies
 from beam_pipeline.failures import BuildFailed
 from beam_pipeline.stages import resume
 from beam_pipeline.tools import build as build_tool

@@ -13,8 +13,8 @@ from helpers import build, interrupted_build, jpeg_bytes, png_bytes, six_photos,
 from PIL import Image, ImageOps
 
 from beam_pipeline.console import summary
-from beam_pipeline.core import duplicates
-from beam_pipeline.core.duplicates import EXACT, NEAR, ImagePrint
+from beam_pipeline.core.quality import duplicates
+from beam_pipeline.core.quality.duplicates import EXACT, NEAR, ImagePrint
 from beam_pipeline.tools import build as build_tool
 from schemas import BUILD_INFO_FILE, DUPLICATES_FILE
 
@@ -217,12 +217,13 @@ def test_a_converted_image_and_a_file_of_its_stored_bytes_are_one_exact_group(tm
     # a decode of those bytes: hashes bits apart, here in the first block's lowest bits (which
     # bucketed it). A search that took copies to share every block lost the group, and `fail`
     # passed the leak (a review).
-    from beam_pipeline.core import fingerprints as fp
     from beam_pipeline.core.images import ImagePolicy, normalise_image
+    from beam_pipeline.core.quality import fingerprints as fp
+    from beam_pipeline.core.quality import hash_search as hs
 
     root = six_photos(tmp_path / "tree")
     photo, policy = Image.open(root / "train/cat/b.jpg"), ImagePolicy(fingerprints=True)
-    shift, _ = fp.block_layout(fp.DEFAULT_RADIUS + 1)[0]  # (the first block: its bits)
+    shift, _ = hs.block_layout(fp.DEFAULT_RADIUS + 1)[0]  # (the first block: its bits)
     for turn in range(1, 60):
         out = io.BytesIO()
         photo.rotate(turn).save(out, "PNG")
@@ -272,7 +273,7 @@ def test_the_report_and_drop_leaks_judge_each_image_by_its_own_hash(batch, leake
     import apache_beam as beam
     from apache_beam.testing.util import assert_that, equal_to
 
-    from beam_pipeline.core.leaks import Chunk, TrainingCopies
+    from beam_pipeline.core.quality.leaks import Chunk, TrainingCopies
     from beam_pipeline.stages.duplicates import FindDuplicates
 
     images = [_print(*spec) for spec in batch]

@@ -9,8 +9,9 @@ import simplejpeg
 from helpers import CORPUS, jpeg_bytes, png_bytes, png_file
 from PIL import Image
 
-from beam_pipeline.core import fingerprints, jpegdata
+from beam_pipeline.core import jpegdata
 from beam_pipeline.core.images import ImagePolicy, normalise_image, sniff_format
+from beam_pipeline.core.quality import fingerprints
 from beam_pipeline.core.rejections import InputError
 
 PILLOW = CORPUS / "images" / "pillow"

@@ -11,8 +11,8 @@ import pytest
 from helpers import PHOTOS, build, two_photos, write
 from PIL import Image
 
-from beam_pipeline.core import odd_images
-from beam_pipeline.core.duplicates import ImagePrint
+from beam_pipeline.core.quality import odd_images
+from beam_pipeline.core.quality.duplicates import ImagePrint
 from beam_pipeline.tools import build as build_tool
 from beam_pipeline.tools import stats
 from schemas import BUILD_INFO_FILE, ODD_IMAGES_FILE

@@ -6,10 +6,10 @@ import json
 import pytest
 
 from beam_pipeline.core.annotations import AnnotatedObject, Annotation, Box
-from beam_pipeline.core.duplicates import ImagePrint
 from beam_pipeline.core.entries import IndexEntry, LabelledEntry, ShardResult
 from beam_pipeline.core.images import ImagePolicy
 from beam_pipeline.core.labels import Vocabulary
+from beam_pipeline.core.quality.duplicates import ImagePrint
 from beam_pipeline.core.rejections import IMAGE, Rejection
 from beam_pipeline.stages import resume
 from schemas import ShardInfo

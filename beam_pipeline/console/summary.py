@@ -11,8 +11,8 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
-from beam_pipeline.core import odd_images
-from beam_pipeline.core.leaks import CLASH
+from beam_pipeline.core.quality import odd_images
+from beam_pipeline.core.quality.leaks import CLASH
 from beam_pipeline.tree.layouts import vocabulary_split
 from schemas import (
     DEAD_LETTER_FILE,
@@ -255,7 +255,7 @@ def empty_class_notes(info: DatasetInfo) -> list[str]:
 
 
 def duplicates_notes(found: Mapping) -> list[str]:
-    """What the summary says of the copies among the images (`core.duplicates.counts`):
+    """What the summary says of the copies among the images (`core.quality.duplicates.counts`):
     the held-out images dropped as copies of training ones, leaks and clashes as warnings,
     copies within a class as a note; "none found" where the build looked and found none."""
     notes = [

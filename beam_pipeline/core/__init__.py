@@ -1,1 +1,2 @@
-"""The pure core: annotations, labels, images, examples, sharding. No Beam, no file system."""
+"""The pure core: annotations, labels, images, examples, sharding; data quality in `quality/`.
+No Beam, no file system."""

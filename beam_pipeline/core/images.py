@@ -26,7 +26,6 @@ import warnings
 import numpy as np
 from PIL import Image, JpegImagePlugin
 
-from beam_pipeline.core.fingerprints import Fingerprint, Pixels, fingerprint, hash_scale
 from beam_pipeline.core.formats import sniff_format
 from beam_pipeline.core.jpegdata import (
     UnsupportedConversion,
@@ -35,6 +34,7 @@ from beam_pipeline.core.jpegdata import (
     scaled,
     strict_decode,
 )
+from beam_pipeline.core.quality.fingerprints import Fingerprint, Pixels, fingerprint, hash_scale
 from beam_pipeline.core.rejections import InputError
 
 ORIGINAL = "original"
@@ -103,8 +103,8 @@ class NormalisedImage:
     `source_width`/`source_height` are the decoded size before any resize (what the annotation's
     coordinates refer to). `note`: what the build reports of a kept image (stray JPEG bytes
     taken out on `--keep_stray_jpeg_bytes`), or "". `print_source`: the decode the check or the
-    conversion made, which `fingerprint` (`core.fingerprints`) is made of when first asked for
-    (None under `--duplicates off`).
+    conversion made, which `fingerprint` (`core.quality.fingerprints`) is made of when first
+    asked for (None under `--duplicates off`).
     """
 
     data: bytes

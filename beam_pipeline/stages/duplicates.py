@@ -1,4 +1,4 @@
-"""Finding copies among the stored images on the runner (`core.duplicates` has the rules):
+"""Finding copies among the stored images on the runner (`core.quality.duplicates` has the rules):
 the writer's ImagePrints (`PrintRuns`), one batch per shard → exact groups (grouped by content hash)
 and near pairs (the representative of each content and perceptual hash under each block,
 grouped by block value, pairs within the radius) and the odd images, for Finalize's report;
@@ -12,7 +12,7 @@ The grouping steps:
                   bucket of its value, their perceptual hashes and ids (content bucket << 32 |
                   rank) as uint64 arrays.
   GroupByBlock    (block, value bucket), arrays: 16 bytes a representative and block.
-  NearPairs       the pairs within the radius (`fingerprints.scan_block`) as rows of ids and
+  NearPairs       the pairs within the radius (`hash_search.scan_block`) as rows of ids and
                   distance, one array per block bucket; Finalize names them
                   (`duplicates.copies_of`, unpickling only the buckets the pairs are in).
 A runner's cost is per element, and a local runner's shuffle holds what crosses it in its
@@ -29,9 +29,12 @@ import typing
 import apache_beam as beam
 import numpy as np
 
-from beam_pipeline.core import duplicates, odd_images
-from beam_pipeline.core import fingerprints as fp
-from beam_pipeline.core.duplicates import (
+from beam_pipeline.core.entries import LabelledEntry
+from beam_pipeline.core.images import NormalisedImage
+from beam_pipeline.core.quality import duplicates, odd_images
+from beam_pipeline.core.quality import fingerprints as fp
+from beam_pipeline.core.quality import hash_search as hs
+from beam_pipeline.core.quality.duplicates import (
     DUPLICATE,
     EXACT,
     EXACT_GROUPS,
@@ -41,9 +44,7 @@ from beam_pipeline.core.duplicates import (
     ImagePrint,
     Member,
 )
-from beam_pipeline.core.entries import LabelledEntry
-from beam_pipeline.core.images import NormalisedImage
-from beam_pipeline.core.leaks import Chunk, TrainingCopies
+from beam_pipeline.core.quality.leaks import Chunk, TrainingCopies
 from beam_pipeline.core.rejections import InputError
 
 # Blocks of the perceptual hash: one more than the radius, so two hashes within it share one.
@@ -113,7 +114,7 @@ def _exact_and_blocks(bucket, batches):
     hashes = np.array([r[4] for r in representatives], dtype=np.int64).view(np.uint64)
     ranks = np.arange(len(hashes), dtype=np.uint64)
     ids = (np.uint64(bucket) << np.uint64(duplicates.RANK_BITS)) | ranks
-    for block, (shift, width) in enumerate(fp.block_layout(BLOCKS)):
+    for block, (shift, width) in enumerate(hs.block_layout(BLOCKS)):
         values = (hashes >> np.uint64(shift)) & np.uint64((1 << width) - 1)
         where = (values % np.uint64(BUCKETS)).astype(np.intp)
         # (Not np.unique: NumPy 2.4's imports numpy.ma, 40 ms of a worker's first call.)
@@ -129,7 +130,7 @@ def _near_pairs(key, batches):
     parts = [(np.frombuffer(h, np.uint64), np.frombuffer(i, np.uint64)) for h, i in batches]
     hashes = np.concatenate([h for h, _ in parts])
     ids = np.concatenate([i for _, i in parts])
-    first, second, distance, _ = fp.scan_block(hashes, block, BLOCKS, fp.DEFAULT_RADIUS, None)
+    first, second, distance, _ = hs.scan_block(hashes, block, BLOCKS, fp.DEFAULT_RADIUS, None)
     if len(first):
         a, b = ids[first], ids[second]
         rows = np.stack([np.minimum(a, b), np.maximum(a, b), distance.astype(np.uint64)], 1)
@@ -139,7 +140,7 @@ def _near_pairs(key, batches):
 def image_print(
     labelled: LabelledEntry, sha256: str, found: fp.Fingerprint, width: int, height: int
 ) -> ImagePrint:
-    """What the build keeps of a stored image to find its copies (`core.duplicates`): its
+    """What the build keeps of a stored image to find its copies (`core.quality.duplicates`): its
     record's `image/key/sha256` (hex), its fingerprint and its source size (a resize policy
     upscales a tiny source: it is still tiny)."""
     entry, content = labelled.entry, bytes.fromhex(sha256)[: fp.CONTENT_HASH_BYTES]

@@ -21,12 +21,12 @@ from typing import Any
 import apache_beam as beam
 
 from beam_pipeline.console import watch
-from beam_pipeline.core import duplicates, odd_images
-from beam_pipeline.core.duplicates import DUPLICATE
 from beam_pipeline.core.entries import ShardResult
 from beam_pipeline.core.jpegdata import KEEP_FLAG, STRAY_JPEG_BYTES
 from beam_pipeline.core.labels import Vocabulary, unknown_class_hints, unknown_class_name
-from beam_pipeline.core.leaks import says_clash
+from beam_pipeline.core.quality import duplicates, odd_images
+from beam_pipeline.core.quality.duplicates import DUPLICATE
+from beam_pipeline.core.quality.leaks import says_clash
 from beam_pipeline.core.rejections import DISCOVER, Rejection
 from beam_pipeline.core.sharding import SplitPlan
 from beam_pipeline.failures import BuildFailed

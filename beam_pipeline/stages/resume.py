@@ -31,10 +31,10 @@ from typing import Any, NamedTuple
 
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.core.duplicates import ImagePrint
 from beam_pipeline.core.entries import LabelledEntry, ShardResult
 from beam_pipeline.core.images import ImagePolicy
 from beam_pipeline.core.labels import Vocabulary
+from beam_pipeline.core.quality.duplicates import ImagePrint
 from beam_pipeline.core.rejections import Rejection
 from beam_pipeline.output.directory import PROGRESS_DIR, STAGING_DIR, write_atomic
 from beam_pipeline.stages.coders import LabelledEntryCoder

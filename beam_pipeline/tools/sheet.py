@@ -129,7 +129,7 @@ class CopyGroup:
     Attributes:
       kind: `exact` (the same stored bytes) or `near` (a pair whose hashes are close).
       distance: the bits apart of a near pair's perceptual hashes.
-      leak: a held-out member copies a training image (`core.duplicates.leaks_of`).
+      leak: a held-out member copies a training image (`core.quality.duplicates.leaks_of`).
       clash: its labelled members are of different classes.
       members: (split, stored file name, class name: "" when unlabelled) of each.
     """

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from beam_pipeline.arguments import parse_once
-from beam_pipeline.core import odd_images
+from beam_pipeline.core.quality import odd_images
 from schemas import ODD_IMAGES_FILE, DatasetInfo, SplitInfo
 from schemas.classes import BACKGROUND
 from schemas.metadata import histogram_median

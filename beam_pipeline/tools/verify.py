@@ -37,7 +37,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.arguments import parse_once
 from beam_pipeline.console.summary import human_bytes, plural
-from beam_pipeline.core import duplicates, odd_images
+from beam_pipeline.core.quality import duplicates, odd_images
 from beam_pipeline.core.rejections import read_dead_letter
 from beam_pipeline.output.directory import STAGING_DIR, list_shard_files, work_folders
 from beam_pipeline.output.lock import busy_reason

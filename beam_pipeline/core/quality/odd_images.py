@@ -19,8 +19,8 @@ import pickle
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from beam_pipeline.core import fingerprints as fp
-from beam_pipeline.core.duplicates import ImagePrint
+from beam_pipeline.core.quality import fingerprints as fp
+from beam_pipeline.core.quality.duplicates import ImagePrint
 
 REASONS = (fp.NEARLY_UNIFORM, fp.TINY, fp.EXTREME_ASPECT_RATIO, fp.GREY)
 # The tag of a content bucket's odd images among FindDuplicates' parts: (images, grey ones,

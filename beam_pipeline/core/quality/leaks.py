@@ -22,8 +22,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from beam_pipeline.core import fingerprints as fp
-from beam_pipeline.core.duplicates import EXACT, NEAR, ImagePrint
+from beam_pipeline.core.quality import fingerprints as fp
+from beam_pipeline.core.quality import hash_search as hs
+from beam_pipeline.core.quality.duplicates import EXACT, NEAR, ImagePrint
 
 BLOCKS = fp.DEFAULT_RADIUS + 1
 _CONTENT = fp.CONTENT_HASH_BYTES
@@ -120,7 +121,7 @@ class TrainingCopies:
         # Near copies: per block, its values and the prints (not nearly uniform) sorted by them.
         searched = np.flatnonzero(~uniform)
         self._blocks = []
-        for shift, width in fp.block_layout(BLOCKS):
+        for shift, width in hs.block_layout(BLOCKS):
             values = (self._perceptual[searched] >> np.uint64(shift)) & np.uint64((1 << width) - 1)
             order = np.argsort(values, kind="stable")
             self._blocks.append((shift, width, values[order].astype(np.uint16), searched[order]))
@@ -165,7 +166,7 @@ class TrainingCopies:
             low = int(np.searchsorted(values, value, side="left"))
             high = int(np.searchsorted(values, value, side="right"))
             candidates = members[low:high]
-            distances = fp.popcount(self._perceptual[candidates] ^ np.uint64(image.perceptual))
+            distances = hs.popcount(self._perceptual[candidates] ^ np.uint64(image.perceptual))
             near = np.flatnonzero(distances <= self._radius)
             found += [(int(distances[i]), int(candidates[i])) for i in near]
         if not found:

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from beam_pipeline.core import fingerprints as fp
+from beam_pipeline.core.quality import fingerprints as fp
 
 EXACT, NEAR = "exact", "near"
 # --duplicates: whether a build looks for copies, and what it does with a held-out image that
