@@ -140,10 +140,17 @@ def read_and_batch(
     return dataset
 
 
+# (build, split, output size) already hinted at in this process: a notebook that loads a split
+# again, or a script that loads train and validation each epoch, is told once.
+_HINTED: set[tuple[str, str, tuple[int, int]]] = set()
+
+
 def _hint_scaling(split_info, image_size: tuple[int, int], data_dir: str, split: str) -> None:
-    """Warns where a split's images are far larger than the output and decoded whole."""
+    """Warns, once per build, split and output size in a process, where a split's images are
+    far larger than the output and decoded whole."""
     hint = scaling_hint(split_info, image_size)
-    if hint:
+    if hint and (data_dir, split, image_size) not in _HINTED:
+        _HINTED.add((data_dir, split, image_size))
         warnings.warn(f"split {split!r} of {data_dir}: {hint}", UserWarning, stacklevel=5)
 
 

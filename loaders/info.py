@@ -6,6 +6,8 @@ import contextlib
 import dataclasses
 import os
 import warnings
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import tensorflow as tf
 
@@ -19,7 +21,7 @@ from schemas import (
     SplitInfo,
     read_build_info,
 )
-from schemas.features import is_later_minor
+from schemas.features import FEATURES, is_later_minor, tf_feature_spec
 from schemas.metadata import metadata_text, unreadable_metadata
 from schemas.paths import first_few, is_local, join, not_a_directory
 from schemas.trees import tree_instead_of_build
@@ -95,12 +97,32 @@ class BuildInfo:
         return self.class_list.background_index
 
     @property
-    def splits(self) -> tuple[str, ...]:
-        return tuple(sorted(self.info.splits))
+    def splits(self) -> Splits:
+        """The splits by name, sorted, as TFDS's `info.splits`: `splits["train"].num_examples`;
+        iterating gives the names."""
+        return Splits(self)
+
+    def __repr__(self) -> str:
+        background = " + background" if self.has_background else ""
+        sizes = ", ".join(f"{name} {self.num_examples(name):,}" for name in self.splits)
+        return (
+            f"BuildInfo({self.data_dir!r}: {self.num_classes} classes{background}; {sizes} "
+            f"images; schema {self.info.schema_version})"
+        )
+
+    @property
+    def features(self) -> dict[str, Any]:
+        """The records' parse spec, every key a record of this build carries (its schema's):
+        `tf.io.parse_single_example(record, info.features)`. TFDS's `info.features` is a
+        FeaturesDict; the class names are `class_names` here."""
+        version = self.info.schema_version
+        keys = tuple(f.key for f in FEATURES if f.in_schema(version))
+        return tf_feature_spec(self.num_classes, keys)
 
     def split(self, name: str) -> SplitInfo:
+        names = tuple(self.splits)
         if not isinstance(name, str):
-            raise TypeError(f"split must be a split's name, one of {self.splits}, not {name!r}")
+            raise TypeError(f"split must be a split's name, one of {names}, not {name!r}")
         try:
             return self.info.splits[name]
         except KeyError:
@@ -109,15 +131,19 @@ class BuildInfo:
                 hint = f"; {name} is written as validation"
             elif name.lower() == "training" and "train" in self.info.splits:
                 hint = '; the training split is "train" (Keras\'s subset="training")'
-            elif any(mark in name for mark in "[+%"):  # TFDS's slicing: "train[:10%]"
+            elif "+" in name:  # TFDS's union: "train+validation"
+                hint = (
+                    "; the loader reads one whole split (TFDS's unions such as "
+                    "train+validation are tfds.load's: the build is a TFDS dataset; or build "
+                    "without --validation_split to train on every image)"
+                )
+            elif any(mark in name for mark in "[%"):  # TFDS's slicing: "train[:10%]"
                 hint = (
                     "; the loader reads whole splits (TFDS's slices such as train[:10%] are "
-                    "tfds.load's: the build is a TFDS dataset), or take part of one with "
+                    "tfds.load's: the build is a TFDS dataset), or take n batches of one with "
                     "dataset.take(n)"
                 )
-            raise KeyError(
-                f"{self.data_dir} has no split {name!r}; it has {self.splits}{hint}"
-            ) from None
+            raise KeyError(f"{self.data_dir} has no split {name!r}; it has {names}{hint}") from None
 
     def num_examples(self, split: str) -> int:
         return self.split(split).num_examples
@@ -148,7 +174,7 @@ class BuildInfo:
         if split not in self.info.splits:
             raise KeyError(
                 f"class_weight(split={split!r}): {self.data_dir} has no split {split!r}; it has "
-                f"{self.splits}: pass the split to balance"
+                f"{tuple(self.splits)}: pass the split to balance"
             )
         if not self.split(split).labelled:
             raise ValueError(
@@ -162,6 +188,28 @@ class BuildInfo:
             i: (total / (len(present) * count) if count > 0 else 1.0)
             for i, count in enumerate(counts)
         }
+
+
+class Splits(Mapping[str, SplitInfo]):
+    """A build's splits by name (sorted), read-only, as TFDS's `info.splits`: a missing name
+    raises `BuildInfo.split`'s KeyError, which names the splits there are."""
+
+    def __init__(self, build: BuildInfo):
+        self._build = build
+        self._names = tuple(sorted(build.info.splits))
+
+    def __getitem__(self, name: str) -> SplitInfo:
+        return self._build.split(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{name!r}: {self[name].num_examples:,} images" for name in self)
+        return "{" + sizes + "}"
 
 
 def data_path(data_dir: str | os.PathLike) -> str:

@@ -132,10 +132,20 @@ class LoadSpec:
             )
         if self.background is not None and not isinstance(self.background, bool):
             raise TypeError(f"background must be None, True or False, not {self.background!r}")
+        if self.batch_size is None:
+            raise TypeError(
+                "batch_size must be an int, not None: the loader yields batches (for single "
+                "images, Keras's and TFDS's batch_size=None, call .unbatch() on the dataset)"
+            )
         if not is_int(self.batch_size):
             raise TypeError(f"batch_size must be an int, not {self.batch_size!r}")
 
     def _check_values(self) -> None:
+        if self.batch_size == -1:  # TFDS's whole split as one batch
+            raise ValueError(
+                "batch_size must be at least 1, not -1 (TFDS's whole split in one batch): pass "
+                "the split's size, dataset_info(data_dir).num_examples(split)"
+            )
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {self.batch_size}")
         checked_image_size(self.image_size)
@@ -342,6 +352,7 @@ HABITS = {
     "pad_to_aspect_ratio": "evaluation resizes the whole image (no padding); "
     "config=ReadConfig(eval_central_crop=0.875) crops the centre",
     "verbose": "the build reports what it found (its summary and rejected.jsonl)",
+    "download": "a build is read where it is (a local directory or gs://): nothing is downloaded",
 }
 
 
@@ -352,6 +363,13 @@ def keras_habits(function):
 
     @functools.wraps(function)
     def checked(*args, **kwargs):
+        if args and "data_dir" in kwargs:  # tfds.load(name, split=..., data_dir=...)
+            raise TypeError(
+                f"{function.__name__}() got {args[0]!r} and data_dir={kwargs['data_dir']!r}: "
+                "its first argument is the build's directory, the folder of build_info.json "
+                f"(TFDS's data_dir holds datasets by name): {function.__name__}(data_dir, "
+                "split, ...) (docs/coming-from-keras-and-tfds.md)"
+            )
         habit = next((k for k in kwargs if k in HABITS and k not in signature.parameters), None)
         if habit is not None:
             raise TypeError(

@@ -143,6 +143,10 @@ def test_the_loader_scales_a_builds_large_images_as_preprocess_for_eval_does(tmp
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         load_dataset(out, "train", batch_size=2, image_size=64, config=SCALED)
+        # Said once a process (a notebook's every load said it again, a new user's trial).
+        load_dataset(out, "train", batch_size=4, image_size=64)
+    with pytest.warns(UserWarning, match="for a 32x32 output"):
+        load_dataset(out, "train", batch_size=2, image_size=32)
     stored = {str(p.relative_to(photos)): p.read_bytes() for p in photos.glob("*/*/*.jpg")}
 
     for size in [(64, 64), (150, 120)]:

@@ -793,7 +793,7 @@ def test_a_leading_tilde_is_the_home_directory_and_val_is_named_validation(built
     assert error.value.args[0] == (
         f"{built} has no split 'train[:10%]'; it has ('train', 'validation'); the loader reads "
         "whole splits (TFDS's slices such as train[:10%] are tfds.load's: the build is a TFDS "
-        "dataset), or take part of one with dataset.take(n)"
+        "dataset), or take n batches of one with dataset.take(n)"
     )
     with pytest.raises(TypeError) as error:  # (was AttributeError: no attribute 'lower')
         load_dataset(path, None, batch_size=5)
@@ -868,6 +868,60 @@ def test_dataset_info_counts_and_class_weight(built):
             assert weights[index] == pytest.approx(90 / (len(present) * count))
     assert sum(weights[i] * c for i, c in enumerate(info.split("train").class_counts)) == (
         pytest.approx(90)
+    )
+
+
+def test_dataset_info_reads_as_tfds_info_does(built):
+    """A new user's trial from TFDS: `info.splits["train"]` was a TypeError (a tuple of names),
+    `info.features` an AttributeError, and `print(info)` 10,700 characters."""
+    info = dataset_info(built)
+    assert list(info.splits) == ["train", "validation"] and len(info.splits) == 2
+    assert "train" in info.splits and "val" not in info.splits
+    assert info.splits["train"].num_examples == 90 and info.splits["validation"].num_examples == 25
+    assert {name: split.num_shards for name, split in info.splits.items()} == {
+        "train": 4,
+        "validation": 2,
+    }
+    with pytest.raises(KeyError, match="'val'; it has \\('train', 'validation'\\); val is written"):
+        info.splits["val"]
+    assert repr(info.splits) == "{'train': 90 images, 'validation': 25 images}"
+    assert repr(info) == (
+        f"BuildInfo({built!r}: 4 classes + background; train 90, validation 25 images; "
+        f"schema {info.info.schema_version})"
+    )
+    # The parse spec of the records: every key a record carries, the one-hot 4 + 1 long.
+    record = next(iter(tf.data.TFRecordDataset(info.shard_paths("train")[0])))
+    parsed = tf.io.parse_single_example(record, info.features)
+    assert parsed["image/class/one_hot"].shape == (5,)
+    assert int(tf.argmax(parsed["image/class/one_hot"])) == int(parsed["image/class/label"])
+    assert tf.io.decode_jpeg(parsed["image/encoded"]).shape[-1] == 3
+
+
+def test_tfds_and_keras_calls_are_told_what_does_their_work_here(built):
+    """More of the trial's habits: each refused with the call that works."""
+    with pytest.raises(TypeError) as error:
+        load_dataset(built, "train", batch_size=None)
+    assert str(error.value) == (
+        "batch_size must be an int, not None: the loader yields batches (for single images, "
+        "Keras's and TFDS's batch_size=None, call .unbatch() on the dataset)"
+    )
+    with pytest.raises(ValueError, match=r"not -1 \(TFDS's whole split in one batch\): pass"):
+        load_dataset(built, "train", batch_size=-1)
+    with pytest.raises(TypeError) as error:  # tfds.load(name, split=..., data_dir=...)
+        load_dataset("class_folders", split="train", data_dir=built, batch_size=8)
+    assert str(error.value) == (
+        f"load_dataset() got 'class_folders' and data_dir={built!r}: its first argument is the "
+        "build's directory, the folder of build_info.json (TFDS's data_dir holds datasets by "
+        "name): load_dataset(data_dir, split, ...) (docs/coming-from-keras-and-tfds.md)"
+    )
+    with pytest.raises(TypeError, match="'download' \\(Keras's or TFDS's\\): a build is read"):
+        load_dataset(built, "train", batch_size=8, download=False)
+    with pytest.raises(KeyError) as error:
+        load_dataset(built, "train+validation", batch_size=8)
+    assert error.value.args[0].endswith(
+        "it has ('train', 'validation'); the loader reads one whole split (TFDS's unions such "
+        "as train+validation are tfds.load's: the build is a TFDS dataset; or build without "
+        "--validation_split to train on every image)"
     )
 
 

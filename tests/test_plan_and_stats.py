@@ -458,6 +458,16 @@ def test_the_command_line_lists_its_commands_and_refuses_unknown_ones(capsys):
         assert f"\n  {name} " in listing
     assert commands.main(["plna", "--input_dir", "x"]) == 2
     assert capsys.readouterr().err.startswith("error: unknown command 'plna' (did you mean plan?)")
+    # --version was "unknown flag --version (did you mean --spark_version?)" (a new user's trial).
+    from importlib import metadata
+
+    import beam_pipeline
+
+    for flag in ("--version", "-V"):
+        assert commands.main([flag]) == 0
+        said = capsys.readouterr().out
+        assert said.startswith(f"imagenet-tfrecords {beam_pipeline.__version__} (apache-beam ")
+        assert f"tensorflow {metadata.version('tensorflow')}, Python 3." in said
 
 
 def test_plan_leaves_a_background_without_images_out_of_the_least_frequent(tmp_path, capsys):

@@ -35,8 +35,28 @@ commands:
 {commands}
 
 A bare `python -m beam_pipeline --input_dir TREE --output_dir OUT ...` builds, as `build` does.
-`python -m beam_pipeline COMMAND --help` describes each command.
+`python -m beam_pipeline COMMAND --help` describes each command; `--version` says the versions.
 """
+
+
+def version() -> str:
+    """This project's version, and those of the Beam, TensorFlow and Python it runs on (read
+    from the installed packages' metadata: nothing imported)."""
+    from importlib import metadata
+
+    from beam_pipeline import __version__
+
+    def installed(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    python = ".".join(map(str, sys.version_info[:3]))
+    return (
+        f"imagenet-tfrecords {__version__} (apache-beam {installed('apache-beam')}, "
+        f"tensorflow {installed('tensorflow')}, Python {python})"
+    )
 
 
 def usage() -> str:
@@ -96,6 +116,9 @@ def main(argv: Sequence[str] | None = None, *, cli: bool = False) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv == ["-h"] or argv == ["--help"]:
         print(usage())
+        return 0
+    if argv in (["--version"], ["-V"]):
+        print(version())
         return 0
     if argv[0].startswith("-"):
         command, rest = "build", argv
