@@ -110,6 +110,72 @@ def test_a_thumbnail_inside_app1_is_not_taken_for_the_image_scan():
     assert normalise_image(with_app1, DEFAULT).data == with_app1
 
 
+def cut_at_each_scan(data: bytes) -> list[bytes]:
+    """`data` cut before each scan after the first, closed with EOI."""
+    markers = [i for i in range(2, len(data) - 1) if data[i : i + 2] == b"\xff\xda"]
+    return [data[:at] + b"\xff\xd9" for at in markers[1:]]
+
+
+def test_a_progressive_jpeg_cut_at_a_scan_and_closed_is_refused_not_stored_blurred():
+    # An adversarial trial: a progressive photo cut where a scan starts, EOI added, decodes
+    # with no warning (every reader shows the scans it has: blurred, 17/255 off on average)
+    # and was stored, exit 0; cut anywhere else it was refused.
+    data = encoded(progressive=True)
+    assert normalise_image(data, DEFAULT).data == data
+    cuts = cut_at_each_scan(data)
+    assert len(cuts) == 9
+    for number, cut in enumerate(cuts, 1):
+        decodes_in_every_reader(cut)  # (why it passed)
+        with pytest.raises(InputError) as error:
+            normalise_image(cut, DEFAULT)
+        assert error.value.reason == "truncated_image", number
+        assert str(error.value).startswith(
+            "truncated_image: JPEG: its scans end before its data does (component "
+        )
+        assert str(error.value).endswith(
+            "): the file was cut short at a scan's end and closed (decoded anyway, blurred or "
+            "without a colour)"
+        )
+    said = [jpegdata._unsent(cut) for cut in cuts]
+    assert said[0] == "component 1's coefficients 1-63 never sent, 0 sent to bit 1 only"
+    assert said[-1] == "component 1's coefficients 1-63 sent to bit 1 only"
+    for policy in (ImagePolicy(mode="shorter_side", size=(64,)), KEEP_STRAY):
+        with pytest.raises(InputError, match="its scans end before its data does"):
+            normalise_image(cuts[3], policy)  # converted, or kept with stray bytes: the same
+
+
+def test_a_sequential_jpeg_whose_scans_leave_a_component_out_is_refused():
+    # Non-interleaved sequential data (one component a scan) cut after its second scan: the
+    # third component is in no scan. (Headers only: `_unsent` reads no entropy-coded data.)
+    components = b"".join(bytes([c, 0x11, 0]) for c in (1, 2, 3))
+    frame = b"\xff\xc0" + (8 + 9).to_bytes(2, "big") + b"\x08\x00\x10\x00\x10\x03" + components
+
+    def scan(component: int) -> bytes:
+        return b"\xff\xda\x00\x08\x01" + bytes([component, 0]) + b"\x00\x3f\x00" + b"\x12" * 8
+
+    head = b"\xff\xd8" + frame
+    assert jpegdata._unsent(head + scan(1) + scan(2) + scan(3) + b"\xff\xd9") is None
+    cut = head + scan(1) + scan(2) + b"\xff\xd9"
+    assert jpegdata._unsent(cut) == "component 3 is in no scan"
+    interleaved = b"\xff\xda\x00\x0c\x03\x01\x00\x02\x11\x03\x11\x00\x3f\x00"
+    assert jpegdata._unsent(head + interleaved + b"\x12" * 8 + b"\xff\xd9") is None
+
+
+def test_a_build_rejects_a_progressive_jpeg_cut_at_a_scan(tmp_path):
+    clean = encoded(progressive=True)
+    for stem in ("a", "b"):
+        ilsvrc_image(tmp_path / "tree", "train", f"n01440764/{stem}", clean, task="CLS-LOC")
+    ilsvrc_image(
+        tmp_path / "tree", "train", "n01440764/cut", cut_at_each_scan(clean)[4], task="CLS-LOC"
+    )
+    info = build(tmp_path / "tree", tmp_path / "out", "--splits", "train", "--max_bad_fraction", 1)
+    assert info.splits["train"].num_examples == 2
+    (line,) = dead_letters(tmp_path / "out")
+    assert line["path"] == str(tmp_path / "tree/Data/CLS-LOC/train/n01440764/cut.JPEG")
+    assert (line["reason"], line["is_image"]) == ("truncated_image", True)
+    assert "its scans end before its data does (component 1's coefficients" in line["detail"]
+
+
 def test_a_build_refuses_stray_bytes_or_keeps_them_on_the_flag_as_reported(tmp_path):
     clean = encoded()
     stray = clean[:-2] + bytes(16) + b"\xff\xd9"

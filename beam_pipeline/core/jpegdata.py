@@ -24,6 +24,9 @@ data is checked as well. The mended copy is what is stored:
 
 Everything else libjpeg warns about (data that ends early, bad Huffman codes, stray bytes before
 a restart marker, whose interval libjpeg skipped) is refused: the picture is grey or garbled.
+So is a file whose scans do not send every coefficient of every component to its last bit
+(`_unsent`): cut at a scan's end and closed with EOI, it decodes without a warning, a
+progressive one blurred.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ _SHORT_SEGMENT = "premature end of data segment"
 _RESTART_MARKERS = range(0xD0, 0xD8)
 _SOS, _EOI, _SOI = 0xDA, 0xD9, 0xD8
 _SEQUENTIAL_FRAMES = (0xC0, 0xC1, 0xC9)  # baseline, extended Huffman, extended arithmetic
+_PROGRESSIVE_FRAMES = (0xC2, 0xC6, 0xCA, 0xCE)
 # Each mend takes out one warning; a file that needs more than this is no photo's damage.
 _MAX_MENDS = 64
 KEEP_FLAG = "--keep_stray_jpeg_bytes"
@@ -86,9 +90,18 @@ def strict_decode(
     for _ in range(_MAX_MENDS):
         try:
             pixels = simplejpeg.decode_jpeg(checked, colorspace=colorspace, strict=True, **scaling)
-            return CheckedJpeg(checked, pixels, note)
         except ValueError as error:
             message = str(error).strip()
+        else:
+            unsent = _unsent(checked)
+            if unsent is not None:
+                raise InputError(
+                    "truncated_image",
+                    f"JPEG: its scans end before its data does ({unsent}): the file was cut "
+                    "short at a scan's end and closed (decoded anyway, blurred or without a "
+                    "colour)",
+                )
+            return CheckedJpeg(checked, pixels, note)
         if "unsupported color conversion" in message.lower():
             raise UnsupportedConversion(message)
         mended = _mend(checked, message, keep_stray, colorspace, scaling)
@@ -204,8 +217,14 @@ def _scans(data: bytes) -> list[tuple[int, int, int]]:
     """(start of a scan's data, position of the 0xFF of the marker that ends it, that marker)
     for each scan of `data`, in order. Segments are walked by their lengths (a thumbnail's
     scan inside APP1 is not one of the image's)."""
+    return [scan[:3] for scan in _scans_with_headers(data)]
+
+
+def _scans_with_headers(data: bytes) -> list[tuple[int, int, int, bytes]]:
+    """`_scans`, each with its header's fields (after the length: Ns, the components, Ss, Se,
+    Ah/Al)."""
     position = next((start for start, m, _ in _segments(data) if m == _SOS), -1)
-    scans: list[tuple[int, int, int]] = []
+    scans: list[tuple[int, int, int, bytes]] = []
     while 0 <= position < len(data):
         marker_at = data.find(b"\xff", position)
         if marker_at < 0:
@@ -222,9 +241,87 @@ def _scans(data: bytes) -> list[tuple[int, int, int]]:
             end, marker = _data_end(data, position)
             if end < 0:
                 break
-            scans.append((position, end, marker))
+            scans.append((position, end, marker, data[marker_at + 4 : position]))
             position = end
     return scans
+
+
+def _frame_and_first_scan(data: bytes) -> tuple[tuple[int, bytes] | None, bytes | None]:
+    """((SOFn marker, its fields), the first scan header's fields), each None where missing:
+    `_segments`' walk without its generator, as every JPEG a build keeps is walked."""
+    position, size, frame = 2, len(data), None
+    while position + 4 <= size:
+        if data[position] != 0xFF or data[position + 1] == 0xFF:
+            position = data.find(b"\xff", position + 1)  # stray or fill bytes
+            if position < 0:
+                break
+            continue
+        marker = data[position + 1]
+        if marker in _RESTART_MARKERS or marker in (_EOI, 0x00, 0x01, _SOI):
+            break
+        end = position + 2 + ((data[position + 2] << 8) | data[position + 3])
+        if marker == _SOS:
+            return frame, data[position + 4 : end]
+        if frame is None and 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            frame = marker, data[position + 4 : end]
+        position = end
+    return frame, None
+
+
+def _unsent(data: bytes) -> str | None:
+    """What of the frame's coefficients no scan of `data` sends at full precision (a
+    component, or a progressive component's coefficients and the lowest bit they reach), or
+    None when every one is sent. libjpeg decodes a file cut at a scan's end and closed with
+    EOI without a warning: a progressive one blurred, or a component of a non-interleaved
+    sequential one left out. One header walk where the first scan holds every component of
+    a sequential frame (nearly every JPEG); every scan's header otherwise."""
+    frame, first_scan = _frame_and_first_scan(data)
+    if frame is None or first_scan is None or len(frame[1]) < 6:
+        return None  # (libjpeg refused such a file already)
+    marker, fields = frame
+    components = [fields[6 + 3 * i] for i in range(fields[5]) if 8 + 3 * i < len(fields)]
+    progressive = marker in _PROGRESSIVE_FRAMES
+    if not progressive and set(components) <= set(first_scan[1 : 1 + 2 * first_scan[0] : 2]):
+        return None
+    # The lowest bit each component's coefficients reach: 64 means never sent.
+    reached = {component: [64] * 64 for component in components}
+    for _, _, _, header in _scans_with_headers(data):
+        count = header[0] if header else 0
+        if len(header) < 4 + 2 * count:
+            continue
+        first, last, low = (
+            (header[-3], header[-2], header[-1] & 0x0F) if progressive else (0, 63, 0)
+        )
+        for component in header[1 : 1 + 2 * count : 2]:
+            bits = reached.get(component)
+            if bits is None:
+                continue  # (libjpeg refused a scan of a component the frame lacks)
+            for k in range(first, min(last, 63) + 1):
+                bits[k] = min(bits[k], low)
+    for component, bits in reached.items():
+        short = [k for k in range(64) if bits[k]]
+        if short and not progressive:
+            return f"component {component} is in no scan"
+        if short:
+            levels = sorted({bits[k] for k in short}, reverse=True)
+            said = [
+                f"{_ranges([k for k in short if bits[k] == level])} "
+                + ("never sent" if level == 64 else f"sent to bit {level} only")
+                for level in levels
+            ]
+            return f"component {component}'s coefficients {', '.join(said)}"
+    return None
+
+
+def _ranges(numbers: list[int]) -> str:
+    """Sorted integers as runs: "1-5, 9"."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _data_end(data: bytes, position: int) -> tuple[int, int]:
