@@ -108,6 +108,67 @@ def test_bad_annotations_are_rejected_with_a_reason(data, reason):
     assert error.value.reason == reason
 
 
+BOX_XML = b"<bndbox><xmin>10</xmin><ymin>1</ymin><xmax>500</xmax><ymax>50</ymax></bndbox>"
+DOG_XML = b"<object><name>dog</name>" + BOX_XML.replace(b"500", b"20") + b"</object>"
+
+
+@pytest.mark.parametrize(
+    "body, reason, said",
+    [
+        # An adversarial trial: each was read as another object, or none, exit 0.
+        (
+            b'<object xmlns="http://x"><name>cat</name>' + BOX_XML + b"</object>" + DOG_XML,
+            "annotation_not_voc",
+            "<object> is in the XML namespace 'http://x': VOC's tags have none, and it would be "
+            "passed over",
+        ),
+        (
+            b'<v:object xmlns:v="v"><name>cat</name>' + BOX_XML + b"</v:object>" + DOG_XML,
+            "annotation_not_voc",
+            "<object> is in the XML namespace 'v'",
+        ),
+        (
+            b'<object><name>cat</name><bndbox xmlns="n"><xmin>10</xmin><ymin>1</ymin>'
+            b"<xmax>500</xmax><ymax>50</ymax></bndbox></object>",
+            "annotation_not_voc",
+            "<bndbox> is in the XML namespace 'n'",
+        ),
+        (
+            b"<objects><object><name>cat</name>" + BOX_XML + b"</object></objects>",
+            "annotation_bad_object",
+            "an <object> is inside <objects>, not <annotation>: VOC's objects are the root's "
+            "children, and it would be passed over",
+        ),
+        (
+            b"<object><name>cat</name><bndbox><xmin>10<b>0</b></xmin><ymin>1</ymin>"
+            b"<xmax>500</xmax><ymax>50</ymax></bndbox></object>",
+            "annotation_bad_coordinate",
+            "object #0 (cat): <xmin> holds <b>: a value is text alone, not elements",
+        ),
+        (
+            b"<object><name>c<i>a</i>t</name>" + BOX_XML + b"</object>",
+            "annotation_bad_object",
+            "object #0: <name> holds <i>: a value is text alone, not elements",
+        ),
+    ],
+)
+def test_tags_the_parser_would_pass_over_are_refused(body, reason, said):
+    with pytest.raises(InputError) as error:
+        parse_annotation(b"<annotation>" + body + b"</annotation>")
+    assert error.value.reason == reason
+    assert str(error.value).startswith(f"{reason}: {said}")
+
+
+def test_parts_and_other_namespaces_are_still_read():
+    # A person's <part> holds a <name> and a <bndbox> (VOC's layout task); a tool's own tags
+    # in a namespace of their own are not VOC's.
+    part = b"<part><name>hand</name>" + BOX_XML + b"</part>"
+    xml = b'<annotation xmlns:t="http://tool"><t:extra>1</t:extra><object><name>cat</name>'
+    xml += BOX_XML + part + b"</object></annotation>"
+    (found,) = parse_annotation(xml).objects
+    assert found.name == "cat" and found.box.xmax == 500
+
+
 @pytest.mark.parametrize(
     "name", ["new&#10;line", "new\nline", "cr&#13;x", "tab\tname", "zz\u2028sep"]
 )

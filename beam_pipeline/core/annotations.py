@@ -100,9 +100,39 @@ def parse_annotation(data: bytes) -> Annotation:
         raise InputError("annotation_entities_forbidden", "the document declares XML entities")
     if root.tag != "annotation":
         raise InputError("annotation_not_voc", f"root element is <{root.tag}>, not <annotation>")
+    _refuse_hidden_tags(root)
     width, height = _parse_size(root)
     objects = tuple(_parse_object(node, i) for i, node in enumerate(root.findall("object")))
     return Annotation(width=width, height=height, objects=objects)
+
+
+# The tags the parser reads: one of them in a namespace, or an <object> anywhere but under the
+# root, would be passed over (its object lost without a word).
+_VOC_TAGS = frozenset(("object", "name", "bndbox", "size", "width", "height", "pose"))
+_VOC_TAGS |= {"xmin", "ymin", "xmax", "ymax", "difficult", "truncated"}
+
+
+def _refuse_hidden_tags(root: etree._Element) -> None:
+    """InputError for a VOC tag the parser's plain-name lookups would pass over: one in a
+    namespace (`<v:object xmlns:v=...>`, or one declaring a default namespace), or an
+    <object> wrapped in another element (`<objects><object>`), whose object would be lost."""
+    for element in root.iter():
+        tag = element.tag
+        if not isinstance(tag, str):
+            continue  # (an entity: refused where it is read)
+        local = tag.rpartition("}")[2]
+        if local in _VOC_TAGS and tag != local:
+            raise InputError(
+                "annotation_not_voc",
+                f"<{local}> is in the XML namespace {tag[1 : tag.index('}')]!r}: VOC's tags have "
+                "none, and it would be passed over",
+            )
+        if tag == "object" and element.getparent() is not root:
+            raise InputError(
+                "annotation_bad_object",
+                f"an <object> is inside <{element.getparent().tag}>, not <annotation>: VOC's "
+                "objects are the root's children, and it would be passed over",
+            )
 
 
 def _text(
@@ -114,6 +144,11 @@ def _text(
         return None
     if len(child) and any(isinstance(part, etree._Entity) for part in child):
         raise InputError("annotation_entities_forbidden", f"<{tag}> holds an entity reference")
+    if len(child):  # (`<xmin>10<b>0</b></xmin>` read as 10, `<name>c<i>a</i>t</name>` as c)
+        at = f"{where}: " if where else ""
+        raise InputError(
+            reason, f"{at}<{tag}> holds <{child[0].tag}>: a value is text alone, not elements"
+        )
     return (child.text or "").strip()
 
 
