@@ -73,7 +73,7 @@ from beam_pipeline.tree.fileio import (
     subdirectories,
 )
 from beam_pipeline.tree.locate import locate_tree
-from beam_pipeline.tree.refusals import refuse_classes_without_images
+from beam_pipeline.tree.refusals import folder_key, refuse_classes_without_images
 from schemas import BUILD_INFO_FILE, DatasetInfo
 from schemas.label_map import label_map_classes, renumbered_note
 from schemas.paths import is_local, join
@@ -235,6 +235,7 @@ class Index:
     vocabulary: beam.PCollection  # a single Vocabulary
     counts: beam.PCollection  # (split, entries)
     rejected: beam.PCollection  # Rejection, from listing, parsing and labelling
+    folders: beam.PCollection  # (refusals.folder_key, images) of a DET tree; none otherwise
 
 
 def build_index(pipeline: beam.Pipeline, prepared: Prepared) -> Index:
@@ -270,7 +271,16 @@ def build_index(pipeline: beam.Pipeline, prepared: Prepared) -> Index:
     index_rejected = (found_rejected, parse_rejected, label_rejected) | "IndexRejected" >> (
         beam.Flatten()
     )
-    return Index(labelled, vocabulary, index_counts, index_rejected)
+    if plan.layout == layouts.ILSVRC_DET:  # (VOC's years: `refusals.refuse_unannotated_voc_years`)
+        folders = (
+            entries
+            | "FolderOfEntry"
+            >> beam.Map(lambda e: folder_key(e.split, e.filename, e.annotation_filename))
+            | "CountPerFolder" >> beam.combiners.Count.PerElement()
+        )
+    else:
+        folders = pipeline | "NoFolders" >> beam.Create([])
+    return Index(labelled, vocabulary, index_counts, index_rejected, folders)
 
 
 def finalize_spec(prepared: Prepared) -> FinalizeSpec:
@@ -302,7 +312,7 @@ def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollect
     index_counts, index_rejected = index.counts, index.rejected
     spec = finalize_spec(prepared)
     checked = pipeline | "CheckIndexBudget" >> CheckIndexBudget(
-        spec, index_counts=index_counts, rejected=index_rejected
+        spec, index_counts=index_counts, rejected=index_rejected, folders=index.folders
     )
     num_shards = {split: config.num_shards_for(split) for split in plan.splits}
     assigned, plans = labelled | "AssignShards" >> AssignShards(

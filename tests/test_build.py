@@ -30,6 +30,7 @@ from beam_pipeline.stages import finalize
 from beam_pipeline.tools import build as build_tool
 from beam_pipeline.tools import commands, sample_tree, verify
 from beam_pipeline.tree.layouts import LayoutError
+from beam_pipeline.tree.refusals import unannotated_det_folders
 from schemas import BUILD_INFO_FILE, LABELS_FILE
 from schemas import features as F
 
@@ -721,6 +722,49 @@ def _voc_year(year_dir, lists: dict, annotated) -> None:
             write(year_dir / "JPEGImages" / f"{i}.jpg", jpeg_bytes())
             if i in annotated:
                 write(year_dir / "Annotations" / f"{i}.xml", voc_xml([("dog", 1, 1, 30, 30)]))
+
+
+def test_det_folders_that_lost_their_xml_are_refused_not_built_as_background():
+    # An adversarial trial: two thirds of three synset folders' XML deleted, their images came
+    # out background (516, not 211), exit 0, no warning. The rule alone, on counts:
+    def counts(folders):  # {folder: (images, without XML)}
+        found = {}
+        for folder, (images, without) in folders.items():
+            found["train", folder, True] = without
+            found["train", folder, False] = images - without
+        return found
+
+    whole = {f"n{i:02d}": (30, 1) for i in range(10)}
+    assert unannotated_det_folders(counts(whole)) is None
+    cut = {**whole, "n00": (30, 20), "n01": (40, 10)}
+    assert unannotated_det_folders(counts(cut)) == (
+        "split 'train': 2 image folders hold many images without XML (n00: 20 of 30 without "
+        "XML; n01: 10 of 40 without XML), where only 8 of the split's other 240 images lack "
+        "theirs: a build would label them background. Restore their XML (a copy cut short?); "
+        "if those images really hold no object, give each an XML without <object>"
+    )
+    negatives = {**whole, "extra": (30, 30)}  # a folder with no XML: negatives, as DET's
+    small = {**whole, "n00": (19, 19 - 1)}  # too few to tell
+    usual = {f"n{i:02d}": (30, 4) for i in range(10)} | {"n00": (30, 10)}  # 13% lack it
+    for fine in (negatives, small, usual):
+        assert unannotated_det_folders(counts(fine)) is None
+
+
+def test_a_det_build_with_folders_that_lost_their_xml_stops_before_a_shard(tmp_path):
+    data, xml = jpeg_bytes(), voc_xml([("n01", 1, 1, 5, 5)], size=(8, 8))
+    for folder in ("n01", "n02", "n03"):
+        for i in range(20):
+            lost = folder == "n03" and i % 3
+            stem = f"ILSVRC2013_train/{folder}/{folder}_{i}"
+            ilsvrc_image(tmp_path / "tree", "train", stem, data, None if lost else xml)
+    with pytest.raises(finalize.BuildFailed) as failed:
+        build(tmp_path / "tree", tmp_path / "out", "--splits", "train")
+    assert (
+        "split 'train': 1 image folder holds many images without XML (Data/DET/train/"
+        "ILSVRC2013_train/n03: 13 of 20 without XML), where only 0 of the split's other 40 "
+        "images lack theirs"
+    ) in str(failed.value)
+    assert not list((tmp_path / "out").glob("*.tfrecord*"))
 
 
 def test_one_voc_year_whose_split_mostly_lacks_xml_beside_an_annotated_split_is_refused(

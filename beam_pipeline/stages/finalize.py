@@ -32,6 +32,7 @@ from beam_pipeline.core.sharding import SplitPlan
 from beam_pipeline.failures import BuildFailed
 from beam_pipeline.output import commit
 from beam_pipeline.tree.layouts import vocabulary_split
+from beam_pipeline.tree.refusals import unannotated_det_folders
 from schemas import (
     DEAD_LETTER_FILE,
     DUPLICATES_FILE,
@@ -132,9 +133,13 @@ def _check_error_budget(
 
 
 def check_index_budget(
-    spec: FinalizeSpec, index_counts: Mapping[str, int], rejections: Iterable[Rejection]
+    spec: FinalizeSpec,
+    index_counts: Mapping[str, int],
+    rejections: Iterable[Rejection],
+    folders: Mapping[tuple[str, str, bool], int] | None = None,
 ) -> None:
-    """Raises BuildFailed when the index alone already breaks --max_bad_fraction.
+    """Raises BuildFailed when the index alone already breaks --max_bad_fraction, or a DET
+    tree's image `folders` (`refusals.folder_key` → images) lost their XML.
 
     `rejections` are those known before any image is read (discovery, annotations, labels).
     The message names the classes outside the vocabulary, most frequent first, and where the
@@ -142,6 +147,8 @@ def check_index_budget(
     """
     rejections = list(rejections)
     _refuse_unread_inputs(rejections)
+    if lost := unannotated_det_folders(folders or {}):
+        raise BuildFailed(lost)
     images = [r for r in rejections if r.is_image]
     found = collections.Counter(r.split for r in images if r.stage == DISCOVER)
     for split in spec.splits:  # (as Finalize would, once every shard was written)
@@ -247,10 +254,10 @@ class _CheckIndexFn(beam.DoFn):
     def __init__(self, spec: FinalizeSpec):
         self._spec = spec
 
-    def process(self, _, index_counts, rejections):
+    def process(self, _, index_counts, rejections, folders):
         spec = self._spec
         try:
-            check_index_budget(spec, index_counts, rejections)
+            check_index_budget(spec, index_counts, rejections, dict(folders))
         except BuildFailed:
             commit.write_dead_letter(spec.output_dir, sorted(set(rejections)), _dead_letter(spec))
             raise
@@ -265,13 +272,13 @@ class CheckIndexBudget(beam.PTransform):
     Hand its output to WriteShards as `gate`, so no shard is written before it passed.
     """
 
-    def __init__(self, spec: FinalizeSpec, *, index_counts, rejected):
+    def __init__(self, spec: FinalizeSpec, *, index_counts, rejected, folders):
         super().__init__()
         self._spec = spec
-        self._inputs = (index_counts, rejected)
+        self._inputs = (index_counts, rejected, folders)
 
     def expand(self, pbegin):
-        index_counts, rejected = self._inputs
+        index_counts, rejected, folders = self._inputs
         return (
             pbegin
             | "Once" >> beam.Create([None])
@@ -280,6 +287,7 @@ class CheckIndexBudget(beam.PTransform):
                 _CheckIndexFn(self._spec),
                 index_counts=beam.pvalue.AsDict(index_counts),
                 rejections=beam.pvalue.AsList(rejected),
+                folders=beam.pvalue.AsList(folders),
             )
         )
 

@@ -61,6 +61,7 @@ from beam_pipeline.tools.plan_report import (
 from beam_pipeline.tree import layouts, planner
 from beam_pipeline.tree.fileio import read_file
 from beam_pipeline.tree.pairing import in_no_split, pair_files
+from beam_pipeline.tree.refusals import folder_key
 from schemas.paths import join
 from schemas.tfrecord import encode_record
 
@@ -105,7 +106,12 @@ def plan_build(prepared) -> BuildPlan:
 
     failure = None
     if refusal is None:
-        refusal = _refusal(prepared, spec, counts, rejections, reports)
+        folders = collections.Counter(
+            folder_key(e.split, e.filename, e.annotation_filename)
+            for e in entries
+            if plan.layout == layouts.ILSVRC_DET
+        )
+        refusal = _refusal(prepared, spec, counts, rejections, reports, folders)
     if refusal is None:
         failure = write_failure(config, counts, [*rejections, *unread], unread, reports)
     rejections += unread
@@ -331,8 +337,9 @@ def _record_overhead(sample: list[LabelledEntry], vocabulary: Vocabulary) -> flo
     return sum(sizes) / len(sizes) if sizes else 0.0
 
 
-def _refusal(prepared, spec, counts, rejections, reports) -> str | None:
-    """The build's own message when its fail-fast checks would stop it; None otherwise."""
+def _refusal(prepared, spec, counts, rejections, reports, folders) -> str | None:
+    """The build's own message when its fail-fast checks would stop it; None otherwise.
+    `counts`: the entries by split; `folders`: by `refusals.folder_key`."""
     from beam_pipeline.output.directory import (
         OutputExistsError,
         refuse_complete_build,
@@ -355,7 +362,7 @@ def _refusal(prepared, spec, counts, rejections, reports) -> str | None:
         except OutputExistsError as error:
             return str(error)
     try:  # first, as the build checks its index before it writes a shard
-        check_index_budget(spec, counts, rejections)
+        check_index_budget(spec, counts, rejections, folders)
     except BuildFailed as error:
         return _reason(error).rsplit("; see ", 1)[0]
     for name, report in reports.items():

@@ -9,7 +9,8 @@ import os
 import posixpath
 import re
 import shlex
-from collections.abc import Callable, Sequence
+import statistics
+from collections.abc import Callable, Mapping, Sequence
 
 from beam_pipeline.tree.layouts import (
     ANNOTATIONS,
@@ -30,6 +31,56 @@ from schemas.paths import first_few, is_local, join
 # their annotations (VOC2012's test download holds XML only for its Action and Layout images;
 # a copy cut short loses a block of files), not a few negatives.
 VOC_YEAR_ANNOTATED = 0.9
+
+
+# An ILSVRC DET image folder of a split (of at least DET_FOLDER_IMAGES images, some with XML)
+# where at least DET_FOLDER_UNANNOTATED of the images lack their XML, in a split whose folders
+# of that size lack it for at most DET_OTHERS_UNANNOTATED of theirs (the median folder), lost
+# its annotations (a copy cut short): its images would come out background. A folder without
+# any XML is one of negatives.
+DET_FOLDER_IMAGES = 20
+DET_FOLDER_UNANNOTATED = 0.25
+DET_OTHERS_UNANNOTATED = 0.10
+
+
+def folder_key(split: str, filename: str, annotation: str | None) -> tuple[str, str, bool]:
+    """What `unannotated_det_folders` counts an image under: (split, its folder, without XML)."""
+    return split, posixpath.dirname(filename), annotation is None
+
+
+def unannotated_det_folders(counts: Mapping[tuple[str, str, bool], int]) -> str | None:
+    """The refusal of a DET tree whose image folders lost their XML (see above), naming them,
+    or None. `counts`: images by `folder_key`."""
+    totals: dict[str, dict[str, list[int]]] = {}
+    for (split, folder, unannotated), count in counts.items():
+        images = totals.setdefault(split, {}).setdefault(folder, [0, 0])
+        images[0] += count
+        images[1] += count if unannotated else 0
+    for split, folders in sorted(totals.items()):
+        sized = [
+            without / count for count, without in folders.values() if count >= DET_FOLDER_IMAGES
+        ]
+        if len(sized) < 3 or statistics.median(sized) > DET_OTHERS_UNANNOTATED:
+            continue  # (too few folders to tell, or images without XML are the split's way)
+        found = {
+            folder: (count, without)
+            for folder, (count, without) in sorted(folders.items())
+            if count >= DET_FOLDER_IMAGES and DET_FOLDER_UNANNOTATED * count <= without < count
+        }
+        if found:
+            others = sum(c for f, (c, _) in folders.items() if f not in found)
+            others_without = sum(w for f, (_, w) in folders.items() if f not in found)
+            named = [f"{f}: {w:,} of {c:,} without XML" for f, (c, w) in list(found.items())[:3]]
+            return (
+                f"split {split!r}: {len(found)} image "
+                f"{'folders hold' if len(found) > 1 else 'folder holds'} many images without XML "
+                f"({'; '.join(named)}"
+                f"{'; ...' if len(found) > 3 else ''}), where only {others_without:,} of the "
+                f"split's other {others:,} images lack theirs: a build would label them "
+                "background. Restore their XML (a copy cut short?); if those images really "
+                "hold no object, give each an XML without <object>"
+            )
+    return None
 
 
 def refuse_nested_voc_annotations(plan: DiscoveryPlan, match: Callable[[str], list[str]]) -> None:
