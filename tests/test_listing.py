@@ -41,7 +41,8 @@ def test_reports_broken_links_and_special_files(tmp_path):
     os.symlink(tmp_path / "gone.JPEG", tmp_path / "a.JPEG")
     os.mkfifo(tmp_path / "b.JPEG")
     os.symlink(tmp_path / "c.JPEG", tmp_path / "c.JPEG")  # a loop: it said "does not exist"
-    items = list(list_tree(str(tmp_path)))
+    os.symlink("/dev/zero", tmp_path / "d.jpg")  # it said "links to '/dev/zero', which does not
+    items = list(list_tree(str(tmp_path)))  # exist" (an adversarial trial)
     assert [
         (type(i).__name__, os.path.basename(i.path), getattr(i, "reason", None), i.detail)
         for i in items
@@ -58,6 +59,12 @@ def test_reports_broken_links_and_special_files(tmp_path):
             "c.JPEG",
             "broken_symlink",
             f"links to '{tmp_path}/c.JPEG', and the links from there lead back to it (a loop)",
+        ),
+        (
+            "Unlisted",
+            "d.jpg",
+            "not_a_regular_file",
+            "links to '/dev/zero', a device, socket or pipe",
         ),
     ]
 

@@ -271,8 +271,14 @@ def _scan(path: str, subdirectory) -> Iterator:
             elif entry.is_file():
                 stat = entry.stat()
                 yield Listed(entry.path, stat.st_size, stat.st_ctime_ns)
-            elif entry.is_symlink():
+            elif entry.is_symlink() and not os.path.exists(entry.path):
                 yield Unlisted(entry.path, "broken_symlink", _broken_link(entry.path))
+            elif entry.is_symlink():  # (to /dev/urandom, say: "which does not exist" before)
+                yield Unlisted(
+                    entry.path,
+                    "not_a_regular_file",
+                    f"links to {os.readlink(entry.path)!r}, a device, socket or pipe",
+                )
             else:
                 yield Unlisted(entry.path, "not_a_regular_file", "a device, socket or pipe")
         except OSError as error:
