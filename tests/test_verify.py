@@ -64,8 +64,10 @@ def test_work_folders_a_commit_left_are_noted_and_upgrade_removes_them(copy, cap
     code, output = run(copy, capsys)
     assert code == 0 and output.splitlines() == [
         "OK: 4 shards verified",
-        f"note: .tmp/, .progress/: work folders a build left when it stopped after its commit "
-        f"(the build is whole); python -m beam_pipeline upgrade {copy} removes them",
+        # (Not "after its commit": a rebuild killed before its commit leaves them too.)
+        f"note: .tmp/, .progress/: work folders a build left when it stopped (the build "
+        f"verified is whole); python -m beam_pipeline upgrade {copy} removes them, or a "
+        "rebuild with --overwrite",
     ]
     assert upgrade.main([str(copy)]) == 0
     assert not (copy / ".progress").exists() and not (copy / ".tmp").exists()

@@ -438,9 +438,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     elif not busy_reason(args.data_dir) and (left := work_folders(args.data_dir)):
         print(
-            f"note: {'/, '.join(left)}/: work folders a build left when it stopped after its "
-            f"commit (the build is whole); python -m beam_pipeline upgrade {args.data_dir} "
-            "removes them"
+            f"note: {'/, '.join(left)}/: work folders a build left when it stopped (the build "
+            f"verified is whole); python -m beam_pipeline upgrade {args.data_dir} removes "
+            "them, or a rebuild with --overwrite"
         )
     return 0
 
