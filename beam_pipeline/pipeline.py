@@ -235,7 +235,7 @@ class Index:
     vocabulary: beam.PCollection  # a single Vocabulary
     counts: beam.PCollection  # (split, entries)
     rejected: beam.PCollection  # Rejection, from listing, parsing and labelling
-    folders: beam.PCollection  # (refusals.folder_key, images) of a DET tree; none otherwise
+    folders: beam.PCollection  # (refusals.folder_key, images): a DET tree's folders, else splits
 
 
 def build_index(pipeline: beam.Pipeline, prepared: Prepared) -> Index:
@@ -263,23 +263,29 @@ def build_index(pipeline: beam.Pipeline, prepared: Prepared) -> Index:
     labelled, label_rejected = parsed | "LabelImages" >> LabelImages(
         vocabulary, split_kinds, plan.root, misplaced
     )
-    index_counts = (
+    # Entries by `folder_key` (a DET tree's folders, for `refusals.unannotated_det_folders`; by
+    # split alone otherwise), then by split: one count of the entries for both.
+    det = plan.layout == layouts.ILSVRC_DET  # (VOC's years: `refuse_unannotated_voc_years`)
+    folders = (
         entries
-        | "SplitOfEntry" >> beam.Map(lambda entry: entry.split)
-        | "CountPerSplit" >> beam.combiners.Count.PerElement()
+        | "FolderOfEntry"
+        >> beam.Map(
+            lambda e: (
+                folder_key(e.split, e.filename, e.annotation_filename)
+                if det
+                else (e.split, "", False)
+            )
+        )
+        | "CountPerFolder" >> beam.combiners.Count.PerElement()
+    )
+    index_counts = (
+        folders
+        | "SplitOfFolder" >> beam.Map(lambda counted: (counted[0][0], counted[1]))
+        | "CountPerSplit" >> beam.CombinePerKey(sum)
     )
     index_rejected = (found_rejected, parse_rejected, label_rejected) | "IndexRejected" >> (
         beam.Flatten()
     )
-    if plan.layout == layouts.ILSVRC_DET:  # (VOC's years: `refusals.refuse_unannotated_voc_years`)
-        folders = (
-            entries
-            | "FolderOfEntry"
-            >> beam.Map(lambda e: folder_key(e.split, e.filename, e.annotation_filename))
-            | "CountPerFolder" >> beam.combiners.Count.PerElement()
-        )
-    else:
-        folders = pipeline | "NoFolders" >> beam.Create([])
     return Index(labelled, vocabulary, index_counts, index_rejected, folders)
 
 
