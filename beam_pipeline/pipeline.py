@@ -127,15 +127,15 @@ def prepare(config: BuildConfig) -> Prepared:
     if config.labels_file:
         text = read_text(config.labels_file, "--labels_file")
         try:
-            if re.search(r"^\s*item\s*\{", text, re.MULTILINE):  # the OD API's label map
+            # A build's own labels.txt first: a class folder named "item {" is no label map.
+            if builds := _a_builds_labels(config.labels_file, text):
+                classes, display_names = builds
+            elif re.search(r"^\s*item\s*\{", text, re.MULTILINE):  # the OD API's label map
                 classes, display_names = label_map_classes(text)
                 if note := renumbered_note(text):
                     plan = dataclasses.replace(plan, notes=(*plan.notes, note))
             else:
-                classes, display_names = _a_builds_labels(config.labels_file, text) or (
-                    parse_labels_file(text),
-                    parse_display_names(text),
-                )
+                classes, display_names = parse_labels_file(text), parse_display_names(text)
             Vocabulary(classes)
         except ValueError as error:
             raise ValueError(f"--labels_file {config.labels_file}: {error}") from None

@@ -520,3 +520,10 @@ def test_a_builds_labels_txt_is_a_labels_file_even_where_its_classes_hold_spaces
     again = build(root, tmp_path / "again", "--labels_file", str(tmp_path / "first" / "labels.txt"))
     assert again.classes == first.classes
     assert labels(tmp_path / "again", "train") == labels(tmp_path / "first", "train")
+    # A class folder named "item {" made the build's labels.txt read as a label map (a
+    # protobuf parse error; an adversarial trial).
+    (root / "golden doodle").rename(root / "item {")
+    third = build(root, tmp_path / "third")
+    assert third.classes == ("golden retriever", "item {")
+    fourth = build(root, tmp_path / "fourth", "--labels_file", tmp_path / "third" / "labels.txt")
+    assert fourth.classes == third.classes

@@ -100,7 +100,7 @@ def parse_annotation(data: bytes) -> Annotation:
         raise InputError("annotation_entities_forbidden", "the document declares XML entities")
     if root.tag != "annotation":
         raise InputError("annotation_not_voc", f"root element is <{root.tag}>, not <annotation>")
-    _refuse_hidden_tags(root)
+    _refuse_hidden_tags(root, data)
     width, height = _parse_size(root)
     objects = tuple(_parse_object(node, i) for i, node in enumerate(root.findall("object")))
     return Annotation(width=width, height=height, objects=objects)
@@ -112,11 +112,12 @@ _VOC_TAGS = frozenset(("object", "name", "bndbox", "size", "width", "height", "p
 _VOC_TAGS |= {"xmin", "ymin", "xmax", "ymax", "difficult", "truncated"}
 
 
-def _refuse_hidden_tags(root: etree._Element) -> None:
+def _refuse_hidden_tags(root: etree._Element, data: bytes) -> None:
     """InputError for a VOC tag the parser's plain-name lookups would pass over: one in a
     namespace (`<v:object xmlns:v=...>`, or one declaring a default namespace), or an
-    <object> wrapped in another element (`<objects><object>`), whose object would be lost."""
-    for element in root.iter():
+    <object> wrapped in another element (`<objects><object>`), whose object would be lost.
+    A namespace needs its `xmlns` declared: without one, only the <object>s are looked at."""
+    for element in root.iter() if b"xmlns" in data else root.iter("object"):
         tag = element.tag
         if not isinstance(tag, str):
             continue  # (an entity: refused where it is read)
