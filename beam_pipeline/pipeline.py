@@ -233,9 +233,8 @@ class Index:
 
     labelled: beam.PCollection  # LabelledEntry
     vocabulary: beam.PCollection  # a single Vocabulary
-    counts: beam.PCollection  # (split, entries)
+    counts: beam.PCollection  # (refusals.folder_key, entries): by folder in a DET tree, else split
     rejected: beam.PCollection  # Rejection, from listing, parsing and labelling
-    folders: beam.PCollection  # (refusals.folder_key, images): a DET tree's folders, else splits
 
 
 def build_index(pipeline: beam.Pipeline, prepared: Prepared) -> Index:
@@ -263,10 +262,10 @@ def build_index(pipeline: beam.Pipeline, prepared: Prepared) -> Index:
     labelled, label_rejected = parsed | "LabelImages" >> LabelImages(
         vocabulary, split_kinds, plan.root, misplaced
     )
-    # Entries by `folder_key` (a DET tree's folders, for `refusals.unannotated_det_folders`; by
-    # split alone otherwise), then by split: one count of the entries for both.
+    # Entries by `folder_key`: a DET tree's image folders (`refusals.unannotated_det_folders`),
+    # by split alone otherwise; the checks and Finalize sum them by split (`by_split`).
     det = plan.layout == layouts.ILSVRC_DET  # (VOC's years: `refuse_unannotated_voc_years`)
-    folders = (
+    index_counts = (
         entries
         | "FolderOfEntry"
         >> beam.Map(
@@ -278,15 +277,10 @@ def build_index(pipeline: beam.Pipeline, prepared: Prepared) -> Index:
         )
         | "CountPerFolder" >> beam.combiners.Count.PerElement()
     )
-    index_counts = (
-        folders
-        | "SplitOfFolder" >> beam.Map(lambda counted: (counted[0][0], counted[1]))
-        | "CountPerSplit" >> beam.CombinePerKey(sum)
-    )
     index_rejected = (found_rejected, parse_rejected, label_rejected) | "IndexRejected" >> (
         beam.Flatten()
     )
-    return Index(labelled, vocabulary, index_counts, index_rejected, folders)
+    return Index(labelled, vocabulary, index_counts, index_rejected)
 
 
 def finalize_spec(prepared: Prepared) -> FinalizeSpec:
@@ -318,7 +312,7 @@ def build_pipeline(pipeline: beam.Pipeline, prepared: Prepared) -> beam.PCollect
     index_counts, index_rejected = index.counts, index.rejected
     spec = finalize_spec(prepared)
     checked = pipeline | "CheckIndexBudget" >> CheckIndexBudget(
-        spec, index_counts=index_counts, rejected=index_rejected, folders=index.folders
+        spec, index_counts=index_counts, rejected=index_rejected
     )
     num_shards = {split: config.num_shards_for(split) for split in plan.splits}
     assigned, plans = labelled | "AssignShards" >> AssignShards(

@@ -254,10 +254,10 @@ class _CheckIndexFn(beam.DoFn):
     def __init__(self, spec: FinalizeSpec):
         self._spec = spec
 
-    def process(self, _, index_counts, rejections, folders):
-        spec = self._spec
+    def process(self, _, counted, rejections):
+        spec, index_counts = self._spec, by_split(counted)
         try:
-            check_index_budget(spec, index_counts, rejections, dict(folders))
+            check_index_budget(spec, index_counts, rejections, dict(counted))
         except BuildFailed:
             commit.write_dead_letter(spec.output_dir, sorted(set(rejections)), _dead_letter(spec))
             raise
@@ -272,24 +272,32 @@ class CheckIndexBudget(beam.PTransform):
     Hand its output to WriteShards as `gate`, so no shard is written before it passed.
     """
 
-    def __init__(self, spec: FinalizeSpec, *, index_counts, rejected, folders):
+    def __init__(self, spec: FinalizeSpec, *, index_counts, rejected):
+        """`index_counts`: the index's entries by `refusals.folder_key` (`by_split` sums them)."""
         super().__init__()
         self._spec = spec
-        self._inputs = (index_counts, rejected, folders)
+        self._inputs = (index_counts, rejected)
 
     def expand(self, pbegin):
-        index_counts, rejected, folders = self._inputs
+        index_counts, rejected = self._inputs
         return (
             pbegin
             | "Once" >> beam.Create([None])
             | "Check"
             >> beam.ParDo(
                 _CheckIndexFn(self._spec),
-                index_counts=beam.pvalue.AsDict(index_counts),
+                counted=beam.pvalue.AsList(index_counts),
                 rejections=beam.pvalue.AsList(rejected),
-                folders=beam.pvalue.AsList(folders),
             )
         )
+
+
+def by_split(counted: Iterable[tuple[tuple[str, str, bool], int]]) -> dict[str, int]:
+    """The index's entries per split, from its counts by `refusals.folder_key`."""
+    totals: collections.Counter[str] = collections.Counter()
+    for (split, _, _), count in counted:
+        totals[split] += count
+    return dict(totals)
 
 
 def _split_info(split, plan, results, vocabulary, discovered, rejected) -> SplitInfo:
@@ -386,7 +394,7 @@ class _FinalizeFn(beam.DoFn):
         spec = self._spec
         rejections = sorted(set(rejections))
         commit.write_dead_letter(spec.output_dir, rejections, _dead_letter(spec))
-        info = assemble_info(spec, vocabulary, plans, index_counts, results, rejections)
+        info = assemble_info(spec, vocabulary, plans, by_split(index_counts), results, rejections)
         files = {}
         if spec.options.get("duplicates", duplicates.OFF) != duplicates.OFF:
             info, files[DUPLICATES_FILE] = _copies(spec, info, found, rejections)
@@ -433,7 +441,7 @@ class Finalize(beam.PTransform):
                 _FinalizeFn(self._spec),
                 vocabulary=beam.pvalue.AsSingleton(vocabulary),
                 plans=beam.pvalue.AsDict(plans),
-                index_counts=beam.pvalue.AsDict(index_counts),
+                index_counts=beam.pvalue.AsList(index_counts),
                 results=beam.pvalue.AsList(results),
                 rejections=beam.pvalue.AsList(rejected),
                 found=beam.pvalue.AsList(found),
