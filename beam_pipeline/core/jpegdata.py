@@ -248,7 +248,8 @@ def _scans_with_headers(data: bytes) -> list[tuple[int, int, int, bytes]]:
 
 def _frame_and_first_scan(data: bytes) -> tuple[tuple[int, bytes] | None, bytes | None]:
     """((SOFn marker, its fields), the first scan header's fields), each None where missing:
-    `_segments`' walk without its generator, as every JPEG a build keeps is walked."""
+    `_segments`' walk without its generator, as every JPEG a build keeps is walked
+    (benchmarks/RESULTS.md, "The JPEG check")."""
     position, size, frame = 2, len(data), None
     while position + 4 <= size:
         if data[position] != 0xFF or data[position + 1] == 0xFF:
