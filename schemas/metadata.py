@@ -336,6 +336,7 @@ def build_payload(text: str | bytes) -> dict[str, Any] | None:
 _DAMAGED = "{} is damaged and the build cannot be read"
 _SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 _REBUILD = "rebuild it (--overwrite replaces it)"
+_VERSION = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")  # as every build wrote it: MAJOR.MINOR.PATCH
 
 
 def metadata_text(data: bytes, path: str) -> str:
@@ -381,6 +382,12 @@ def unreadable_metadata(path: str, why: str) -> DamagedBuildError:
 def _info_of(payload: dict[str, Any], path: str) -> DatasetInfo:
     """`DatasetInfo.from_payload`; DamagedBuildError, naming `path` and the field, for a field
     of the schema missing, of the wrong kind or disagreeing with another (`check_payload`)."""
+    version = payload["schema_version"]
+    if not isinstance(version, str) or not _VERSION.fullmatch(version):
+        raise DamagedBuildError(
+            f"{_DAMAGED.format(path)} (schema_version is {version!r}, not a version such as "
+            f"{SCHEMA_VERSION!r}); {_REBUILD}"
+        )
     readable_version(payload)  # (another schema's metadata is no damage: its own ValueError)
     try:
         check_payload(payload)

@@ -246,8 +246,14 @@ def test_the_commands_say_it_in_a_line_not_a_traceback(built, tmp_path):
         ("[" * 100_000 + "]" * 100_000, "not a build's JSON: nested too deep"),
         ('{"schema_version": "2.1.0", "classes": ["circ\\ud800le"]}', "a string holds a lone "
          "surrogate, not text"),
+        # A reader-and-tools trial: verify and upgrade said "invalid literal for int()", the
+        # loader "update imagenet-tfrecords", verify of "2.1" that 2.1.0's key was not 2.1's.
+        ('{"schema_version": "2.x"}', "schema_version is '2.x', not a version such as '2.1.0'"),
+        ('{"schema_version": "2.1"}', "schema_version is '2.1', not a version such as '2.1.0'"),
+        ('{"schema_version": " abc"}', "schema_version is ' abc', not a version such as "
+         "'2.1.0'"),
     ],
-    ids=["nested", "surrogate"],
+    ids=["nested", "surrogate", "2.x", "2.1", "abc"],
 )  # fmt: skip
 def test_json_no_reader_can_take_is_named_damaged(built, tmp_path, capsys, text, what):
     # A damaged-output trial's: a RecursionError traceback in every tool; a class name no
