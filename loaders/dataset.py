@@ -26,8 +26,8 @@ from loaders.jpeg_scale import may_scale, scaling_hint
 from loaders.preprocessing import eval_view, labelled_boxes, train_view, view_boxes
 from loaders.reader import SplitRecords, checked_record, read_records
 from loaders.spec import CLASS_LABELS, SEEDS, LoadSpec, keras_habits
+from schemas import DEAD_LETTER_FILE, tf_feature_spec
 from schemas import features as F
-from schemas import tf_feature_spec
 from schemas.paths import is_local
 
 
@@ -110,6 +110,12 @@ def read_and_batch(
         # working directory, where a relative path names another build or nothing.
         data_dir = os.path.abspath(data_dir)
     info = dataset_info(data_dir)
+    if not info.num_examples(split):  # (a build that committed an empty split: 0 batches)
+        raise ValueError(
+            f"split {split!r} of {data_dir} holds no image ({info.split(split).num_rejected} "
+            f"rejected when it was built: {DEAD_LETTER_FILE} names them), so an epoch would "
+            "have no batch"
+        )
     spec.refuse_unlabelled(info, split)
     if input_context is None:
         spec.refuse_unseeded_workers("load_dataset")

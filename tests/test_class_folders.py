@@ -527,3 +527,44 @@ def test_a_builds_labels_txt_is_a_labels_file_even_where_its_classes_hold_spaces
     assert third.classes == ("golden retriever", "item {")
     fourth = build(root, tmp_path / "fourth", "--labels_file", tmp_path / "third" / "labels.txt")
     assert fourth.classes == third.classes
+
+
+def test_a_split_whose_every_image_is_rejected_is_not_committed_empty(tmp_path):
+    # A builder trial: the error budget counts every split's images as one, so a validation
+    # split whose one image was truncated committed empty, exit 0; verify said OK and the
+    # loader yielded no batch at all.
+    from beam_pipeline.failures import BuildFailed
+    from loaders import load_dataset
+
+    root = photos(tmp_path / "photos", splits=("train",), per_class=60)
+    cut = jpeg_bytes()
+    write(root / "val" / "cat" / "v1.jpg", cut[: len(cut) // 2])
+    out = tmp_path / "out"
+    with pytest.raises(BuildFailed) as failed:
+        build(root, out, "--splits", "train,val")
+    assert str(failed.value).startswith(
+        "BUILD FAILED: split 'validation': all 1 images were rejected ({'truncated_image': 1}), "
+        f"so it would hold none; see {out}/rejected.jsonl; mend them, or leave the split out "
+        "(--splits)"
+    )
+    assert not (out / "build_info.json").exists()
+    (line,) = dead_letters(out)
+    assert line["path"].endswith("val/cat/v1.jpg") and line["reason"] == "truncated_image"
+
+    # A build that committed such a split before: the loader refuses it by name.
+    (root / "val" / "cat" / "v1.jpg").write_bytes(cut)
+    build(root, out, "--splits", "train,val", "--overwrite")
+    info = json.loads((out / "build_info.json").read_text())
+    val = info["splits"]["validation"]
+    (shard,) = val["shards"]
+    (out / shard["file"]).write_bytes(b"")
+    shard.update(num_examples=0, num_bytes=0)
+    val.update(num_examples=0, num_rejected=1, class_counts=[0] * len(val["class_counts"]))
+    val.update(label_sources={}, objects_per_image={}, image_widths={}, image_heights={})
+    (out / "build_info.json").write_text(json.dumps(info))
+    with pytest.raises(ValueError) as refused:
+        load_dataset(str(out), "validation", batch_size=4)
+    assert str(refused.value) == (
+        f"split 'validation' of {out} holds no image (1 rejected when it was built: "
+        "rejected.jsonl names them), so an epoch would have no batch"
+    )

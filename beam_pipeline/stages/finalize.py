@@ -13,8 +13,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
-import math
-import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -22,7 +20,6 @@ import apache_beam as beam
 
 from beam_pipeline.console import watch
 from beam_pipeline.core.entries import ShardResult
-from beam_pipeline.core.jpegdata import KEEP_FLAG, STRAY_JPEG_BYTES
 from beam_pipeline.core.labels import Vocabulary, unknown_class_hints, unknown_class_name
 from beam_pipeline.core.quality import duplicates, odd_images
 from beam_pipeline.core.quality.duplicates import DUPLICATE
@@ -31,6 +28,12 @@ from beam_pipeline.core.rejections import DISCOVER, Rejection
 from beam_pipeline.core.sharding import SplitPlan
 from beam_pipeline.failures import BuildFailed
 from beam_pipeline.output import commit
+from beam_pipeline.stages.budget import (
+    most_frequent,
+    needed_fraction,
+    over_budget_message,
+    refuse_unread_inputs,
+)
 from beam_pipeline.tree.layouts import vocabulary_split
 from beam_pipeline.tree.refusals import unannotated_det_folders
 from schemas import (
@@ -99,6 +102,12 @@ def assemble_info(
         splits[split] = _split_info(
             split, plans[split], by_split[split], vocabulary, discovered, rejected_images[split]
         )
+        if not splits[split].num_examples:  # (the budget counts every split's images as one)
+            reasons = collections.Counter(r.reason for r in rejections if r.split == split)
+            raise BuildFailed(
+                f"split {split!r}: all {discovered} images were rejected ({dict(reasons)}), so "
+                f"it would hold none; {_see(spec)}; mend them, or leave the split out (--splits)"
+            )
     _check_error_budget(spec, splits, rejections)
     return DatasetInfo(
         schema_version=SCHEMA_VERSION,
@@ -146,7 +155,7 @@ def check_index_budget(
     vocabulary came from, since that is the usual cause and fix.
     """
     rejections = list(rejections)
-    _refuse_unread_inputs(rejections)
+    refuse_unread_inputs(rejections)
     if lost := unannotated_det_folders(folders or {}):
         raise BuildFailed(lost)
     images = [r for r in rejections if r.is_image]
@@ -169,7 +178,7 @@ def check_index_budget(
     if unknown:
         message += (
             f"; classes outside the vocabulary ({spec.vocabulary_source}), most frequent "
-            f"first: {_most_frequent(unknown, 10)}"
+            f"first: {most_frequent(unknown, 10)}"
         )
         details = [r.detail for r in images if r.reason == "unknown_class"]
         message += unknown_class_hints(details, spec.vocabulary_source.startswith("--labels_file"))
@@ -177,66 +186,6 @@ def check_index_budget(
         fraction = needed_fraction(bad, total)
         see += f"; to build without them, rerun with --max_bad_fraction {fraction}"
     raise BuildFailed(f"{message}; {see}")
-
-
-def needed_fraction(bad: int, total: int) -> str:
-    """The smallest --max_bad_fraction of two decimals that `bad` of `total` keeps within."""
-    hundredths = math.ceil(100 * bad / total)
-    while hundredths < 100 and bad > hundredths / 100 * total:  # the check's own float sum
-        hundredths += 1
-    return f"{min(hundredths, 100) / 100:g}"
-
-
-# What the listing could not read, when what it hides may decide labels: a directory (its
-# images, or their XML), or an XML file. An unread image is counted in the error budget instead.
-_UNREAD = ("unreadable_directory", "unreadable_file", "broken_symlink", "not_a_regular_file")
-
-
-def _refuse_unread_inputs(rejections: Iterable[Rejection]) -> None:
-    """Raises BuildFailed, naming them, for directories or XML files the listing could not read:
-    their images would be missing, or labelled background for want of their XML."""
-    unread = sorted(
-        {
-            (r.path, r.reason, r.detail)
-            for r in rejections
-            if r.stage == DISCOVER
-            and (
-                r.reason == "unreadable_directory"
-                or (r.reason in _UNREAD and r.path.lower().endswith(".xml"))
-            )
-        }
-    )
-    if not unread:
-        return
-    shown = "; ".join(f"{path} ({reason}: {detail})" for path, reason, detail in unread[:5])
-    more = f" (and {len(unread) - 5} more)" if len(unread) > 5 else ""
-    raise BuildFailed(
-        f"the tree holds what the build cannot read: {shown}{more}; the images inside, or "
-        "those whose XML it is, would be missing or labelled background. Make them readable "
-        f"(e.g. chmod -R a+rX {shlex.quote(unread[0][0])}) or move them out of the tree"
-    )
-
-
-def over_budget_message(
-    max_bad_fraction: float, bad: int, total: int, images: list[Rejection], when: str = ""
-) -> str:
-    """The error budget's refusal: `bad` of `total` images rejected (`images`), `when`."""
-    reasons = collections.Counter(r.reason for r in images)
-    message = (
-        f"{bad} of {total} images rejected{when} ({bad / total:.2%}), more than "
-        f"--max_bad_fraction={max_bad_fraction}; reasons {_most_frequent(reasons)}"
-    )
-    if reasons[STRAY_JPEG_BYTES]:
-        message += (
-            f" ({reasons[STRAY_JPEG_BYTES]} {STRAY_JPEG_BYTES}: JPEGs whose scan ended before "
-            f"their data, usually damaged and garbled; {KEEP_FLAG} keeps them, reported)"
-        )
-    return message
-
-
-def _most_frequent(counts: collections.Counter, limit: int | None = None) -> dict:
-    """Most frequent first, ties by name: the same message whatever order workers ran in."""
-    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit])
 
 
 def _dead_letter(spec: FinalizeSpec) -> str:

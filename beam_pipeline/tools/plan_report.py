@@ -16,7 +16,7 @@ from beam_pipeline.console.summary import human_bytes, plural
 from beam_pipeline.core.entries import IndexEntry, LabelledEntry
 from beam_pipeline.core.labels import ANNOTATED, unknown_class_name
 from beam_pipeline.core.rejections import DISCOVER, Rejection
-from beam_pipeline.stages.finalize import needed_fraction, over_budget_message
+from beam_pipeline.stages.budget import needed_fraction, over_budget_message
 from beam_pipeline.tree.pairing import ANNOTATION_WITHOUT_IMAGE
 from schemas import BACKGROUND, UNLABELLED
 from schemas.paths import first_few, is_local, join
