@@ -724,6 +724,34 @@ def _voc_year(year_dir, lists: dict, annotated) -> None:
                 write(year_dir / "Annotations" / f"{i}.xml", voc_xml([("dog", 1, 1, 30, 30)]))
 
 
+def test_a_voc_year_without_lists_or_with_an_empty_one_is_refused_not_left_out(tmp_path):
+    # A builder trial: VOC2012 without ImageSets/Main beside VOC2007 was never looked at (40
+    # of 80 images built, no word); a 0-byte VOC2012 train.txt likewise.
+    devkit = tmp_path / "VOCdevkit"
+    ids = {"train": ["a", "b"], "val": ["c"]}
+    _voc_year(devkit / "VOC2007", ids, {"a", "b", "c"})
+    _voc_year(devkit / "VOC2012", ids, {"a", "b", "c"})
+    shutil.rmtree(devkit / "VOC2012/ImageSets")
+    with pytest.raises(LayoutError) as refused:
+        build(tmp_path, tmp_path / "out")
+    assert str(refused.value) == (
+        f"{devkit}/VOC2012 holds JPEGImages but no ImageSets/Main/*.txt split lists: a build "
+        f"of {devkit} would leave its images out. Restore its lists, or build the years that "
+        f"have theirs alone (--input_dir {devkit}/VOC2007)"
+    )
+    _voc_year(devkit / "VOC2012", ids, {"a", "b", "c"})
+    write(devkit / "VOC2012/ImageSets/Main/train.txt", "")
+    with pytest.raises(LayoutError) as refused:
+        build(tmp_path, tmp_path / "out")
+    assert str(refused.value) == (
+        f"{devkit}/VOC2012/ImageSets/Main/train.txt lists no image: VOC2012's train images "
+        "would be left out. Restore the list, or delete it to build train from the other years"
+    )
+    (devkit / "VOC2012/ImageSets/Main/train.txt").unlink()
+    info = build(tmp_path, tmp_path / "out")
+    assert (info.splits["train"].num_examples, info.splits["validation"].num_examples) == (2, 2)
+
+
 def test_det_folders_that_lost_their_xml_are_refused_not_built_as_background():
     # An adversarial trial: two thirds of three synset folders' XML deleted, their images came
     # out background (516, not 211), exit 0, no warning. The rule alone, on counts:

@@ -93,6 +93,7 @@ def _plan_voc_tree(root: str, splits: Sequence[str], tree: TreeAccess) -> Discov
         raise ValueError("a VOC plan reads the split lists: TreeAccess.read_text is needed")
     plan = _plan_voc(root, splits, tree.match, read_text)
     folders = [task.directory for task in plan.tasks if task.kind == IMAGES]
+    _refuse_years_without_lists(root, folders, tree)
     if not any(tree.has_files(folder) for folder in folders):
         if cuts := [cut for folder in folders if (cut := dangling_link(folder, root))]:
             raise LayoutError(f"no images: {'; '.join(cuts)} (a disk not mounted?)")
@@ -110,6 +111,22 @@ def _plan_voc_tree(root: str, splits: Sequence[str], tree: TreeAccess) -> Discov
         unannotated = tuple((split, ", ".join(folders)) for split in plan.splits if split != "test")
         plan = dataclasses.replace(plan, unannotated=unannotated)
     return plan
+
+
+def _refuse_years_without_lists(root: str, folders: list[str], tree: TreeAccess) -> None:
+    """LayoutError for a year folder of a devkit (`root`) with images but no split lists, beside
+    years that have theirs: a build would leave its images out without a word."""
+    years = {posixpath.dirname(folder) for folder in folders}
+    if years == {root}:
+        return  # (a year itself)
+    for name in tree.subdirectories(root):
+        year = join(root, name)
+        if year not in years and tree.has_files(join(year, "JPEGImages")):
+            raise LayoutError(
+                f"{year} holds JPEGImages but no ImageSets/Main/*.txt split lists: a build of "
+                f"{root} would leave its images out. Restore its lists, or build the years "
+                f"that have theirs alone (--input_dir {sorted(years)[0]})"
+            )
 
 
 def _plan_ilsvrc(root: str, layout: str, splits: Sequence[str], tree: TreeAccess) -> DiscoveryPlan:
@@ -322,6 +339,11 @@ def _plan_voc(
             if not match(list_path):
                 continue
             ids = parse_split_list(read_text(list_path))
+            if not ids:  # (a copy that failed: a builder trial built the other years alone)
+                raise LayoutError(
+                    f"{list_path} lists no image: {prefix}'s {split} images would be left out. "
+                    f"Restore the list, or delete it to build {split} from the other years"
+                )
             refuse_ids_with_extensions(list_path, ids)
             for image_id in ids:
                 memberships.append((join(prefix, image_id), output_split(split)))
