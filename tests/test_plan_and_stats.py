@@ -21,6 +21,7 @@ from helpers import (
 )
 
 from beam_pipeline.core.annotations import voc_xml
+from beam_pipeline.failures import BuildFailed
 from beam_pipeline.tools import build as build_tool
 from beam_pipeline.tools import commands, sample_tree, stats
 from beam_pipeline.tools import plan as plan_tool
@@ -681,26 +682,26 @@ def test_plan_of_a_tree_with_small_files_is_what_its_build_did(small_files, caps
     assert code == 0 and text.splitlines()[-1] == "The build would go ahead."
 
 
-def test_plan_of_a_split_whose_every_image_is_empty_goes_ahead_as_the_build_does(tmp_path, capsys):
-    # The build writes the split's shard empty and commits (within --max_bad_fraction 1).
+def test_plan_of_a_split_whose_every_image_is_empty_fails_as_the_build_does(tmp_path, capsys):
+    # The build wrote the split's shard empty and committed it (within --max_bad_fraction 1),
+    # and plan said it would go ahead; an empty split now fails the build, and plan says so.
     root = tmp_path / "tree"
     for n in range(2):
         ilsvrc_image(root, "train", f"t{n}", jpeg_bytes(), voc_xml([("cat", 1, 1, 30, 30)]))
     ilsvrc_image(root, "val", "v", b"", voc_xml([("cat", 1, 1, 30, 30)]))
     argv = ["--input_dir", root, "--max_bad_fraction", "1"]
     code, text, _ = run_plan(capsys, *argv)
-    assert code == 0
+    assert code == 1
     lines = text.splitlines()
     validation = lines[lines.index("validation (annotated):") :]
     assert "  would reject 1: empty_file 1" in validation
-    (shards,) = [line for line in validation if line.startswith("  shards: ")]
-    assert shards.startswith("  shards: 1 of 0 examples (0 examples); images 0 B, records ")
-    assert validation[validation.index(shards) + 1] == (
-        "  (a shard left without examples: its images would be rejected as read)"
+    said = (
+        "split 'validation': all 1 images would be rejected ({'empty_file': 1}), so it would "
+        "hold none; mend them, or leave the split out (--splits)"
     )
-    assert lines[-1] == "The build would go ahead."
-    info = build(root, tmp_path / "out", "--max_bad_fraction", "1")
-    assert [s.num_examples for s in info.splits["validation"].shards] == [0]
+    assert lines[-1] == f"The build would fail once its shards are written: {said}"
+    with pytest.raises(BuildFailed, match=re.escape(said.replace("would be", "were")[:60])):
+        build(root, tmp_path / "out", "--max_bad_fraction", "1")
 
 
 def test_plan_foresees_the_boxes_the_writer_rejects_by_the_xml_size(tmp_path, capsys):

@@ -106,12 +106,7 @@ def plan_build(prepared) -> BuildPlan:
 
     failure = None
     if refusal is None:
-        folders = collections.Counter(
-            folder_key(e.split, e.filename, e.annotation_filename)
-            for e in entries
-            if plan.layout == layouts.ILSVRC_DET
-        )
-        refusal = _refusal(prepared, spec, counts, rejections, reports, folders)
+        refusal = _refusal(prepared, spec, counts, rejections, reports, _folders(plan, entries))
     if refusal is None:
         failure = write_failure(config, counts, [*rejections, *unread], unread, reports)
     rejections += unread
@@ -335,6 +330,15 @@ def _record_overhead(sample: list[LabelledEntry], vocabulary: Vocabulary) -> flo
         except InputError:
             continue
     return sum(sizes) / len(sizes) if sizes else 0.0
+
+
+def _folders(plan, entries: list[IndexEntry]) -> collections.Counter:
+    """A DET tree's entries by `refusals.folder_key` (as the build counts them); none else."""
+    if plan.layout != layouts.ILSVRC_DET:
+        return collections.Counter()
+    return collections.Counter(
+        folder_key(e.split, e.filename, e.annotation_filename) for e in entries
+    )
 
 
 def _refusal(prepared, spec, counts, rejections, reports, folders) -> str | None:

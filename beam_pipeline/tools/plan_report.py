@@ -322,6 +322,13 @@ def write_failure(config, counts, rejections, unread, reports) -> str | None:
     error budget counted with the files its writer rejects (`unread`: `_write_budget`), or a
     disk without room for the records (`space_failure`)."""
     budget = _write_budget(config.max_bad_fraction, counts, rejections, unread) if unread else None
+    for name, report in reports.items():  # (`assemble_info`'s: whatever the budget)
+        if report.images and sum(report.rejected.values()) >= report.images:
+            budget = budget or (
+                f"split {name!r}: all {report.images} images would be rejected "
+                f"({report.rejected}), so it would hold none; mend them, or leave the split out "
+                "(--splits)"
+            )
     return budget or space_failure(config, reports)
 
 
