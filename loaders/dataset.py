@@ -309,6 +309,7 @@ class _Parser:
 
     def __init__(self, num_classes: int, num_labels: int, spec: LoadSpec):
         self.num_labels = num_labels  # the one-hot width: with the background column or not
+        self.num_classes = num_classes
         self.spec = spec
         detection = spec.label_mode == "detection"
         crops = spec.training and spec.config.random_crop
@@ -384,11 +385,29 @@ class _Parser:
         with tf.control_dependencies([check]):
             return tf.identity(label)
 
+    def _checked_objects(self, classes, boxes):
+        """The record's object classes as [N, 1], or an error while iterating for a class
+        past the build's or a count other than the boxes' (a crafted record's [9] in a build of
+        4 classes came out as it was)."""
+        classes = tf.cast(classes, tf.int32)
+        within = tf.reduce_all(tf.logical_and(classes >= 0, classes < self.num_classes))
+        check = tf.debugging.Assert(
+            tf.logical_and(within, tf.size(classes) == tf.shape(boxes)[0]),
+            [
+                "A record's object classes",
+                classes,
+                f"are not one class a box, each one of the build's {self.num_classes}: its "
+                "metadata and records disagree (python -m beam_pipeline verify names what)",
+            ],
+        )
+        with tf.control_dependencies([check]):
+            return tf.identity(classes)[:, None]
+
     def _detected(self, parsed, boxes):
         """(boxes, objects) of the record: `objects` [N, 1] classes, or [N, 2] classes and
         difficult flags; with `difficult="drop"`, the difficult ones are left out here, before
         the training crop, which then ignores them too."""
-        objects = tf.cast(tf.sparse.to_dense(parsed[F.OBJECT_LABEL]), tf.int32)[:, None]
+        objects = self._checked_objects(tf.sparse.to_dense(parsed[F.OBJECT_LABEL]), boxes)
         if self.spec.difficult == "keep":
             return boxes, objects
         flags = tf.cast(tf.sparse.to_dense(parsed[F.OBJECT_DIFFICULT]), tf.int32)

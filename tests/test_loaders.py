@@ -1069,6 +1069,14 @@ def test_a_label_past_the_loaded_columns_stops_the_epoch(built, tmp_path):
         with pytest.raises(tf.errors.InvalidArgumentError, match="is not one of the 2 labels"):
             for _ in dataset:
                 pass
+    # Detection's object classes too (a reader trial: a crafted record's class 9 in a build
+    # of 4 came out as it was).
+    dataset = load_dataset(str(copy), "validation", batch_size=8, label_mode="detection")
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match="are not one class a box, each one of the build"
+    ):
+        for _ in dataset:
+            pass
 
 
 def test_a_dataset_made_before_a_rebuild_refuses_the_new_shards(tmp_path):
