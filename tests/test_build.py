@@ -24,6 +24,7 @@ from helpers import (
 from PIL import Image
 
 from beam_pipeline.core.annotations import voc_xml
+from beam_pipeline.failures import BuildFailed
 from beam_pipeline.output import commit, directory
 from beam_pipeline.output.directory import OutputExistsError
 from beam_pipeline.stages import finalize
@@ -785,7 +786,7 @@ def test_a_det_build_with_folders_that_lost_their_xml_stops_before_a_shard(tmp_p
             lost = folder == "n03" and i % 3
             stem = f"ILSVRC2013_train/{folder}/{folder}_{i}"
             ilsvrc_image(tmp_path / "tree", "train", stem, data, None if lost else xml)
-    with pytest.raises(finalize.BuildFailed) as failed:
+    with pytest.raises(BuildFailed) as failed:
         build(tmp_path / "tree", tmp_path / "out", "--splits", "train")
     assert (
         "split 'train': 1 image folder holds many images without XML (Data/DET/train/"
