@@ -383,7 +383,7 @@ def _info_of(payload: dict[str, Any], path: str) -> DatasetInfo:
     """`DatasetInfo.from_payload`; DamagedBuildError, naming `path` and the field, for a field
     of the schema missing, of the wrong kind or disagreeing with another (`check_payload`)."""
     version = payload["schema_version"]
-    if not isinstance(version, str) or not _VERSION.fullmatch(version):
+    if isinstance(version, str) and not _VERSION.fullmatch(version):  # (another kind: below)
         raise DamagedBuildError(
             f"{_DAMAGED.format(path)} (schema_version is {version!r}, not a version such as "
             f"{SCHEMA_VERSION!r}); {_REBUILD}"

@@ -4,7 +4,7 @@ import shutil
 import struct
 
 import pytest
-from helpers import build, build_sample, jpeg_bytes
+from helpers import build, build_sample, jpeg_bytes, png_bytes
 
 from beam_pipeline.tools import commands, sample_tree, upgrade, verify
 from schemas import BUILD_INFO_FILE, DamagedBuildError, DatasetInfo
@@ -156,15 +156,18 @@ def test_every_bad_record_is_named_with_a_count_per_shard(copy, capsys):
             4: lambda data: data[:-2] + bytes(40) + b"\xff\xd9",
         },
     )
-    _replace_images(second, {0: lambda data: data[: len(data) // 2]})
+    # A PNG in a record was "image does not decode (UnidentifiedImageError: cannot identify
+    # image file <_io.BytesIO object at 0x...>)" (a reader trial).
+    _replace_images(second, {0: lambda data: data[: len(data) // 2], 2: lambda _: png_bytes()})
     code, output = run(copy, capsys)
     assert code == 1
     assert f"FAIL {first.name} record 1: image does not decode" in output
     assert f"FAIL {first.name} record 4: image data is damaged (JPEG: Corrupt JPEG data: " in output
     assert "extraneous bytes before marker 0xd9" in output
     assert f"FAIL {second.name} record 0: image does not decode" in output
-    assert f"  {first.name}: 3 problems\n  {second.name}: 2 problems\n" in output  # + SHA
-    assert output.strip().endswith("5 problems in 2 files (4 shards checked)")
+    assert f"FAIL {second.name} record 2: image is a PNG, not a JPEG" in output
+    assert f"  {first.name}: 3 problems\n  {second.name}: 3 problems\n" in output  # + size
+    assert output.strip().endswith("6 problems in 2 files (4 shards checked)")
 
 
 def test_wrong_label_and_missing_record_are_reported(copy, capsys):

@@ -22,6 +22,7 @@ from typing import Any
 
 from PIL import Image
 
+from beam_pipeline.core.formats import sniff_format
 from beam_pipeline.core.jpegdata import check_jpeg_data
 from beam_pipeline.core.rejections import InputError
 from schemas import FEATURES, SCHEMA_VERSION, UNLABELLED, DatasetInfo
@@ -162,6 +163,8 @@ def _check_image_features(values: dict[str, list[Any]], decode: bool) -> str | N
 
 
 def _check_image(data: bytes, width: int, height: int) -> str | None:
+    if (found := sniff_format(data)) != "JPEG":  # ("UnidentifiedImageError: ... BytesIO")
+        return f"image is {f'a {found}' if found else 'no image format known'}, not a JPEG"
     try:
         with Image.open(io.BytesIO(data), formats=["JPEG"]) as image:
             image.load()
