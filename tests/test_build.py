@@ -753,6 +753,24 @@ def test_a_voc_year_without_lists_or_with_an_empty_one_is_refused_not_left_out(t
     assert (info.splits["train"].num_examples, info.splits["validation"].num_examples) == (2, 2)
 
 
+def test_voc_xml_on_a_devkit_of_several_years_names_the_years(tmp_path):
+    # A builder trial: it said "the train split names no class (no <object> ...): restore its
+    # annotations", the XML all there (voc_xml pairs no year's JPEGImages with Annotations).
+    devkit = tmp_path / "VOCdevkit"
+    for year in ("VOC2007", "VOC2012"):
+        _voc_year(devkit / year, {"train": ["a", "b"], "val": ["c"]}, {"a", "b", "c"})
+    for root in (tmp_path, devkit):
+        with pytest.raises(LayoutError) as refused:
+            build(root, tmp_path / "out", "--layout", "voc_xml")
+        assert str(refused.value) == (
+            f"{root} holds 2 VOC years ({devkit}/VOC2007, {devkit}/VOC2012): --layout voc_xml "
+            "reads one folder's images beside their XML; pass --layout voc (or leave --layout "
+            "out), or one year as --input_dir"
+        )
+    info = build(devkit / "VOC2007", tmp_path / "out", "--layout", "voc_xml")
+    assert sum(split.num_examples for split in info.splits.values()) == 3
+
+
 def test_det_folders_that_lost_their_xml_are_refused_not_built_as_background():
     # An adversarial trial: two thirds of three synset folders' XML deleted, their images came
     # out background (516, not 211), exit 0, no warning. The rule alone, on counts:

@@ -331,9 +331,20 @@ def _named_folders(
     ILSVRC or VOC tree is here or a folder down (where the finders also look: a download
     folder around it), whose folders would be taken for classes or for XML beside images."""
     others = (ILSVRC_DET, ILSVRC_CLS_LOC) if layout == VOC_XML else LAYOUTS
+    years: set[str] = set()
     for path in [root, *(join(root, name) for name in subdirectories(root))]:
-        if standard := [name for name in layouts_at(path, has_files) if name in others]:
+        found = layouts_at(path, has_files)
+        if standard := [name for name in found if name in others]:
             _refuse_layout(path, standard[0], layout)
+        if VOC in found:  # a year, or a devkit of years
+            inside = [path, *(join(path, name) for name in subdirectories(path))]
+            years |= {year for year in inside if has_files(join(year, "ImageSets", "Main"))}
+    if len(years) > 1:  # (it said "the train split names no class": no year's XML paired)
+        raise LayoutError(
+            f"{root} holds {len(years)} VOC years ({', '.join(sorted(years))}): --layout "
+            "voc_xml reads one folder's images beside their XML; pass --layout voc (or leave "
+            "--layout out), or one year as --input_dir"
+        )
     finder = find_class_folders if layout == CLASS_FOLDERS else find_voc_xml
     return finder(root, subdirectories) or root
 
