@@ -49,6 +49,7 @@ _RESTART_MARKERS = range(0xD0, 0xD8)
 _SOS, _EOI, _SOI = 0xDA, 0xD9, 0xD8
 _SEQUENTIAL_FRAMES = (0xC0, 0xC1, 0xC9)  # baseline, extended Huffman, extended arithmetic
 _PROGRESSIVE_FRAMES = (0xC2, 0xC6, 0xCA, 0xCE)
+_FRAMES = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # SOFn (not DHT, JPG, DAC)
 # Each mend takes out one warning; a file that needs more than this is no photo's damage.
 _MAX_MENDS = 64
 KEEP_FLAG = "--keep_stray_jpeg_bytes"
@@ -153,27 +154,31 @@ def _refusal(message: str) -> InputError:
     )
 
 
-def _segments(data: bytes):
+def _segments(data: bytes) -> list[tuple[int, int, int]]:
     """(position of a marker's 0xFF, marker, end of its segment) for the markers of `data` before
-    its first scan's data; a scan's header is the last one yielded. Stray bytes are skipped."""
-    position = 2
-    while position < len(data):
-        start = data.find(b"\xff", position)
+    its first scan's data; a scan's header is the last one. Stray bytes are skipped. (A list
+    built in one loop, no generator: every JPEG a build keeps is walked, `_unsent`;
+    benchmarks/RESULTS.md, "The JPEG check".)"""
+    found: list[tuple[int, int, int]] = []
+    position, size = 2, len(data)
+    while position < size:
+        start = position if data[position] == 0xFF else data.find(b"\xff", position)
         if start < 0:
-            return
+            break
         marker_at = start
-        while marker_at + 1 < len(data) and data[marker_at + 1] == 0xFF:
+        while marker_at + 1 < size and data[marker_at + 1] == 0xFF:
             marker_at += 1  # fill bytes
-        if marker_at + 3 >= len(data):
-            return
+        if marker_at + 3 >= size:
+            break
         marker = data[marker_at + 1]
         if marker in _RESTART_MARKERS or marker in (_EOI, 0x00, 0x01, _SOI):
-            return  # not a header any more
-        end = marker_at + 2 + int.from_bytes(data[marker_at + 2 : marker_at + 4], "big")
-        yield start, marker, end
+            break  # not a header any more
+        end = marker_at + 2 + ((data[marker_at + 2] << 8) | data[marker_at + 3])
+        found.append((start, marker, end))
         if marker == _SOS:
-            return
+            break
         position = end
+    return found
 
 
 def _without_header_strays(data: bytes) -> bytes | None:
@@ -193,10 +198,7 @@ def _without_header_strays(data: bytes) -> bytes | None:
 
 def _frame_marker(data: bytes) -> int | None:
     """The SOFn marker of `data`'s frame, or None."""
-    for _, marker, _end in _segments(data):
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            return marker
-    return None
+    return next((marker for _, marker, _end in _segments(data) if marker in _FRAMES), None)
 
 
 def _sequential_scan_fields(data: bytes) -> bytes | None:
@@ -246,27 +248,12 @@ def _scans_with_headers(data: bytes) -> list[tuple[int, int, int, bytes]]:
     return scans
 
 
-def _frame_and_first_scan(data: bytes) -> tuple[tuple[int, bytes] | None, bytes | None]:
-    """((SOFn marker, its fields), the first scan header's fields), each None where missing:
-    `_segments`' walk without its generator, as every JPEG a build keeps is walked
-    (benchmarks/RESULTS.md, "The JPEG check")."""
-    position, size, frame = 2, len(data), None
-    while position + 4 <= size:
-        if data[position] != 0xFF or data[position + 1] == 0xFF:
-            position = data.find(b"\xff", position + 1)  # stray or fill bytes
-            if position < 0:
-                break
-            continue
-        marker = data[position + 1]
-        if marker in _RESTART_MARKERS or marker in (_EOI, 0x00, 0x01, _SOI):
-            break
-        end = position + 2 + ((data[position + 2] << 8) | data[position + 3])
-        if marker == _SOS:
-            return frame, data[position + 4 : end]
-        if frame is None and 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            frame = marker, data[position + 4 : end]
-        position = end
-    return frame, None
+def _fields(data: bytes, start: int, end: int) -> bytes:
+    """What follows the length of the marker segment whose 0xFF is at `start` (fill bytes may
+    follow it) and that ends at `end`."""
+    while data[start + 1] == 0xFF:
+        start += 1
+    return data[start + 4 : end]
 
 
 def _unsent(data: bytes) -> str | None:
@@ -276,10 +263,14 @@ def _unsent(data: bytes) -> str | None:
     EOI without a warning: a progressive one blurred, or a component of a non-interleaved
     sequential one left out. One header walk where the first scan holds every component of
     a sequential frame (nearly every JPEG); every scan's header otherwise."""
-    frame, first_scan = _frame_and_first_scan(data)
-    if frame is None or first_scan is None or len(frame[1]) < 6:
+    segments = _segments(data)
+    frame = next((segment for segment in segments if segment[1] in _FRAMES), None)
+    if frame is None or segments[-1][1] != _SOS:
         return None  # (libjpeg refused such a file already)
-    marker, fields = frame
+    marker, fields = frame[1], _fields(data, frame[0], frame[2])
+    first_scan = _fields(data, segments[-1][0], segments[-1][2])
+    if len(fields) < 6:
+        return None
     components = [fields[6 + 3 * i] for i in range(fields[5]) if 8 + 3 * i < len(fields)]
     progressive = marker in _PROGRESSIVE_FRAMES
     if not progressive and set(components) <= set(first_scan[1 : 1 + 2 * first_scan[0] : 2]):
