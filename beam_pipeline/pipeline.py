@@ -262,19 +262,14 @@ def build_index(pipeline: beam.Pipeline, prepared: Prepared) -> Index:
     labelled, label_rejected = parsed | "LabelImages" >> LabelImages(
         vocabulary, split_kinds, plan.root, misplaced
     )
-    # Entries by `folder_key`: a DET tree's image folders (`refusals.unannotated_det_folders`),
-    # by split alone otherwise; the checks and Finalize sum them by split (`by_split`).
-    det = plan.layout == layouts.ILSVRC_DET  # (VOC's years: `refuse_unannotated_voc_years`)
+    # Entries by `folder_key`: a DET tree's image folders (`refusals.unannotated_det_folders`;
+    # VOC's years: `refuse_unannotated_voc_years`), by split alone otherwise; the checks and
+    # Finalize sum them by split (`by_split`).
+    layout = plan.layout
     index_counts = (
         entries
         | "FolderOfEntry"
-        >> beam.Map(
-            lambda e: (
-                folder_key(e.split, e.filename, e.annotation_filename)
-                if det
-                else (e.split, "", False)
-            )
-        )
+        >> beam.Map(lambda e: folder_key(layout, e.split, e.filename, e.annotation_filename))
         | "CountPerFolder" >> beam.combiners.Count.PerElement()
     )
     index_rejected = (found_rejected, parse_rejected, label_rejected) | "IndexRejected" >> (

@@ -333,11 +333,9 @@ def _record_overhead(sample: list[LabelledEntry], vocabulary: Vocabulary) -> flo
 
 
 def _folders(plan, entries: list[IndexEntry]) -> collections.Counter:
-    """A DET tree's entries by `refusals.folder_key` (as the build counts them); none else."""
-    if plan.layout != layouts.ILSVRC_DET:
-        return collections.Counter()
+    """The entries by `refusals.folder_key`, as the build counts them."""
     return collections.Counter(
-        folder_key(e.split, e.filename, e.annotation_filename) for e in entries
+        folder_key(plan.layout, e.split, e.filename, e.annotation_filename) for e in entries
     )
 
 

@@ -16,6 +16,7 @@ from beam_pipeline.tree.layouts import (
     ANNOTATIONS,
     CLASS_FOLDERS,
     ILSVRC_CLS_LOC,
+    ILSVRC_DET,
     DiscoveryPlan,
     LayoutError,
     output_split,
@@ -43,8 +44,13 @@ DET_FOLDER_UNANNOTATED = 0.25
 DET_OTHERS_UNANNOTATED = 0.10
 
 
-def folder_key(split: str, filename: str, annotation: str | None) -> tuple[str, str, bool]:
-    """What `unannotated_det_folders` counts an image under: (split, its folder, without XML)."""
+def folder_key(
+    layout: str, split: str, filename: str, annotation: str | None
+) -> tuple[str, str, bool]:
+    """What the index counts an image under: (split, its folder, without XML) in a DET tree,
+    for `unannotated_det_folders`; (split, "", False) in any other."""
+    if layout != ILSVRC_DET:
+        return split, "", False
     return split, posixpath.dirname(filename), annotation is None
 
 
