@@ -120,7 +120,7 @@ class BuildInfo:
         return tf_feature_spec(self.num_classes, keys)
 
     def split(self, name: str) -> SplitInfo:
-        names = tuple(self.splits)
+        names = tuple(sorted(self.info.splits))  # (for the errors)
         if not isinstance(name, str):
             raise TypeError(f"split must be a split's name, one of {names}, not {name!r}")
         try:
@@ -174,7 +174,7 @@ class BuildInfo:
         if split not in self.info.splits:
             raise KeyError(
                 f"class_weight(split={split!r}): {self.data_dir} has no split {split!r}; it has "
-                f"{tuple(self.splits)}: pass the split to balance"
+                f"{tuple(sorted(self.info.splits))}: pass the split to balance"
             )
         if not self.split(split).labelled:
             raise ValueError(
