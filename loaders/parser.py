@@ -1,0 +1,160 @@
+"""The parse step of `load_dataset`: one serialized record (and its reader's note) to one
+dataset element, as the load's `LoadSpec` asks: the image cropped or resized, the label checked
+against the build's classes, a detection target in the chosen box format."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from loaders.preprocessing import eval_view, labelled_boxes, train_view, view_boxes
+from loaders.reader import checked_record
+from loaders.spec import CLASS_LABELS, LoadSpec
+from schemas import features as F
+from schemas import tf_feature_spec
+
+
+class RecordParser:
+    """One serialized record and its note (`read_shard`'s; with a seed when training) → one
+    dataset element."""
+
+    def __init__(self, num_classes: int, num_labels: int, spec: LoadSpec):
+        self.num_labels = num_labels  # the one-hot width: with the background column or not
+        self.num_classes = num_classes
+        self.spec = spec
+        detection = spec.label_mode == "detection"
+        crops = spec.training and spec.config.random_crop
+        # The crop keeps the labelled object: the label's boxes (`labelled_boxes`).
+        self.labelled_crop = crops and spec.label_mode in CLASS_LABELS
+        # The DCT scale of an evaluation's decode, from the record's size, not the JPEG's header.
+        self.stored_shape = not spec.training and spec.config.dct_scaling
+        keys = (
+            F.ENCODED,
+            *((F.LABEL,) if spec.label_mode in CLASS_LABELS else ()),
+            *(F.BOX_KEYS_YX if detection or crops else ()),
+            *((F.OBJECT_LABEL,) if detection or self.labelled_crop else ()),
+            *((F.OBJECT_DIFFICULT,) if detection and spec.difficult != "keep" else ()),
+            *((F.FILENAME,) if spec.with_filenames else ()),
+            *((F.HEIGHT, F.WIDTH) if self.stored_shape else ()),
+        )
+        self.features = tf_feature_spec(num_classes, keys)
+
+    def __call__(self, record, note, seed=None):
+        spec = self.spec
+        parsed = tf.io.parse_single_example(checked_record(record, note), self.features)
+        boxes = None
+        if F.BBOX_YMIN in parsed:
+            boxes = tf.stack([tf.sparse.to_dense(parsed[key]) for key in F.BOX_KEYS_YX], axis=1)
+        if spec.label_mode == "detection":
+            boxes, objects = self._detected(parsed, boxes)
+        elif self.labelled_crop:
+            classes = tf.sparse.to_dense(parsed[F.OBJECT_LABEL])
+            boxes = labelled_boxes(boxes, classes, parsed[F.LABEL])
+        if spec.training:
+            image, view = train_view(
+                parsed[F.ENCODED], boxes, spec.image_size, seed, spec.config, spec.dtype
+            )
+        else:
+            shape = None
+            if self.stored_shape:
+                shape = tf.cast(tf.stack([parsed[F.HEIGHT], parsed[F.WIDTH]]), tf.int32)
+            image, view = eval_view(
+                parsed[F.ENCODED], spec.image_size, spec.config, spec.dtype, stored_shape=shape
+            )
+        filenames = (parsed[F.FILENAME],) if spec.with_filenames else ()
+        if spec.label_mode is None:
+            return (image, *filenames) if filenames else image
+        if spec.label_mode == "detection":
+            target = self._objects(*view_boxes(boxes, objects, view))
+            if filenames:
+                target["filename"] = filenames[0]
+            return image, target
+        label = self._checked_label(tf.cast(parsed[F.LABEL], tf.int32))
+        if spec.label_mode == "one_hot":
+            label = tf.one_hot(label, self.num_labels, dtype=tf.float32)
+        elif spec.label_mode == "binary":
+            label = tf.reshape(tf.cast(label, tf.float32), [1])
+        return (image, label, *filenames)
+
+    def seeded(self, pair, seed):
+        """The element of a training record: `((record, note), seed)`."""
+        return self(*pair, seed)
+
+    def _checked_label(self, label):
+        """The record's label, or an error while iterating for one past the loaded columns (a
+        class list cut in build_info.json made tf.one_hot an all-zero row, silently)."""
+        within = tf.logical_and(label >= 0, label < self.num_labels)
+        check = tf.debugging.Assert(
+            within,
+            [
+                "A record's label",
+                label,
+                f"is not one of the {self.num_labels} labels loaded: the build's metadata and "
+                "records disagree (python -m beam_pipeline verify names what)",
+            ],
+        )
+        with tf.control_dependencies([check]):
+            return tf.identity(label)
+
+    def _checked_objects(self, classes, boxes):
+        """The record's object classes as [N, 1], or an error while iterating for a class
+        past the build's or a count other than the boxes' (a crafted record's [9] in a build of
+        4 classes came out as it was)."""
+        classes = tf.cast(classes, tf.int32)
+        within = tf.reduce_all(tf.logical_and(classes >= 0, classes < self.num_classes))
+        check = tf.debugging.Assert(
+            tf.logical_and(within, tf.size(classes) == tf.shape(boxes)[0]),
+            [
+                "A record's object classes",
+                classes,
+                f"are not one class a box, each one of the build's {self.num_classes}: its "
+                "metadata and records disagree (python -m beam_pipeline verify names what)",
+            ],
+        )
+        with tf.control_dependencies([check]):
+            return tf.identity(classes)[:, None]
+
+    def _detected(self, parsed, boxes):
+        """(boxes, objects) of the record: `objects` [N, 1] classes, or [N, 2] classes and
+        difficult flags; with `difficult="drop"`, the difficult ones are left out here, before
+        the training crop, which then ignores them too."""
+        objects = self._checked_objects(tf.sparse.to_dense(parsed[F.OBJECT_LABEL]), boxes)
+        if self.spec.difficult == "keep":
+            return boxes, objects
+        flags = tf.cast(tf.sparse.to_dense(parsed[F.OBJECT_DIFFICULT]), tf.int32)
+        objects = tf.concat([objects, flags[:, None]], axis=1)
+        if self.spec.difficult == "drop":
+            easy = flags == 0
+            return tf.boolean_mask(boxes, easy), tf.boolean_mask(objects, easy)
+        return boxes, objects
+
+    def _objects(self, boxes, objects):
+        """{"boxes", "classes"[, "difficult"]} of one image in the chosen format, cut/padded to
+        `max_boxes`; `objects`: [N, 1] classes, or [N, 2] classes and difficult flags."""
+        box_format, max_boxes = self.spec.bounding_box_format, self.spec.max_boxes
+        if box_format in ("yxyx", "xyxy"):
+            height, width = self.spec.image_size
+            boxes = boxes * tf.constant([height, width, height, width], tf.float32)
+        if box_format in ("rel_xyxy", "xyxy"):
+            boxes = tf.gather(boxes, [1, 0, 3, 2], axis=1)
+        if max_boxes is not None:
+            pad = tf.maximum(max_boxes - tf.shape(objects)[0], 0)
+            boxes = tf.pad(boxes[:max_boxes], [[0, pad], [0, 0]], constant_values=-1.0)
+            objects = tf.pad(objects[:max_boxes], [[0, pad], [0, 0]], constant_values=-1)
+            boxes = tf.ensure_shape(boxes, [max_boxes, 4])
+            objects = tf.ensure_shape(objects, [max_boxes, None])
+        target = {"boxes": boxes, "classes": objects[:, 0]}
+        if self.spec.difficult == "flag":
+            target["difficult"] = objects[:, 1]
+        return target
+
+    @staticmethod
+    def padding_values(element_spec):
+        """`padded_batch`'s padding: -1 for boxes, classes and flags, 0 / "" for the rest."""
+        image_spec, target_spec = element_spec
+        pads = {
+            key: tf.constant(-1, spec.dtype)
+            if key in ("boxes", "classes", "difficult")
+            else tf.constant("")
+            for key, spec in target_spec.items()
+        }
+        return tf.constant(0, image_spec.dtype), pads
