@@ -1,6 +1,7 @@
 """What a person sees: live progress, a short console, one line and a log when a build fails."""
 
 import fcntl
+import io
 import logging
 import os
 import pathlib
@@ -20,7 +21,7 @@ from helpers import failure_line, ilsvrc_image, jpeg_bytes, summary_rows, write
 
 from beam_pipeline import failures, pipeline
 from beam_pipeline.console import watch
-from beam_pipeline.console.build_console import BuildConsole
+from beam_pipeline.console.build_console import BuildConsole, LiveProgress
 from beam_pipeline.console.summary import human_bytes, label_summary, plural
 from beam_pipeline.console.tree_notes import shared_note, unannotated_note
 from beam_pipeline.core.annotations import voc_xml
@@ -128,6 +129,9 @@ def test_progress_is_drawn_on_a_terminal_with_several_workers(slow_tree, tmp_pat
     indexing, writing_ = frames(output, "indexing"), frames(output, "writing")
     # The index count comes from the workers alone: it reaches every image.
     assert indexing[-1] == (1000, 1000)
+    # ... and never goes back (a read as the commit deleted the counts drew 0/1000, then 0/0).
+    assert [done for done, _ in indexing] == sorted(done for done, _ in indexing), indexing
+    assert {total for _, total in indexing} <= {None, 1000}, indexing
     # The writers' counts are summed across both worker processes while they run...
     assert writing_[0][1] == 1000 and writing_[-1] == (1000, 1000)
     assert any(0 < done < 1000 for done, _ in writing_), writing_
@@ -533,6 +537,66 @@ def test_live_counts_sum_workers_and_a_retried_shard_replaces_its_count(tmp_path
     remote.add(3)
     remote.flush()
     assert remote.count == 3
+
+
+def test_a_stage_whose_files_go_as_they_are_read_is_not_counted(tmp_path, monkeypatch):
+    """The commit deletes `OUT/.tmp/` while the launcher reads the live files in it: the
+    index's 1,000 were summed as 0 and the indexing bar ended at 0/0."""
+    out = str(tmp_path)
+    for count in (600, 400):
+        indexed = watch.Tally(out, watch.INDEXED)
+        indexed.count = count
+        indexed.flush()
+    real_open = open
+
+    def open_as_the_commit_deletes(*args, **kwargs):
+        shutil.rmtree(tmp_path / ".tmp", ignore_errors=True)
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(watch, "open", open_as_the_commit_deletes, raising=False)
+    assert watch.read_counts(out) == {}
+
+
+def test_the_bars_never_go_back_as_the_commit_deletes_the_counts(tmp_path):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    terminal = Terminal()
+    live = LiveProgress(str(tmp_path), terminal)
+    live.start()
+    live.update({watch.INDEXED: 1000})
+    live.update({watch.WRITTEN: 600, watch.TO_WRITE: 1000, watch.INDEXED: 1000})
+    live.update({watch.WRITTEN: 100, watch.INDEXED: 400})  # the commit deleted some files
+    live.update({watch.INDEXED: 0})
+    live.finish()
+    live.stop()
+    for bar in ("indexing", "writing"):
+        shown = frames(terminal.getvalue(), bar)
+        assert shown[-1] == (1000, 1000)
+        assert [done for done, _ in shown] == sorted(done for done, _ in shown), shown
+
+
+def test_a_read_that_sees_the_number_to_write_sees_the_whole_index(tmp_path, monkeypatch):
+    """The index's last count is written before the number to write: a read of the live files
+    that sees that number saw the index's last count (the indexing bar was frozen at less)."""
+    out = str(tmp_path)
+    indexed = watch.Tally(out, watch.INDEXED)
+    indexed.count = 300
+    indexed.flush()
+    real_open = open
+
+    def open_as_the_index_ends(*args, **kwargs):
+        stream = real_open(*args, **kwargs)
+        if indexed.count == 300:  # once, as the read opens its first file
+            indexed.count = 1000
+            indexed.flush()
+            watch.report(out, watch.TO_WRITE, 1000)
+        return stream
+
+    monkeypatch.setattr(watch, "open", open_as_the_index_ends, raising=False)
+    assert watch.read_counts(out) == {watch.INDEXED: 300}
+    assert watch.read_counts(out) == {watch.INDEXED: 1000, watch.TO_WRITE: 1000}
 
 
 def test_a_tree_in_a_download_folder_is_announced_where_it_was_found(tmp_path):

@@ -406,16 +406,21 @@ class LiveProgress:
             self.update(watch.read_counts(self._output_dir))
 
     def update(self, counts: dict[str, int]) -> None:
-        """Shows `counts` (a `watch.read_counts` result)."""
+        """Shows `counts` (a `watch.read_counts` result).
+
+        A bar never goes back: the commit deletes the live files while they are read, and a
+        read then misses some (the index's 1,000 were drawn as 0/0). Once the number to write
+        is known, the index is whole: its bar is full.
+        """
         progress = self._progress
-        if watch.INDEXED in counts:
-            progress.update(self._indexing, completed=counts[watch.INDEXED])
+        indexed = max(progress.tasks[self._indexing].completed, counts.get(watch.INDEXED, 0))
         if watch.TO_WRITE in counts and self._writing is None:
-            indexed = progress.tasks[self._indexing].completed
-            progress.update(self._indexing, total=indexed, completed=indexed)
             self._writing = progress.add_task("writing", total=counts[watch.TO_WRITE])
+        whole = self._writing is not None
+        progress.update(self._indexing, completed=indexed, total=indexed if whole else None)
         if self._writing is not None and watch.WRITTEN in counts:
-            progress.update(self._writing, completed=counts[watch.WRITTEN])
+            written = max(progress.tasks[self._writing].completed, counts[watch.WRITTEN])
+            progress.update(self._writing, completed=written)
 
     def finish(self) -> None:
         """The build committed, so the writers processed every image they were given.

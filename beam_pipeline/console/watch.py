@@ -11,6 +11,9 @@ cannot be written never fails a build.
 Only a local output directory gets the files; on Dataflow and other remote runners the same
 numbers are Beam metrics (namespace `imagenet_tfrecords`: `images_written`, ...) in the job's
 page. The directory lies under `OUT/.tmp/`; the launcher clears it before and after a build.
+
+The build's commit deletes `OUT/.tmp/`, the live files with it, one by one while the launcher
+may be reading them: a read can miss files but never sees a count too high (`read_counts`).
 """
 
 from __future__ import annotations
@@ -74,21 +77,36 @@ def report(output_dir: str, stage: str, count: int) -> None:
 
 
 def read_counts(output_dir: str) -> dict[str, int]:
-    """Each stage's sum over its live files; stages without files are absent."""
+    """Each stage's sum over its live files; stages without files are absent, and so is one
+    whose file went as it was read (the commit deleting them; it was summed as 0).
+
+    The stages are read last first: a stage's count is written before the next stage's (the
+    index's last before the number to write), so a read that sees a stage has the earlier
+    stages' final counts (or fewer, while the commit deletes them).
+    """
     counts = {}
-    for stage in STAGES:
-        directory = _stage_dir(output_dir, stage)
-        try:
-            names = [name for name in os.listdir(directory) if not name.endswith("~")]
-        except OSError:
-            continue
-        total = 0
-        for name in names:
-            path = os.path.join(directory, name)
-            with contextlib.suppress(OSError, ValueError), open(path, encoding="ascii") as stream:
-                total += int(stream.read())
-        counts[stage] = total
+    for stage in reversed(STAGES):
+        total = _stage_total(_stage_dir(output_dir, stage))
+        if total is not None:
+            counts[stage] = total
     return counts
+
+
+def _stage_total(directory: str) -> int | None:
+    try:
+        names = [name for name in os.listdir(directory) if not name.endswith("~")]
+    except OSError:
+        return None
+    total = 0
+    for name in names:
+        try:
+            with open(os.path.join(directory, name), encoding="ascii") as stream:
+                text = stream.read()
+        except OSError:  # deleted since listed
+            return None
+        with contextlib.suppress(ValueError):
+            total += int(text)
+    return total if names else None
 
 
 def clear(output_dir: str) -> None:
