@@ -3,10 +3,12 @@
     pip install atheris==3.0.0        # not a dependency of the project: only campaigns need it
     python -m benchmarks.fuzz_campaign images --seconds 600
     python -m benchmarks.fuzz_campaign xml --seconds 600
+    python -m benchmarks.fuzz_campaign records --seconds 600
 
 Each target feeds libFuzzer's mutations of its seeds (the image seeds of `fuzz_targets`, the
-corpus's images, or the corpus's VOC XML) through the build's parser, instrumented for
-coverage, and checks `benchmarks.fuzz_targets`' invariants on every input. A failing input is
+corpus's images, the corpus's VOC XML, or the records of `fuzz_records.seed_build`) through
+the build's parser or the readers of records, instrumented for coverage, and checks the
+invariants of `benchmarks.fuzz_targets` (`fuzz_records`) on every input. A failing input is
 written to `--artifacts` (crash-SHA1) and the campaign stops there: copy it into
 tests/data/fuzz_cases/ (it becomes a regression test), fix, and run again. libFuzzer prints the
 inputs tried ("Done N runs in S second(s)") and the coverage reached; RESULTS.md keeps them.
@@ -24,12 +26,20 @@ HERE = pathlib.Path(__file__).resolve().parent
 CORPUS = HERE.parent / "tests/data/corpus"
 
 
-def _seed_folder(target: str) -> str:
+def _seed_folder(target: str, build: pathlib.Path | None = None) -> str:
     """A temp folder of seeds for `target` (libFuzzer adds what it finds to it)."""
+    from benchmarks.fuzz_records import FOUND_RECORDS, seed_records
     from benchmarks.fuzz_targets import FOUND, SEEDS
 
     folder = tempfile.mkdtemp(prefix=f"fuzz-{target}-")
-    if target == "images":
+    if build is not None:
+        seeds = {
+            f"{split}-{i}.pb": r
+            for split, rs in seed_records(build).items()
+            for i, r in enumerate(rs)
+        }
+        seeds.update({path.name: path.read_bytes() for path in FOUND_RECORDS.glob("*.pb")})
+    elif target == "images":
         seeds = {f"{name}.bin": data for name, data in SEEDS.items()}
         for path in (*FOUND.glob("*.jpg"), *(CORPUS / "images/pillow").glob("*")):
             if path.stat().st_size <= 40_000:
@@ -43,7 +53,7 @@ def _seed_folder(target: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("target", choices=("images", "xml"))
+    parser.add_argument("target", choices=("images", "xml", "records"))
     parser.add_argument("--seconds", type=int, default=600, help="how long the campaign runs")
     parser.add_argument("--artifacts", default=".", help="where a failing input is written")
     args = parser.parse_args(argv)
@@ -53,7 +63,13 @@ def main(argv: list[str] | None = None) -> int:
         print("error: the campaign needs Atheris: pip install atheris==3.0.0", file=sys.stderr)
         return 2
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    build = None
+    if args.target == "records":  # built before instrumenting: the build is not the target
+        from benchmarks.fuzz_records import seed_build
+
+        build = seed_build(pathlib.Path(tempfile.mkdtemp(prefix="fuzz-records-build-")))
     with atheris.instrument_imports(include=["beam_pipeline"]):
+        from benchmarks.fuzz_records import check_record_invariants
         from benchmarks.fuzz_targets import (
             POLICIES,
             check_image_invariants,
@@ -67,7 +83,12 @@ def main(argv: list[str] | None = None) -> int:
         size = 1 + len(data) % 4000
         check_xml_invariants(data, size, 1 + size // 2)
 
-    seeds = _seed_folder(args.target)
+    def one_record(data: bytes) -> None:
+        assert build is not None
+        check_record_invariants(data, build, ("train", "validation")[len(data) % 2])
+
+    targets = {"images": one_image, "xml": one_xml, "records": one_record}
+    seeds = _seed_folder(args.target, build)
     atheris.Setup(
         [
             sys.argv[0],
@@ -77,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             "-print_final_stats=1",
             seeds,
         ],
-        one_image if args.target == "images" else one_xml,
+        targets[args.target],
     )
     atheris.Fuzz()
     return 0

@@ -53,6 +53,21 @@ OBJECT_VIEW = "image/object/view"
 IMAGE_FORMAT = "jpeg"
 IMAGE_CHANNELS = 3
 
+# float32's smallest normal number: TensorFlow's CPU kernels flush smaller ones to zero.
+_FLOAT32_TINY = 1.1754943508222875e-38
+
+
+def box_has_area(xmin: float, ymin: float, xmax: float, ymax: float) -> bool:
+    """Whether a stored box (relative, float32) has an area as the loader reads it: each side
+    longer than zero once values below float32's smallest normal are zero, as TensorFlow's
+    kernels make them (a box 0 to 1e-45 high was dropped by the loader as one of no area). The
+    build refuses boxes without (`annotation_degenerate_box`), `verify` names them."""
+
+    def read(value: float) -> float:
+        return value if abs(value) >= _FLOAT32_TINY else 0.0
+
+    return read(xmax) > read(xmin) and read(ymax) > read(ymin)
+
 
 @dataclasses.dataclass(frozen=True)
 class Feature:

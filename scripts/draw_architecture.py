@@ -30,13 +30,12 @@ def _module(path: pathlib.Path) -> str:
 
 def unit(module: str) -> str:
     """The node a module belongs to: `beam_pipeline.tree.listing` → `tree`; `schemas.x` →
-    `schemas`; the builder's `__init__`/`__main__` → `beam_pipeline`."""
+    `schemas`; the builder's `__init__` → `beam_pipeline`, its `__main__` a node of its own
+    (drawn as one, `python -m beam_pipeline` importing the tools looked like a cycle)."""
     parts = module.split(".")
     if parts[0] != "beam_pipeline":
         return parts[0]
-    if len(parts) == 1 or parts[1] in ("__main__",):
-        return "beam_pipeline"
-    return parts[1]
+    return "beam_pipeline" if len(parts) == 1 else parts[1]
 
 
 def all_imports(path: pathlib.Path) -> set[str]:

@@ -9,6 +9,7 @@ and imports neither half; the loader never imports the builder (training hosts n
 import ast
 import importlib.util
 import pathlib
+import re
 
 import pytest
 
@@ -202,6 +203,21 @@ def test_modules_and_functions_stay_short(path):
         and node.end_lineno - node.lineno + 1 > 60
     ]
     assert long == []
+
+
+def test_the_architecture_page_names_each_layers_imports_as_the_tests_hold_them():
+    """docs/architecture.md's layer table: a row per layer, its "may import" column the
+    layer's `LAYERS` entry (`tools/`: every layer above it)."""
+    text = (ROOT / "docs/architecture.md").read_text()
+    table = text.split("| layer | what lives there | may import |\n")[1].split("\n\n")[0]
+    rows = table.splitlines()[1:]
+    named: dict[str, set[str]] = {}
+    for row in rows:
+        layer_cell, _, imports_cell = row.strip("|").split(" | ")
+        layer = re.findall(r"`([^`]+)`", layer_cell)[0].rstrip("/")
+        imports = set(re.findall(r"`([^`]+)`", imports_cell))
+        named[layer] = set(named) if imports_cell.strip() == "every layer above" else imports
+    assert named == {layer: LAYERS[layer] for layer in LAYERS if layer != "__init__"}
 
 
 def test_the_architecture_page_is_drawn_from_the_source():

@@ -134,6 +134,20 @@ def test_size_mismatch_and_box_outside_image_are_input_errors():
         build_example(labelled((thin,), label=0), IMAGE, VOCAB)
     assert error.value.reason == "annotation_degenerate_box"
     assert error.value.detail.startswith("cat box Box(xmin=5, ymin=2, xmax=5.0000001, ymax=10) has")
+    # 0 to 1e-40 px: a float32 height below its smallest normal, which TensorFlow reads as 0
+    # (the loader dropped the object as one without area).
+    flat = AnnotatedObject("cat", Box(4, 0, 20, 1e-40), difficult=False, truncated=False)
+    with pytest.raises(InputError) as error:
+        build_example(labelled((flat,), label=0), IMAGE, VOCAB)
+    assert error.value.reason == "annotation_degenerate_box"
+
+
+def test_a_box_has_area_as_the_loader_reads_it():
+    assert F.box_has_area(0.0, 0.0, 1.0, 1.0)
+    assert F.box_has_area(0.5, 0.5, 0.50000006, 0.5000001)  # a float32 step wide
+    assert not F.box_has_area(0.5, 0.0, 0.5, 1.0)
+    assert not F.box_has_area(0.0, 0.0, 1.0, 1.401298464324817e-45)  # subnormal: zero to TF
+    assert F.box_has_area(0.0, 0.0, 1.0, 1.1754943508222875e-38)  # the smallest normal
 
 
 def test_dataset_info_json_round_trip():

@@ -62,7 +62,7 @@ def normalised_boxes(
                 f"{obj.name} box {obj.box} lies outside the {width}x{height} image",
             )
         stored = array.array("f", box)  # as the record holds them
-        if stored[2] <= stored[0] or stored[3] <= stored[1]:  # (5 to 5.0000001 px: no width)
+        if not F.box_has_area(*stored):  # (5 to 5.0000001 px: no width once float32)
             raise InputError(
                 "annotation_degenerate_box",
                 f"{obj.name} box {obj.box} has no width or height once stored (float32) for "

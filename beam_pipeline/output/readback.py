@@ -10,8 +10,9 @@ import collections
 import os
 from typing import Any, BinaryIO
 
-from schemas import BUILD_INFO_FILE, SCHEMA_VERSION, DatasetInfo
+from schemas import BUILD_INFO_FILE, FEATURES, SCHEMA_VERSION, DatasetInfo
 from schemas import NoBuildError as NoBuildError  # re-exported: what read_build_info raises
+from schemas import features as F
 from schemas import read_build_info as read_metadata
 from schemas.example_proto import Example
 from schemas.features import is_later_minor
@@ -64,6 +65,30 @@ def feature_values(example: Example) -> dict[str, list[Any]]:
         kind = feature.WhichOneof("kind")
         values[key] = list(getattr(feature, kind).value) if kind else []
     return values
+
+
+_PYTHON_KINDS = {"bytes_list": bytes, "float_list": float, "int64_list": int}
+_KIND_OF = {spec.key: _PYTHON_KINDS[spec.proto_kind] for spec in FEATURES}
+
+
+def typed_values(values: dict[str, list[Any]]) -> tuple[dict[str, list[Any]], list[str]]:
+    """(`example_values`' features whose values are of the schema's kind, the schema's keys left
+    out for values of another kind): what `show` and `inspect` read labels, sizes and boxes
+    from, so a damaged record's label of bytes or box of integers is said, not a traceback."""
+    typed, wrong = {}, []
+    for key, column in values.items():
+        kind = _KIND_OF.get(key)
+        if kind is None or all(type(value) is kind for value in column):
+            typed[key] = column
+        else:
+            wrong.append(key)
+    return typed, wrong
+
+
+def stored_filename(values: dict[str, list[Any]]) -> str:
+    """The record's `image/filename` as text ("" where it has none, or one not of bytes)."""
+    name = first_value(values, F.FILENAME, b"")
+    return name.decode("utf-8", "replace") if isinstance(name, bytes) else ""
 
 
 def first_value(values: dict[str, list[Any]], key: str, default: Any) -> Any:

@@ -22,9 +22,9 @@ from beam_pipeline.output.readback import (
     example_values,
     file_exists,
     file_size,
-    first_value,
     open_file,
     read_build_info,
+    stored_filename,
 )
 from schemas import (
     BACKGROUND,
@@ -34,7 +34,6 @@ from schemas import (
     SplitInfo,
     is_shard_filename,
 )
-from schemas import features as F
 from schemas.paths import first_few, is_local, join, within
 from schemas.tfrecord import CorruptRecordError, read_records
 from schemas.trees import tree_instead_of_build
@@ -290,7 +289,7 @@ def record_values(record: bytes, path: str, index: int) -> dict[str, list[Any]]:
 
 def _stored_name(record: bytes, path: str, index: int) -> str:
     values = record_values(record, path, index)
-    return first_value(values, F.FILENAME, b"").decode("utf-8", "replace")
+    return stored_filename(values)
 
 
 # --- naming classes -------------------------------------------------------------------------

@@ -17,27 +17,19 @@ from __future__ import annotations
 
 import argparse
 import collections
-import hashlib
-import io
 import json
 import os
-import struct
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from PIL import Image
-
 from beam_pipeline.arguments import nonblank, parse_once
-from beam_pipeline.core.formats import sniff_format
 from beam_pipeline.output.readback import (
-    UNLABELLED_NAME,
     NoBuildError,
-    feature_values,
     file_exists,
-    first_value,
     open_file,
     read_build_info,
+    stored_filename,
 )
 from beam_pipeline.tools.build_records import (
     CorruptShardError,
@@ -47,16 +39,20 @@ from beam_pipeline.tools.build_records import (
     shard_build_info,
     shard_directory,
 )
+from beam_pipeline.tools.record_view import (
+    describe_record,
+    record_features,
+    split_of_shard,
+    to_json,
+)
 from schemas import (
     BUILD_INFO_FILE,
     FEATURES,
     SHARD_SUFFIX,
-    UNLABELLED,
     DatasetInfo,
     is_shard_filename,
 )
 from schemas import features as F
-from schemas.example_proto import Example
 from schemas.paths import is_local, join
 from schemas.tfrecord import CorruptRecordError, read_records
 
@@ -88,8 +84,7 @@ def find_record(
         if filename is not None:
             suffix = "/" + filename
             for count, record in enumerate(records, start=1):
-                name = first_value(_values(record, shard, count - 1), F.FILENAME, b"")
-                name = name.decode("utf-8", "replace")
+                name = stored_filename(record_features(record, shard, count - 1))
                 if name == filename or name.endswith(suffix):
                     return count - 1, record, count
             raise NotFoundError(
@@ -112,135 +107,6 @@ def find_record(
     raise UsageError(f"--index {index} is out of range: {shard} has {count} records{span}")
 
 
-def _values(record: bytes, shard: str = "", index: int = 0) -> dict[str, list[Any]]:
-    try:
-        example = Example.FromString(record)  # parsed here, so a bad record gets its own error
-    except Exception as error:  # noqa: BLE001 - protobuf raises its own DecodeError
-        raise ValueError(
-            f"{shard} record {index} is not a tf.train.Example ({type(error).__name__})"
-        ) from None
-    return feature_values(example)
-
-
-def float32(value: float) -> float:
-    """The shortest decimal that reads back as the same float32 (0.3, not 0.30000001192...)."""
-    packed = struct.pack("<f", value)
-    for digits in range(1, 10):
-        candidate = float(f"{value:.{digits}g}")
-        if struct.pack("<f", candidate) == packed:
-            return candidate
-    return value
-
-
-def _pixels(value: float) -> float | int:
-    rounded = round(value, 2)
-    return int(rounded) if rounded == int(rounded) else rounded
-
-
-def image_summary(data: bytes) -> dict[str, Any]:
-    """Format (sniffed), byte length, decoded size and mode, SHA-256 of image bytes."""
-    summary: dict[str, Any] = {
-        "format": sniff_format(data) or "unknown",
-        "num_bytes": len(data),
-        "width": None,
-        "height": None,
-        "mode": None,
-        "sha256": hashlib.sha256(data).hexdigest(),
-    }
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            image.load()
-            summary.update(width=image.width, height=image.height, mode=image.mode)
-    except Exception as error:  # noqa: BLE001 - any decoder failure is reported, not raised
-        summary["error"] = f"{type(error).__name__}: {error}"
-    return summary
-
-
-def describe_record(record: bytes, info: DatasetInfo | None, shard: str = "", index: int = 0):
-    """The record as plain data: features (bytes as text, the image summarised), label, objects.
-
-    Class names come from `info` when given, else from the record's own text features.
-    """
-    values = _values(record, shard, index)
-    features: dict[str, Any] = {}
-    for key in [f.key for f in FEATURES] + sorted(set(values) - {f.key for f in FEATURES}):
-        if key not in values:
-            continue
-        if key == F.ENCODED:
-            features[key] = [image_summary(data) for data in values[key]]
-        elif values[key] and isinstance(values[key][0], bytes):
-            features[key] = [_text(v) for v in values[key]]
-        elif values[key] and isinstance(values[key][0], float):
-            features[key] = [float32(v) for v in values[key]]
-        else:
-            features[key] = values[key]
-    names = info.class_list.names if info else None
-    label = int(first_value(values, F.LABEL, UNLABELLED))
-    label_name = _name(names, label, first_value(features, F.LABEL_TEXT, ""))
-    width = int(first_value(values, F.WIDTH, 0))
-    height = int(first_value(values, F.HEIGHT, 0))
-    objects = []
-    columns = [features.get(key, []) for key in _BOX_KEYS]
-    for i, box in enumerate(zip(*columns, strict=False)):
-        object_label = _at(features, F.OBJECT_LABEL, i, UNLABELLED)
-        text = _at(features, F.OBJECT_TEXT, i, "")
-        objects.append(
-            {
-                "label": object_label,
-                "name": _name(names, object_label, text),
-                "text": text,
-                "box": list(box),
-                "box_pixels": [
-                    _pixels(box[0] * width),
-                    _pixels(box[1] * height),
-                    _pixels(box[2] * width),
-                    _pixels(box[3] * height),
-                ],
-                "difficult": _at(features, F.OBJECT_DIFFICULT, i, None),
-                "truncated": _at(features, F.OBJECT_TRUNCATED, i, None),
-            }
-        )
-    missing = [f.key for f in FEATURES if f.key not in values]
-    return {
-        "features": features,
-        "missing": missing,
-        "label": {"id": label, "name": label_name},
-        "size": [width, height],
-        "objects": objects,
-    }
-
-
-def _text(value: bytes) -> str:
-    return value.decode("utf-8", "backslashreplace")
-
-
-def _at(features: dict[str, list[Any]], key: str, i: int, default: Any) -> Any:
-    column = features.get(key, [])
-    return column[i] if i < len(column) else default
-
-
-def _name(names: Sequence[str] | None, label: int, text: str) -> str:
-    """The class of `label` by the build's `names` (with background); the record's own text
-    without them; a label outside them said so (was named by the record's text)."""
-    if label == UNLABELLED:
-        return UNLABELLED_NAME
-    if names is not None and 0 <= label < len(names):
-        return names[label]
-    if names is not None:
-        return f"outside the build's {len(names)} labels: run verify"
-    return text or "?"
-
-
-def _where(shard: str, info: DatasetInfo | None) -> tuple[str | None, int | None]:
-    """(split, record count) of a shard according to the build's metadata."""
-    base = shard.rstrip("/").rsplit("/", 1)[-1]
-    for name, split in info.splits.items() if info else ():
-        for entry in split.shards:
-            if entry.file == base:
-                return name, entry.num_examples
-    return None, None
-
-
 def format_text(
     shard: str,
     index: int,
@@ -250,16 +116,18 @@ def format_text(
 ) -> list[str]:
     """The lines `inspect` prints for one described record; `position`: (its position in its
     split, the split's records), for a record found in a build."""
-    split, num_records = _where(shard, info)
+    split, num_records = split_of_shard(shard, info)
     of = f" of {num_records}" if num_records is not None else ""
     in_split = f" in split {split}" if split else ""
     names_from = "class names from the build" if info else "class names from the record"
     if position is not None:
         names_from = f"the split's record {position[0]} of {position[1]}; {names_from}"
     lines = [f"{shard}: record {index}{of}{in_split} ({names_from})"]
+    if described["problem"]:
+        lines.append(f"damaged: {described['problem']} (python -m beam_pipeline verify checks all)")
     features = described["features"]
     for key, values in features.items():
-        if key == F.ENCODED:
+        if key == F.ENCODED and all(isinstance(summary, dict) for summary in values):
             text = "; ".join(_image_text(summary) for summary in values)
         elif key == F.LABEL and values:
             text = f"{values[0]} ({described['label']['name']})"
@@ -296,18 +164,6 @@ def _image_text(summary: dict[str, Any]) -> str:
     return f"{text}, sha256 {summary['sha256']}"
 
 
-def to_json(value: Any, indent: str = "") -> str:
-    """JSON with one line per object key and lists of plain values kept on one line."""
-    if isinstance(value, dict) and value:
-        inner = indent + "  "
-        items = [f"{inner}{json.dumps(k)}: {to_json(v, inner)}" for k, v in value.items()]
-        return "{\n" + ",\n".join(items) + "\n" + indent + "}"
-    if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
-        inner = indent + "  "
-        return "[\n" + ",\n".join(inner + to_json(v, inner) for v in value) + "\n" + indent + "]"
-    return json.dumps(value, ensure_ascii=False)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_once(_parser(), argv)
     try:
@@ -328,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             index, record, _ = find_record(args.shard, args.index, args.filename)
             info = shard_build_info(args.shard)
             described = describe_record(record, info, args.shard, index)
-            payload = _payload(args.shard, index, info, described)
+            payload = record_payload(args.shard, index, info, described)
             lines = format_text(args.shard, index, info, described)
             text = to_json(payload) if args.json else "\n".join(lines)
     except (UsageError, LookupError, CorruptRecordError, OSError, ValueError) as error:
@@ -393,8 +249,8 @@ def _failed(error: Exception, path: str) -> int:
     return 1
 
 
-def _payload(shard: str, index: int, info: DatasetInfo | None, described: dict) -> dict:
-    split, num_records = _where(shard, info)
+def record_payload(shard: str, index: int, info: DatasetInfo | None, described: dict) -> dict:
+    split, num_records = split_of_shard(shard, info)
     return {
         "shard": shard,
         "index": index,
@@ -427,14 +283,14 @@ def _inspect_build(args: argparse.Namespace) -> str:
     found = locate(output_dir, info, filename=args.filename, split=args.split, index=args.index)
     payloads, lines = [], []
     if len(found) > 1:
-        name = first_value(_values(found[0].record or b""), F.FILENAME, b"").decode()
+        name = stored_filename(record_features(found[0].record or b""))
         splits = ", ".join(record.split for record in found)
         lines = [f"{len(found)} records have image/filename {name}, in splits {splits}"]
     for record in found:
         shard = join(output_dir, record.shard)
         described = describe_record(record.record or b"", info, shard, record.index)
         position = (record.position, info.splits[record.split].num_examples)
-        payload = _payload(shard, record.index, info, described)
+        payload = record_payload(shard, record.index, info, described)
         payloads.append({**payload, "split_position": position[0], "split_records": position[1]})
         lines += ["", *format_text(shard, record.index, info, described, position)]
     if args.json:

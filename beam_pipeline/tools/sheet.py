@@ -15,13 +15,20 @@ from __future__ import annotations
 import dataclasses
 import functools
 import io
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from PIL import Image, ImageDraw, ImageFont
 
-from beam_pipeline.output.readback import UNLABELLED_NAME, first_value
+from beam_pipeline.output.readback import (
+    UNLABELLED_NAME,
+    first_value,
+    stored_filename,
+    typed_values,
+)
 from beam_pipeline.tools.build_records import class_title, display_name
+from beam_pipeline.tools.record_view import damage_of
 from schemas import UNLABELLED, DatasetInfo
 from schemas import features as F
 
@@ -99,6 +106,8 @@ class Tile:
       size: the stored image's (width, height).
       scale: scaled size / stored size.
       boxes: the object boxes drawn over it.
+      damage: what the tile says of a damaged record ("" for a sound one): its first feature
+        of another kind than the schema's, its boxes that are not numbers (not drawn).
     """
 
     index: int
@@ -111,6 +120,7 @@ class Tile:
     size: tuple[int, int]
     scale: float
     boxes: tuple[DrawnBox, ...]
+    damage: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,13 +241,13 @@ def _draw_tile(
     split: str = "",
 ) -> Tile:
     box_font = fonts[2]
-    values = record.values
+    values, wrong = typed_values(record.values)  # a damaged record: `damage` says what
     left, top = cell
     draw.rectangle((left, top, left + TILE - 1, top + TILE - 1), fill=TILE_BACKGROUND)
     label = int(first_value(values, F.LABEL, UNLABELLED))
     label_text = first_value(values, F.LABEL_TEXT, None)
     caption = _name(info, info.class_list.names, label, label_text, short=False)
-    filename = first_value(values, F.FILENAME, b"").decode("utf-8", "replace")
+    filename = stored_filename(values)
     image_box, size, scale, boxes = None, (0, 0), 0.0, []
     try:
         image: Image.Image = Image.open(io.BytesIO(first_value(values, F.ENCODED, b"")))
@@ -254,6 +264,10 @@ def _draw_tile(
         sheet.paste(image, (x0, y0))
         image_box = (x0, y0, x0 + scaled[0], y0 + scaled[1])
         boxes = _draw_boxes(draw, values, image_box, info, box_font)
+    damage = damage_of(values, wrong)
+    if damage:
+        said = _fit(draw, damage, box_font, TILE - 8)
+        draw.text((left + 4, top + 2), said, fill=ERROR_TEXT, font=box_font)
     colour = class_colour(label, info.background_index)
     lines = caption_lines(info, label, label_text, filename, split)
     _draw_caption(draw, cell, colour, lines, fonts)
@@ -268,6 +282,7 @@ def _draw_tile(
         size=size,
         scale=scale,
         boxes=tuple(boxes),
+        damage=damage,
     )
 
 
@@ -281,6 +296,8 @@ def _draw_boxes(draw, values, image_box, info: DatasetInfo, font) -> list[DrawnB
     texts = values.get(F.OBJECT_TEXT, [])
     drawn = []
     for i, (xmin, ymin, xmax, ymax) in enumerate(corners):
+        if not all(map(math.isfinite, (xmin, ymin, xmax, ymax))):
+            continue  # a damaged record's NaN or infinity: not drawn, the tile says so
         label = int(labels[i]) if i < len(labels) else UNLABELLED
         name = _name(info, info.classes, label, texts[i] if i < len(texts) else None, short=True)
         x0 = min(max(left + round(xmin * width), left), right - 1)

@@ -41,6 +41,7 @@ from beam_pipeline.output.readback import (
     first_value,
     open_file,
     read_build_info,
+    stored_filename,
 )
 from beam_pipeline.tools.build_records import (
     CorruptShardError,
@@ -261,7 +262,7 @@ def copies_stored(
             for index, record in enumerate(read_build_shard(output_dir, shard)):
                 if any(needle in record for needle in needles.values()):
                     values = record_values(record, join(output_dir, shard.file), index)
-                    stored = first_value(values, F.FILENAME, b"").decode("utf-8", "replace")
+                    stored = stored_filename(values)
                     if needles.pop(stored, None) is not None:
                         found[(split, stored)] = Record(position, shard.file, values)
                 position += 1

@@ -38,11 +38,11 @@ from apache_beam.io.filesystems import FileSystems
 from beam_pipeline.arguments import parse_once
 from beam_pipeline.console.summary import human_bytes, plural
 from beam_pipeline.core.quality import duplicates, odd_images
+from beam_pipeline.core.record_checks import Tally, check_example, check_schema, check_tallies
 from beam_pipeline.core.rejections import read_dead_letter
 from beam_pipeline.output.directory import STAGING_DIR, list_shard_files, work_folders
 from beam_pipeline.output.lock import busy_reason
 from beam_pipeline.output.readback import read_build_info, refuse_later_schema
-from beam_pipeline.tools.record_checks import Tally, check_example, check_schema, check_tallies
 from beam_pipeline.tree.layouts import vocabulary_split
 from schemas import (
     BUILD_INFO_FILE,

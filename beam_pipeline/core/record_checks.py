@@ -127,6 +127,8 @@ def _check_objects(values: dict[str, list[Any]], num_classes: int) -> str | None
     for i, (xmin, ymin, xmax, ymax) in enumerate(boxes):
         if not (0.0 <= xmin <= xmax <= 1.0 and 0.0 <= ymin <= ymax <= 1.0):
             return f"object {i} box {(xmin, ymin, xmax, ymax)} is not inside [0, 1]"
+        if not F.box_has_area(xmin, ymin, xmax, ymax):  # never built: the loader drops it
+            return f"object {i} box {(xmin, ymin, xmax, ymax)} has no area"
     if any(not 0 <= c < num_classes for c in values[F.OBJECT_LABEL]):
         return "an object label is outside the vocabulary"
     return None
