@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import subprocess
 import sys
 import tempfile
 
@@ -64,10 +65,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     build = None
-    if args.target == "records":  # built before instrumenting: the build is not the target
-        from benchmarks.fuzz_records import seed_build
-
-        build = seed_build(pathlib.Path(tempfile.mkdtemp(prefix="fuzz-records-build-")))
+    if args.target == "records":  # built in another process: modules imported here before
+        # `instrument_imports` would not be instrumented (libFuzzer then saw no coverage).
+        build = pathlib.Path(tempfile.mkdtemp(prefix="fuzz-records-build-")) / "build"
+        code = "import pathlib, sys; from benchmarks.fuzz_records import seed_build; "
+        code += "seed_build(pathlib.Path(sys.argv[1]).parent)"
+        subprocess.run([sys.executable, "-c", code, str(build)], check=True, cwd=HERE.parent)
     with atheris.instrument_imports(include=["beam_pipeline"]):
         from benchmarks.fuzz_records import check_record_invariants
         from benchmarks.fuzz_targets import (
