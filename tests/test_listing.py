@@ -7,7 +7,7 @@ from helpers import build, dead_letters, ilsvrc_image, jpeg_bytes, read_split, w
 
 from beam_pipeline.core.annotations import voc_xml
 from beam_pipeline.tree.layouts import LayoutError
-from beam_pipeline.tree.listing import Listed, Unlisted, list_tree
+from beam_pipeline.tree.listing import Entered, Listed, Unlisted, list_tree, walk_subtree
 from schemas import features as F
 
 
@@ -144,6 +144,31 @@ def test_a_link_to_a_directory_of_the_tree_is_refused_wherever_it_sorts(tmp_path
     )
     assert "listed by its own path" in items[0].detail
     assert items[1:] == [listed(tmp_path / "n02" / "x.JPEG")]
+
+
+def test_a_link_to_a_folder_above_the_tree_is_refused_not_walked(tmp_path):
+    # A link to `/` in a class folder walked the whole disk with no word (a trial).
+    write(tmp_path / "elsewhere" / "stray.jpg", jpeg_bytes())
+    root = tmp_path / "photos"
+    for name in ("cat", "dog"):
+        write(root / name / "a.jpg", jpeg_bytes())
+    os.symlink(tmp_path, root / "cat" / "up")
+    items = list(list_tree(str(root)))
+    refused = Unlisted(
+        str(root / "cat" / "up"),
+        "directory_visited_twice",
+        f"resolves to {tmp_path}, a folder that holds the tree itself (a link to a folder "
+        "above it): not listed",
+    )
+    assert items == [listed(root / "cat" / "a.jpg"), refused, listed(root / "dog" / "a.jpg")]
+    # A worker's walk of the link as a part of the tree enters it and goes no further.
+    link = str(root / "cat" / "up")
+    assert list(walk_subtree(link, str(root))) == [Entered(link, str(tmp_path))]
+    info = build(root, tmp_path / "out", "--splits", "train")  # the workers' walk of parts
+    assert (info.splits["train"].num_examples, info.classes) == (2, ("cat", "dog"))
+    assert [(d["reason"], d["path"], d["detail"]) for d in dead_letters(tmp_path / "out")] == [
+        ("directory_visited_twice", str(root / "cat" / "up"), refused.detail)
+    ]
 
 
 def test_an_alias_of_an_annotated_folder_keeps_its_images_paired_with_their_xml(tmp_path):

@@ -130,7 +130,7 @@ class _ListPartFn(beam.DoFn):
         if not is_local(task.directory):
             items = list_tree(directory, task.foreign)
         elif self._subtree:
-            items = walk_subtree(directory)
+            items = walk_subtree(directory, task.directory)
         else:
             items = list_directory(directory)
         pending: dict = {}

@@ -127,6 +127,13 @@ def _aliased(path: str, real: str, root: tuple[str, str] | None) -> Unlisted | N
         return None
     top, top_real = root
     top_real = top_real.rstrip("/")
+    if path != top and _holds(real, top_real):  # (a link to `/` walked the whole disk)
+        return Unlisted(
+            path,
+            "directory_visited_twice",
+            f"resolves to {real}, a folder that holds the tree itself (a link to a folder "
+            "above it): not listed",
+        )
     inside = real == top_real or is_below(real, [top_real])
     if not inside or real == top_real + path[len(top) :]:
         return None
@@ -135,6 +142,11 @@ def _aliased(path: str, real: str, root: tuple[str, str] | None) -> Unlisted | N
         "directory_visited_twice",
         f"resolves to {real}, a directory of the tree listed by its own path (a link to it)",
     )
+
+
+def _holds(directory: str, path: str) -> bool:
+    """Whether real path `path` lies below real path `directory` (`/` holds every other)."""
+    return path != directory and path.startswith(directory.rstrip("/") + "/")
 
 
 def _of_another_split(path: str, real: str, foreign: Sequence[str]) -> Unlisted | None:
@@ -163,17 +175,24 @@ def _walk(
     yield from _scan(path, lambda child: _walk(child, visited, root, foreign))
 
 
-def _walk_entered(path: str, ancestors: set[str]) -> Iterator[Listed | Unlisted | Entered]:
+def _walk_entered(
+    path: str, ancestors: set[str], root: tuple[str, str]
+) -> Iterator[Listed | Unlisted | Entered]:
     """A part's walk: it enters a directory again unless that would loop (it resolves to one
-    of its own ancestors), so the parts together report every directory that `revisited`
-    may find the single walk entering. (A second link to a directory is thus walked again by
-    its part, and dropped later: more work only in trees that link one folder many times.)"""
+    of its own ancestors) or it is the tree or holds it (`root`: the tree's path and real path;
+    a link to `/` walked the whole disk), which `revisited` refuses; so the parts together
+    report every directory that `revisited` may find the single walk entering. (A second
+    link to a directory is thus walked again by its part, and dropped later: more work only
+    in trees that link one folder many times.)"""
     real = os.path.realpath(path)
     yield Entered(path, real)
-    if real in ancestors:
+    top, top_real = root
+    if real in ancestors or (
+        path != top and top_real and (real == top_real or _holds(real, top_real))
+    ):
         return
     ancestors.add(real)
-    yield from _scan(path, lambda child: _walk_entered(child, ancestors))
+    yield from _scan(path, lambda child: _walk_entered(child, ancestors, root))
     ancestors.discard(real)
 
 
@@ -187,11 +206,15 @@ def list_directory(directory: str) -> Iterator[Listed | Unlisted | Entered | Sub
     yield from _scan(directory, lambda child: iter((Subdirectory(child),)))
 
 
-def walk_subtree(directory: str) -> Iterator[Listed | Unlisted | Entered]:
-    """Everything below one directory of a local tree, with an Entered for each directory it
-    enters (`revisited` reports the directories entered twice)."""
+def walk_subtree(directory: str, root: str = "") -> Iterator[Listed | Unlisted | Entered]:
+    """Everything below one directory of a local tree (`root`: the tree's top directory), with
+    an Entered for each directory it enters (`revisited` reports the directories entered
+    twice)."""
     if os.path.isdir(directory):
-        yield from _walk_entered(directory.rstrip("/"), set())
+        top = root.rstrip("/")
+        yield from _walk_entered(
+            directory.rstrip("/"), set(), (top, os.path.realpath(top) if top else "")
+        )
 
 
 def revisited(
