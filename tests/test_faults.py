@@ -125,6 +125,34 @@ def test_full_output_location_fails_loudly_and_commits_nothing(tree, tmpfs, caps
     assert not (out / BUILD_INFO_FILE).exists()
 
 
+def test_an_output_directory_deleted_during_the_build_is_said_and_nothing_committed(
+    tree, tmp_path, monkeypatch, capsys
+):
+    # It failed on Beam's "Rename operation failed with exceptions" or a missing shard alone.
+    out = tmp_path / "out"
+    written, write_shard = [], writing._WriteShardFn._write
+
+    def _write(self, *args):
+        if len(written) == 1:
+            shutil.rmtree(out)  # the user's rm -rf, after the first shard
+        written.append(write_shard(self, *args))
+        return written[-1]
+
+    monkeypatch.setattr(writing._WriteShardFn, "_write", _write)
+    argv = ["--input_dir", str(tree), "--output_dir", str(out), "--num_shards", "3"]
+    assert build_tool.main([*argv, "--direct_running_mode", "in_memory"]) == 1
+    err = capsys.readouterr().err
+    assert failure_line(err).startswith("BUILD FAILED: ")
+    assert err.splitlines()[-2] == (
+        f"{out} was deleted or moved while the build wrote to it (its marker file is gone): "
+        "nothing was committed; rerun the same command"
+    )
+    assert not (out / BUILD_INFO_FILE).exists()
+    monkeypatch.undo()
+    assert build_tool.main(argv) == 0  # as said
+    assert verify.main([str(out)]) == 0
+
+
 def test_plan_says_a_build_would_run_out_of_room(tree, tmpfs, capsys):
     # A trial: on a disk with no room plan said "The build would go ahead."
     out = tmpfs("size=64k")

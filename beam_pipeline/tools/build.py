@@ -179,10 +179,28 @@ def _execute(
         left = _what_is_left(output_dir, before, lost is not None or full)  # as interrupted
         if full and left is not None:
             left = f"the disk of {output_dir} is full: free space on it; {left}"
+        elif _owner_file_gone(output_dir):  # (then a Beam rename error, or a missing shard)
+            left = (
+                f"{output_dir} was deleted or moved while the build wrote to it (its marker "
+                "file is gone): nothing was committed; rerun the same command"
+            )
         if lost is not None:
             logger.error("Build failed", exc_info=error)
             error = WorkerLost(lost)
         return _failed(out, error, "Build failed", left)
+
+
+def _owner_file_gone(output_dir: str) -> bool:
+    """Whether the file a build writes into its output directory first, and no command
+    removes, is gone: the directory was deleted or moved during the build."""
+    from beam_pipeline.output.directory import OWNER_FILE
+    from beam_pipeline.output.readback import file_exists
+    from schemas.paths import join
+
+    try:
+        return not file_exists(join(output_dir, OWNER_FILE))
+    except OSError:  # (a remote file system that cannot be asked: say nothing more)
+        return False
 
 
 def _whole_after_commit(output_dir: str, before: bytes | None) -> bool:
