@@ -56,10 +56,15 @@ def check_payload(payload: dict[str, Any]) -> None:
     _mapping(_field(payload, "failures", "it"), "failures", _count)
     for key in ("options", "source", "versions"):
         _mapping(_field(payload, key, "it"), key)
+    for key in _SOURCE_TEXTS:  # (readers use them as paths and names: `show` raised on a bool)
+        if key in payload["source"]:
+            _string(payload["source"][key], f"source.{key}")
     _check_copies(payload.get("duplicates", {}))
     _mapping(payload.get("odd_images", {}), "odd_images", _count)
 
 
+# The fields of `source` that readers take as text: the tree's path, its layout.
+_SOURCE_TEXTS = ("input_dir", "layout")
 # The counts of `duplicates` (where a build looked for copies), and its images per split.
 _COPY_COUNTS = ("exact_groups", "near_pairs", "images", "clashes", "dropped_clashes")
 _COPY_SPLITS = ("leaked", "dropped")

@@ -194,6 +194,11 @@ EDITS = {
         top("duplicates", {"exact_groups": "1"}),
         "duplicates.exact_groups is the str '1', not a count",
     ),
+    # A metadata fuzzer's (tests/test_fuzz_metadata.py): show ended in a TypeError traceback.
+    "tree path a bool": (
+        lambda payload: payload["source"].__setitem__("input_dir", True),
+        "source.input_dir is the bool True, not a string",
+    ),
 }
 
 
