@@ -27,7 +27,7 @@ from beam_pipeline.console import watch
 from beam_pipeline.core import sharding
 from beam_pipeline.core.entries import LabelledEntry, ShardResult
 from beam_pipeline.core.examples import build_example
-from beam_pipeline.core.images import ImagePolicy, normalise_image
+from beam_pipeline.core.images import ImagePolicy, NormalisedImage, normalise_image
 from beam_pipeline.core.jpegdata import KEPT_STRAY_JPEG_BYTES
 from beam_pipeline.core.labels import Vocabulary
 from beam_pipeline.core.rejections import IMAGE, METRICS_NAMESPACE, REJECTED, InputError, Rejection
@@ -269,10 +269,7 @@ class _WriteShardFn(beam.DoFn):
 
     def _write(self, split, index, num_shards, name, path, members, vocabulary, tally, training):
         """Streams the shard into a temp file and renames it to `path` in the output."""
-        digest, num_bytes, num_examples = hashlib.sha256(), 0, 0
-        class_counts, sources, disagreements = collections.Counter(), collections.Counter(), 0
-        objects, widths, heights = (collections.Counter() for _ in range(3))
-        rejections, prints = [], PrintRuns(training)
+        counts, rejections, prints = _ShardCounts(), [], PrintRuns(training)
         inputs = [
             (join(self._input_dir, labelled.entry.filename), labelled.entry.num_bytes)
             for _, labelled in members
@@ -298,35 +295,14 @@ class _WriteShardFn(beam.DoFn):
                         if image.note:  # kept on the user's flag: listed as reported
                             rejections.append(_kept_report(split, image_path, image.note))
                         out.write(record)
-                        digest.update(record)
-                        num_bytes += len(record)
-                        num_examples += 1
-                        if labelled.label != UNLABELLED:
-                            class_counts[labelled.label] += 1
-                        sources[labelled.source] += 1
-                        disagreements += labelled.folder_disagrees
-                        objects[len(labelled.object_labels)] += 1
-                        widths[image.width] += 1
-                        heights[image.height] += 1
+                        counts.add(record, labelled, image)
                         prints.add(labelled, image)
         except OSError as error:  # the output's fault, not the input's: fail the build, loudly
             raise BuildFailed(
                 f"cannot write shard {name} to {self._output_dir}: {error}"
             ) from error
-        self._written.inc(num_examples)
-        result = ShardResult(
-            split=split,
-            index=index,
-            num_shards=num_shards,
-            shard=ShardInfo(name, num_examples, num_bytes, digest.hexdigest()),
-            class_counts=tuple(sorted(class_counts.items())),
-            label_sources=tuple(sorted(sources.items())),
-            folder_disagreements=disagreements,
-            objects=tuple(sorted(objects.items())),
-            widths=tuple(sorted(widths.items())),
-            heights=tuple(sorted(heights.items())),
-        )
-        return result, rejections, prints.made()
+        self._written.inc(counts.num_examples)
+        return counts.result(split, index, num_shards, name), rejections, prints.made()
 
     def _encode(self, labelled: LabelledEntry, data: bytes, vocabulary: Vocabulary):
         """(the framed record, the image as stored).
@@ -341,6 +317,48 @@ class _WriteShardFn(beam.DoFn):
         if image.reencoded:
             self._reencoded.inc()
         return encode_record(build_example(labelled, image, vocabulary)), image
+
+
+class _ShardCounts:
+    """What a shard's writer counts of the records it writes, for its `ShardResult`: bytes,
+    SHA-256, examples, and what the build's metadata sums by split (class counts, label
+    sources, folder disagreements, objects per image, widths, heights). A new count goes here
+    and into `ShardResult` (then `stages/resume.py`'s record and `stages/finalize.py`)."""
+
+    def __init__(self) -> None:
+        self.digest, self.num_bytes, self.num_examples = hashlib.sha256(), 0, 0
+        self.classes, self.sources, self.disagreements = (
+            collections.Counter[int](),
+            collections.Counter[str](),
+            0,
+        )
+        self.objects, self.widths, self.heights = (collections.Counter[int]() for _ in range(3))
+
+    def add(self, record: bytes, labelled: LabelledEntry, image: NormalisedImage) -> None:
+        self.digest.update(record)
+        self.num_bytes += len(record)
+        self.num_examples += 1
+        if labelled.label != UNLABELLED:
+            self.classes[labelled.label] += 1
+        self.sources[labelled.source] += 1
+        self.disagreements += labelled.folder_disagrees
+        self.objects[len(labelled.object_labels)] += 1
+        self.widths[image.width] += 1
+        self.heights[image.height] += 1
+
+    def result(self, split: str, index: int, num_shards: int, name: str) -> ShardResult:
+        return ShardResult(
+            split=split,
+            index=index,
+            num_shards=num_shards,
+            shard=ShardInfo(name, self.num_examples, self.num_bytes, self.digest.hexdigest()),
+            class_counts=tuple(sorted(self.classes.items())),
+            label_sources=tuple(sorted(self.sources.items())),
+            folder_disagreements=self.disagreements,
+            objects=tuple(sorted(self.objects.items())),
+            widths=tuple(sorted(self.widths.items())),
+            heights=tuple(sorted(self.heights.items())),
+        )
 
 
 def _kept_report(split: str, path: str, note: str) -> Rejection:
