@@ -744,3 +744,19 @@ def test_a_dataflow_job_s_flags_pass_where_the_tree_or_output_is_on_cloud_storag
         check_dataflow(project, config())
     for paths in ({"input_dir": "gs://b/tree"}, {"output_dir": "gs://b/out"}):
         check_dataflow(project, dataclasses.replace(config(), **paths))
+
+
+def test_every_image_policy_field_is_recorded_in_the_metadata():
+    # The policy's fields are each shard's --resume fingerprint (dataclasses.asdict), but
+    # build_info.json's options list them by hand: a new image flag must be added there too.
+    import dataclasses
+
+    from beam_pipeline.core.images import ImagePolicy
+
+    recorded = config("--image_policy", "shorter_side", "--image_size", "256").to_metadata()
+    as_recorded = {"keep_stray_jpeg_bytes": "stray_jpeg_bytes", "fingerprints": None}
+    fields = {as_recorded.get(f.name, f.name) for f in dataclasses.fields(ImagePolicy)}
+    assert fields - {None} <= set(recorded["image_policy"])
+    assert recorded["image_policy"]["size"] == [256]
+    # (fingerprints: recorded as options.duplicates, the flag that asks for them)
+    assert "duplicates" in config("--duplicates", "report").to_metadata()
