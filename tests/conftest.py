@@ -39,8 +39,9 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-# Variants whose siblings stay in the fast loop (`./run_tests.sh -m "not slow"`, at most 3
-# minutes on 2 cores): they run with the whole suite only. Node ids as pytest prints them.
+# Variants whose siblings stay in the fast loop (`./run_tests.sh -m "not slow"`, 3 to 6
+# minutes on 2 cores, docs/development.md): they run with the whole suite only. Node ids as
+# pytest prints them.
 _SLOW_VARIANTS = {
     "tests/test_build.py::test_a_failed_rebuild_keeps_the_build_it_was_to_replace[images]",
     "tests/test_build.py::test_a_rebuild_stopped_in_its_commit_says_what_is_left[moving_shards]",
