@@ -31,6 +31,8 @@ _FLOAT32_MAX = struct.unpack("<f", b"\xff\xff\x7f\x7f")[0]
 
 
 def record_features(record: bytes, shard: str = "", index: int = 0) -> dict[str, list[Any]]:
+    """The record's features by key; ValueError naming record `index` of `shard` for bytes
+    that are no Example."""
     try:
         example = Example.FromString(record)  # parsed here, so a bad record gets its own error
     except Exception as error:  # noqa: BLE001 - protobuf raises its own DecodeError
@@ -201,8 +203,7 @@ def _json_number(value: Any) -> Any:
 def damage_of(values: dict[str, list[Any]], wrong: list[str]) -> str:
     """What `show`'s tile says of a damaged record ("" of a sound one; verify names all): its first
     feature of another kind than the schema's, its boxes that are not numbers."""
-    keys = (F.BBOX_XMIN, F.BBOX_YMIN, F.BBOX_XMAX, F.BBOX_YMAX)
-    corners = zip(*(values.get(key, []) for key in keys), strict=False)
+    corners = zip(*(values.get(key, []) for key in _BOX_KEYS), strict=False)
     boxes = [str(i) for i, box in enumerate(corners) if not all(map(math.isfinite, box))]
     said = [f"{key} of another type" for key in wrong[:1]]
     said += [f"box {', '.join(boxes)} not a number"] if boxes else []
