@@ -68,7 +68,7 @@ class RecordParser:
             if filenames:
                 target["filename"] = filenames[0]
             return image, target
-        label = self._checked_label(tf.cast(parsed[F.LABEL], tf.int32))
+        label = self._checked_label(parsed[F.LABEL])
         if spec.label_mode == "one_hot":
             label = tf.one_hot(label, self.num_labels, dtype=tf.float32)
         elif spec.label_mode == "binary":
@@ -80,8 +80,9 @@ class RecordParser:
         return self(*pair, seed)
 
     def _checked_label(self, label):
-        """The record's label, or an error while iterating for one past the loaded columns (a
-        class list cut in build_info.json made tf.one_hot an all-zero row, silently)."""
+        """The record's int64 label as int32, or an error while iterating for one past the
+        loaded columns (a class list cut in build_info.json made tf.one_hot an all-zero row,
+        silently). Checked before the cast: cast first, 2**32 + 2 came out as 2."""
         within = tf.logical_and(label >= 0, label < self.num_labels)
         check = tf.debugging.Assert(
             within,
@@ -93,13 +94,12 @@ class RecordParser:
             ],
         )
         with tf.control_dependencies([check]):
-            return tf.identity(label)
+            return tf.cast(label, tf.int32)
 
     def _checked_objects(self, classes, boxes):
         """The record's object classes as [N, 1], or an error while iterating for a class
         past the build's or a count other than the boxes' (a crafted record's [9] in a build of
-        4 classes came out as it was)."""
-        classes = tf.cast(classes, tf.int32)
+        4 classes came out as it was). Checked as int64, then cast (2**32 + 3 came out as 3)."""
         within = tf.reduce_all(tf.logical_and(classes >= 0, classes < self.num_classes))
         check = tf.debugging.Assert(
             tf.logical_and(within, tf.size(classes) == tf.shape(boxes)[0]),
@@ -111,7 +111,7 @@ class RecordParser:
             ],
         )
         with tf.control_dependencies([check]):
-            return tf.identity(classes)[:, None]
+            return tf.cast(classes, tf.int32)[:, None]
 
     def _detected(self, parsed, boxes):
         """(boxes, objects) of the record: `objects` [N, 1] classes, or [N, 2] classes and

@@ -208,3 +208,29 @@ def _with_record(out, copy, split: str, record: bytes):
     entry.update(num_bytes=len(blob), sha256=hashlib.sha256(blob).hexdigest())
     (copy / BUILD_INFO_FILE).write_text(json.dumps(info, indent=2))
     return copy
+
+
+def test_the_loader_refuses_labels_past_int32_that_a_cast_would_wrap(seed):
+    # A trial's: a label of 2**32 + 2 came out as 2, an object class of 2**32 + 3 as 3, while
+    # verify named them (the parser cast to int32 before its range check).
+    import tensorflow as tf
+
+    from loaders.info import dataset_info
+    from loaders.parser import RecordParser
+    from loaders.spec import LoadSpec
+
+    out, records = seed
+    example = Example.FromString(records["train"][0])  # one object: class 1
+    example.features.feature[F.LABEL].int64_list.value[0] = 2**32 + 1
+    example.features.feature[F.OBJECT_LABEL].int64_list.value[0] = 2**32 + 1
+    record = tf.constant(example.SerializeToString())
+    info = dataset_info(str(out))
+    for mode, said in (
+        ("int", "is not one of the 3 labels loaded"),
+        ("one_hot", "is not one of the 3 labels loaded"),
+        ("detection", "are not one class a box, each one of the build's 2"),
+    ):
+        spec = LoadSpec.checked(batch_size=1, image_size=16, label_mode=mode)
+        parser = RecordParser(info.num_classes, len(spec.label_names(info, "train")), spec)
+        with pytest.raises(tf.errors.InvalidArgumentError, match=said):
+            parser(record, tf.constant("a crafted record"))
