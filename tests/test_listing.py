@@ -7,7 +7,15 @@ from helpers import build, dead_letters, ilsvrc_image, jpeg_bytes, read_split, w
 
 from beam_pipeline.core.annotations import voc_xml
 from beam_pipeline.tree.layouts import LayoutError
-from beam_pipeline.tree.listing import Entered, Listed, Unlisted, list_tree, walk_subtree
+from beam_pipeline.tree.listing import (
+    Entered,
+    Listed,
+    Subdirectory,
+    Unlisted,
+    list_directory,
+    list_tree,
+    walk_subtree,
+)
 from schemas import features as F
 
 
@@ -168,6 +176,29 @@ def test_a_link_to_a_folder_above_the_tree_is_refused_not_walked(tmp_path):
     assert (info.splits["train"].num_examples, info.classes) == (2, ("cat", "dog"))
     assert [(d["reason"], d["path"], d["detail"]) for d in dead_letters(tmp_path / "out")] == [
         ("directory_visited_twice", str(root / "cat" / "up"), refused.detail)
+    ]
+
+
+def test_a_link_above_the_tree_among_a_splits_folders_is_not_made_a_part_to_walk(tmp_path):
+    # A trial's: `Data/DET/train/root -> /` made each folder of the disk a part of the tree,
+    # walked (a build still listing after 300 s) while plan said it would not be listed.
+    root = tmp_path / "tree"
+    for i in range(2):
+        box = ("cat", 1, 1, 20, 20)
+        ilsvrc_image(root, "train", f"ILSVRC2014_0000/img{i}", jpeg_bytes(), voc_xml([box]))
+    write(tmp_path / "elsewhere" / "ILSVRC2014_0001" / "stray.JPEG", jpeg_bytes())
+    train = root / "Data/DET/train"
+    os.symlink(tmp_path, train / "up")
+    items = list(list_directory(str(train), str(train)))
+    assert items == [
+        Entered(str(train), str(train)),
+        Subdirectory(str(train / "ILSVRC2014_0000")),
+        Entered(str(train / "up"), str(tmp_path)),  # for `revisited` to refuse, not a part
+    ]
+    info = build(root, tmp_path / "out", "--splits", "train")
+    assert info.splits["train"].num_examples == 2
+    assert [(d["reason"], d["path"]) for d in dead_letters(tmp_path / "out")] == [
+        ("directory_visited_twice", str(train / "up"))
     ]
 
 

@@ -132,7 +132,7 @@ class _ListPartFn(beam.DoFn):
         elif self._subtree:
             items = walk_subtree(directory, task.directory)
         else:
-            items = list_directory(directory)
+            items = list_directory(directory, task.directory)
         pending: dict = {}
         current, rejected = None, []
         for item in items:

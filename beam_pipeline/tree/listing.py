@@ -196,14 +196,27 @@ def _walk_entered(
     ancestors.discard(real)
 
 
-def list_directory(directory: str) -> Iterator[Listed | Unlisted | Entered | Subdirectory]:
+def list_directory(
+    directory: str, root: str = ""
+) -> Iterator[Listed | Unlisted | Entered | Subdirectory]:
     """One directory of a local tree: Entered, then its files and its Subdirectory entries in
-    name order, and what it cannot read (an unreadable directory: Entered, then Unlisted)."""
+    name order, and what it cannot read (an unreadable directory: Entered, then Unlisted). A
+    subdirectory that is the tree (`root`) or holds it, a link, is Entered, not a Subdirectory
+    to list next (`revisited` refuses it; a link to `/` made every folder of the disk a part)."""
     if not os.path.isdir(directory):
         return
     directory = directory.rstrip("/")
     yield Entered(directory, os.path.realpath(directory))
-    yield from _scan(directory, lambda child: iter((Subdirectory(child),)))
+    top = root.rstrip("/")
+    top_real = os.path.realpath(top) if top else ""
+
+    def child(path: str) -> Iterator[Entered | Subdirectory]:
+        real = os.path.realpath(path) if top_real else ""
+        if top_real and path != top and (real == top_real or _holds(real, top_real)):
+            return iter((Entered(path, real),))
+        return iter((Subdirectory(path),))
+
+    yield from _scan(directory, child)
 
 
 def walk_subtree(directory: str, root: str = "") -> Iterator[Listed | Unlisted | Entered]:
