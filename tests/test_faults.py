@@ -153,6 +153,33 @@ def test_an_output_directory_deleted_during_the_build_is_said_and_nothing_commit
     assert verify.main([str(out)]) == 0
 
 
+def test_a_tree_moved_away_during_the_build_is_said_not_taken_for_bad_images(
+    tree, tmp_path, monkeypatch, capsys
+):
+    # A trial's: its files' read errors failed the budget, whose message offered to commit
+    # the build without them (--max_bad_fraction 0.63 --resume), and no word of the tree.
+    moving, out = shutil.copytree(tree, tmp_path / "tree"), tmp_path / "out"
+    written, write_shard = [], writing._WriteShardFn._write
+
+    def _write(self, *args):
+        if len(written) == 1:
+            moving.rename(tmp_path / "moved")  # the user's mv, after the first shard
+        written.append(write_shard(self, *args))
+        return written[-1]
+
+    monkeypatch.setattr(writing._WriteShardFn, "_write", _write)
+    argv = ["--input_dir", str(moving), "--output_dir", str(out), "--num_shards", "3"]
+    assert build_tool.main([*argv, "--direct_running_mode", "in_memory"]) == 1
+    err = capsys.readouterr().err
+    assert "read_error" in failure_line(err)
+    assert err.splitlines()[-2] == (
+        f"the tree {moving} was deleted or moved while the build read it: its files' read "
+        "errors are that, not bad images; nothing was committed; put it back and rerun the "
+        "same command"
+    )
+    assert not (out / BUILD_INFO_FILE).exists()
+
+
 def test_plan_says_a_build_would_run_out_of_room(tree, tmpfs, capsys):
     # A trial: on a disk with no room plan said "The build would go ahead."
     out = tmpfs("size=64k")

@@ -214,7 +214,8 @@ class _WriteShardFn(beam.DoFn):
             raise BuildFailed(
                 f"a worker ({socket.gethostname()}) does not see the output directory "
                 f"{self._output_dir} (its {OWNER_FILE}, written when the build began, is not "
-                "there): every worker must see --output_dir at the path this machine does"
+                "there): every worker must see --output_dir at the path this machine does, "
+                "and the directory must stay there until the build ends"
             )
         self._reader = concurrent.futures.ThreadPoolExecutor(
             READ_AHEAD_FILES, thread_name_prefix="read-ahead"

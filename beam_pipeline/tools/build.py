@@ -184,10 +184,23 @@ def _execute(
                 f"{output_dir} was deleted or moved while the build wrote to it (its marker "
                 "file is gone): nothing was committed; rerun the same command"
             )
+        elif _tree_gone(prepared.config.input_dir):  # its files then fail as read_error
+            left = (
+                f"the tree {prepared.config.input_dir} was deleted or moved while the build "
+                "read it: its files' read errors are that, not bad images; nothing was "
+                "committed; put it back and rerun the same command"
+            )
         if lost is not None:
             logger.error("Build failed", exc_info=error)
             error = WorkerLost(lost)
         return _failed(out, error, "Build failed", left)
+
+
+def _tree_gone(input_dir: str) -> bool:
+    """Whether a local tree's top directory is gone (deleted or moved during the build)."""
+    from schemas.paths import is_local
+
+    return is_local(input_dir) and not os.path.isdir(input_dir)
 
 
 def _owner_file_gone(output_dir: str) -> bool:
