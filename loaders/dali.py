@@ -44,7 +44,7 @@ import numpy as np
 from loaders.config import ReadConfig
 from loaders.dali_graph import DaliSettings, dali_pipeline
 from loaders.dali_index import epoch_check, shard_indexes
-from loaders.info import BuildInfo, data_path, dataset_info
+from loaders.info import BuildInfo, CorruptDatasetError, data_path, dataset_info
 from loaders.reader import check_shards
 from loaders.spec import LoadSpec, keras_habits
 
@@ -155,7 +155,13 @@ def dali_batches(
     tensorflow = keras.backend.backend() == "tensorflow"  # host arrays, in a tf.data.Dataset
     backend = "numpy" if tensorflow else None
     batches = DaliDataset(
-        pipeline, num_examples, spec.batch_size, spec.training, backend, unchanged=unchanged
+        pipeline,
+        num_examples,
+        spec.batch_size,
+        spec.training,
+        backend,
+        unchanged=unchanged,
+        label_limit=None if spec.label_mode is None else len(class_names),
     )
     dataset = _tf_dataset(batches, spec, len(class_names)) if tensorflow else batches
     dataset.class_names = class_names  # as load_dataset's, and Keras's
@@ -207,10 +213,13 @@ class DaliDataset(keras.utils.PyDataset):
         training: bool,
         backend: str | None = None,
         unchanged: Callable[..., None] | None = None,
+        label_limit: int | None = None,
     ):
         super().__init__(workers=1, use_multiprocessing=False)
         self._pipeline = pipeline
         self._unchanged = unchanged  # raises when the build changed since it was read
+        # The labels loaded: the pipeline's last output is then the records' own labels.
+        self._label_limit = label_limit
         self._pipeline.build()
         self.num_examples = num_examples
         self.batch_size = batch_size
@@ -275,8 +284,23 @@ class DaliDataset(keras.utils.PyDataset):
             real = self.num_examples - (self._stream_batches - 1) * self.batch_size
             if not self.training:
                 self._position = 0
+        if self._label_limit is not None:
+            *outputs, labels = outputs
+            _check_labels(np.array(labels.as_tensor())[:real], self._label_limit)
         arrays = tuple(self._convert(output)[:real] for output in outputs)
         return arrays if len(arrays) > 1 else arrays[0]
+
+
+def _check_labels(labels: np.ndarray, limit: int) -> None:
+    """CorruptDatasetError for a record's label outside the `limit` labels loaded, which
+    DALI's one-hot and cast would have wrapped or clipped (`load_dataset` checks alike)."""
+    outside = labels[(labels < 0) | (labels >= limit)]
+    if outside.size:
+        raise CorruptDatasetError(
+            f"A record's label {int(outside.flat[0])} is not one of the {limit} labels loaded: "
+            "the build's metadata and records disagree (python -m beam_pipeline verify names "
+            "what)"
+        )
 
 
 def _converter(backend: str, device_id: int | None):

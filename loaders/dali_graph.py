@@ -198,7 +198,8 @@ def dali_pipeline(
     """The DALI pipeline of `spec`'s batches of `files` (read through `indexes`), one-hot
     labels `num_labels` wide (`len(spec.label_names(info, split))`);
     `with_windows` also returns each crop's anchor, shape, the source image's shape and its
-    main box (for tests).
+    main box (for tests); without it, a labelled pipeline returns each record's int64 label
+    last, on the host, which `DaliDataset(label_limit=...)` checks and drops.
 
     Training order is `load_dataset`'s: the files in a random order every epoch (the first
     one too: the list is permuted here, DALI permutes it after each epoch), their records
@@ -224,7 +225,11 @@ def dali_pipeline(
         anchor, size, windows = _window(records, spec, crop_seed)
         images = _decoded(records[F.ENCODED], anchor, size, settings)
         outputs = (_finished(images, spec), *_labels(records, spec, settings, num_labels))
-        return (*outputs, *windows) if with_windows else outputs
+        if with_windows:
+            return (*outputs, *windows)
+        # The records' own labels last, on the host, for `DaliDataset` to check: DALI's
+        # one_hot and cast wrap or clip a label past the build's (2**32 + 2 came out as 2).
+        return outputs if spec.label_mode is None else (*outputs, records[F.LABEL])
 
     try:
         return pipeline()

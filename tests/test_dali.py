@@ -887,3 +887,32 @@ def test_binary_labels_are_load_datasets(tmp_path):
     (ours,) = [np.asarray(y) for _, y in load_dali_dataset(tmp_path / "out", "train", **kw)]
     assert ours.dtype == np.float32 and ours.shape == (4, 1)
     np.testing.assert_array_equal(ours, theirs)
+
+
+def test_a_label_past_the_builds_is_refused_not_wrapped(built, tmp_path):
+    # DALI's one_hot made a label of 2**32 + 2 the one-hot of 2, its cast clipped it to
+    # 2**31 - 1, no error (load_dataset refuses it: tests/test_fuzz_records.py).
+    from schemas import BUILD_INFO_FILE
+    from schemas.example_proto import Example
+    from schemas.tfrecord import encode_record, read_records
+
+    copy = shutil.copytree(built, tmp_path / "out")
+    payload = json.loads((copy / BUILD_INFO_FILE).read_text())
+    entry = payload["splits"]["validation"]["shards"][0]
+    with open(copy / entry["file"], "rb") as stream:
+        records = list(read_records(stream))
+    example = Example.FromString(records[0])
+    example.features.feature[F.LABEL].int64_list.value[0] = 2**32 + 2
+    blob = b"".join(encode_record(r) for r in [example.SerializeToString(), *records[1:]])
+    (copy / entry["file"]).write_bytes(blob)
+    entry.update(num_bytes=len(blob), sha256=hashlib.sha256(blob).hexdigest())
+    (copy / BUILD_INFO_FILE).write_text(json.dumps(payload))
+    for mode in ("one_hot", "int"):
+        dataset = load_dali_dataset(
+            str(copy), "validation", batch_size=25, image_size=SIZE, label_mode=mode
+        )
+        # (tf.data's generator carries the error across as its own, with the message)
+        raised = (CorruptDatasetError, tf.errors.InvalidArgumentError)
+        with pytest.raises(raised, match="label 4294967298 is not one of the 5 labels loaded"):
+            for _ in dataset:
+                pass
