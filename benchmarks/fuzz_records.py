@@ -133,7 +133,7 @@ def _check_inspect(record: bytes, info: DatasetInfo, shard: str, problem: str | 
 
 def _check_sheet(record: bytes, info: DatasetInfo, shard: str) -> None:
     values = record_values(record, shard, 0)
-    image, (tile,) = sheet.render_sheet([sheet.Record(0, shard, values)], info)
+    image, (tile,) = sheet.render_sheet([record_view.Record(0, shard, values)], info)
     assert image.size[0] > 0
     _, wrong = typed_values(values)
     keys = (F.BBOX_XMIN, F.BBOX_YMIN, F.BBOX_XMAX, F.BBOX_YMAX)

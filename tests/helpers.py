@@ -209,3 +209,11 @@ def interrupted_build(monkeypatch, shards: int, argv: list[str]) -> list:
         patch.setattr(writing._WriteShardFn, "_write", _write)
         assert build_tool.main(argv) == 130
     return written
+
+
+class Seed(tuple):
+    """A module fixture's (seed build's directory, what the tests read of it), shown as its
+    directory in Hypothesis' reports (the records or metadata whole ran to pages)."""
+
+    def __repr__(self) -> str:
+        return f"Seed({self[0]})"

@@ -125,22 +125,29 @@ def test_full_output_location_fails_loudly_and_commits_nothing(tree, tmpfs, caps
     assert not (out / BUILD_INFO_FILE).exists()
 
 
+def built_with_a_change_after_one_shard(monkeypatch, argv: list[str], change) -> int:
+    """The exit code of the build command `argv` run in this process, `change()` made once
+    its first shard is written (and before the next)."""
+    written, write_shard = [], writing._WriteShardFn._write
+
+    def _write(self, *args):
+        if len(written) == 1:
+            change()
+        written.append(write_shard(self, *args))
+        return written[-1]
+
+    monkeypatch.setattr(writing._WriteShardFn, "_write", _write)
+    return build_tool.main([*argv, "--direct_running_mode", "in_memory"])
+
+
 def test_an_output_directory_deleted_during_the_build_is_said_and_nothing_committed(
     tree, tmp_path, monkeypatch, capsys
 ):
     # It failed on Beam's "Rename operation failed with exceptions" or a missing shard alone.
     out = tmp_path / "out"
-    written, write_shard = [], writing._WriteShardFn._write
-
-    def _write(self, *args):
-        if len(written) == 1:
-            shutil.rmtree(out)  # the user's rm -rf, after the first shard
-        written.append(write_shard(self, *args))
-        return written[-1]
-
-    monkeypatch.setattr(writing._WriteShardFn, "_write", _write)
     argv = ["--input_dir", str(tree), "--output_dir", str(out), "--num_shards", "3"]
-    assert build_tool.main([*argv, "--direct_running_mode", "in_memory"]) == 1
+    # the user's rm -rf, after the first shard
+    assert built_with_a_change_after_one_shard(monkeypatch, argv, lambda: shutil.rmtree(out)) == 1
     err = capsys.readouterr().err
     assert failure_line(err).startswith("BUILD FAILED: ")
     assert err.splitlines()[-2] == (
@@ -159,17 +166,9 @@ def test_a_tree_moved_away_during_the_build_is_said_not_taken_for_bad_images(
     # A trial's: its files' read errors failed the budget, whose message offered to commit
     # the build without them (--max_bad_fraction 0.63 --resume), and no word of the tree.
     moving, out = shutil.copytree(tree, tmp_path / "tree"), tmp_path / "out"
-    written, write_shard = [], writing._WriteShardFn._write
-
-    def _write(self, *args):
-        if len(written) == 1:
-            moving.rename(tmp_path / "moved")  # the user's mv, after the first shard
-        written.append(write_shard(self, *args))
-        return written[-1]
-
-    monkeypatch.setattr(writing._WriteShardFn, "_write", _write)
     argv = ["--input_dir", str(moving), "--output_dir", str(out), "--num_shards", "3"]
-    assert build_tool.main([*argv, "--direct_running_mode", "in_memory"]) == 1
+    move = lambda: moving.rename(tmp_path / "moved")  # noqa: E731 - the user's mv
+    assert built_with_a_change_after_one_shard(monkeypatch, argv, move) == 1
     err = capsys.readouterr().err
     assert "read_error" in failure_line(err)
     assert err.splitlines()[-2] == (

@@ -10,6 +10,7 @@ import json
 import math
 
 import pytest
+from helpers import Seed
 from hypothesis import event, given
 from hypothesis import strategies as st
 
@@ -30,13 +31,6 @@ JSON_VALUES = st.recursive(
     ),
     max_leaves=6,
 )
-
-
-class Seed(tuple):
-    """(the seed build's directory, its metadata parsed), shown short in Hypothesis' reports."""
-
-    def __repr__(self) -> str:
-        return f"Seed({self[0]})"
 
 
 @pytest.fixture(scope="module")

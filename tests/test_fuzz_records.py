@@ -13,6 +13,7 @@ import json
 import shutil
 
 import pytest
+from helpers import Seed
 from hypothesis import event, given
 from hypothesis import strategies as st
 from PIL import Image
@@ -36,13 +37,6 @@ VALUES = {
     "float_list": st.floats(width=32) | st.sampled_from([0.0, 1.0, -0.5, 1.5]),
     "int64_list": st.integers(-(2**63), 2**63 - 1) | st.integers(-2, 4),
 }
-
-
-class Seed(tuple):
-    """(the seed build's directory, its records by split), shown short in Hypothesis' reports."""
-
-    def __repr__(self) -> str:
-        return f"Seed({self[0]})"
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from helpers import build, decode, ilsvrc_image, jpeg_bytes, read_split
 from PIL import Image
 
 from beam_pipeline.core.annotations import voc_xml
-from beam_pipeline.tools import histogram, sample_tree, show
+from beam_pipeline.tools import histogram, record_view, sample_tree, show
 from beam_pipeline.tools import sheet as sheet_tool
 from schemas import BUILD_INFO_FILE, DatasetInfo, SplitInfo
 from schemas import features as F
@@ -580,7 +580,7 @@ def test_the_module_runs_alone_without_tensorflow_or_beam(built, tmp_path):
 
 
 def test_a_record_whose_image_does_not_decode_gets_a_tile_that_says_so(info):
-    record = sheet_tool.Record(
+    record = record_view.Record(
         4, "x.tfrecord", {F.ENCODED: [b"junk"], F.LABEL: [1], F.FILENAME: [b"a/b"]}
     )
     sheet, (tile,) = sheet_tool.render_sheet([record], info)

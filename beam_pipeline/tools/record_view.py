@@ -9,6 +9,7 @@ NaN or infinity is shown as it is, and `problem` says what `verify` would.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -25,6 +26,16 @@ from beam_pipeline.output.readback import UNLABELLED_NAME, feature_values, first
 from schemas import FEATURES, UNLABELLED, DatasetInfo
 from schemas import features as F
 from schemas.example_proto import Example
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """One example read from a shard, as plain Python values by feature key (`show`'s tiles)."""
+
+    index: int
+    shard: str
+    values: dict[str, list[Any]]
+
 
 _BOX_KEYS = (F.BBOX_XMIN, F.BBOX_YMIN, F.BBOX_XMAX, F.BBOX_YMAX)
 _FLOAT32_MAX = struct.unpack("<f", b"\xff\xff\x7f\x7f")[0]

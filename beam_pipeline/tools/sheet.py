@@ -17,7 +17,6 @@ import functools
 import io
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from PIL import Image, ImageDraw, ImageFont
 
@@ -28,7 +27,7 @@ from beam_pipeline.output.readback import (
     typed_values,
 )
 from beam_pipeline.tools.build_records import class_title, display_name
-from beam_pipeline.tools.record_view import damage_of
+from beam_pipeline.tools.record_view import Record, damage_of
 from schemas import UNLABELLED, DatasetInfo
 from schemas import features as F
 
@@ -121,15 +120,6 @@ class Tile:
     scale: float
     boxes: tuple[DrawnBox, ...]
     damage: str = ""
-
-
-@dataclasses.dataclass(frozen=True)
-class Record:
-    """One example read from a shard, as plain Python values by feature key."""
-
-    index: int
-    shard: str
-    values: dict[str, list[Any]]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -55,10 +55,10 @@ from beam_pipeline.tools.build_records import (
     records_at,
 )
 from beam_pipeline.tools.histogram import class_histogram
+from beam_pipeline.tools.record_view import Record
 from beam_pipeline.tools.sheet import (
     MAX_COPY_ROWS,
     CopyGroup,
-    Record,
     Tile,
     reduce_colours,
     render_copies,

@@ -149,6 +149,12 @@ def _holds(directory: str, path: str) -> bool:
     return path != directory and path.startswith(directory.rstrip("/") + "/")
 
 
+def _at_or_above(path: str, real: str, top: str, top_real: str) -> bool:
+    """Whether `path` (resolving to `real`), other than the tree's top, is the tree or holds
+    it (`top`, `top_real`: ""), which `revisited` refuses: a walk goes no further there."""
+    return bool(top_real) and path != top and (real == top_real or _holds(real, top_real))
+
+
 def _of_another_split(path: str, real: str, foreign: Sequence[str]) -> Unlisted | None:
     """The refusal of a link into another split's folder (its images are that split's; a
     train/n09999999 linked to val/n01443537 wrote them into both, under two classes)."""
@@ -187,9 +193,7 @@ def _walk_entered(
     real = os.path.realpath(path)
     yield Entered(path, real)
     top, top_real = root
-    if real in ancestors or (
-        path != top and top_real and (real == top_real or _holds(real, top_real))
-    ):
+    if real in ancestors or _at_or_above(path, real, top, top_real):
         return
     ancestors.add(real)
     yield from _scan(path, lambda child: _walk_entered(child, ancestors, root))
@@ -212,7 +216,7 @@ def list_directory(
 
     def child(path: str) -> Iterator[Entered | Subdirectory]:
         real = os.path.realpath(path) if top_real else ""
-        if top_real and path != top and (real == top_real or _holds(real, top_real)):
+        if _at_or_above(path, real, top, top_real):
             return iter((Entered(path, real),))
         return iter((Subdirectory(path),))
 
