@@ -271,6 +271,25 @@ def test_a_link_into_another_splits_folder_is_reported_and_not_entered(tmp_path)
     assert [item.path for item in listed if isinstance(item, Unlisted)] == [str(link)]
 
 
+def test_a_det_folder_linked_to_another_splits_is_reported_not_called_unannotated(tmp_path):
+    # train/sib -> ../val/a was refused as "has no annotation folder", a build's wrong reason:
+    # the listing reports the link as another split's folder and never enters it.
+    root = tmp_path / "tree"
+    for split in ("train", "val"):
+        for i in range(2):
+            stem = f"a/{split}{i}"
+            ilsvrc_image(root, split, stem, jpeg_bytes(), voc_xml([("n01", 1, 1, 20, 20)]))
+    link = root / "Data/DET/train/sib"
+    os.symlink(root / "Data/DET/val/a", link)
+    os.symlink(root / "Data/DET/val/a", root / "Data/DET/train/a/inner")  # a level down
+    info = build(root, tmp_path / "out")
+    assert (info.splits["train"].num_examples, info.splits["validation"].num_examples) == (2, 2)
+    assert sorted((d["path"], d["reason"]) for d in dead_letters(tmp_path / "out")) == [
+        (str(root / "Data/DET/train/a/inner"), "directory_visited_twice"),
+        (str(link), "directory_visited_twice"),
+    ]
+
+
 def test_jfif_files_are_images(tmp_path):
     # Browsers save JPEGs as .jfif: they were reported as not_an_image_file and left out.
     root = tmp_path / "tree"

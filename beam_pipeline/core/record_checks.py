@@ -1,11 +1,12 @@
 """What `verify` checks in each record of a shard (`check_example`).
 
 The record is an Example with every schema key of the build's schema version, of the right kind
-and length, and no other key; its label agrees with its one-hot (label -1 and no one-hot in an
-unlabelled split), its class text with the build's metadata; its object lists (boxes, classes,
-flags and, from schema 2.1, views) are as long as each other, their boxes inside [0, 1], their
-labels in the vocabulary; its image is a 3-channel JPEG that decodes as RGB at the recorded
-size, in Pillow and in libjpeg-turbo strictly, whose SHA-256 is the record's key. `Tally`
+and length, and no other key; its names and class texts UTF-8; its label agrees with its
+one-hot (label -1 and no one-hot in an unlabelled split), its class text with the build's
+metadata; its object lists (boxes, classes, flags and, from schema 2.1, views) are as long as
+each other, their boxes inside [0, 1], their labels in the vocabulary; its image is a 3-channel
+JPEG that decodes as RGB at the recorded size, in Pillow and in libjpeg-turbo strictly, whose
+SHA-256 is the record's key. `Tally`
 counts what the metadata counts of a split (labels, objects per image, sizes, file names), for
 `check_tallies` to hold the metadata's figures against.
 """
@@ -65,6 +66,7 @@ def check_example(
         tally.add(values)
     return (
         problem
+        or _check_text(values)
         or _check_label(values, num_classes, labelled)
         or _check_objects(values, num_classes)
         or _check_class_text(values, num_classes, classes)
@@ -101,6 +103,21 @@ def _feature_values(
         if length is not None and len(values[spec.key]) != length:
             return values, f"{spec.key} has {len(values[spec.key])} values, expected {length}"
     return values, None
+
+
+# The text a build writes (its paths are UTF-8, `undecodable_path` refuses others; XML is text),
+# which readers decode: a name that is not UTF-8 is a record someone else wrote or damaged.
+_TEXT_KEYS = (F.FILENAME, F.SOURCE_ID, F.LABEL_TEXT, F.OBJECT_TEXT, F.OBJECT_VIEW)
+
+
+def _check_text(values: dict[str, list[Any]]) -> str | None:
+    for key in _TEXT_KEYS:
+        for value in values.get(key, ()):
+            try:
+                value.decode("utf-8")
+            except UnicodeDecodeError:
+                return f"{key} {value[:40]!r} is not UTF-8 text"
+    return None
 
 
 def _check_label(values: dict[str, list[Any]], num_classes: int, labelled: bool) -> str | None:

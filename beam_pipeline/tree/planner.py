@@ -262,18 +262,19 @@ def _det_folders(
 ) -> list[tuple[str, str]]:
     """(image folder, its missing annotation folder) for the folders of an annotated DET split,
     two levels down (`ILSVRC2014_train_0000`, `ILSVRC2013_train/n01443537`). Not one:
-    ImageNet's own negatives (`ILSVRC2013_train_extra*`), nor a link to a folder of the split
-    itself or to one above it, which the listing never enters."""
+    ImageNet's own negatives (`ILSVRC2013_train_extra*`), nor a link to a folder of this split,
+    of another (`train/sib -> ../val`) or above them, which the listing reports, never enters."""
     missing = []
+    splits = posixpath.dirname(image_dir.rstrip("/"))
     for name in subdirectories(image_dir):
         images, annotations = join(image_dir, name), join(annotation_dir, name)
-        if _links_into(images, image_dir) or _DET_NEGATIVES.fullmatch(name):
+        if _links_into(images, splits) or _DET_NEGATIVES.fullmatch(name):
             continue
         if not is_directory(annotations):
             missing.append((images, annotations))
             continue
         for inner in subdirectories(images):
-            if not _links_into(join(images, inner), image_dir) and not is_directory(
+            if not _links_into(join(images, inner), splits) and not is_directory(
                 join(annotations, inner)
             ):
                 missing.append((join(images, inner), join(annotations, inner)))
