@@ -24,6 +24,7 @@ from loaders.info import (
     BuildInfo,
     CorruptDatasetError,
     IncompleteDatasetError,
+    UnknownSplitError,
     dataset_info,
     renamed,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "CorruptDatasetError",
     "IncompleteDatasetError",
     "ReadConfig",
+    "UnknownSplitError",
     "dataset_info",
     "load_dataset",
     "normalization_layer",

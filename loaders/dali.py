@@ -44,9 +44,9 @@ import numpy as np
 from loaders.config import ReadConfig
 from loaders.dali_graph import DaliSettings, dali_pipeline
 from loaders.dali_index import epoch_check, shard_indexes
-from loaders.info import BuildInfo, CorruptDatasetError, data_path, dataset_info
+from loaders.info import BuildInfo, CorruptDatasetError, data_path, dataset_info, keras_habits
 from loaders.reader import check_shards
-from loaders.spec import LoadSpec, keras_habits
+from loaders.spec import LoadSpec
 
 LABEL_MODES = ("one_hot", "categorical", "int", "binary", None)
 

@@ -21,11 +21,11 @@ import weakref
 import tensorflow as tf
 
 from loaders.config import ReadConfig, tf_data_value
-from loaders.info import data_path, dataset_info
+from loaders.info import data_path, dataset_info, keras_habits
 from loaders.jpeg_scale import may_scale, scaling_hint
 from loaders.parser import RecordParser
 from loaders.reader import SplitRecords, read_records
-from loaders.spec import SEEDS, LoadSpec, keras_habits
+from loaders.spec import SEEDS, LoadSpec
 from schemas import DEAD_LETTER_FILE
 from schemas.paths import is_local
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import inspect
 import os
 import warnings
 from collections.abc import Iterator, Mapping
@@ -33,6 +35,14 @@ class IncompleteDatasetError(NoBuildError):
 
 class CorruptDatasetError(ValueError):
     """A committed build whose shards no longer match its build_info.json."""
+
+
+class UnknownSplitError(KeyError):
+    """A split the build does not have (a KeyError, as TFDS's; its text printed as written,
+    not as KeyError's quoted repr)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,13 +147,20 @@ class BuildInfo:
                     "train+validation are tfds.load's: the build is a TFDS dataset; or build "
                     "without --validation_split to train on every image)"
                 )
+            elif name.lower() == "both" and "train" in self.info.splits:
+                hint = '; load "train" and "validation" one at a time (Keras\'s subset="both")'
+            elif name == "test":
+                hint = "; hold one out at build time with --test_split 0.1"
             elif any(mark in name for mark in "[%"):  # TFDS's slicing: "train[:10%]"
                 hint = (
-                    "; the loader reads whole splits (TFDS's slices such as train[:10%] are "
-                    "tfds.load's: the build is a TFDS dataset), or take n batches of one with "
-                    "dataset.take(n)"
+                    "; the loader reads whole splits (TFDS's slices such as train[:10%], the "
+                    "same images every epoch, are tfds.load's: the build is a TFDS dataset); "
+                    "dataset.take(n) takes n batches, other images each epoch with "
+                    "training=True"
                 )
-            raise KeyError(f"{self.data_dir} has no split {name!r}; it has {names}{hint}") from None
+            raise UnknownSplitError(
+                f"{self.data_dir} has no split {name!r}; it has {names}{hint}"
+            ) from None
 
     def num_examples(self, split: str) -> int:
         return self.split(split).num_examples
@@ -172,7 +189,7 @@ class BuildInfo:
           ValueError: the split is unlabelled, so it has no class counts to balance.
         """
         if split not in self.info.splits:
-            raise KeyError(
+            raise UnknownSplitError(
                 f"class_weight(split={split!r}): {self.data_dir} has no split {split!r}; it has "
                 f"{tuple(sorted(self.info.splits))}: pass the split to balance"
             )
@@ -223,6 +240,60 @@ def data_path(data_dir: str | os.PathLike) -> str:
     return os.path.expanduser(path) if path.startswith("~") else path
 
 
+# Keyword arguments of Keras's `image_dataset_from_directory` and TFDS's `tfds.load` that the
+# loaders do not take, and what does their work here (docs/coming-from-keras-and-tfds.md).
+HABITS = {
+    "shuffle": "training=True shuffles the shards and records (and augments)",
+    "shuffle_files": "training=True shuffles the shards and records (and augments)",
+    "validation_split": "hold a split out at build time (--validation_split 0.2), then load "
+    'split="validation"',
+    "subset": 'load split="train" or split="validation" (--validation_split at build time)',
+    "labels": "the build's classes are the labels (labels=None: label_mode=None here)",
+    "class_names": "the build's classes are the labels: dataset_info(data_dir).class_names; "
+    "--labels_file at build time chooses them and their order",
+    "read_config": "config=ReadConfig(...) holds the reading options",
+    "decoders": "images are decoded as RGB JPEGs; config=ReadConfig(...) holds the options",
+    "color_mode": "images are RGB, 3 channels",
+    "crop_to_aspect_ratio": "config=ReadConfig(eval_central_crop=0.875) crops the centre",
+    "interpolation": "images are resized bilinearly",
+    "as_supervised": "(images, labels) is the default",
+    "with_info": "dataset_info(data_dir) gives the build's metadata",
+    "directory": "the first argument, data_dir, is the build's directory",
+    "follow_links": "the build follows a class folder's links (the tree is read at build time)",
+    "pad_to_aspect_ratio": "evaluation resizes the whole image (no padding); "
+    "config=ReadConfig(eval_central_crop=0.875) crops the centre",
+    "verbose": "the build reports what it found (its summary and rejected.jsonl)",
+    "download": "a build is read where it is (a local directory or gs://): nothing is downloaded",
+}
+
+
+def keras_habits(function):
+    """`function` (a loader) refusing a keyword argument of Keras's or TFDS's (`HABITS`) that it
+    does not take with what does its work here; Python's TypeError for any other."""
+    signature = inspect.signature(function)
+
+    @functools.wraps(function)
+    def checked(*args, **kwargs):
+        if args and "data_dir" in kwargs:  # tfds.load(name, split=..., data_dir=...)
+            raise TypeError(
+                f"{function.__name__}() got {args[0]!r} and data_dir={kwargs['data_dir']!r}: "
+                "its first argument is the build's directory, the folder of build_info.json "
+                f"(TFDS's data_dir holds datasets by name): {function.__name__}(data_dir"
+                f"{', split, ...' if 'split' in signature.parameters else ''}) "
+                "(docs/coming-from-keras-and-tfds.md)"
+            )
+        habit = next((k for k in kwargs if k in HABITS and k not in signature.parameters), None)
+        if habit is not None:
+            raise TypeError(
+                f"{function.__name__}() got an unexpected keyword argument {habit!r} (Keras's "
+                f"or TFDS's): {HABITS[habit]} (docs/coming-from-keras-and-tfds.md)"
+            )
+        return function(*args, **kwargs)  # (any other mistake: Python's own TypeError)
+
+    return checked
+
+
+@keras_habits
 def dataset_info(data_dir: str | os.PathLike) -> BuildInfo:
     """Reads `data_dir/build_info.json` (local or gs://), or a schema 1.x build's metadata.
 

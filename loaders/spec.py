@@ -9,8 +9,6 @@ spelled, checked and documented here alone.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import inspect
 import json
 import os
 from typing import Any
@@ -330,52 +328,3 @@ def _gibs(needed: int, memory: int) -> tuple[str, str]:
             return texts
         texts = f"{needed / 2**30:,.{digits}f} GiB", f"{memory / 2**30:,.{digits}f} GiB"
     return texts if texts[0] != texts[1] else (f"{needed:,} bytes", f"{memory:,} bytes")
-
-
-# Keyword arguments of Keras's `image_dataset_from_directory` and TFDS's `tfds.load` that the
-# loaders do not take, and what does their work here (docs/coming-from-keras-and-tfds.md).
-HABITS = {
-    "shuffle": "training=True shuffles the shards and records (and augments)",
-    "shuffle_files": "training=True shuffles the shards and records (and augments)",
-    "validation_split": "hold a split out at build time (--validation_split 0.2), then load "
-    'split="validation"',
-    "subset": 'load split="train" or split="validation" (--validation_split at build time)',
-    "labels": "the build's classes are the labels (labels=None: label_mode=None here)",
-    "class_names": "the build's classes are the labels: dataset_info(data_dir).class_names",
-    "color_mode": "images are RGB, 3 channels",
-    "crop_to_aspect_ratio": "config=ReadConfig(eval_central_crop=0.875) crops the centre",
-    "interpolation": "images are resized bilinearly",
-    "as_supervised": "(images, labels) is the default",
-    "with_info": "dataset_info(data_dir) gives the build's metadata",
-    "directory": "the first argument, data_dir, is the build's directory",
-    "follow_links": "the build follows a class folder's links (the tree is read at build time)",
-    "pad_to_aspect_ratio": "evaluation resizes the whole image (no padding); "
-    "config=ReadConfig(eval_central_crop=0.875) crops the centre",
-    "verbose": "the build reports what it found (its summary and rejected.jsonl)",
-    "download": "a build is read where it is (a local directory or gs://): nothing is downloaded",
-}
-
-
-def keras_habits(function):
-    """`function` (a loader) refusing a keyword argument of Keras's or TFDS's (`HABITS`) that it
-    does not take with what does its work here; Python's TypeError for any other."""
-    signature = inspect.signature(function)
-
-    @functools.wraps(function)
-    def checked(*args, **kwargs):
-        if args and "data_dir" in kwargs:  # tfds.load(name, split=..., data_dir=...)
-            raise TypeError(
-                f"{function.__name__}() got {args[0]!r} and data_dir={kwargs['data_dir']!r}: "
-                "its first argument is the build's directory, the folder of build_info.json "
-                f"(TFDS's data_dir holds datasets by name): {function.__name__}(data_dir, "
-                "split, ...) (docs/coming-from-keras-and-tfds.md)"
-            )
-        habit = next((k for k in kwargs if k in HABITS and k not in signature.parameters), None)
-        if habit is not None:
-            raise TypeError(
-                f"{function.__name__}() got an unexpected keyword argument {habit!r} (Keras's "
-                f"or TFDS's): {HABITS[habit]} (docs/coming-from-keras-and-tfds.md)"
-            )
-        return function(*args, **kwargs)  # (any other mistake: Python's own TypeError)
-
-    return checked

@@ -912,7 +912,7 @@ def test_voc_trainval_gives_the_classes_when_train_is_not_built(tmp_path, capsys
     write(year / "Annotations/b.xml", voc_xml([("cat", 1, 1, 30, 30), ("dog", 1, 1, 9, 9)]))
     argv = ["--input_dir", str(year), "--output_dir", str(tmp_path / "out")]
     assert build_tool.main([*argv, "--splits", "trainval,test"]) == 0
-    assert f"ds = load_dataset('{tmp_path / 'out'}', 'trainval', batch_size=2)" in (
+    assert f"ds = load_dataset('{tmp_path / 'out'}', 'trainval', batch_size=2, training=True)" in (
         capsys.readouterr().out
     )
     assert json.loads((tmp_path / "out" / BUILD_INFO_FILE).read_text())["classes"] == [

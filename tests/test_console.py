@@ -213,7 +213,7 @@ def test_a_good_build_prints_a_short_summary_naming_the_output(small_tree, tmp_p
     ]
     assert (
         "\nload it:\n  from loaders import load_dataset\n"
-        f"  ds = load_dataset('{out}', 'train', batch_size=32)\n"
+        f"  ds = load_dataset('{out}', 'train', batch_size=32, training=True)\n"
     ) in result.stdout
     assert lines[-2:] == ["full log:", f"  {log}"]  # a test's log path is wider than a line
     for noise in ("INFO", "WARNING", "Traceback", "apitools", "sdk_worker"):

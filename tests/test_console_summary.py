@@ -126,7 +126,7 @@ def test_every_summary_line_of_an_imagenet_build_fits_80_columns(monkeypatch, ho
         f"  {out}/rejected.jsonl",
         "load it:",
         "  from loaders import load_dataset",
-        "  ds = load_dataset('sample_data/out', 'train', batch_size=32)",
+        "  ds = load_dataset('sample_data/out', 'train', batch_size=32, training=True)",
         f"full log: {LOG}",
     ]
 
@@ -150,7 +150,7 @@ def test_the_bundled_sample_build_fits_80_columns(home, monkeypatch, capsys):
     assert build_tool.main([*argv, "--num_shards", "train=4,val=2"]) == 0
     text = capsys.readouterr().out
     assert max(widths(text)) <= 80, text
-    assert "  ds = load_dataset('sample_data/out', 'train', batch_size=32)\n" in text
+    assert "  ds = load_dataset('sample_data/out', 'train', batch_size=32, training=True)\n" in text
     assert sentence(text).startswith(
         f"Built {clone}/sample_data/out from {clone}/sample_data/tree (ilsvrc_det): "
         "1,250 examples in "

@@ -320,7 +320,10 @@ def test_the_summary_says_where_labels_came_from(tmp_path, capsys):
     printed = capsys.readouterr().out
     rows = {line.split()[0]: line.split(None, 6) for line in summary_rows(printed)}
     # The line that loads it never asks for a batch larger than the split.
-    assert f"ds = load_dataset('{tmp_path / 'out'}', 'train', batch_size=4)\n" in printed
+    assert (
+        f"ds = load_dataset('{tmp_path / 'out'}', 'train', batch_size=4, training=True)\n"
+        in printed
+    )
     # split, examples, shards, size (number, unit), rejected, labels
     assert rows["train"][:3] + rows["train"][5:] == [
         "train",

@@ -790,11 +790,17 @@ def test_a_leading_tilde_is_the_home_directory_and_val_is_named_validation(built
     )
     with pytest.raises(KeyError) as error:  # TFDS's habit
         load_dataset(path, "train[:10%]", batch_size=5)
-    assert error.value.args[0] == (
+    # (take(n) was offered as a slice: with training=True its batches differ every epoch)
+    assert str(error.value) == (
         f"{built} has no split 'train[:10%]'; it has ('train', 'validation'); the loader reads "
-        "whole splits (TFDS's slices such as train[:10%] are tfds.load's: the build is a TFDS "
-        "dataset), or take n batches of one with dataset.take(n)"
-    )
+        "whole splits (TFDS's slices such as train[:10%], the same images every epoch, are "
+        "tfds.load's: the build is a TFDS dataset); dataset.take(n) takes n batches, other "
+        "images each epoch with training=True"
+    )  # (str(), not KeyError's repr: its quotes came out as \')
+    with pytest.raises(KeyError, match=r"one at a time \(Keras's subset=\"both\"\)$"):
+        load_dataset(path, "both", batch_size=5)
+    with pytest.raises(KeyError, match=r"'test'; .*; hold one out at build time with --test_"):
+        load_dataset(path, "test", batch_size=5)
     with pytest.raises(TypeError) as error:  # (was AttributeError: no attribute 'lower')
         load_dataset(path, None, batch_size=5)
     assert str(error.value) == (
@@ -916,6 +922,15 @@ def test_tfds_and_keras_calls_are_told_what_does_their_work_here(built):
     )
     with pytest.raises(TypeError, match="'download' \\(Keras's or TFDS's\\): a build is read"):
         load_dataset(built, "train", batch_size=8, download=False)
+    with pytest.raises(TypeError, match=r"'read_config' .*: config=ReadConfig"):
+        load_dataset(built, "train", batch_size=8, read_config=None)
+    with pytest.raises(TypeError) as error:  # (was Python's "got multiple values")
+        dataset_info("class_folders", data_dir=built)
+    assert str(error.value).endswith(
+        ": dataset_info(data_dir) (docs/coming-from-keras-and-tfds.md)"
+    )
+    with pytest.raises(TypeError, match=r"'class_names' .*--labels_file at build time"):
+        load_dataset(built, "train", batch_size=8, class_names=["a"])
     with pytest.raises(KeyError) as error:
         load_dataset(built, "train+validation", batch_size=8)
     assert error.value.args[0].endswith(

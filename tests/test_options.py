@@ -367,6 +367,18 @@ def test_beam_options_pass_through_and_the_project_flags_stay_out_of_beam():
             "unknown flag --frobnicate; `python -m beam_pipeline build --help` lists",
         ),
         (["stray"], "unexpected argument 'stray': every value follows its flag"),
+        # Keras's and TFDS's words (a user trial's): what does their work here.
+        (
+            ["--subset", "training"],
+            "unknown flag --subset (Keras's or TFDS's: a build writes every split: hold one "
+            'out with --validation_split 0.2, then load split="validation")',
+        ),
+        (
+            ["--class_names=a,b"],
+            "unknown flag --class_names (Keras's or TFDS's: --labels_file FILE (one class a "
+            "line) chooses the classes and their order)",
+        ),
+        (["--batch_size", "8"], "unknown flag --batch_size (Keras's or TFDS's: batches are"),
     ],
 )
 def test_an_unknown_flag_is_refused_with_the_closest_known_one(typo, message):

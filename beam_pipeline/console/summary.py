@@ -65,19 +65,23 @@ def human_bytes(num_bytes: int) -> str:
 
 def load_lines(output_dir: str, info: DatasetInfo) -> list[str]:
     """The Python that loads the build's first labelled split (train, or trainval, when
-    there is one): the import, then the call (none for a build without labels). The output
-    is named relative to the working directory when it lies under it (where `run_local.sh`
-    and a training script beside it run), so the call fits a terminal."""
+    there is one, for training): the import, then the call (none for a build without labels).
+    The output is named relative to the working directory when it lies under it (where
+    `run_local.sh` and a training script beside it run), so the call fits a terminal."""
     from beam_pipeline.tree.planner import vocabulary_split
 
     labelled = [name for name, split in info.splits.items() if split.labelled]
     if not labelled:
         return []
-    split = vocabulary_split(labelled) or sorted(labelled)[0]
+    training = vocabulary_split(labelled)
+    split = training or sorted(labelled)[0]
     batch_size = min(32, info.splits[split].num_examples)  # a batch never larger than the split
+    # (training=True shuffles and augments: the line copied as it was trained without either)
+    shuffled = ", training=True" if training else ""
     return [
         "from loaders import load_dataset",
-        f"ds = load_dataset({_from_here(output_dir)!r}, {split!r}, batch_size={batch_size})",
+        f"ds = load_dataset({_from_here(output_dir)!r}, {split!r}, batch_size={batch_size}"
+        f"{shuffled})",
     ]
 
 

@@ -128,6 +128,20 @@ def _parse_known(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     return rest
 
 
+# Keras's `image_dataset_from_directory` and TFDS's arguments given as flags of a build, and what
+# does their work here (docs/coming-from-keras-and-tfds.md).
+FLAG_HABITS = {
+    "--subset": "a build writes every split: hold one out with --validation_split 0.2, then "
+    'load split="validation"',
+    "--class_names": "--labels_file FILE (one class a line) chooses the classes and their order",
+    "--batch_size": "batches are the loader's: load_dataset(OUT, split, batch_size=...)",
+    "--label_mode": "labels are the loader's: load_dataset(OUT, split, label_mode=...)",
+    "--shuffle": "a build always shuffles every split (--seed); load_dataset(training=True) "
+    "shuffles each epoch",
+    "--color_mode": "images are stored as RGB",
+}
+
+
 def _unknown_message(unknown: Sequence[str], known: Sequence[str], ours: Sequence[str] = ()) -> str:
     flags = [token for token in unknown if token.startswith("-")]
     if not flags:
@@ -138,6 +152,9 @@ def _unknown_message(unknown: Sequence[str], known: Sequence[str], ours: Sequenc
     problems = []
     for flag in flags:
         name = flag.split("=", 1)[0]
+        if name in FLAG_HABITS:  # (Keras's or TFDS's word)
+            problems.append(f"{name} (Keras's or TFDS's: {FLAG_HABITS[name]})")
+            continue
         # A flag cut short names the project's one it starts (`--out`: --output_dir, not
         # --layout), where one does.
         close = [k for k in ours if k.startswith(name)] if len(name) > 3 else []
