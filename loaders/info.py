@@ -1,4 +1,5 @@
-"""`dataset_info(data_dir)`: what a build holds, read from its committed metadata."""
+"""`dataset_info(data_dir)`: what a build holds, read from its committed metadata; what the
+loaders answer to Keras's and TFDS's arguments and split names (`keras_habits`)."""
 
 from __future__ import annotations
 

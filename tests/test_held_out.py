@@ -53,6 +53,10 @@ def test_counts_round_each_fraction_and_keep_one_training_image():
     greedy = HoldOut("train", (("validation", 0.5), ("test", 0.4)))
     assert greedy.counts(2) == (1, 0)  # 1 and 1 would leave train none: the last gives back
     assert greedy.counts(3) == (2, 0)  # 1.5 → 2, 1.2 → 1: train keeps 1 of 3
+    # A trial's: halves in decimal that binary puts just below (31.499999999999996) went down.
+    assert HoldOut("train", (("validation", 0.35),)).counts(90) == (32,)
+    assert HoldOut("train", (("validation", 0.58),)).counts(25) == (15,)
+    assert HoldOut("train", (("validation", 0.35),)).counts(89) == (31,)  # 31.15
 
 
 def test_the_division_depends_on_names_and_seed_not_on_order():

@@ -4,8 +4,8 @@ per class, into the splits a tree with only training images lacks.
 The division is a function of the images' file names, their classes and the seed alone: the
 same on every runner, whatever order the images are listed in, and the same in `plan`. Within
 each class (stratum), the images are ordered by SHA-256 of the seed and the file name; the
-first `n * fraction` (rounded half up) go to the first held-out split, the next to the
-second, and the rest stay. Every class keeps at least one training image, so the vocabulary
+first `n * fraction` (in decimal, as the fraction is written; rounded half up) go to the first
+held-out split, the next to the second, and the rest stay. Every class keeps at least one training image, so the vocabulary
 (the classes seen in train) keeps every class; a class with one image keeps it in train.
 """
 
@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import math
 from collections.abc import Iterable, Iterator, Sequence
+from fractions import Fraction
 
 from beam_pipeline.core.entries import IndexEntry
 
@@ -44,7 +45,12 @@ class HoldOut:
     def counts(self, images: int) -> tuple[int, ...]:
         """How many of a class's `images` each held-out split takes: each fraction of them,
         rounded half up, taken back from the last split while train would keep none."""
-        counts = [math.floor(images * fraction + 0.5) for _, fraction in self.fractions]
+        # In decimal, as the fraction was written: in binary 90 * 0.35 is 31.499999999999996,
+        # whose half went down.
+        counts = [
+            math.floor(images * Fraction(repr(fraction)) + Fraction(1, 2))
+            for _, fraction in self.fractions
+        ]
         for index in reversed(range(len(counts))):
             excess = sum(counts) - max(images - 1, 0)
             if excess <= 0:
