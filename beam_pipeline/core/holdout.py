@@ -5,8 +5,9 @@ The division is a function of the images' file names, their classes and the seed
 same on every runner, whatever order the images are listed in, and the same in `plan`. Within
 each class (stratum), the images are ordered by SHA-256 of the seed and the file name; the
 first `n * fraction` (in decimal, as the fraction is written; rounded half up) go to the first
-held-out split, the next to the second, and the rest stay. Every class keeps at least one training image, so the vocabulary
-(the classes seen in train) keeps every class; a class with one image keeps it in train.
+held-out split, the next to the second, and the rest stay. Every class keeps at least one
+training image, so the vocabulary (the classes seen in train) keeps every class; a class with
+one image keeps it in train.
 """
 
 from __future__ import annotations

@@ -41,8 +41,9 @@ def _refuse_unwritable_name(name: str) -> None:
     """ValueError for a class name the build's label files cannot hold as it is: one with a
     line break or another control character, or with a space at an end (labels.txt and TFDS's
     `*.labels.txt` are a name a line, and TFDS strips each: a folder 'dog\nx' made two lines,
-    TFDS named a folder ' cat' 'cat', with exit 0 and `verify` OK)."""
-    controls = [c for c in name if unicodedata.category(c) == "Cc"]
+    TFDS named a folder ' cat' 'cat', with exit 0 and `verify` OK); a lone surrogate, which
+    no UTF-8 file holds, counts as one."""
+    controls = [c for c in name if unicodedata.category(c) in ("Cc", "Cs")]
     if not name or name != name.strip() or controls:
         why = (
             "is empty"
