@@ -39,7 +39,8 @@ fi
 
 # TensorFlow's start-up lines in the training step, none of them an error: INFO lines after its
 # logging starts are hidden by TF_CPP_MIN_LOG_LEVEL=1 (2 would hide warnings too, 3 errors);
-# those printed before it reads that variable (oneDNN's notice, "Could not find cuda drivers")
+# those printed before it reads that variable (oneDNN's notice, "Could not find cuda drivers",
+# TensorFlow 2.16's "Could not find TensorRT")
 # and, where no NVIDIA kernel driver is loaded (no GPU to use), cuInit's failure (an ERROR
 # line) are filtered out of its stderr by pattern. Every other line of stderr passes.
 quiet_tensorflow() {
@@ -47,6 +48,8 @@ quiet_tensorflow() {
     '^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$'
     '^I[0-9]{4} [0-9:.]+ +[0-9]+ port\.cc:[0-9]+\] oneDNN custom operations are on\. '
     '^I[0-9]{4} [0-9:.]+ +[0-9]+ cudart_stub\.cc:[0-9]+\] Could not find cuda drivers on your machine'
+    # TensorFlow 2.16's (the low end setup.py allows), in its older format
+    '^[0-9-]+ [0-9:.]+: W tensorflow/compiler/tf2tensorrt/utils/py_utils\.cc:[0-9]+\] TF-TRT Warning: Could not find TensorRT$'
   )
   if [ ! -e /proc/driver/nvidia/version ]; then
     noise+=('^E[0-9]{4} [0-9:.]+ +[0-9]+ cuda_platform\.cc:[0-9]+\] failed call to cuInit: ')

@@ -211,17 +211,29 @@ def _decode_bmp(encoded: tf.Tensor) -> tf.Tensor:
         return tf.cond(bits == 8, from_palette, lambda: tf.io.decode_bmp(encoded, channels=3))
 
 
+# TensorFlow's decode_image reads WebP from 2.17 on; 2.16 (setup.py allows it) says "Unknown
+# image file format. One of JPEG, PNG, GIF, BMP required".
+_DECODES_WEBP = tuple(int(part) for part in tf.__version__.split(".")[:2]) >= (2, 17)
+
+
 def _on_white(encoded: tf.Tensor) -> tf.Tensor:
     """A non-JPEG's first frame as RGB, its alpha (a PNG's colour key too) over white."""
     png = tf.strings.substr(encoded, 0, 4) == b"\x89PNG"
     bmp = tf.strings.substr(encoded, 0, 2) == b"BM"  # (RGB: a 32-bit BMP's 4th byte is no alpha)
-    image = tf.case(
-        [
-            (png, lambda: _decode_png(encoded)),
-            (bmp, lambda: _decode_bmp(encoded)),
-        ],
-        default=lambda: tf.io.decode_image(encoded, expand_animations=False),
+    padded = tf.strings.join([encoded, b"\0" * 12])  # (substr fails past the end)
+    webp = tf.strings.substr(padded, 8, 4) == b"WEBP"
+    readable = tf.debugging.Assert(
+        tf.logical_or(_DECODES_WEBP, tf.logical_not(webp)),
+        [f"a WebP image, which TensorFlow {tf.__version__}'s decode_image cannot read (2.17 can)"],
     )
+    with tf.control_dependencies([readable]):
+        image = tf.case(
+            [
+                (png, lambda: _decode_png(encoded)),
+                (bmp, lambda: _decode_bmp(encoded)),
+            ],
+            default=lambda: tf.io.decode_image(encoded, expand_animations=False),
+        )
     image = tf.ensure_shape(image, [None, None, None])
     channels = tf.shape(image)[-1]
     colour = tf.cond(
