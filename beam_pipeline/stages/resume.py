@@ -10,9 +10,9 @@ SHA-256; otherwise it is written again. Image bytes themselves are not fingerpri
 changed since the interrupted run is told by its size and its status change time (ctime) from
 the listing (`IndexEntry.changed_ns`): any write, replacement, `chmod` or `chown` sets it, and
 no user can put an old one back (`cp -p` and `touch -r` restore the modification time, which
-rsync and make trust, not the ctime; FAT and exFAT keep no ctime, and Linux reports their
-modification time as it, as some FUSE mounts do: docs/watching-and-crashes.md says so). A
-tree copied elsewhere, rsync -a too, is new to it.
+rsync and make trust, not the ctime; FAT and exFAT keep none, Linux reports another of their
+times for it, as some FUSE mounts do: docs/watching-and-crashes.md says so). A tree copied
+elsewhere, rsync -a too, is new to it.
 A record that cannot be read as one (another version's, a damaged one) counts as absent.
 Finalize deletes the records once the build is committed; `output` owns their directory.
 
