@@ -220,13 +220,13 @@ def _on_white(encoded: tf.Tensor) -> tf.Tensor:
     """A non-JPEG's first frame as RGB, its alpha (a PNG's colour key too) over white."""
     png = tf.strings.substr(encoded, 0, 4) == b"\x89PNG"
     bmp = tf.strings.substr(encoded, 0, 2) == b"BM"  # (RGB: a 32-bit BMP's 4th byte is no alpha)
-    padded = tf.strings.join([encoded, b"\0" * 12])  # (substr fails past the end)
-    webp = tf.strings.substr(padded, 8, 4) == b"WEBP"
-    readable = tf.debugging.Assert(
-        tf.logical_or(_DECODES_WEBP, tf.logical_not(webp)),
-        [f"a WebP image, which TensorFlow {tf.__version__}'s decode_image cannot read (2.17 can)"],
-    )
-    with tf.control_dependencies([readable]):
+    checks = []
+    if not _DECODES_WEBP:
+        padded = tf.strings.join([encoded, b"\0" * 12])  # (substr fails past the end)
+        webp = tf.strings.substr(padded, 8, 4) == b"WEBP"
+        message = f"a WebP image, which TensorFlow {tf.__version__}'s decode_image cannot read"
+        checks.append(tf.debugging.Assert(tf.logical_not(webp), [message + " (2.17 can)"]))
+    with tf.control_dependencies(checks):
         image = tf.case(
             [
                 (png, lambda: _decode_png(encoded)),

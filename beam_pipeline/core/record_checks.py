@@ -6,9 +6,9 @@ one-hot (label -1 and no one-hot in an unlabelled split), its class text with th
 metadata; its object lists (boxes, classes, flags and, from schema 2.1, views) are as long as
 each other, their boxes inside [0, 1], their labels in the vocabulary; its image is a 3-channel
 JPEG that decodes as RGB at the recorded size, in Pillow and in libjpeg-turbo strictly, whose
-SHA-256 is the record's key. `Tally`
-counts what the metadata counts of a split (labels, objects per image, sizes, file names), for
-`check_tallies` to hold the metadata's figures against.
+SHA-256 is the record's key. `Tally` counts what the metadata counts of a split (labels,
+objects per image, sizes, file names), for `check_tallies` to hold the metadata's figures
+against.
 """
 
 from __future__ import annotations
