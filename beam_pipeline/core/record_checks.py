@@ -4,11 +4,11 @@ The record is an Example with every schema key of the build's schema version, of
 and length, and no other key; its names and class texts UTF-8; its label agrees with its
 one-hot (label -1 and no one-hot in an unlabelled split), its class text with the build's
 metadata; its object lists (boxes, classes, flags and, from schema 2.1, views) are as long as
-each other, their boxes inside [0, 1], their labels in the vocabulary; its image is a 3-channel
-JPEG that decodes as RGB at the recorded size, in Pillow and in libjpeg-turbo strictly, whose
-SHA-256 is the record's key. `Tally` counts what the metadata counts of a split (labels,
-objects per image, sizes, file names), for `check_tallies` to hold the metadata's figures
-against.
+each other, their boxes inside [0, 1], their labels in the vocabulary, their texts those of
+their labels; its image is a 3-channel JPEG that decodes as RGB at the recorded size, in Pillow
+and in libjpeg-turbo strictly, whose SHA-256 is the record's key. `Tally` counts what the
+metadata counts of a split (labels, objects per image, sizes, file names), for `check_tallies`
+to hold the metadata's figures against.
 """
 
 from __future__ import annotations
@@ -164,6 +164,14 @@ def _check_class_text(
             f"{F.LABEL_TEXT} is {values[F.LABEL_TEXT][0]!r}, but label {label} is "
             f"{expected!r} in the build's metadata"
         )
+    # (the OD API finds an object's class by its text: a text of another class trains it so)
+    objects = zip(values[F.OBJECT_LABEL], values[F.OBJECT_TEXT], strict=True)  # (lengths checked)
+    for i, (number, text) in enumerate(objects):
+        if text != (name := classes[number].encode("utf-8")):
+            return (
+                f"object {i}'s {F.OBJECT_TEXT} is {text!r}, but its label {number} is {name!r} "
+                "in the build's metadata"
+            )
     return None
 
 
