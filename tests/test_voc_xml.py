@@ -176,3 +176,25 @@ def test_layout_voc_xml_is_taken_as_named_and_stray_files_are_reported(tmp_path)
         "not_an_image_file",
         "not an image or its XML annotation by its name (extension '.txt')",
     )
+
+
+def test_plan_counts_an_exports_xml_without_objects_as_background(tmp_path, capsys):
+    # A trial's: plan said "classes: 2" and left background out of the classes present and
+    # the most frequent, where the build (and plan --json) had 2 background images.
+    from beam_pipeline.tools import plan as plan_tool
+
+    root = roboflow(tmp_path / "export")
+    for number in range(2):
+        write(root / "train" / f"empty{number}.jpg", jpeg_bytes())
+        write(root / "train" / f"empty{number}.xml", voc_xml([], size=(64, 48)))
+    assert plan_tool.main(["--input_dir", str(root)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "classes: 2 (from the classes seen in the train split), plus background"
+    train = lines[lines.index("train (objects):") :]
+    assert train[3:6] == [
+        "  classes present: 3 of 3 (background included)",
+        "  most frequent: background 2, cat 1, dog 1",
+        "  least frequent: cat 1, dog 1, background 2",
+    ]
+    info = build(root, tmp_path / "out")
+    assert info.splits["train"].class_counts == (1, 1, 2)

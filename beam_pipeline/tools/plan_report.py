@@ -134,6 +134,12 @@ def _top(counts: dict[str, int], n: int, reverse: bool) -> str:
     return ", ".join(f"{name} {count}" for name, count in ordered[:n])
 
 
+def _has_background(report: SplitPlanReport) -> bool:
+    """Whether a split can hold background images (`ANNOTATED`: one without XML, or whose XML
+    names no object), or holds some (an export's XML without `<object>`, kind `OBJECTS`)."""
+    return report.kind == ANNOTATED or report.class_counts.get(BACKGROUND, 0) > 0
+
+
 def _image_parts(report: SplitPlanReport) -> str:
     """How a split's images divide (they add up to its count): with XML, without (in a class
     folder or not), and rejected as they were listed (named under `would reject`)."""
@@ -163,7 +169,7 @@ def format_plan(plan: BuildPlan, rejections: int = 20) -> str:
         f"Plan for {plan.input_dir} ({plan.layout}): {plan.files_listed:,} files listed, "
         f"no pixels read{read}, nothing written ({plan.seconds:.1f} s)",
         f"classes: {len(plan.classes):,} (from {plan.vocabulary_source})"
-        + (", plus background" if any(r.kind == ANNOTATED for r in plan.splits.values()) else ""),
+        + (", plus background" if any(map(_has_background, plan.splits.values())) else ""),
         "copies and odd images: not looked for (no pixels read; the build finds them with "
         "--duplicates report)",
     ]
@@ -198,7 +204,7 @@ def _split_lines(report: SplitPlanReport) -> list[str]:
     if report.label_sources:
         lines.append(f"  label sources: {_counts(report.label_sources)}")
     if report.class_counts:
-        lines += _class_lines(report.class_counts, background=report.kind == ANNOTATED)
+        lines += _class_lines(report.class_counts, background=_has_background(report))
     if report.unknown_classes:
         lines.append(f"  unknown classes: {_top(report.unknown_classes, 10, True)}")
     if report.rejected:
@@ -213,8 +219,8 @@ def _split_lines(report: SplitPlanReport) -> list[str]:
 
 def _class_lines(class_counts: dict[str, int], background: bool) -> list[str]:
     """How many classes a split has images of, and its most and least frequent; background
-    among them where the split can have it (`ANNOTATED`: an image without XML, or whose XML
-    names no object; class folders label every image)."""
+    among them where the split can have it (`_has_background`; class folders label every
+    image)."""
     if not background:
         class_counts = {name: n for name, n in class_counts.items() if name != BACKGROUND}
     present = sum(1 for count in class_counts.values() if count)
