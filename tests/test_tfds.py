@@ -29,6 +29,7 @@ from schemas import (
 )
 from schemas import features as F
 from schemas.example_proto import Example
+from schemas.label_map import LABEL_MAP_CSV_FILE
 from schemas.tfds_metadata import TFDS_FILES, TFDS_INFO_FILE, tfds_files, tfds_name
 from schemas.tfrecord import encode_record, read_records
 
@@ -172,8 +173,8 @@ def test_tfds_metadata_describes_only_the_keys_of_the_build_schema():
 
 
 def make_legacy(build_dir, into):
-    """A copy of a build as schema 1.2 wrote it: the metadata in dataset_info.json, no TFDS,
-    records without schema 2.1's image/object/view."""
+    """A copy of a build as schema 1.2 wrote it: the metadata in dataset_info.json, no TFDS, no
+    label_map.csv, records without schema 2.1's image/object/view."""
     shutil.copytree(build_dir, into)
     payload = json.loads((into / BUILD_INFO_FILE).read_text())
     payload["schema_version"] = "1.2.0"
@@ -188,7 +189,7 @@ def make_legacy(build_dir, into):
             path.write_bytes(b"".join(records))
             shard["num_bytes"] = path.stat().st_size
             shard["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
-    for name in TFDS_FILES:
+    for name in (*TFDS_FILES, LABEL_MAP_CSV_FILE):  # (the CSV came with 2.1: verify failed it)
         (into / name).unlink()
     (into / BUILD_INFO_FILE).unlink()
     (into / LEGACY_INFO_FILE).write_text(json.dumps(payload, indent=2) + "\n")
@@ -213,7 +214,8 @@ def test_a_schema_1_build_is_read_verified_and_refused_as_before(built, tree, tm
     assert printed.splitlines() == [
         "OK: 4 shards verified",
         f"note: a build of schema 1.x, whose metadata TFDS cannot read; python -m beam_pipeline "
-        f"upgrade {legacy} adds TFDS's files (shards untouched)",
+        f"upgrade {legacy} adds TFDS's files and the label maps of later builds (shards "
+        "untouched)",
     ]
     with pytest.raises(directory.OutputExistsError, match="already holds a complete build"):
         build(tree, legacy, "--splits", "train,val,test")
@@ -228,7 +230,7 @@ def test_upgrade_makes_a_schema_1_build_a_tfds_dataset_without_touching_a_shard(
     before = shard_digests(legacy)
     assert upgrade.main([str(legacy)]) == 0
     assert capsys.readouterr().out == (
-        f"{legacy}: wrote features.json, image.class.label.labels.txt, "
+        f"{legacy}: wrote label_map.csv, features.json, image.class.label.labels.txt, "
         "image.object.class.label.labels.txt, build_info.json, dataset_info.json (records of "
         f"schema 1.2.0, unchanged); tfds.builder_from_directory('{legacy}') reads it\n"
     )

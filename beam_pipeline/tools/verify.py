@@ -184,45 +184,41 @@ def verify(data_dir: str, workers: int = 1, decode: bool = True) -> tuple[int, l
     return len(shards), problems
 
 
+# The schema whose builds first wrote each label map (a trial's: verify failed intact 1.x builds).
+_SINCE = {LABEL_MAP_FILE: "1.2.0", LABEL_MAP_CSV_FILE: "2.1.0"}
+
+
 def check_class_files(data_dir: str, info: DatasetInfo) -> list[Problem]:
     """Problems with `labels.txt` (line i: class i) and the Object Detection API's label maps:
-    missing (`upgrade` writes the label maps), unreadable, or not the classes of the build's
-    metadata (two classes swapped, a name edited: a reader of the file would name labels
-    wrongly)."""
+    missing (`upgrade` writes the label maps; an older build's, never written, are not),
+    unreadable, or not the classes of the build's metadata (two classes swapped, a name
+    edited: a reader of the file would name labels wrongly)."""
     expected = {
         LABELS_FILE: "".join(name + "\n" for name in info.classes),
         LABEL_MAP_FILE: label_map_text(info.classes, info.display_names),
         LABEL_MAP_CSV_FILE: label_map_csv(info.classes),
     }
-    upgrade_command = f"python -m beam_pipeline upgrade {data_dir}"
-    upgrade = f"delete it and run {upgrade_command}"
-    fixes = {
-        LABELS_FILE: "write it again from the metadata's class list, one class a line",
-        LABEL_MAP_FILE: upgrade,
-        LABEL_MAP_CSV_FILE: upgrade,
-    }
+    upgrade = f"python -m beam_pipeline upgrade {data_dir}"
     problems = []
     for name, text in expected.items():
         path = join(data_dir, name)
+        fix = f"delete it and run {upgrade}"
+        if name == LABELS_FILE:
+            fix = "write it again from the metadata's class list, one class a line"
         if not FileSystems.exists(path):
-            rewrite = fixes[name] if name == LABELS_FILE else f"run {upgrade_command}"
-            problems.append(Problem(name, None, f"missing; {rewrite}"))
+            if version_key(info.schema_version) >= version_key(_SINCE.get(name, "0")):
+                missing = f"missing; {fix.removeprefix('delete it and ')}"
+                problems.append(Problem(name, None, missing))
             continue
         try:
             with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
                 found = stream.read().decode("utf-8", errors="replace")
         except OSError as error:
-            problems.append(Problem(name, None, f"cannot be read: {_why(error)}; {fixes[name]}"))
+            problems.append(Problem(name, None, f"cannot be read: {_why(error)}; {fix}"))
             continue
         if found != text:
-            problems.append(
-                Problem(
-                    name,
-                    None,
-                    f"disagrees with the build's metadata on the classes (a reader of it would "
-                    f"name labels wrongly); {fixes[name]}",
-                )
-            )
+            said = "disagrees with the build's metadata on the classes (a reader of it would "
+            problems.append(Problem(name, None, f"{said}name labels wrongly); {fix}"))
     return problems
 
 
@@ -423,8 +419,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"OK: {plural(num_shards, 'shard')} verified")
     if not FileSystems.exists(join(args.data_dir, BUILD_INFO_FILE)):
         print(
-            f"note: a build of schema 1.x, whose metadata TFDS cannot read; "
-            f"python -m beam_pipeline upgrade {args.data_dir} adds TFDS's files (shards untouched)"
+            f"note: a build of schema 1.x, whose metadata TFDS cannot read; python -m "
+            f"beam_pipeline upgrade {args.data_dir} adds TFDS's files and the label maps of "
+            "later builds (shards untouched)"
         )
     if staged := list_shard_files(args.data_dir, staged=True):
         held = f"{join(args.data_dir, STAGING_DIR)} holds {plural(len(staged), 'shard')} "
