@@ -691,13 +691,14 @@ def test_an_unlabelled_split_is_told_the_fix_of_its_layout():
 
 
 def test_images_in_more_than_one_split_are_one_line():
+    # Ids, as the lists name them: "images" counted an id whose image was missing (a trial's).
     assert shared_note({("train", "validation"): 1}) == (
-        "Note: 1 image is in more than one split (train and validation: 1); each is written "
-        "once in every split that lists it"
+        "Note: 1 image id is listed in more than one split (train and validation: 1); each "
+        "image is written once in every split that lists it"
     )
     assert shared_note({("train", "trainval"): 2_500, ("trainval", "validation"): 7}) == (
-        "Note: 2,507 images are in more than one split (train and trainval: 2,500, trainval and "
-        "validation: 7); each is written once in every split that lists it"
+        "Note: 2,507 image ids are listed in more than one split (train and trainval: 2,500, "
+        "trainval and validation: 7); each image is written once in every split that lists it"
     )
 
 

@@ -101,13 +101,15 @@ def unannotated_note(split: str, annotation_dir: str, layout: str) -> str:
 
 
 def shared_note(shared: Mapping[tuple[str, ...], int]) -> str:
-    """The line saying how many images the build writes in more than one split (VOC lists
-    that overlap), e.g. `Note: 2 images are in more than one split (train and val: 2); ...`."""
+    """The line saying how many image ids VOC's lists put in more than one split (lists that
+    overlap), e.g. `Note: 2 image ids are listed in more than one split (train and val: 2);
+    ...`: ids, as the lists are read before the images are (an id without its image, listed
+    twice, is rejected in each split)."""
     total = sum(shared.values())
     each = ", ".join(f"{' and '.join(splits)}: {count:,}" for splits, count in shared.items())
     return (
-        f"Note: {plural(total, 'image')} {'is' if total == 1 else 'are'} in more than one split "
-        f"({each}); each is written once in every split that lists it"
+        f"Note: {plural(total, 'image id')} {'is' if total == 1 else 'are'} listed in more than "
+        f"one split ({each}); each image is written once in every split that lists it"
     )
 
 
