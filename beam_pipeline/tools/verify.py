@@ -198,17 +198,16 @@ def check_class_files(data_dir: str, info: DatasetInfo) -> list[Problem]:
         LABEL_MAP_FILE: label_map_text(info.classes, info.display_names),
         LABEL_MAP_CSV_FILE: label_map_csv(info.classes),
     }
-    upgrade = f"python -m beam_pipeline upgrade {data_dir}"
+    upgrade = f"run python -m beam_pipeline upgrade {data_dir}"
     problems = []
     for name, text in expected.items():
         path = join(data_dir, name)
-        fix = f"delete it and run {upgrade}"
+        rewrite, fix = upgrade, f"delete it and {upgrade}"
         if name == LABELS_FILE:
-            fix = "write it again from the metadata's class list, one class a line"
+            rewrite = fix = "write it again from the metadata's class list, one class a line"
         if not FileSystems.exists(path):
             if version_key(info.schema_version) >= version_key(_SINCE.get(name, "0")):
-                missing = f"missing; {fix.removeprefix('delete it and ')}"
-                problems.append(Problem(name, None, missing))
+                problems.append(Problem(name, None, f"missing; {rewrite}"))
             continue
         try:
             with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
