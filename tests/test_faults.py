@@ -597,6 +597,19 @@ def test_an_unfinished_build_of_a_version_without_the_mark_is_still_its_own(tree
     assert files(out) == reference
 
 
+def test_a_build_killed_as_it_marked_its_directory_is_rerun(tree, tmp_path):
+    # SIGKILL between writing the mark's temp file and its rename left `.tmp/` holding the mark
+    # alone, and the rerun refused it as files no build wrote (a fresh-clone run's flake).
+    out = tmp_path / "out"
+    argv = ["--input_dir", str(tree), "--output_dir", str(out)]
+    assert build_tool.main(argv) == 0
+    reference = files(out)
+    shutil.rmtree(out)
+    write(out / ".tmp" / f"{directory.OWNER_FILE}.cfff95483fc148478055d20041670c12", b"")
+    assert build_tool.main(argv) == 0
+    assert files(out) == reference
+
+
 def test_a_second_build_into_a_directory_being_written_is_refused(tree, tmp_path, capsys):
     # A build in another process holds the output's lock; the second deletes nothing.
     out = tmp_path / "out"

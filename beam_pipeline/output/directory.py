@@ -224,7 +224,9 @@ def refuse_foreign_files(output_dir: str, *, complete: bool) -> None:
     Other files are never touched, so they do not matter."""
     if complete or FileSystems.exists(join(output_dir, OWNER_FILE)):
         return
-    if _old_build_traces(output_dir):
+    # The mark's own temp file: a build killed as it wrote the mark (before its rename).
+    (marking,) = FileSystems.match([join(output_dir, TEMP_DIR, OWNER_FILE + ".*")], limits=[1])
+    if marking.metadata_list or _old_build_traces(output_dir):
         return
     if foreign := files_a_build_replaces(output_dir):
         shown = first_few(foreign, 4)
