@@ -57,6 +57,16 @@ def test_flags_are_read():
     assert (annotation.objects[0].difficult, annotation.objects[0].truncated) == (True, True)
 
 
+@pytest.mark.parametrize("flags", [(2, 0), (0, -1), (0.5, 0), (0, "1e1")])
+def test_flags_other_than_0_and_1_are_refused(flags):
+    # A 2 or a -1 was read as set: no VOC tool writes them, so which was meant is a guess.
+    xml = voc_xml([("dog", 1, 2, 3, 4, *flags)], size=(10, 10))
+    with pytest.raises(InputError, match=r"object #0 \(dog\): <\w+> is '.+', not 0 or 1"):
+        parse_annotation(xml.encode())
+    (dog,) = parse_annotation(voc_xml([("dog", 1, 2, 3, 4, "1.0", "0e0")]).encode()).objects
+    assert (dog.difficult, dog.truncated) == (True, False)
+
+
 @pytest.mark.parametrize("difficult, truncated", [("True", "false"), ("FALSE", "true")])
 def test_flags_written_as_booleans_are_read(difficult, truncated):
     # Converters that write Python's True/False: the image was rejected as a bad object.

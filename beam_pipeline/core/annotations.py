@@ -254,9 +254,10 @@ def _flag(node: etree._Element, tag: str, where: str) -> bool:
         return False
     if text.lower() in _BOOLEANS:  # some converters write Python's True/False
         return _BOOLEANS[text.lower()]
-    if not _NUMBER.fullmatch(text):  # (float() would take "nan", "1_0" and "١")
-        raise InputError("annotation_bad_object", f"{where}: <{tag}> is {text!r}")
-    return float(text) != 0
+    # (float() would take "nan", "1_0" and "١"); a 2 or a -1 is no VOC flag: which was meant?
+    if not _NUMBER.fullmatch(text) or float(text) not in (0, 1):
+        raise InputError("annotation_bad_object", f"{where}: <{tag}> is {text!r}, not 0 or 1")
+    return float(text) == 1
 
 
 _BOOLEANS = {"true": True, "false": False}
