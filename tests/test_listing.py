@@ -271,20 +271,27 @@ def test_a_link_into_another_splits_folder_is_reported_and_not_entered(tmp_path)
     assert [item.path for item in listed if isinstance(item, Unlisted)] == [str(link)]
 
 
-def test_a_det_folder_linked_to_another_splits_is_reported_not_called_unannotated(tmp_path):
+@pytest.mark.parametrize("splits", [(), ("--splits", "train")])
+def test_a_det_folder_linked_to_another_splits_is_reported_not_called_unannotated(tmp_path, splits):
     # train/sib -> ../val/a was refused as "has no annotation folder", a build's wrong reason:
-    # the listing reports the link as another split's folder and never enters it.
+    # the listing reports the link as another split's folder and never enters it. Its XML's
+    # mirror link was entered: val's XML were reported as train's, one orphan each.
     root = tmp_path / "tree"
     for split in ("train", "val"):
         for i in range(2):
             stem = f"a/{split}{i}"
             ilsvrc_image(root, split, stem, jpeg_bytes(), voc_xml([("n01", 1, 1, 20, 20)]))
-    link = root / "Data/DET/train/sib"
+    link, xml_link = root / "Data/DET/train/sib", root / "Annotations/DET/train/sib"
     os.symlink(root / "Data/DET/val/a", link)
+    os.symlink(root / "Annotations/DET/val/a", xml_link)
     os.symlink(root / "Data/DET/val/a", root / "Data/DET/train/a/inner")  # a level down
-    info = build(root, tmp_path / "out")
-    assert (info.splits["train"].num_examples, info.splits["validation"].num_examples) == (2, 2)
+    info = build(root, tmp_path / "out", *splits)
+    assert info.splits["train"].num_examples == 2
+    assert [s.num_examples for n, s in info.splits.items() if n != "train"] == [2][
+        : 1 - len(splits)
+    ]
     assert sorted((d["path"], d["reason"]) for d in dead_letters(tmp_path / "out")) == [
+        (str(xml_link), "directory_visited_twice"),
         (str(root / "Data/DET/train/a/inner"), "directory_visited_twice"),
         (str(link), "directory_visited_twice"),
     ]

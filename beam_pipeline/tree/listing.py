@@ -164,7 +164,7 @@ def _of_another_split(path: str, real: str, foreign: Sequence[str]) -> Unlisted 
                 path,
                 "directory_visited_twice",
                 f"resolves to {real}, in {other}, another split's folder (a link to it): its "
-                "images are that split's, not listed again",
+                "files are that split's, not listed again",
             )
     return None
 

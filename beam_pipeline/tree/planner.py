@@ -213,20 +213,19 @@ def _apart(plan: DiscoveryPlan) -> DiscoveryPlan:
                 )
     # (a class-folder tree's root may be its one split: the folders beside it are no splits)
     split_folders = [task for task in images if task.directory.rstrip("/") != plan.root]
-    unbuilt = _unbuilt_split_folders(split_folders, set(reals.values()))
-    tasks = tuple(
-        dataclasses.replace(
-            task,
-            foreign=(
-                *(reals[other.directory] for other in images if other is not task),
-                *unbuilt,
-            ),
-        )
-        if task in images
-        else task  # an annotation folder may serve several splits (keys keep them apart)
-        for task in plan.tasks
-    )
-    return dataclasses.replace(plan, tasks=tasks)
+    kinds = [(images, _unbuilt_split_folders(split_folders, set(reals.values())))]
+    if plan.layout in (ILSVRC_DET, ILSVRC_CLS_LOC):  # elsewhere one may serve several splits
+        xml = [t for t in plan.tasks if t.kind == ANNOTATIONS and t.directory in reals]
+        kinds.append((xml, _unbuilt_split_folders(xml, set(reals.values()))))
+    # The other folders of a task's kind: a link into one brings another split's files
+    # (`Annotations/DET/train/sib -> ../val` made val's XML train's orphans).
+    tasks = {id(task): task for task in plan.tasks}
+    for kin, unbuilt in kinds:
+        for task in kin:
+            own, others = reals[task.directory], [reals[o.directory] for o in kin] + unbuilt
+            kept = tuple(real for real in dict.fromkeys(others) if not _nested(real, own))
+            tasks[id(task)] = dataclasses.replace(task, foreign=kept)
+    return dataclasses.replace(plan, tasks=tuple(tasks.values()))
 
 
 def _unbuilt_split_folders(images: Sequence[ListingTask], built: set[str]) -> list[str]:
