@@ -56,6 +56,8 @@ def check_payload(payload: dict[str, Any]) -> None:
     _mapping(_field(payload, "failures", "it"), "failures", _count)
     for key in ("options", "source", "versions"):
         _mapping(_field(payload, key, "it"), key)
+    if "target_shard_bytes" in payload["options"]:  # (a build writes --target_shard_mb in bytes)
+        _size(payload["options"]["target_shard_bytes"], "options.target_shard_bytes")
     for key in _SOURCE_TEXTS:  # (readers use them as paths and names: `show` raised on a bool)
         if key in payload["source"]:
             _string(payload["source"][key], f"source.{key}")
@@ -153,6 +155,13 @@ def _count(value: Any, field: str) -> int:
     """`value`, a non-negative int (not a bool)."""
     if type(value) is not int or not 0 <= value < 2**63:  # (TensorFlow's counts are int64)
         raise PayloadError(_not(field, value, "a count"))
+    return value
+
+
+def _size(value: Any, field: str) -> int:
+    """`value`, a positive int (not a bool, nor a float: NaN, Infinity and 1e9 are no build's)."""
+    if type(value) is not int or value < 1:
+        raise PayloadError(_not(field, value, "a positive count of bytes"))
     return value
 
 

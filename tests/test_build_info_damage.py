@@ -59,6 +59,10 @@ def top(key, value):
     return lambda payload: payload.__setitem__(key, value)
 
 
+def option(key, value):
+    return lambda payload: payload["options"].__setitem__(key, value)
+
+
 def shard(key, value):
     return lambda payload: payload["splits"]["train"]["shards"][0].__setitem__(key, value)
 
@@ -198,6 +202,28 @@ EDITS = {
     "tree path a bool": (
         lambda payload: payload["source"].__setitem__("input_dir", True),
         "source.input_dir is the bool True, not a string",
+    ),
+    # A review's: verify said OK of sizes no build writes (--target_shard_mb in bytes, an int
+    # of at least one byte; json writes NaN and Infinity as it reads them).
+    "shard size NaN": (
+        option("target_shard_bytes", float("nan")),
+        "options.target_shard_bytes is the float nan, not a positive count of bytes",
+    ),
+    "shard size infinite": (
+        option("target_shard_bytes", float("inf")),
+        "options.target_shard_bytes is the float inf, not a positive count of bytes",
+    ),
+    "shard size zero": (
+        option("target_shard_bytes", 0),
+        "options.target_shard_bytes is the int 0, not a positive count of bytes",
+    ),
+    "shard size negative": (
+        option("target_shard_bytes", -134217728),
+        "options.target_shard_bytes is the int -134217728, not a positive count of bytes",
+    ),
+    "shard size a float": (
+        option("target_shard_bytes", 134217728.0),
+        "options.target_shard_bytes is the float 134217728.0, not a positive count of bytes",
     ),
 }
 
