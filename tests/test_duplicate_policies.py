@@ -97,6 +97,62 @@ def test_drop_leaks_drops_the_same_images_on_every_runner(tree, tmp_path):  # no
     assert reported(tmp_path / "many") == NOT_LEAKS
 
 
+def test_verify_refuses_a_report_that_names_an_image_the_build_did_not_store(
+    tree,  # noqa: F811
+    tmp_path,
+    capsys,
+):
+    # verify said OK of a duplicates.jsonl whose group named a file no record holds, or a copy
+    # drop_leaks left out (rejected.jsonl, reason duplicate): a group names stored images only.
+    from beam_pipeline.tools import verify
+
+    built = tmp_path / "out"
+    build(tree, built, *DROP)
+    assert verify.main([str(built), "--workers", "1", "--no_decode"]) == 0
+    capsys.readouterr()
+    fix = "rebuild with --overwrite --duplicates drop_leaks to write the report again"
+
+    def verified(edit_line, edit_counts=None) -> tuple[int, list[str]]:
+        out = shutil.copytree(built, tmp_path / f"edited{len(list(tmp_path.iterdir()))}")
+        lines = [json.loads(line) for line in (out / "duplicates.jsonl").read_text().splitlines()]
+        edit_line(lines)
+        (out / "duplicates.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+        if edit_counts:
+            metadata = json.loads((out / BUILD_INFO_FILE).read_text())
+            edit_counts(metadata["duplicates"])
+            (out / BUILD_INFO_FILE).write_text(json.dumps(metadata))
+        code = verify.main([str(out), "--workers", "1", "--no_decode"])
+        return code, capsys.readouterr().out.splitlines()
+
+    assert reported(built)[0][4] == ["train:train/cat/b.jpg:cat", "train:train/cat/b_crop.jpg:cat"]
+    gone = {"split": "train", "path": "train/cat/b_gone.jpg", "class": "cat"}
+    assert verified(lambda lines: lines[0]["members"].__setitem__(1, gone)) == (
+        1,
+        [
+            "FAIL duplicates.jsonl: line 1 names train/cat/b_gone.jpg of split 'train', which "
+            f"no record of the build holds (a group names only images the build stored); {fix}",
+            "1 problem in 1 file (2 shards checked)",
+        ],
+    )
+    # The clash pair's goat c.jpg given as the goat copy the build dropped: a pair that leaks
+    # (its flag and the leaked count to match), of a member the records do not hold.
+    assert reported(built)[1][4] == ["train:train/cat/c_q60.jpg:cat", "train:train/goat/c.jpg:goat"]
+    dropped_copy = {"split": "validation", "path": "val/goat/d_half.jpg", "class": "goat"}
+
+    def leak(lines):
+        lines[1]["members"][1], lines[1]["leak"] = dropped_copy, True
+
+    assert verified(leak, lambda counts: counts.__setitem__("leaked", {"validation": 1})) == (
+        1,
+        [
+            "FAIL duplicates.jsonl: line 2 names val/goat/d_half.jpg of split 'validation', "
+            "which the build left out (rejected.jsonl, reason duplicate; a group names only "
+            f"images the build stored); {fix}",
+            "1 problem in 1 file (2 shards checked)",
+        ],
+    )
+
+
 def test_fail_stops_the_build_with_the_list_and_resume_drops_them(tree, tmp_path, capsys):  # noqa: F811
     out = tmp_path / "out"
     argv = ["--input_dir", str(tree), "--output_dir", str(out), "--quiet"]

@@ -364,6 +364,45 @@ def test_the_report_is_checked_against_its_counts():
     ]
 
 
+def test_the_members_of_the_report_are_held_against_the_records():
+    # verify said OK of a group that named an image of no record (a report edited, another
+    # build's): a group names only images the build stored.
+    from beam_pipeline.core.record_checks import Tally, name_digest, stored_names
+
+    train = Tally()
+    train.names += name_digest(b"train/a.jpg") + name_digest("train/é.jpg".encode())
+    # validation: a bad record, so its names are not all known; test: not in the build.
+    stored = stored_names({"train": train}, ["train", "validation"])
+    assert stored("train", "train/a.jpg") and stored("train", "train/é.jpg")
+    assert not stored("train", "train/b.jpg") and not stored("train", "train/\ud800.jpg")
+    assert stored("validation", "val/anything.jpg") and not stored("test", "test/a.jpg")
+
+    def group(*members):
+        listed = [{"split": split, "path": path, "class": "cat"} for split, path in members]
+        return {"kind": "exact", "distance": 0, "leak": False, "clash": False, "members": listed}
+
+    lines = [
+        group(("train", "train/a.jpg"), ("train", "train/b.jpg")),
+        {"kind": "exact"},  # (no group: report_problems names it)
+        group(("validation", "val/x.jpg"), ("test", "test/a.jpg"), ("train", "train/c.jpg")),
+    ]
+    rejected = [
+        {"split": "train", "path": "/tree/train/b.jpg", "reason": "truncated_image"},
+        {"split": "test", "path": "/tree/a.xml", "image": "/tree/test/a.jpg", "reason": "x"},
+        {"split": "validation", "path": "/tree/train/c.jpg", "reason": "duplicate"},  # (split)
+    ]
+    stored_only = "a group names only images the build stored"
+    fix = "rebuild with --overwrite --duplicates report to write the report again"
+    assert duplicates.unstored_members(lines, stored, rejected, None) == [
+        "line 1 names train/b.jpg of split 'train', which the build left out (rejected.jsonl, "
+        f"reason truncated_image; {stored_only}); {fix}",
+        "line 3 names test/a.jpg of split 'test', which the build left out (rejected.jsonl, "
+        f"reason x; {stored_only}); {fix}",
+        f"line 3 names train/c.jpg of split 'train', which no record of the build holds "
+        f"({stored_only}); {fix}",
+    ]
+
+
 def test_prints_made_in_runs_are_those_made_at_once_and_hold_no_full_size_pixels():
     # The writer makes a kept JPEG's print in runs after the decodes (cheaper, its small decode
     # held); a converted image's RGB is the stored size, so its print is made at once.

@@ -10,11 +10,11 @@ stores); the record count, byte count and SHA-256 match the metadata. Every bad 
 (shard, record index), with a count per shard. The metadata must agree with itself
 (`check_metadata`) and with the records (`record_checks.check_tallies` and `check_schema`:
 what each split's counts and the schema version say of them), the directory must hold no
-shard of a split that it does not list, and `rejected.jsonl` must account for the rejections
-it counts; TFDS's files must say what `build_info.json` says (a schema 1.x build has none:
-`upgrade` writes them). Exit 0 when all checks, 1 when something does not (a damaged
-`build_info.json` too), 2 without a committed build or for one of a later schema than this
-code's (`refuse_later_schema`).
+shard of a split that it does not list, `rejected.jsonl` must account for the rejections it
+counts and the groups of `duplicates.jsonl` name images of its records; TFDS's files must say
+what `build_info.json` says (a schema 1.x build has none: `upgrade` writes them). Exit 0 when
+all checks, 1 when something does not (a damaged `build_info.json` too), 2 without a committed
+build or for one of a later schema than this code's (`refuse_later_schema`).
 
 The command, the reading of each shard and the checks of the files beside the shards; what is
 checked in each record is `record_checks`'s (`check_example`).
@@ -38,7 +38,13 @@ from apache_beam.io.filesystems import FileSystems
 from beam_pipeline.arguments import parse_once
 from beam_pipeline.console.summary import human_bytes, plural
 from beam_pipeline.core.quality import duplicates, odd_images
-from beam_pipeline.core.record_checks import Tally, check_example, check_schema, check_tallies
+from beam_pipeline.core.record_checks import (
+    Tally,
+    check_example,
+    check_schema,
+    check_tallies,
+    stored_names,
+)
 from beam_pipeline.core.rejections import read_dead_letter
 from beam_pipeline.output.directory import STAGING_DIR, list_shard_files, work_folders
 from beam_pipeline.output.lock import busy_reason
@@ -178,7 +184,7 @@ def verify(data_dir: str, workers: int = 1, decode: bool = True) -> tuple[int, l
     problems += check_stray_shards(data_dir, info, metadata)
     problems += check_rejections(data_dir, info, metadata)
     problems += check_class_files(data_dir, info)
-    problems += check_copies(data_dir, info)
+    problems += check_copies(data_dir, info, tallies)
     if has_build_info:
         problems += check_tfds_metadata(data_dir, info)
     return len(shards), problems
@@ -315,9 +321,10 @@ def _json_lines(data_dir: str, name: str) -> list[dict] | Problem:
     return lines
 
 
-def check_copies(data_dir: str, info: DatasetInfo) -> list[Problem]:
+def check_copies(data_dir: str, info: DatasetInfo, tallies: dict[str, Tally]) -> list[Problem]:
     """`duplicates.jsonl` and `odd_images.jsonl` against the metadata's counts, for a build
-    that looked for copies (`--duplicates`)."""
+    that looked for copies (`--duplicates`); and the members of its groups against the records
+    of the splits `tallies` counts (`duplicates.unstored_members`)."""
     if not info.duplicates:
         return [
             Problem(
@@ -340,6 +347,10 @@ def check_copies(data_dir: str, info: DatasetInfo) -> list[Problem]:
         wrong = duplicates.report_problems(
             found[DUPLICATES_FILE], info.duplicates, vocabulary_split(list(info.splits))
         )
+        read = _json_lines(data_dir, DEAD_LETTER_FILE)  # (what is wrong with it: check_rejections)
+        rejected = read if isinstance(read, list) else []
+        stored, policy = stored_names(tallies, info.splits), info.options.get("duplicates")
+        wrong += duplicates.unstored_members(found[DUPLICATES_FILE], stored, rejected, policy)
         problems += [Problem(DUPLICATES_FILE, None, message) for message in wrong]
     if ODD_IMAGES_FILE in found:
         lines = found[ODD_IMAGES_FILE]

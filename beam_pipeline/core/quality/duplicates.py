@@ -25,7 +25,7 @@ import collections
 import dataclasses
 import json
 import pickle
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -360,6 +360,47 @@ def report_problems(lines: Sequence[Any], recorded: dict, training: str | None) 
             f"build_info.json counts {leaked:,} leaked"
         )
     return problems
+
+
+def unstored_members(
+    lines: Sequence[Any],
+    stored: Callable[[str, str], bool],
+    rejected: Sequence[Any],
+    policy: str | None,
+) -> list[str]:
+    """The members of `duplicates.jsonl`'s parsed `lines` (its groups: `rows`) that are no
+    image of the build, where `stored(split, path)` says whether the split's records hold it.
+    A group names stored images only (the writer keeps the prints of the images it writes: a
+    copy that `drop_leaks` left out is in no group); where `rejected` (the lines of
+    `rejected.jsonl`) names one, the problem says so. `policy`: the build's --duplicates."""
+    problems = []
+    fix = f"rebuild with --overwrite --duplicates {policy or REPORT} to write the report again"
+    for number, line in enumerate(lines, start=1):
+        members = line.get("members") if isinstance(line, dict) else None
+        if not _is_group(line, members):
+            continue  # (report_problems names it)
+        for member in members or ():
+            split, path = member["split"], member["path"]
+            if stored(split, path):
+                continue
+            reason = next((r.get("reason") for r in rejected if _names(r, split, path)), None)
+            which = "no record of the build holds ("
+            if reason is not None:
+                which = f"the build left out (rejected.jsonl, reason {reason}; "
+            problems.append(
+                f"line {number} names {path} of split {split!r}, which {which}a group names "
+                f"only images the build stored); {fix}"
+            )
+    return problems
+
+
+def _names(rejection: Any, split: str, path: str) -> bool:
+    """Whether a line of `rejected.jsonl` names the image `path` (a file name in the tree; the
+    line's `path`, or `image` for an annotation's, is the file's full path) of `split`."""
+    if not isinstance(rejection, dict) or rejection.get("split") != split:
+        return False
+    named = [rejection.get("path"), rejection.get("image")]
+    return any(isinstance(n, str) and (n == path or n.endswith("/" + path)) for n in named)
 
 
 def _is_group(line: Any, members: Any) -> bool:
