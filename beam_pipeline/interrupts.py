@@ -31,11 +31,16 @@ _lost: list[str] = []  # why the build's worker process died, once one has
 _lost_event = threading.Event()
 
 
+_stopped: list[int] = []  # the stopping signal that ended a worker process, the build's not
+
+
 def _on_interrupt(signum, frame):
     if _lost and not _interrupted.is_set():
         raise WorkerLost(_lost[0])
-    if signum in _ignored:  # inherited as ignored (a script's `&` job): stays so, but for
-        return  # `_worker_lost`'s own SIGINT, above
+    if _stopped and not _interrupted.is_set():
+        signum = _stopped[0]  # `_worker_stopped`'s SIGINT, for the worker's signal
+    elif signum in _ignored:  # inherited as ignored (a script's `&` job): stays so, but for
+        return  # `_worker_lost`'s and `_worker_stopped`'s own SIGINT, above
     if not _interrupted.is_set():
         _end_workers_later(_WORKERS_GRACE_S)
     _interrupted.set()
@@ -122,10 +127,14 @@ def _log_thread_failure(args: threading.ExceptHookArgs, *, otherwise) -> None:
         if not _worker_lost(code):  # killed (-9, 137) or failed: no stopping signal is coming
             _log_late_failure(args)
         return
+    build = _within[0]
+    first = ended and stopped and build % 2 and _worker_stopped(code)
     if not _interrupted.wait(_SIGNAL_GRACE_S):
-        if ended and _within[0] % 2 and _worker_lost(code):
+        if first or (ended and not stopped and _within[0] % 2 and _worker_lost(code)):
+            if first:
+                _stop_main_thread(build)
             return
-        if _lost:  # a channel of the lost worker's, closing: the build has said why
+        if _lost or _stopped:  # a channel of the lost worker's, closing: the build said why
             _log_late_failure(args)
             return
         otherwise(args)
@@ -144,13 +153,50 @@ def _worker_lost(code: int) -> bool:
     a second SIGINT raised `WorkerLost` again while the console said the first (a traceback
     on it, 2 of 4 runs of a worker given a SIGTERM)."""
     with _lost_lock:
-        if _lost:
+        if _lost or _stopped:
             return False
         _lost[:] = [_lost_reason(code)]
     _lost_event.set()
     logger.error("%s; stopping the build", _lost[0])
     _end_workers_later(_WORKERS_GRACE_S)
     signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+    return True
+
+
+def _worker_stopped(code: int) -> bool:
+    """Notes a worker process that a stopping signal ended (`code`), for `worker_interrupted`:
+    True the first time. A Ctrl-C reaches the build's main thread too, which may run its
+    handler late on a loaded machine (a build said its worker was lost, and to rerun without
+    --resume); a `kill -INT` of a worker alone never does (`_stop_main_thread`)."""
+    with _lost_lock:
+        if _lost or _stopped or _interrupted.is_set():
+            return False
+        _stopped[:] = [-code if code < 0 else code - 128]
+    logger.warning("A worker process ended by %s", signal.Signals(_stopped[0]).name)
+    _lost_event.set()
+    return True
+
+
+def _stop_main_thread(build: int) -> None:
+    """Interrupts the main thread's `build`, by a SIGINT to it, for the worker's signal
+    (`_on_interrupt`), unless it took the stop meanwhile (`worker_interrupted`) or ended."""
+    with _lost_lock:
+        if _within[0] == build and not _interrupted.is_set():
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+
+def worker_interrupted(wait: float = 0.0) -> bool:
+    """Whether a worker process of the running build was ended by a stopping signal (waiting up
+    to `wait` seconds for the news), which then interrupts the build as that signal would have:
+    for the main thread, whose runner failed on the worker's closed channel first."""
+    _lost_event.wait(wait)
+    with _lost_lock:
+        if not _stopped or _lost:
+            return False
+        if not _interrupted.is_set():
+            _end_workers_later(_WORKERS_GRACE_S)
+        _interrupted.set()
+        _last_signal[:] = _stopped
     return True
 
 
@@ -192,6 +238,7 @@ def interrupts_remembered():
     _last_signal.clear()
     _lost.clear()
     _lost_event.clear()
+    _stopped.clear()
     _within[0] += 1  # a build, told from the one before for `_end_workers_later`
     # A signal the process inherited as ignored (a script's background job: SIGINT) stays
     # ignored, as it was before the handler came (it stopped the build or not by when it came);

@@ -442,6 +442,38 @@ def test_a_lost_worker_stops_the_build_once_whichever_threads_tell_it():
         threading.excepthook = threading.__excepthook__
 
 
+def test_a_worker_a_stopping_signal_ended_interrupts_the_build_even_if_the_build_took_none():
+    # A Ctrl-C whose handler ran late on a loaded machine (a trial's 1 in 20): the runner failed
+    # on the worker's closed channel, and the build said BUILD FAILED, its worker lost, and to
+    # rerun without --resume.
+    import threading
+
+    from beam_pipeline import interrupts
+
+    try:
+        with interrupts.interrupts_remembered():
+            assert not interrupts.worker_interrupted()
+            assert interrupts._worker_stopped(128 + signal.SIGTERM)  # the shell's code for it
+            assert not interrupts._worker_stopped(-signal.SIGINT)  # the first one tells
+            assert interrupts.worker_interrupted() and interrupts.worker_lost() is None
+            assert interrupts.stopping_signal() == signal.SIGTERM
+            with pytest.raises(KeyboardInterrupt):
+                interrupts.refuse_if_interrupted()
+            build = interrupts._within[0]
+            interrupts._stop_main_thread(build)  # taken already: no SIGINT
+            time.sleep(0.2)
+        with interrupts.interrupts_remembered():
+            with pytest.raises(KeyboardInterrupt, match="SIGINT"):  # nobody took it: woken
+                assert interrupts._worker_stopped(-signal.SIGINT)
+                interrupts._stop_main_thread(interrupts._within[0])
+                time.sleep(5)
+            assert interrupts.stopping_signal() == signal.SIGINT
+        interrupts._stop_main_thread(build)  # a build that ended is not stopped
+        time.sleep(0.2)
+    finally:
+        threading.excepthook = threading.__excepthook__
+
+
 def test_an_inherited_ignored_sigint_stays_ignored_and_an_early_one_is_one_line(
     monkeypatch, capsys
 ):

@@ -17,7 +17,12 @@ from beam_pipeline import failures
 from beam_pipeline.console import build_console as console
 from beam_pipeline.console import summary, tree_notes
 from beam_pipeline.failures import WorkerLost
-from beam_pipeline.interrupts import interrupts_remembered, stopping_signal, worker_lost
+from beam_pipeline.interrupts import (
+    interrupts_remembered,
+    stopping_signal,
+    worker_interrupted,
+    worker_lost,
+)
 from beam_pipeline.output.readback import rejections_by_split
 
 if TYPE_CHECKING:
@@ -166,12 +171,13 @@ def _execute(
                 live.finish()
         return info
     except (KeyboardInterrupt, Exception) as error:
-        # Ctrl-C reaches an in-process build inside a DoFn, which the runner re-raises wrapped.
-        if failures.was_interrupted(error):
+        # Ctrl-C reaches an in-process build inside a DoFn, which the runner re-raises wrapped;
+        # a worker process ended by it can fail the runner first, on its closed channel.
+        if failures.was_interrupted(error) or worker_interrupted(wait=1.0):
             left = _what_is_left(output_dir, before, interrupted=True)
             assert left is not None  # an interrupted build always says what it left
             return _interrupted(out, error, left)
-        lost = worker_lost(wait=1.0)  # the runner may have failed first, on a closed channel
+        lost = worker_lost()  # (waited for above: the runner may fail first, as there)
         if lost is not None and _whole_after_commit(output_dir, before):
             logger.warning("After the commit marker was written: %s; the build is whole", lost)
             return read_build_info(output_dir)
