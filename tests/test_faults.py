@@ -558,6 +558,56 @@ def test_resume_writes_again_the_shard_of_an_image_replaced_by_one_of_its_size_a
     assert built_files(out) == built_files(reference)
 
 
+@pytest.mark.parametrize("swap", ["links", "folders"])
+def test_resume_writes_again_a_shard_whose_path_leads_to_another_file_of_its_size_and_time(
+    tmp_path, monkeypatch, swap
+):
+    # A trial's: a link pointed at another picture, or two class folders swapped by renames,
+    # sets no file's time; written in one burst, files of one size share their ctime. The
+    # resumed build kept the shard, each record the other class's picture, and verify said OK.
+    import io
+
+    from PIL import Image
+
+    root, out, reference = tmp_path / "tree", tmp_path / "out", tmp_path / "reference"
+    store = tmp_path / "store" if swap == "links" else root
+    paths = [store / f"{c}/{i}.bmp" for c in ("cat", "dog") for i in range(2)]
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    pictures = []
+    for number in range(4):
+        stream = io.BytesIO()
+        Image.new("RGB", (32, 32), (60 * number, 40, 200 - 40 * number)).save(stream, "BMP")
+        pictures.append(stream.getvalue())
+    for path, data in zip(
+        paths, pictures, strict=True
+    ):  # one burst, no stat between: one coarse ctime
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        os.write(fd, data)
+        os.close(fd)
+    if len({path.stat().st_ctime_ns for path in paths}) > 1:
+        pytest.skip("this file system gave the four files different ctimes")
+    if swap == "links":
+        for path in paths:
+            (root / path.relative_to(store)).parent.mkdir(parents=True, exist_ok=True)
+            (root / path.relative_to(store)).symlink_to(path)
+    monkeypatch.setattr(commit, "commit", lambda *a, **k: sys.exit("stopped before the commit"))
+    with pytest.raises(SystemExit):
+        build(root, out)
+    monkeypatch.undo()
+    if swap == "links":  # cat/0.bmp <-> dog/0.bmp
+        for name, target in (("cat/0.bmp", "dog/0.bmp"), ("dog/0.bmp", "cat/0.bmp")):
+            (root / name).unlink()
+            (root / name).symlink_to(store / target)
+    else:
+        (root / "cat").rename(root / "was_cat")
+        (root / "dog").rename(root / "cat")
+        (root / "was_cat").rename(root / "dog")
+    build(root, out, "--resume")
+    build(root, reference)
+    assert built_files(out) == built_files(reference)
+
+
 FOREIGN = {
     "coco-00000-of-00004.tfrecord": b"another dataset's shard",
     "train-00000-of-00001.tfrecord": b"someone's shard",

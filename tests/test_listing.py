@@ -12,6 +12,7 @@ from beam_pipeline.tree.listing import (
     Listed,
     Subdirectory,
     Unlisted,
+    file_version,
     list_directory,
     list_tree,
     walk_subtree,
@@ -20,15 +21,15 @@ from schemas import features as F
 
 
 def listed(path) -> Listed:
-    return Listed(str(path), path.stat().st_size, path.stat().st_mtime_ns)
+    return Listed(str(path), path.stat().st_size, file_version(path.stat()))
 
 
 def test_lists_files_in_path_order_with_sizes_and_times(tmp_path):
     write(tmp_path / "b" / "2.JPEG", b"12")
     write(tmp_path / "a.JPEG", b"1")
     assert list(list_tree(str(tmp_path))) == [
-        Listed(str(tmp_path / "a.JPEG"), 1, (tmp_path / "a.JPEG").stat().st_mtime_ns),
-        Listed(str(tmp_path / "b" / "2.JPEG"), 2, (tmp_path / "b" / "2.JPEG").stat().st_mtime_ns),
+        listed(tmp_path / "a.JPEG"),
+        listed(tmp_path / "b" / "2.JPEG"),
     ]
     assert list(list_tree(str(tmp_path / "missing"))) == []
 

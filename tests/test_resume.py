@@ -20,9 +20,9 @@ SHARD = "train-00000-of-00002.tfrecord"
 DATA = b"the shard's bytes"
 
 
-def member(rank, stem, label=0, changed_ns=0):
+def member(rank, stem, label=0, file_version=0):
     entry = IndexEntry(
-        "train", f"train/{stem}", f"Data/{stem}.JPEG", None, None, 1000 + rank, changed_ns
+        "train", f"train/{stem}", f"Data/{stem}.JPEG", None, None, 1000 + rank, file_version
     )
     objects = (AnnotatedObject("cat", Box(1, 2, 30, 40), False, False),)
     return rank, LabelledEntry(entry, Annotation(64, 48, objects), label, (0,), "xml")
@@ -54,7 +54,7 @@ def fingerprint(**changes):
         {"members": [member(0, "a"), member(1, "b", label=1)]},
         {"members": [member(0, "a"), member(2, "b", label=2)]},
         # An image replaced since by one of the same size: its modification time tells.
-        {"members": [member(0, "a"), member(1, "b", label=2, changed_ns=1)]},
+        {"members": [member(0, "a"), member(1, "b", label=2, file_version=1)]},
         {"vocabulary": Vocabulary(("cat", "dog", "eel"))},
         {"policy": ImagePolicy(jpeg_quality=90)},
     ],

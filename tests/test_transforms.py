@@ -31,6 +31,7 @@ from beam_pipeline.stages.writing import AssignShards, WriteShards, rank_members
 from beam_pipeline.tree import layouts, planner
 from beam_pipeline.tree.fileio import has_files, match, read_ahead, read_file
 from beam_pipeline.tree.layouts import TreeAccess
+from beam_pipeline.tree.listing import file_version
 
 TARGET = sharding.DEFAULT_TARGET_SHARD_BYTES
 
@@ -151,7 +152,7 @@ def test_discover_images_pairs_files_and_reports_strays(tmp_path):
         str(tmp_path), layouts.ILSVRC_DET, ("train",), TreeAccess(has_files, match, None)
     )
     root = str(tmp_path)
-    modified = {k: (tmp_path / f"Data/DET/train/s/{k}.JPEG").stat().st_mtime_ns for k in "ab"}
+    modified = {k: file_version((tmp_path / f"Data/DET/train/s/{k}.JPEG").stat()) for k in "ab"}
     with TestPipeline() as p:
         entries, rejected = p | DiscoverImages(plan)
         assert_that(

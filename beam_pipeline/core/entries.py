@@ -23,11 +23,13 @@ class FileRef:
       split: the output split the file's directory belongs to, or "" when a split list decides.
       num_bytes: file size from the listing.
       folder_class: class named by the file's synset folder (ILSVRC CLS-LOC train), or None.
-      changed_ns: when the file last changed, in nanoseconds (0: not known), from the
-        listing: a local file's status change time (ctime: set by every write, replacement,
-        `chmod` or `chown`, and by no user: a `cp -p` or `touch -r` that puts an old
-        modification time back sets it), an object's update time. Output bytes never depend on
-        it; `--resume` does not keep a shard of a file changed since.
+      file_version: what tells that the file changed (0: not known), from the listing: of a
+        local file, its inode (another file at the path: a link pointed elsewhere, folders
+        swapped by renames, none of which sets a file's time) and status change time (ctime:
+        set by every write, replacement, `chmod` or `chown`, and by no user: a `cp -p` or
+        `touch -r` that puts an old modification time back sets it) as one number
+        (`listing.file_version`); an object's update time in nanoseconds. Output bytes never
+        depend on it; `--resume` does not keep a shard of a file changed since.
     """
 
     relative_path: str
@@ -35,7 +37,7 @@ class FileRef:
     split: str
     num_bytes: int
     folder_class: str | None = None
-    changed_ns: int = 0
+    file_version: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +50,7 @@ class IndexEntry:
     annotation_filename: str | None
     folder_class: str | None
     num_bytes: int
-    changed_ns: int = 0  # the image's (`FileRef.changed_ns`)
+    file_version: int = 0  # the image's (`FileRef.file_version`)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -112,12 +112,14 @@ def _fields_of(element_type) -> operator.attrgetter:
 
 def _file_ref_to(ref: FileRef):
     path = _path_to(ref.relative_path, ref.key)
-    return path, ref.key, ref.split, ref.num_bytes, ref.folder_class, ref.changed_ns
+    return path, ref.key, ref.split, ref.num_bytes, ref.folder_class, ref.file_version
 
 
 def _file_ref_from(value) -> FileRef:
-    path, key, split, num_bytes, folder_class, changed_ns = value
-    return FileRef(_required_path_from(path, key), key, split, num_bytes, folder_class, changed_ns)
+    path, key, split, num_bytes, folder_class, file_version = value
+    return FileRef(
+        _required_path_from(path, key), key, split, num_bytes, folder_class, file_version
+    )
 
 
 def _entry_to(entry: IndexEntry):
@@ -129,12 +131,12 @@ def _entry_to(entry: IndexEntry):
         _path_to(entry.annotation_filename, key),
         entry.folder_class,
         entry.num_bytes,
-        entry.changed_ns,
+        entry.file_version,
     )
 
 
 def _entry_from(value) -> IndexEntry:
-    split, key, filename, annotation_filename, folder_class, num_bytes, changed_ns = value
+    split, key, filename, annotation_filename, folder_class, num_bytes, file_version = value
     return IndexEntry(
         split,
         key,
@@ -142,7 +144,7 @@ def _entry_from(value) -> IndexEntry:
         _path_from(annotation_filename, key),
         folder_class,
         num_bytes,
-        changed_ns,
+        file_version,
     )
 
 

@@ -48,7 +48,7 @@ def classify_listed(task: layouts.ListingTask, listed: Listed | Unlisted) -> Fil
     """What the listing found, as a FileRef or the Rejection of what cannot be one."""
     if isinstance(listed, Unlisted):
         return pairing.unlisted_rejection(task, listed.path, listed.reason, listed.detail)
-    return pairing.classify(task, listed.path, listed.num_bytes, listed.changed_ns)
+    return pairing.classify(task, listed.path, listed.num_bytes, listed.file_version)
 
 
 def list_task(task: layouts.ListingTask) -> Iterator[tuple[str, FileRef] | Rejection]:

@@ -7,8 +7,9 @@ numbers, vocabulary, image policy, every member's index record and rank, and und
 result, and the inputs the writer rejected. On `--resume` a shard is kept only if its record
 exists, its fingerprint matches the new plan and the file still has the recorded size and
 SHA-256; otherwise it is written again. Image bytes themselves are not fingerprinted: an image
-changed since the interrupted run is told by its size and its status change time (ctime) from
-the listing (`IndexEntry.changed_ns`): any write, replacement, `chmod` or `chown` sets it, and
+changed since the interrupted run is told by its size, its inode (another file at its path: a
+link pointed elsewhere, folders swapped) and its status change time (ctime) from the listing
+(`IndexEntry.file_version`): any write, replacement, `chmod` or `chown` sets it, and
 no user can put an old one back (`cp -p` and `touch -r` restore the modification time, which
 rsync and make trust, not the ctime; FAT and exFAT keep none, Linux reports another of their
 times for it, as some FUSE mounts do: docs/watching-and-crashes.md says so). A tree copied

@@ -31,7 +31,13 @@ from schemas.paths import is_local, join
 class Listed:
     path: str
     num_bytes: int
-    changed_ns: int  # when the file last changed (`FileRef.changed_ns`)
+    file_version: int  # what tells that the file changed (`FileRef.file_version`)
+
+
+def file_version(stat: os.stat_result) -> int:
+    """A local file's `FileRef.file_version`: its device, inode and status change time as one
+    number (Python's hash of integers is the same in every process)."""
+    return hash((stat.st_dev, stat.st_ino, stat.st_ctime_ns))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -310,7 +316,7 @@ def _scan(path: str, subdirectory) -> Iterator:
                 yield from subdirectory(entry.path)
             elif entry.is_file():
                 stat = entry.stat()
-                yield Listed(entry.path, stat.st_size, stat.st_ctime_ns)
+                yield Listed(entry.path, stat.st_size, file_version(stat))
             elif entry.is_symlink() and not os.path.exists(entry.path):
                 yield Unlisted(entry.path, "broken_symlink", _broken_link(entry.path))
             elif entry.is_symlink():  # (to /dev/urandom, say: "which does not exist" before)

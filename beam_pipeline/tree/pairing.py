@@ -67,7 +67,7 @@ def in_no_split(path: str) -> Rejection:
 
 
 def classify(
-    task: ListingTask, path: str, num_bytes: int, changed_ns: int = 0
+    task: ListingTask, path: str, num_bytes: int, file_version: int = 0
 ) -> FileRef | Rejection:
     """Turns one listed file into a FileRef, or a Rejection for a file that cannot be one."""
     relative = path[len(task.directory.rstrip("/")) + 1 :]
@@ -98,7 +98,7 @@ def classify(
         num_bytes=num_bytes,
         folder_class=folder_class,
         # (an image's only: an XML is parsed anew on --resume; 32 bytes an int, in the index)
-        changed_ns=changed_ns if image else 0,
+        file_version=file_version if image else 0,
     )
 
 
@@ -238,7 +238,7 @@ def _entry(split: str, key: str, image: FileRef, annotation: FileRef | None) -> 
         annotation_filename=annotation.relative_path if annotation else None,
         folder_class=image.folder_class,
         num_bytes=image.num_bytes,
-        changed_ns=image.changed_ns,
+        file_version=image.file_version,
     )
 
 
