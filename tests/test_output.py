@@ -176,7 +176,10 @@ def test_a_thread_that_fails_just_before_the_stopping_signal_is_handled_is_logge
             time.sleep(5)
         thread.join()
     assert capfd.readouterr().err == ""
-    assert [r.getMessage() for r in caplog.records] == ["After the interruption, run_worker failed"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "A worker process ended by SIGINT",
+        "After the interruption, run_worker failed",
+    ]
 
 
 def staged_rebuild(tmp_path):
