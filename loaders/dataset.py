@@ -73,7 +73,7 @@ def load_dataset(
       ValueError, TypeError: a bad argument (named), before any graph is built; a training split
         smaller than one batch; labels of an unlabelled split; background=False on negatives.
       ConnectionError: no tf.data service dispatcher answers at `service`.
-      tf.errors.InvalidArgumentError (while iterating): a shard with corrupt records (named).
+      tf.errors.InvalidArgumentError (while iterating): a corrupt shard, a refused record's (named).
     """
     spec = LoadSpec.checked(
         batch_size=batch_size,

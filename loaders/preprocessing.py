@@ -357,11 +357,12 @@ def train_view(
     config: ReadConfig = ReadConfig(),
     dtype: str = "float32",
     any_format: bool = False,
+    box_check: Callable[[tf.Tensor], tf.Tensor] | None = None,
 ) -> tuple[tf.Tensor, View]:
     """`preprocess_for_train`'s image and the view of the source image it shows.
 
     Without `config.random_crop` the view is the evaluation one (of any format `any_format`),
-    flipped with `seed` itself.
+    flipped with `seed` itself. `box_check` (the loader's) checks the crop's box, `[1, 1, 4]`.
     """
     dtype = output_dtype(dtype)
     if not config.random_crop:
@@ -369,9 +370,10 @@ def train_view(
         return _random_flip(image, view, seed, config)
     crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
     shape = tf.io.extract_jpeg_shape(encoded)
+    main_box = main_object_box(boxes)
     begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
         shape,
-        bounding_boxes=main_object_box(boxes),
+        bounding_boxes=box_check(main_box) if box_check else main_box,
         seed=crop_seed,
         min_object_covered=config.min_object_covered,
         aspect_ratio_range=config.crop_aspect_ratio_range,

@@ -27,10 +27,10 @@ class SplitRecords:
     """What the record reader hands the examples step.
 
     Attributes:
-      records: `(record, note)` pairs of scalar `tf.string`s: a serialised `tf.train.Example`,
+      records: `(record, note)` pairs: a serialised `tf.train.Example` (a scalar `tf.string`),
         or `read_shard`'s stand-in for a lost one, which `checked_record` refuses; and the
-        message, naming the record's shard, that `checked_record` fails with where the record
-        is not an Example.
+        name of the record's shard, `["shard PATH"]`, which `checked_record` and the parser's
+        errors give (`record_source`).
       num_examples: records per epoch in this input pipeline.
       fewest_examples: records per epoch in the input pipeline that has fewest (of all those
         of the `input_context`; `num_examples` without one): training takes as many batches
@@ -212,9 +212,10 @@ def read_shard(
     (a dataset of no element, a check) is walked before the shard is opened and again after
     its records.
 
-    Each record comes with the message naming its shard that `checked_record` fails with
-    should it not be an Example: made once per shard and zipped on (a dataset op, no function
-    per record: the loader's CPU per image did not measurably change).
+    Each record comes with its shard's name, `["shard PATH"]` (a vector of one: the parse's
+    `example_names`), which `checked_record` and the parser give in their errors for a record
+    that is not an Example or whose content they refuse. Made once per shard and zipped on (a
+    dataset op, no function per record: the loader's CPU per image did not measurably change).
     """
     stand_in = tf.strings.join(
         [
@@ -236,7 +237,7 @@ def read_shard(
     records = stream.concatenate(padding).take(expected)
     if before is not None:
         records = before.concatenate(records).concatenate(before)
-    note = tf.strings.join([_NOT_AN_EXAMPLE, path, _VERIFY])
+    note = tf.reshape("shard " + path, [1])
     return tf.data.Dataset.zip((records, tf.data.Dataset.from_tensors(note).repeat()))
 
 
@@ -256,31 +257,36 @@ def _shard_there(path: tf.Tensor) -> tf.Tensor:
         return tf.identity(path)
 
 
-def checked_record(record: tf.Tensor, note: tf.Tensor) -> tf.Tensor:
-    """The record; fails with the stand-in's message where `read_shard` put one, or with
-    `note` (which names the record's shard, `read_shard`'s) where its first byte is not an
-    Example's (its checksums intact: TensorFlow's parse error then held the record's bytes,
-    and Python failed to decode them as text).
+def record_source(note: tf.Tensor) -> tf.Tensor:
+    """A record's note (`read_shard`'s, `["shard PATH"]`) as the vector of one name that the
+    parse's `example_names` takes; a scalar note (a caller's own, for one record) too."""
+    return note if note.shape.rank == 1 else tf.reshape(note, [1])
 
-    One `Assert` on the first byte: the message is the record itself or the shard's note, so
-    nothing is built per record (a `tf.cond` that formatted the message cost measurable CPU
-    on every record).
+
+def checked_record(record: tf.Tensor, note: tf.Tensor) -> tf.Tensor:
+    """The record; fails with the stand-in's message where `read_shard` put one, or, naming
+    the record's shard (`note`, `read_shard`'s), where its first byte is not an Example's (its
+    checksums intact: TensorFlow's parse error then held the record's bytes, and Python failed
+    to decode them as text).
+
+    An `Assert` on the first byte for each: a stand-in is its own message, and an `Assert`
+    formats its data only where it fails, so nothing is built or copied per record (a
+    `tf.cond` that formatted the message cost measurable CPU on every record).
     """
     first = tf.strings.substr(record, 0, 1)
-    # (Not the record whole into the select: a copy of ~100 KB a record.)
-    said = tf.where(first == _MISSING, tf.strings.substr(record, 0, 4096), note)
-    valid = tf.debugging.Assert(first == _EXAMPLE, [said])
+    whole = tf.debugging.Assert(tf.not_equal(first, _MISSING), [record])
+    with tf.control_dependencies([whole]):  # (a stand-in is said as one, not as no Example)
+        valid = tf.debugging.Assert(first == _EXAMPLE, [note, _NOT_AN_EXAMPLE])
     with tf.control_dependencies([valid]):
         return tf.identity(record)
 
 
 # A serialised tf.train.Example starts with its field 1 (`features`, length-delimited).
 _EXAMPLE = "\n"
-# The note of a shard's records: these, its path, then the fix.
-_NOT_AN_EXAMPLE = "A record of shard "
-_VERIFY = (
-    " is not a tf.train.Example, its checksums intact (written over after the build?): "
-    "python -m beam_pipeline verify on its build names the record"
+# What `checked_record` says of a record that is not one, after its shard's name.
+_NOT_AN_EXAMPLE = (
+    "holds a record that is not a tf.train.Example, its checksums intact (written over after "
+    "the build?): python -m beam_pipeline verify on its build names the record"
 )
 
 

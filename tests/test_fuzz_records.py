@@ -228,3 +228,100 @@ def test_the_loader_refuses_labels_past_int32_that_a_cast_would_wrap(seed):
         parser = RecordParser(info.num_classes, len(spec.label_names(info, "train")), spec)
         with pytest.raises(tf.errors.InvalidArgumentError, match=said):
             parser(record, tf.constant("a crafted record"))
+
+
+def _cut_label(features) -> None:
+    del features[F.LABEL]
+
+
+def _label(value):
+    return lambda features: _set(features, F.LABEL, "int64_list", [value])
+
+
+NAMED_REFUSALS = {
+    # (how the record is crafted, label_mode, training): what the error says after the shard.
+    # Before, TensorFlow's own errors ("Unknown image file format", "Feature: ... is required
+    # but could not be found", "All bounding box coordinates must be in [0.0, 1.0]") and the
+    # label checks named no shard; `verify` had to be run to find the record.
+    "not_a_jpeg": (
+        lambda features: _set(features, F.ENCODED, "bytes_list", [b"GIF89a, not a JPEG"]),
+        "int",
+        False,
+        "[{}] [holds a record whose image/encoded is not a JPEG (written over after the build?): "
+        "python -m beam_pipeline verify on its build names it]",
+    ),
+    "label_past_the_columns": (
+        _label(7),
+        "one_hot",
+        True,
+        "[{}] [holds a record whose label] [7] [is not one of the 3 labels loaded: ",
+    ),
+    "label_missing": (
+        _cut_label,
+        "int",
+        True,
+        "Name: {}, Feature: image/class/label (data type: int64) is required but could not be "
+        "found.",
+    ),
+    "label_of_bytes": (
+        lambda features: _set(features, F.LABEL, "bytes_list", [b"n01"]),
+        "int",
+        False,
+        "Name: {}, Key: image/class/label, Index: 0.  Data types don't match.",
+    ),
+    "object_class_past_the_build": (
+        lambda features: _set(features, F.OBJECT_LABEL, "int64_list", [9, 1]),
+        "detection",
+        False,
+        "[{}] [holds a record whose object classes] [9 1] [are not one class a box, ",
+    ),
+    "box_outside": (
+        lambda features: _set(features, F.BBOX_XMAX, "float_list", [1.5, 0.5]),
+        "int",
+        True,
+        "[{}] [holds a record whose main object has the box (ymin, xmin, ymax, xmax)] "
+        "[[[0.075 0.0833333358 0.9 1.5]]] [is not inside [0, 1], which the training crop needs",
+    ),
+    "box_coordinates_of_unequal_counts": (
+        lambda features: _set(features, F.BBOX_XMAX, "float_list", [0.9]),
+        "detection",
+        False,
+        "[{}] [holds a record whose image/object/bbox/ymin, image/object/bbox/xmin, "
+        "image/object/bbox/ymax, image/object/bbox/xmax, image/object/class/label hold] "
+        "[2 2 2 1 2] [values, not one an object each",
+    ),
+    "object_classes_fewer_than_boxes": (  # (was read, no error: the crop masked the boxes with it)
+        lambda features: _set(features, F.OBJECT_LABEL, "int64_list", [0]),
+        "int",
+        True,
+        "[{}] [holds a record whose image/object/bbox/ymin, image/object/bbox/xmin, "
+        "image/object/bbox/ymax, image/object/bbox/xmax, image/object/class/label hold] "
+        "[2 2 2 2 1] [values, not one an object each",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NAMED_REFUSALS))
+def test_the_loader_names_the_shard_of_a_record_whose_content_it_refuses(seed, case, tmp_path):
+    import tensorflow as tf
+
+    from loaders import load_dataset
+
+    out, records = seed
+    craft, mode, training, said = NAMED_REFUSALS[case]
+    example = Example.FromString(records["train"][1])  # n01/a: 2 objects, the first its label's
+    craft(example.features.feature)
+    crafted_build = _with_record(out, tmp_path / "build", "train", example.SerializeToString())
+    shard = crafted_build / "train-00000-of-00001.tfrecord"
+    batches = load_dataset(
+        str(crafted_build),
+        "train",
+        batch_size=1,
+        image_size=16,
+        label_mode=mode,
+        training=training,
+        seed=0,
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError) as error:
+        list(batches)
+    assert said.format(f"shard {shard}") in str(error.value)

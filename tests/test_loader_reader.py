@@ -10,7 +10,7 @@ tf = pytest.importorskip("tensorflow")
 
 from loaders import dataset_info, load_dataset  # noqa: E402
 from loaders.dataset import batch_examples  # noqa: E402
-from loaders.reader import checked_record, read_records, read_shard  # noqa: E402
+from loaders.reader import checked_record, read_records, read_shard, record_source  # noqa: E402
 from loaders.spec import LoadSpec  # noqa: E402
 from schemas import tfrecord  # noqa: E402
 
@@ -68,12 +68,15 @@ def test_a_short_shard_is_padded_with_stand_ins_that_checked_record_refuses(buil
     # the loader raised UnicodeDecodeError (a damaged-output trial).
     with pytest.raises(tf.errors.InvalidArgumentError) as error:
         checked_record(tf.constant(b"\xf5\xff not an Example"), records[0][1])
-    assert NOT_AN_EXAMPLE.format(path) in str(error.value)
+    said = str(error.value)  # (eager: the Assert's data one to a line, unbracketed)
+    assert f"b'shard {path}'" in said and "holds a record that is not a tf.train.Example" in said
+    # The shard's name, which the parser's errors give for a record whose content it refuses.
+    assert record_source(records[0][1]).numpy().tolist() == [f"shard {path}".encode()]
 
 
 NOT_AN_EXAMPLE = (
-    "A record of shard {} is not a tf.train.Example, its checksums intact (written over after "
-    "the build?): python -m beam_pipeline verify on its build names the record"
+    "[shard {}] [holds a record that is not a tf.train.Example, its checksums intact (written "
+    "over after the build?): python -m beam_pipeline verify on its build names the record]"
 )
 
 
