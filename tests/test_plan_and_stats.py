@@ -660,6 +660,14 @@ def test_plan_counts_the_files_too_small_to_be_an_image_the_build_rejects(
     )
     planned = json.loads(run_plan(capsys, "--input_dir", root, "--json")[1])["rejections"]
     assert dead_letters(out) == planned  # each file, its reason and detail, as plan said
+    # A rebuild (--overwrite) over its budget: the advice is the rebuild's, which then commits
+    # (it said --resume, which a directory holding a complete build refuses).
+    assert build_tool.main([*argv, "--max_bad_fraction", "0.16"]) == 0
+    assert build_tool.main([*argv, "--overwrite"]) == 1
+    assert failure_line(capsys.readouterr().err).endswith(
+        "rerun with --max_bad_fraction 0.16 --overwrite --resume (it keeps the shards written)"
+    )
+    assert build_tool.main([*argv, "--max_bad_fraction", "0.16", "--overwrite", "--resume"]) == 0
 
 
 def test_plan_of_a_tree_with_small_files_is_what_its_build_did(small_files, capsys, tmp_path):

@@ -134,9 +134,10 @@ def _check_error_budget(
     if bad > spec.max_bad_fraction * total:
         images = [r for r in rejections if r.is_image and r.reason != DUPLICATE]
         message = over_budget_message(spec.max_bad_fraction, bad, total, images)
+        resume = "--overwrite --resume" if spec.replaces_build else "--resume"  # (a rebuild's)
         raise BuildFailed(
             f"{message}; {_see(spec)}; to commit the build without them, rerun with "
-            f"--max_bad_fraction {needed_fraction(bad, total)} --resume (it keeps the shards "
+            f"--max_bad_fraction {needed_fraction(bad, total)} {resume} (it keeps the shards "
             "written)"
         )
 
