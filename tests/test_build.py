@@ -311,8 +311,8 @@ def test_a_failed_rebuild_keeps_the_build_it_was_to_replace(tmp_path, capsys, re
     see = f"{failure}; see {out}/.tmp/rejected.jsonl"
     if refused_by == "images":  # 1 of 4: the next command is named
         see += (
-            "; to commit the build without them, rerun with --max_bad_fraction 0.25 --resume "
-            "(it keeps the shards written)"
+            "; to commit the build without them, rerun with --max_bad_fraction 0.25 --overwrite "
+            "--resume (it keeps the shards written)"
         )
     assert failure_line(err).endswith(see)
     assert err.splitlines()[-2] == f"the complete build in {out} is kept as it was"
