@@ -103,3 +103,15 @@ def report_problems(lines: Sequence[Any]) -> list[str]:
             and all(type(line.get(side)) is int for side in ("width", "height"))
         )
     ]
+
+
+def count_problems(lines: Sequence[Any], recorded: dict[str, int], counted_in: str) -> list[str]:
+    """`report_problems`, and where the well-formed `lines` count their reasons otherwise than
+    the build's metadata does (`recorded`, from the file `counted_in`), that too."""
+    problems = report_problems(lines)
+    reasons = collections.Counter(
+        r for line in lines if not report_problems([line]) for r in line["reasons"]
+    )
+    if {r: reasons.get(r, 0) for r in recorded} != recorded or set(reasons) - set(recorded):
+        problems.append(f"lists {dict(sorted(reasons.items()))}, {counted_in} counts {recorded}")
+    return problems
