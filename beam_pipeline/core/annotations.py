@@ -157,8 +157,8 @@ def _one(node: etree._Element, tag: str, reason: str, where: str = "") -> etree.
     """`node`'s child `tag`, or None. Copies that say the same are one (scripts that add
     <difficult>0</difficult> to every object); InputError `reason` where they differ: which
     is meant cannot be told (the first was taken, silently)."""
-    children = node.findall(tag)
-    if len({_said(child) for child in children}) > 1:
+    children = list(node.iterchildren(tag))  # (findall: the same, slower)
+    if len(children) > 1 and len({_said(child) for child in children}) > 1:
         at = f"{where}: " if where else ""
         raise InputError(
             reason, f"{at}<{node.tag}> holds {len(children)} different <{tag}>: which is meant?"
