@@ -417,7 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"  {name}: {plural(count, 'problem')}")
         print(
             f"{plural(len(problems), 'problem')} in {plural(len(per_file), 'file')} "
-            f"({num_shards} shards checked)"
+            f"({plural(num_shards, 'shard')} checked)"
         )
         return 1
     print(f"OK: {plural(num_shards, 'shard')} verified")
