@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 
 import pytest
 from helpers import PHOTOS, build, two_photos, write
@@ -176,3 +177,60 @@ def test_verify_checks_the_lists_against_the_counts(tree, tmp_path):
         odd.write_text(line + "\n")  # (the last two ended in tracebacks)
         problems = [str(problem) for problem in verify.verify(str(out), decode=False)[1]]
         assert "odd_images.jsonl: line 1 is not an odd image as a build writes one" in problems
+
+
+def test_verify_refuses_a_line_naming_an_image_the_build_did_not_store(tree, tmp_path, capsys):
+    # verify said OK of an odd_images.jsonl line naming a file no record holds, or one the
+    # build rejected: the list is of stored images, as duplicates.jsonl's groups are.
+    from beam_pipeline.tools import verify
+
+    source = shutil.copytree(tree, tmp_path / "tree")
+    write(source / "cat" / "cut.jpg", (tree / "cat" / "0.jpg").read_bytes()[:3000])
+    out = tmp_path / "out"
+    build(source, out, *REPORT, "--max_bad_fraction", "0.2")
+    assert verify.main([str(out), "--workers", "1"]) == 0
+    assert capsys.readouterr().out == "OK: 1 shard verified\n"
+    odd = out / ODD_IMAGES_FILE
+    lines = [json.loads(line) for line in odd.read_text().splitlines()]
+    assert [line["path"] for line in lines] == [
+        "cat/grey.jpg",
+        "cat/strip.jpg",
+        "goat/blank.jpg",
+        "goat/tiny.jpg",
+    ]
+    lines[0]["path"], lines[3]["path"] = "cat/gone.jpg", "cat/cut.jpg"
+    odd.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert verify.main([str(out), "--workers", "1"]) == 1
+    stored_only = "it lists only images the build stored"
+    fix = "rebuild with --overwrite --duplicates report to write the report again"
+    assert capsys.readouterr().out.splitlines() == [
+        "FAIL odd_images.jsonl: line 1 names cat/gone.jpg of split 'train', which no record of "
+        f"the build holds ({stored_only}); {fix}",
+        "FAIL odd_images.jsonl: line 4 names cat/cut.jpg of split 'train', which the build "
+        f"left out (rejected.jsonl, reason truncated_image; {stored_only}); {fix}",
+        "  odd_images.jsonl: 2 problems",
+        "2 problems in 1 file (1 shard checked)",
+    ]
+
+
+def test_unstored_images_skips_the_lines_that_are_no_odd_image():
+    def row(split, path):
+        return {"split": split, "path": path, "reasons": ["tiny"], "width": 8, "height": 8}
+
+    lines = [
+        row("train", "cat/a.jpg"),
+        {"split": "train", "path": "cat/x.jpg"},  # (no odd image: report_problems names it)
+        row("train", "cat/b.jpg"),
+        row("validation", "cat/a.jpg"),
+    ]
+    rejected = [{"split": "train", "path": "/tree/cat/b.jpg", "reason": "duplicate"}]
+    found = odd_images.unstored_images(
+        lines, lambda split, path: (split, path) == ("train", "cat/a.jpg"), rejected, "drop_leaks"
+    )
+    fix = "rebuild with --overwrite --duplicates drop_leaks to write the report again"
+    assert found == [
+        "line 3 names cat/b.jpg of split 'train', which the build left out (rejected.jsonl, "
+        f"reason duplicate; it lists only images the build stored); {fix}",
+        "line 4 names cat/a.jpg of split 'validation', which no record of the build holds "
+        f"(it lists only images the build stored); {fix}",
+    ]

@@ -11,10 +11,11 @@ stores); the record count, byte count and SHA-256 match the metadata. Every bad 
 (`check_metadata`) and with the records (`record_checks.check_tallies` and `check_schema`:
 what each split's counts and the schema version say of them), the directory must hold no
 shard of a split that it does not list, `rejected.jsonl` must account for the rejections it
-counts and the groups of `duplicates.jsonl` name images of its records; TFDS's files must say
-what `build_info.json` says (a schema 1.x build has none: `upgrade` writes them). Exit 0 when
-all checks, 1 when something does not (a damaged `build_info.json` too), 2 without a committed
-build or for one of a later schema than this code's (`refuse_later_schema`).
+counts, and the images `duplicates.jsonl` and `odd_images.jsonl` name must be of its records;
+TFDS's files must say what `build_info.json` says (a schema 1.x build has none: `upgrade`
+writes them). Exit 0 when all checks, 1 when something does not (a damaged `build_info.json`
+too), 2 without a committed build or for one of a later schema than this code's
+(`refuse_later_schema`).
 
 The command, the reading of each shard and the checks of the files beside the shards; what is
 checked in each record is `record_checks`'s (`check_example`).
@@ -323,8 +324,8 @@ def _json_lines(data_dir: str, name: str) -> list[dict] | Problem:
 
 def check_copies(data_dir: str, info: DatasetInfo, tallies: dict[str, Tally]) -> list[Problem]:
     """`duplicates.jsonl` and `odd_images.jsonl` against the metadata's counts, for a build
-    that looked for copies (`--duplicates`); and the members of its groups against the records
-    of the splits `tallies` counts (`duplicates.unstored_members`)."""
+    that looked for copies (`--duplicates`); and the images they name (a group's members, an
+    odd image) against the records of the splits `tallies` counts (`duplicates.unstored`)."""
     if not info.duplicates:
         return [
             Problem(
@@ -336,26 +337,22 @@ def check_copies(data_dir: str, info: DatasetInfo, tallies: dict[str, Tally]) ->
             for name in (DUPLICATES_FILE, ODD_IMAGES_FILE)
             if FileSystems.exists(join(data_dir, name))
         ]
-    problems, found = [], {}
-    for name in (DUPLICATES_FILE, ODD_IMAGES_FILE):
-        lines = _json_lines(data_dir, name)
-        if isinstance(lines, Problem):
-            problems.append(lines)
-        else:
-            found[name] = lines
+    read = {name: _json_lines(data_dir, name) for name in (DUPLICATES_FILE, ODD_IMAGES_FILE)}
+    problems = [lines for lines in read.values() if isinstance(lines, Problem)]
+    found = {name: lines for name, lines in read.items() if isinstance(lines, list)}
+    dead = _json_lines(data_dir, DEAD_LETTER_FILE)  # (what is wrong with it: check_rejections)
+    rejected = dead if isinstance(dead, list) else []
+    stored, policy = stored_names(tallies, info.splits), info.options.get("duplicates")
     if DUPLICATES_FILE in found:
         wrong = duplicates.report_problems(
             found[DUPLICATES_FILE], info.duplicates, vocabulary_split(list(info.splits))
         )
-        read = _json_lines(data_dir, DEAD_LETTER_FILE)  # (what is wrong with it: check_rejections)
-        rejected = read if isinstance(read, list) else []
-        stored, policy = stored_names(tallies, info.splits), info.options.get("duplicates")
         wrong += duplicates.unstored_members(found[DUPLICATES_FILE], stored, rejected, policy)
         problems += [Problem(DUPLICATES_FILE, None, message) for message in wrong]
     if ODD_IMAGES_FILE in found:
-        wrong = odd_images.count_problems(
-            found[ODD_IMAGES_FILE], dict(info.odd_images), BUILD_INFO_FILE
-        )
+        odd = found[ODD_IMAGES_FILE]
+        wrong = odd_images.count_problems(odd, dict(info.odd_images), BUILD_INFO_FILE)
+        wrong += odd_images.unstored_images(odd, stored, rejected, policy)
         problems += [Problem(ODD_IMAGES_FILE, None, message) for message in wrong]
     return problems
 

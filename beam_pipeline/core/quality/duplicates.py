@@ -369,28 +369,41 @@ def unstored_members(
     policy: str | None,
 ) -> list[str]:
     """The members of `duplicates.jsonl`'s parsed `lines` (its groups: `rows`) that are no
-    image of the build, where `stored(split, path)` says whether the split's records hold it.
-    A group names stored images only (the writer keeps the prints of the images it writes: a
-    copy that `drop_leaks` left out is in no group); where `rejected` (the lines of
-    `rejected.jsonl`) names one, the problem says so. `policy`: the build's --duplicates."""
+    image of the build (`unstored`). A group names stored images only (the writer keeps the
+    prints of the images it writes: a copy that `drop_leaks` left out is in no group)."""
+    named = [
+        (number, member["split"], member["path"])
+        for number, line in enumerate(lines, start=1)
+        if isinstance(line, dict) and _is_group(line, line.get("members"))
+        for member in line["members"]
+    ]  # (a line that is no group: report_problems names it)
+    return unstored(named, stored, rejected, policy, "a group names only images the build stored")
+
+
+def unstored(
+    named: Iterable[tuple[int, str, str]],
+    stored: Callable[[str, str], bool],
+    rejected: Sequence[Any],
+    policy: str | None,
+    why: str,
+) -> list[str]:
+    """What a report (`duplicates.jsonl`, `odd_images.jsonl`) names that is no image of the
+    build: of `named` (line number, split, file name), those that `stored(split, path)` says
+    no record of the split holds (`record_checks.stored_names`), each with `why` the report
+    names stored images only; where `rejected` (the lines of `rejected.jsonl`) names one, the
+    problem says so, with its reason. `policy`: the build's --duplicates, for the fix."""
     problems = []
     fix = f"rebuild with --overwrite --duplicates {policy or REPORT} to write the report again"
-    for number, line in enumerate(lines, start=1):
-        members = line.get("members") if isinstance(line, dict) else None
-        if not _is_group(line, members):
-            continue  # (report_problems names it)
-        for member in members or ():
-            split, path = member["split"], member["path"]
-            if stored(split, path):
-                continue
-            reason = next((r.get("reason") for r in rejected if _names(r, split, path)), None)
-            which = "no record of the build holds ("
-            if reason is not None:
-                which = f"the build left out (rejected.jsonl, reason {reason}; "
-            problems.append(
-                f"line {number} names {path} of split {split!r}, which {which}a group names "
-                f"only images the build stored); {fix}"
-            )
+    for number, split, path in named:
+        if stored(split, path):
+            continue
+        reason = next((r.get("reason") for r in rejected if _names(r, split, path)), None)
+        which = "no record of the build holds ("
+        if reason is not None:
+            which = f"the build left out (rejected.jsonl, reason {reason}; "
+        problems.append(
+            f"line {number} names {path} of split {split!r}, which {which}{why}); {fix}"
+        )
     return problems
 
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 import collections
 import json
 import pickle
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from beam_pipeline.core.quality import duplicates
 from beam_pipeline.core.quality import fingerprints as fp
 from beam_pipeline.core.quality.duplicates import ImagePrint
 
@@ -115,3 +116,21 @@ def count_problems(lines: Sequence[Any], recorded: dict[str, int], counted_in: s
     if {r: reasons.get(r, 0) for r in recorded} != recorded or set(reasons) - set(recorded):
         problems.append(f"lists {dict(sorted(reasons.items()))}, {counted_in} counts {recorded}")
     return problems
+
+
+def unstored_images(
+    lines: Sequence[Any],
+    stored: Callable[[str, str], bool],
+    rejected: Sequence[Any],
+    policy: str | None,
+) -> list[str]:
+    """The well-formed `lines` of `odd_images.jsonl` (parsed) that name no image of the
+    build (`duplicates.unstored`): the list is of the images the build stored."""
+    named = [
+        (number, line["split"], line["path"])
+        for number, line in enumerate(lines, start=1)
+        if not report_problems([line])
+    ]
+    return duplicates.unstored(
+        named, stored, rejected, policy, "it lists only images the build stored"
+    )
