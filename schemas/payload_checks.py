@@ -56,8 +56,7 @@ def check_payload(payload: dict[str, Any]) -> None:
     _mapping(_field(payload, "failures", "it"), "failures", _count)
     for key in ("options", "source", "versions"):
         _mapping(_field(payload, key, "it"), key)
-    if "target_shard_bytes" in payload["options"]:  # (a build writes --target_shard_mb in bytes)
-        _size(payload["options"]["target_shard_bytes"], "options.target_shard_bytes")
+    _check_options(payload["options"])
     for key in _SOURCE_TEXTS:  # (readers use them as paths and names: `show` raised on a bool)
         if key in payload["source"]:
             _string(payload["source"][key], f"source.{key}")
@@ -70,6 +69,33 @@ _SOURCE_TEXTS = ("input_dir", "layout")
 # The counts of `duplicates` (where a build looked for copies), and its images per split.
 _COPY_COUNTS = ("exact_groups", "near_pairs", "images", "clashes", "dropped_clashes")
 _COPY_SPLITS = ("leaked", "dropped")
+# The --duplicates policies a build records in `options.duplicates` ("off" it leaves out);
+# `core.quality.duplicates` takes their names from here.
+DUPLICATES_POLICIES = ("report", "drop_leaks", "fail")
+
+
+def _check_options(options: dict[str, Any]) -> None:
+    """The options whose values mean something to a reader, where present, each as every
+    build writes it: the shard size (`--target_shard_mb` in bytes), the shards asked for
+    (`--num_shards`: a count, one per split, or null; the summary holds the shards made to
+    it), the error budget (`--max_bad_fraction`, a fraction in [0, 1]) and the --duplicates
+    policy (verify's fixes name it). Options only recorded (the seed, the paths) are not."""
+    if "target_shard_bytes" in options:
+        _positive(options["target_shard_bytes"], "options.target_shard_bytes", "bytes")
+    shards = options.get("num_shards")
+    if isinstance(shards, dict):
+        _mapping(
+            shards, "options.num_shards", lambda count, field: _positive(count, field, "shards")
+        )
+    elif shards is not None:
+        _positive(shards, "options.num_shards", "shards, a count per split, or null")
+    if "max_bad_fraction" in options:
+        fraction = options["max_bad_fraction"]
+        if type(fraction) not in (int, float) or not 0 <= fraction <= 1:  # (NaN is not)
+            raise PayloadError(_not("options.max_bad_fraction", fraction, "a fraction in [0, 1]"))
+    if "duplicates" in options and options["duplicates"] not in DUPLICATES_POLICIES:
+        policies = ", ".join(DUPLICATES_POLICIES)
+        raise PayloadError(_not("options.duplicates", options["duplicates"], f"one of {policies}"))
 
 
 def _check_copies(found: Any) -> None:
@@ -158,10 +184,11 @@ def _count(value: Any, field: str) -> int:
     return value
 
 
-def _size(value: Any, field: str) -> int:
-    """`value`, a positive int (not a bool, nor a float: NaN, Infinity and 1e9 are no build's)."""
+def _positive(value: Any, field: str, of: str) -> int:
+    """`value`, a positive int (not a bool, nor a float: NaN, Infinity and 1e9 are no build's),
+    said to be a positive count `of` what it counts."""
     if type(value) is not int or value < 1:
-        raise PayloadError(_not(field, value, "a positive count of bytes"))
+        raise PayloadError(_not(field, value, f"a positive count of {of}"))
     return value
 
 

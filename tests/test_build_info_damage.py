@@ -63,6 +63,15 @@ def option(key, value):
     return lambda payload: payload["options"].__setitem__(key, value)
 
 
+def asked(split, count):
+    return lambda payload: payload["options"]["num_shards"].__setitem__(split, count)
+
+
+SHARDS = "not a positive count of shards, a count per split, or null"
+FRACTION = "not a fraction in [0, 1]"
+POLICY = "not one of report, drop_leaks, fail"
+
+
 def shard(key, value):
     return lambda payload: payload["splits"]["train"]["shards"][0].__setitem__(key, value)
 
@@ -225,6 +234,74 @@ EDITS = {
         option("target_shard_bytes", 134217728.0),
         "options.target_shard_bytes is the float 134217728.0, not a positive count of bytes",
     ),
+    # A review's: verify said OK of the other options that mean something to a reader, as no
+    # build writes them: the shards asked for (the summary compares them with those made), the
+    # error budget, the --duplicates policy (verify's fixes name it).
+    "shards asked a string": (
+        option("num_shards", "16"),
+        f"options.num_shards is the str '16', {SHARDS}",
+    ),
+    "shards asked zero": (option("num_shards", 0), f"options.num_shards is the int 0, {SHARDS}"),
+    "shards asked a float": (
+        option("num_shards", 16.0),
+        f"options.num_shards is the float 16.0, {SHARDS}",
+    ),
+    "shards asked a bool": (
+        option("num_shards", True),
+        f"options.num_shards is the bool True, {SHARDS}",
+    ),
+    "shards asked a list": (
+        option("num_shards", [2, 1]),
+        f"options.num_shards is the list [2, 1], {SHARDS}",
+    ),
+    "a split's shards asked zero": (
+        asked("train", 0),
+        "options.num_shards.train is the int 0, not a positive count of shards",
+    ),
+    "a split's shards asked a string": (
+        asked("validation", "1"),
+        "options.num_shards.validation is the str '1', not a positive count of shards",
+    ),
+    "budget NaN": (
+        option("max_bad_fraction", float("nan")),
+        f"options.max_bad_fraction is the float nan, {FRACTION}",
+    ),
+    "budget infinite": (
+        option("max_bad_fraction", float("inf")),
+        f"options.max_bad_fraction is the float inf, {FRACTION}",
+    ),
+    "budget over 1": (
+        option("max_bad_fraction", 1.5),
+        f"options.max_bad_fraction is the float 1.5, {FRACTION}",
+    ),
+    "budget negative": (
+        option("max_bad_fraction", -0.01),
+        f"options.max_bad_fraction is the float -0.01, {FRACTION}",
+    ),
+    "budget a string": (
+        option("max_bad_fraction", "0.01"),
+        f"options.max_bad_fraction is the str '0.01', {FRACTION}",
+    ),
+    "budget a bool": (
+        option("max_bad_fraction", False),
+        f"options.max_bad_fraction is the bool False, {FRACTION}",
+    ),
+    "budget null": (
+        option("max_bad_fraction", None),
+        f"options.max_bad_fraction is null, {FRACTION}",
+    ),
+    "copies policy off": (
+        option("duplicates", "off"),
+        f"options.duplicates is the str 'off', {POLICY}",
+    ),
+    "copies policy misspelt": (
+        option("duplicates", "Report"),
+        f"options.duplicates is the str 'Report', {POLICY}",
+    ),
+    "copies policy a bool": (
+        option("duplicates", True),
+        f"options.duplicates is the bool True, {POLICY}",
+    ),
 }
 
 
@@ -251,6 +328,35 @@ def test_a_field_of_the_wrong_kind_is_named_by_the_reader_and_every_command(
         assert command([str(out)]) == code
         assert capsys.readouterr() == ("", f"error: {said}\n")
     assert not (tmp_path / "x.png").exists() and not (tmp_path / "h.png").exists()
+
+
+@pytest.mark.parametrize(
+    "flags, changed",
+    [
+        ((), {}),
+        (("--num_shards", "1", "--max_bad_fraction", "0"), {}),
+        (("--num_shards", "train=3,val=1", "--max_bad_fraction", "1"), {}),
+        (("--duplicates", "report", "--target_shard_mb", "0.000001"), {}),
+        (("--duplicates", "drop_leaks", "--max_bad_fraction", "0.5"), {}),
+        (("--duplicates", "fail",), {"max_bad_fraction": 0}),  # (a BuildConfig made in Python)
+        ((), {"max_bad_fraction": 1}),
+    ],
+    ids=["defaults", "one shard", "per split", "report", "drop_leaks", "fail", "budget int 1"],
+)  # fmt: skip
+def test_the_options_every_build_writes_are_read(built, tmp_path, flags, changed):
+    # The checks of the options refuse no value a build writes: null, a count and a count per
+    # split of shards; a budget of 0, 1 (an int where a BuildConfig was made with one) or
+    # between; each --duplicates policy recorded.
+    import dataclasses
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from beam_pipeline.options import BuildConfig
+
+    argv = ["--input_dir", "in", "--output_dir", "out", *flags]
+    config = dataclasses.replace(BuildConfig.from_options(PipelineOptions(argv)), **changed)
+    out = damaged_copy(built, tmp_path / "out", top("options", config.to_metadata()))
+    assert read(out).options == config.to_metadata()
 
 
 def run(*argv):

@@ -31,12 +31,15 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from beam_pipeline.core.quality import fingerprints as fp
+from schemas.payload_checks import DUPLICATES_POLICIES
 
 EXACT, NEAR = "exact", "near"
 # --duplicates: whether a build looks for copies, and what it does with a held-out image that
 # copies a training one: keeps and reports it, drops it (rejected.jsonl, reason DUPLICATE), or
-# fails the build.
-OFF, REPORT, DROP_LEAKS, FAIL = "off", "report", "drop_leaks", "fail"
+# fails the build. build_info.json's options.duplicates records the policy, as `payload_checks`
+# spells it ("off" by leaving the option out).
+REPORT, DROP_LEAKS, FAIL = DUPLICATES_POLICIES
+OFF = "off"
 POLICIES = (REPORT, DROP_LEAKS, FAIL, OFF)
 DUPLICATE = "duplicate"
 
