@@ -19,6 +19,7 @@ from loaders import dataset_info
 from schemas import BUILD_INFO_FILE, SCHEMA_VERSION
 from schemas import features as F
 
+NAMES = "train, training, val, valid, validation, test, testing"
 COLOURS = {"cat": (200, 30, 30), "dog": (30, 30, 200), "Ant": (30, 200, 30)}
 
 
@@ -85,6 +86,72 @@ def test_a_download_folder_around_the_class_folders_is_looked_into(tmp_path):
     assert labels(tmp_path / "out", "train")[0] == ("cat/0.jpg", 0)
 
 
+def test_training_and_testing_folders_are_the_splits(tmp_path):
+    # Kaggle's brain MRI: Training/, Testing/. Built as two classes named after the splits
+    # (exit 0, a note): a model learnt which folder an image came from.
+    root = photos(tmp_path / "mri", splits=("Training", "Testing"))
+    info = build(root, tmp_path / "out")
+    assert info.classes == ("cat", "dog") and sorted(info.splits) == ["test", "train"]
+    assert labels(tmp_path / "out", "test") == [
+        ("Testing/cat/0.jpg", 0),
+        ("Testing/cat/1.jpg", 0),
+        ("Testing/dog/0.jpg", 1),
+        ("Testing/dog/1.jpg", 1),
+    ]
+
+
+def test_class_folders_named_like_splits_are_refused_with_the_links_that_make_splits(tmp_path):
+    # Kaggle's Intel scenes: seg_train/seg_train/<class>/, seg_test/seg_test/<class>/,
+    # seg_pred/seg_pred/ (unlabelled). Built as the classes seg_pred, seg_test and seg_train
+    # (exit 0, no word): each image labelled with its split.
+    root = tmp_path / "intel scenes"
+    photos(root, splits=("seg_train/seg_train", "seg_test/seg_test"))
+    write(root / "seg_pred" / "seg_pred" / "0.jpg", jpeg_bytes())
+    with pytest.raises(LayoutError) as error:
+        build(root, tmp_path / "out")
+    train, test = root / "seg_train" / "seg_train", root / "seg_test" / "seg_test"
+    links = f"ln -s '{train}' TREE/train && ln -s '{test}' TREE/test"
+    assert str(error.value) == (
+        f"the class folders of {root} (seg_pred/, seg_test/, seg_train/) are named like split "
+        "folders: built as classes, each image would be labelled with the split it lies in. If "
+        f"they are splits, lay them out as split folders (mkdir TREE && {links}) and build "
+        f"--input_dir TREE, or pass one split's class folders as --input_dir ({train}); if they "
+        "are classes, rename them"
+    )
+    assert not (tmp_path / "out").exists()
+    # The advice, followed: two splits of the two classes.
+    subprocess.run(f"mkdir TREE && {links}", shell=True, cwd=tmp_path, check=True)
+    info = build(tmp_path / "TREE", tmp_path / "out")
+    assert info.classes == ("cat", "dog") and sorted(info.splits) == ["test", "train"]
+    assert labels(tmp_path / "out", "train")[::2] == [
+        ("train/cat/0.jpg", 0),
+        ("train/dog/0.jpg", 1),
+    ]
+    assert build(train, tmp_path / "out2").classes == ("cat", "dog")
+
+
+@pytest.mark.parametrize(
+    "names",
+    [("TRAIN_SET", "TEST_SET"), ("trainset", "valset"), ("data-training", "data-Validation")],
+)
+def test_class_folders_of_split_words_with_one_decoration_are_refused(tmp_path, names):
+    root = tmp_path / "photos"
+    for name in names:
+        write(root / name / "0.jpg", jpeg_bytes())
+    with pytest.raises(LayoutError, match=r"are named like split folders"):
+        build(root, tmp_path / "out")
+
+
+@pytest.mark.parametrize(
+    "names", [("test_tube", "train_set"), ("trainval", "testing_kit"), ("train_set", "val_sets")]
+)
+def test_classes_that_hold_split_words_otherwise_are_classes(tmp_path, names):
+    root = tmp_path / "photos"
+    for name in names:
+        write(root / name / "0.jpg", jpeg_bytes())
+    assert build(root, tmp_path / "out").classes == tuple(sorted(names))
+
+
 def test_split_folders_beside_other_folders_are_refused(tmp_path):
     root = photos(tmp_path / "photos", splits=("train", "val"))
     photos(root, classes=("Ant",), per_class=1)
@@ -94,7 +161,7 @@ def test_split_folders_beside_other_folders_are_refused(tmp_path):
         f"{root} holds split folders (train/, val/) beside other folders (Ant/): a build cannot "
         "tell whether those are classes. Move each class folder into the split it belongs to, "
         "or pass one split folder as --input_dir; or, if train/ is a class, rename it (a class "
-        "folder cannot take a split's name: train, val, valid, validation, test)"
+        f"folder cannot take a split's name: {NAMES})"
     )
     assert not (tmp_path / "out").exists()
 
@@ -108,10 +175,9 @@ def test_a_dev_folder_beside_split_folders_is_named_as_a_validation_split_to_ren
     assert str(error.value) == (
         f"{root} holds split folders (train/, test/) beside other folders (dev/): a build cannot "
         "tell whether those are classes. If dev/ is a validation split, rename it val/ (a split "
-        "folder's names: train, val, valid, validation, test); if it is a class, move each class "
-        "folder into the split it belongs to, or pass one split folder as --input_dir; or, if "
-        "train/ is a class, rename it (a class folder cannot take a split's name: train, val, "
-        "valid, validation, test)"
+        f"folder's names: {NAMES}); if it is a class, move each class folder into the split it "
+        "belongs to, or pass one split folder as --input_dir; or, if train/ is a class, rename "
+        f"it (a class folder cannot take a split's name: {NAMES})"
     )
 
 

@@ -6,7 +6,8 @@ the folder it lies in. There is no XML: a split's images outside any class folde
 images).
 
 ROOT/<class>/...X.jpg            one split: train (the default), or test (`--splits test`)
-ROOT/<split>/<class>/...X.jpg    split folders: train/, val/ (or valid/, validation/), test/
+ROOT/<split>/<class>/...X.jpg    split folders: train/ (training/), val/ (valid/, validation/),
+                                 test/ (testing/), in any case
 
 VOC XML where it lies (Roboflow's and Kaggle's exports): each image paired with the XML of
 the same name, beside it or in the annotations folder beside its images folder.
@@ -19,6 +20,7 @@ ROOT/images/<split>/X.jpg, ROOT/annotations/<split>/X.xml
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from collections.abc import Sequence
 
 from beam_pipeline.tree.layouts import (
@@ -41,9 +43,9 @@ from schemas.paths import join
 
 
 def split_folders(root: str, tree: TreeAccess) -> list[str]:
-    """The split folders of the tree at `root` (train/, val/, valid/, validation/, test/, in
-    any case), as named there, in the order train, val, test; in an object store (no folder
-    listing), those of the lower-case names that hold files."""
+    """The split folders of the tree at `root` (`SPLIT_FOLDERS`' names, in any case), as named
+    there, in the order train, val, test; in an object store (no folder listing), those of the
+    lower-case names that hold files."""
     names = tree.subdirectories(root) or [
         name for name in SPLIT_FOLDERS if tree.has_files(join(root, name))
     ]
@@ -95,9 +97,72 @@ def plan_class_folders(root: str, splits: Sequence[str], tree: TreeAccess) -> Di
         for inner in tree.subdirectories(join(task.directory, name))
         if inner.lower() in SPLIT_FOLDERS
     )
+    if not split_folders(root, tree):
+        _refuse_classes_named_like_splits(root, tree)
     plan = _plan(CLASS_FOLDERS, root, splits, tasks, tree)
     notes = [note for task in tasks if (note := _classes_of_classes_note(task.directory, tree))]
     return dataclasses.replace(plan, nested_splits=nested, notes=(*plan.notes, *notes))
+
+
+# The words other datasets' split folders are named with around a decoration (Kaggle's
+# `seg_train/`, `TRAIN_SET/`, `trainset/`), longest first, and the split each is.
+_SPLIT_WORDS = {
+    "training": "train",
+    "train": "train",
+    "validation": "val",
+    "valid": "val",
+    "val": "val",
+    "testing": "test",
+    "test": "test",
+    "prediction": "test",
+    "pred": "test",
+}
+
+
+def _named_like_splits(names: Sequence[str]) -> dict[str, str] | None:
+    """The split word each of `names` holds, where every name is one with one and the same
+    decoration before or after it (`seg_train`, `seg_test`; `TRAIN_SET`, `TEST_SET`), one
+    of them a training split and another not; else None (`test_tube` and `train_set` differ)."""
+    found, decorations = {}, set()
+    for name in names:
+        lower = name.lower()
+        word = next((w for w in _SPLIT_WORDS if lower.startswith(w) or lower.endswith(w)), None)
+        if word is None:
+            return None
+        found[name] = word
+        after = lower.startswith(word)
+        decorations.add((after, lower[len(word) :] if after else lower[: -len(word)]))
+    splits = {_SPLIT_WORDS[word] for word in found.values()}
+    if len(decorations) != 1 or not next(iter(decorations))[1] or len(splits) < 2:
+        return None
+    return found if "train" in splits else None
+
+
+def _refuse_classes_named_like_splits(directory: str, tree: TreeAccess) -> None:
+    """LayoutError for class folders named like split folders (Kaggle's Intel scenes:
+    `seg_train/seg_train/<class>/`, `seg_test/...`): built as classes, each image's label
+    would be the split it lies in. The refusal names the folders of classes in each (past a
+    download folder's one folder) and the links that lay them out as split folders."""
+    found = _named_like_splits(tree.subdirectories(directory))
+    if found is None:
+        return
+    inner: dict[str, str] = {}
+    for name in sorted(found, key=lambda name: list(_SPLIT_WORDS).index(found[name])):
+        folder = join(directory, name)
+        for _ in range(3):  # (a link to its own folder goes on for ever)
+            below = tree.subdirectories(folder)
+            if len(below) != 1 or tree.top_level_images(folder):
+                break
+            folder = join(folder, below[0])
+        inner.setdefault(_SPLIT_WORDS[found[name]], folder)
+    links = " && ".join(f"ln -s {shlex.quote(f)} TREE/{s}" for s, f in inner.items())
+    raise LayoutError(
+        f"the class folders of {directory} ({', '.join(n + '/' for n in found)}) are named "
+        "like split folders: built as classes, each image would be labelled with the split it "
+        f"lies in. If they are splits, lay them out as split folders (mkdir TREE && {links}) "
+        f"and build --input_dir TREE, or pass one split's class folders as --input_dir "
+        f"({inner['train']}); if they are classes, rename them"
+    )
 
 
 def _classes_of_classes_note(directory: str, tree: TreeAccess) -> str | None:
@@ -196,6 +261,7 @@ def _tables_note(root: str, tables: Sequence[str], layout: str) -> str:
 # Folder names other datasets give a held-out split; not split names here, since a class may
 # bear them: named in the refusal of a tree with split folders beside them.
 _OTHER_HELD_OUT_NAMES = ("dev", "eval", "evaluation", "holdout", "test-dev", "testdev")
+_SPLIT_NAMES = ", ".join(SPLIT_FOLDERS)
 
 
 def _split_directories(
@@ -212,12 +278,12 @@ def _split_directories(
             fix = (
                 "move each class folder into the split it belongs to, or pass one split folder "
                 f"as --input_dir; or, if {folders[0]}/ is a class, rename it (a class folder "
-                "cannot take a split's name: train, val, valid, validation, test)"
+                f"cannot take a split's name: {_SPLIT_NAMES})"
             )
             if held_out:
                 fix = (
                     f"If {held_out[0]}/ is a validation split, rename it val/ (a split folder's "
-                    f"names: train, val, valid, validation, test); if it is a class, {fix}"
+                    f"names: {_SPLIT_NAMES}); if it is a class, {fix}"
                 )
             raise LayoutError(
                 f"{root} holds split folders ({', '.join(n + '/' for n in folders)}) beside "

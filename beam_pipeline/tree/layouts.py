@@ -211,13 +211,15 @@ def layouts_at(root: str, has_files: HasFiles) -> list[str]:
 
 
 # Split folders of a class-folder or VOC XML tree, by lower-case name, and the tree split each
-# is (Roboflow's exports name theirs train/, valid/, test/).
+# is (Roboflow's exports name theirs train/, valid/, test/; Kaggle's Training/, Testing/).
 SPLIT_FOLDERS = {
     "train": "train",
+    "training": "train",
     "val": "val",
     "valid": "val",
     "validation": "val",
     "test": "test",
+    "testing": "test",
 }
 
 
