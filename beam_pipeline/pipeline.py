@@ -135,7 +135,9 @@ def prepare(config: BuildConfig) -> Prepared:
                 if note := renumbered_note(text):
                     plan = dataclasses.replace(plan, notes=(*plan.notes, note))
             else:
-                classes, display_names = parse_labels_file(text), parse_display_names(text)
+                folders = _class_folder_names(plan)  # (a line that names one is that class)
+                classes = parse_labels_file(text, folders)
+                display_names = parse_display_names(text, folders)
             Vocabulary(classes)
         except ValueError as error:
             raise ValueError(f"--labels_file {config.labels_file}: {error}") from None
@@ -183,6 +185,14 @@ def held_out_of(config: BuildConfig) -> HoldOut:
                 f"{split} out of --splits, or drop --{name}_split"
             )
     return held_out
+
+
+def _class_folder_names(plan: layouts.DiscoveryPlan) -> set[str]:
+    """The names of the class folders a build of a class-folder tree lists (none for another
+    layout): where one holds a space (`sea lion`), a labels file's line that is the name is
+    that class, not its first word with a display name."""
+    tasks = [task for task in plan.tasks if task.folder_classes]
+    return {name for task in tasks for name in TREE_ACCESS.subdirectories(task.directory)}
 
 
 def _a_builds_labels(path: str, text: str) -> tuple[tuple[str, ...], dict[str, str]] | None:

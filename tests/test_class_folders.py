@@ -265,6 +265,25 @@ def test_an_empty_class_folder_is_refused_with_the_fix_that_keeps_it_as_keras_do
     assert info.split("train").class_counts[:3] == (2, 2, 0)
 
 
+def test_the_empty_class_fix_keeps_a_class_folder_whose_name_holds_a_space(tmp_path):
+    # `LC_ALL=C ls` as --labels_file, as the refusal says: a line is a class's first word, so
+    # `sea lion` read as class `sea` and the build failed (exit 1), telling to rename it.
+    root = photos(tmp_path / "photos", classes=("cat",))
+    for number in range(2):
+        write(root / "sea lion" / f"{number}.jpg", jpeg_bytes(colour=(9, 9, 9)))
+    (root / "dog").mkdir()
+    listed = subprocess.run(["ls"], cwd=root, env={"LC_ALL": "C"}, capture_output=True)
+    write(tmp_path / "classes.txt", listed.stdout)
+    info = build(root, tmp_path / "out", "--labels_file", str(tmp_path / "classes.txt"))
+    assert info.classes == ("cat", "dog", "sea lion") and not info.display_names
+    assert labels(tmp_path / "out", "train")[2:] == [("sea lion/0.jpg", 2), ("sea lion/1.jpg", 2)]
+    # A line that is no folder's name is still its first word and the rest its display name.
+    write(tmp_path / "named.txt", b"cat Felis catus\ndog\nsea lion\n")
+    info = build(root, tmp_path / "out2", "--labels_file", str(tmp_path / "named.txt"))
+    assert info.classes == ("cat", "dog", "sea lion")
+    assert info.display_names == {"cat": "Felis catus"}
+
+
 def test_the_output_inside_the_class_folders_is_refused(tmp_path):
     root = photos(tmp_path / "photos")
     with pytest.raises(ValueError, match="lies inside the input tree"):
@@ -544,8 +563,8 @@ def test_a_class_folder_named_with_a_trailing_space_is_named_when_a_labels_file_
     with pytest.raises(BuildFailed) as error:
         build(root, tmp_path / "out", "--labels_file", str(tmp_path / "labels.txt"))
     assert (
-        "most frequent first: {'cat ': 2} ('cat ' holds a space, and a labels file's class is a "
-        "line's first word: such a class cannot be listed there; rename it)"
+        "most frequent first: {'cat ': 2} ('cat ' begins or ends with a space, which a labels "
+        "file's line does not keep: such a class cannot be listed there; rename it)"
     ) in str(error.value)
     # The same for a class beginning with # (a copy of labels.txt reads its line as a comment).
     (root / "cat ").rename(root / "#1")

@@ -149,6 +149,14 @@ def test_a_csv_labels_file_is_refused_naming_its_line(text, line):
     )
 
 
+def test_a_line_that_is_a_class_folders_name_is_that_class_spaces_and_all():
+    text = "  sea lion \ncat Felis catus\ngolden\ngolden retriever\n"
+    whole = {"sea lion", "cat", "golden", "golden retriever"}
+    assert parse_labels_file(text, whole) == ("sea lion", "cat", "golden", "golden retriever")
+    assert parse_display_names(text, whole) == {"cat": "Felis catus"}
+    assert parse_labels_file("sea lion\ncat\n") == ("sea", "cat")
+
+
 def test_a_class_name_with_a_space_is_explained_when_its_first_word_repeats():
     # A build's labels.txt of class folders `golden` and `golden retriever`.
     with pytest.raises(ValueError) as refused:

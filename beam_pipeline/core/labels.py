@@ -14,7 +14,7 @@ import ast
 import dataclasses
 import functools
 import unicodedata
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -110,15 +110,24 @@ def name_key(name: str) -> str:
     return " ".join(unicodedata.normalize("NFC", shown).split()).casefold()
 
 
-def unknown_class_hints(details: Sequence[str], labels_file: bool) -> str:
+def unknown_class_hints(
+    details: Sequence[str], labels_file: bool, class_folders: bool = False
+) -> str:
     """Why the classes of `unknown_class` rejections (their `details`) fell outside the
-    vocabulary, where it can be told: a class a labels file cannot list (a space in it, or
-    a leading #: `parse_labels_file`), or another spelling of one of the vocabulary's; ""."""
+    vocabulary, where it can be told: a class a labels file cannot list (a space in it, or for
+    a class folder's name, `class_folders`, one at either end; a leading #:
+    `parse_labels_file`), or another spelling of one of the vocabulary's; ""."""
     names = sorted({name for name in map(unknown_class_name, details) if name is not None})
     spaced = [name for name in names if name.split() != [name]]  # ("cat " reads back "cat")
+    edged = [name for name in names if name.strip() != name]  # (a line is read stripped)
     hashed = [name for name in names if name.startswith("#")]
     hints = ""
-    if labels_file and spaced:
+    if labels_file and edged and class_folders:
+        hints += (
+            f" ({edged[0]!r} begins or ends with a space, which a labels file's line does not "
+            "keep: such a class cannot be listed there; rename it)"
+        )
+    elif labels_file and spaced and not class_folders:
         hints += (
             f" ({spaced[0]!r} holds a space, and a labels file's class is a line's first "
             "word: such a class cannot be listed there; rename it)"
@@ -160,18 +169,19 @@ def unknown_class_name(detail: str) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def parse_labels_file(text: str) -> tuple[str, ...]:
+def parse_labels_file(text: str, whole: Collection[str] = ()) -> tuple[str, ...]:
     """Reads a synset/label list: one class per line, the first token is the class name.
 
     Accepts plain lists (`n01440764`) and the LOC_synset_mapping format
-    (`n01440764 tench, Tinca tinca`). Blank lines and `#` comments are skipped.
+    (`n01440764 tench, Tinca tinca`). Blank lines and `#` comments are skipped. A line that
+    is one of `whole` (a class folder's name: `sea lion`) is that class, spaces and all.
     """
     names: list[str] = []
     lines: dict[str, list[str]] = {}
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if line and not line.startswith("#"):
-            name = line.split()[0]
+            name = line if line in whole else line.split()[0]
             if "," in name:
                 raise ValueError(
                     f"line {number} ({line[:60]!r}) is not a class: a class is a line's first "
@@ -195,14 +205,15 @@ def parse_labels_file(text: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-def parse_display_names(text: str) -> dict[str, str]:
+def parse_display_names(text: str, whole: Collection[str] = ()) -> dict[str, str]:
     """{class: the rest of its line} of a labels file whose lines name a class after its id
-    (LOC_synset_mapping's `n01440764 tench, Tinca tinca`); classes alone on their line have none.
+    (LOC_synset_mapping's `n01440764 tench, Tinca tinca`); classes alone on their line (or
+    the line one of `whole`, as `parse_labels_file` reads it) have none.
     """
     names = {}
     for line in text.splitlines():
         line = line.strip()
-        if line and not line.startswith("#"):
+        if line and not line.startswith("#") and line not in whole:
             name, *rest = line.split(None, 1)  # as parse_labels_file: a tab separates too
             if rest:
                 names[name] = rest[0].strip()

@@ -34,7 +34,7 @@ from beam_pipeline.stages.budget import (
     over_budget_message,
     refuse_unread_inputs,
 )
-from beam_pipeline.tree.layouts import vocabulary_split
+from beam_pipeline.tree.layouts import CLASS_FOLDERS, vocabulary_split
 from beam_pipeline.tree.refusals import unannotated_det_folders
 from schemas import (
     DEAD_LETTER_FILE,
@@ -182,7 +182,9 @@ def check_index_budget(
             f"first: {most_frequent(unknown, 10)}"
         )
         details = [r.detail for r in images if r.reason == "unknown_class"]
-        message += unknown_class_hints(details, spec.vocabulary_source.startswith("--labels_file"))
+        labels_file = spec.vocabulary_source.startswith("--labels_file")
+        in_folders = spec.source.get("layout") == CLASS_FOLDERS
+        message += unknown_class_hints(details, labels_file, in_folders)
     if not unknown:  # (unknown classes: the fix is the vocabulary, named above)
         fraction = needed_fraction(bad, total)
         see += f"; to build without them, rerun with --max_bad_fraction {fraction}"
