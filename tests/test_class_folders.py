@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import unicodedata
 
 import pytest
 from helpers import build, dead_letters, jpeg_bytes, png_bytes, read_split, write
@@ -282,6 +283,28 @@ def test_the_empty_class_fix_keeps_a_class_folder_whose_name_holds_a_space(tmp_p
     info = build(root, tmp_path / "out2", "--labels_file", str(tmp_path / "named.txt"))
     assert info.classes == ("cat", "dog", "sea lion")
     assert info.display_names == {"cat": "Felis catus"}
+
+
+def test_a_decomposed_class_folder_is_found_by_its_composed_name(tmp_path, capsys):
+    # macOS writes `café` decomposed (NFD), a person types it composed (NFC): `inspect
+    # --filename café/1.jpg` found no record, and `show --class café` said "unknown class
+    # 'café' ... did you mean café?".
+    from beam_pipeline.output.readback import read_build_info
+    from beam_pipeline.tools import inspect_record
+    from beam_pipeline.tools.build_records import class_label
+
+    stored, typed = unicodedata.normalize("NFD", "café"), "café"
+    assert stored != typed
+    root = photos(tmp_path / "photos", classes=("dog",))
+    for number in range(2):
+        write(root / stored / f"{number}.jpg", jpeg_bytes())
+    info = build(root, tmp_path / "out")
+    assert info.classes == (stored, "dog")
+    shard = next((tmp_path / "out").glob("*.tfrecord"))
+    for where in (tmp_path / "out", shard):
+        assert inspect_record.main([str(where), "--filename", f"{typed}/1.jpg"]) == 0
+        assert f"image/filename: {stored}/1.jpg" in capsys.readouterr().out.splitlines()
+    assert class_label(read_build_info(str(tmp_path / "out")), typed) == 0
 
 
 def test_the_output_inside_the_class_folders_is_refused(tmp_path):

@@ -15,6 +15,7 @@ import dataclasses
 import difflib
 import os
 import shlex
+import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -167,25 +168,27 @@ def find_filename(
     output_dir: str, info: DatasetInfo, name: str, splits: Sequence[str] | None = None
 ) -> FilenameSearch:
     """Reads every shard of the build's `splits` (default: all, in name order) for the records
-    whose `image/filename` is `name` or ends with `/name`.
+    whose `image/filename` is `name` or ends with `/name`, in either Unicode form.
 
     A record whose bytes do not hold the name's is skipped unparsed. Raises CorruptShardError,
     OSError (a shard missing), ValueError (a record that is no Example).
     """
     search = FilenameSearch(name)
-    needle, suffix = name.encode("utf-8"), "/" + name
+    # In either Unicode form (`café` typed composed, stored as macOS wrote it, decomposed).
+    needles = {unicodedata.normalize(form, name).encode("utf-8") for form in ("NFC", "NFD")}
+    wanted = unicodedata.normalize("NFC", name)
     for split in splits or sorted(info.splits):
         read = 0
         for shard in info.splits[split].shards:
             path, start = join(output_dir, shard.file), read
             for index, record in enumerate(read_build_shard(output_dir, shard)):
                 read += 1
-                if needle in record:
+                if any(needle in record for needle in needles):
                     stored = _stored_name(record, path, index)
                     located = Located(split, shard.file, index, start + index, record)
-                    if stored == name:
+                    if unicodedata.normalize("NFC", stored) == wanted:
                         search.exact.append(located)
-                    elif stored.endswith(suffix):
+                    elif unicodedata.normalize("NFC", stored).endswith("/" + wanted):
                         if not set(search.ending) <= {stored}:
                             located = dataclasses.replace(located, record=None)
                         search.ending.setdefault(stored, []).append(located)
@@ -312,18 +315,23 @@ def class_title(display_names: Mapping[str, str], name: str) -> str:
 
 
 def classes_named(info: DatasetInfo, text: str) -> list[str]:
-    """The classes `text` names: a class itself; else those whose title, display name or one
-    of the names it lists is `text`, ignoring case (`tench`, `Tinca tinca`)."""
+    """The classes `text` names: a class itself; else those whose name, title, display name or
+    one of the names it lists is `text`, ignoring case and Unicode form (`tench`, `Tinca
+    tinca`; `café` typed composed, a folder's name decomposed)."""
     if text in info.classes:
         return [text]
-    wanted = text.strip().casefold()
+    wanted = _folded(text)
     found = []
     for name in info.classes:
         display = info.display_names.get(name, "")
-        names = {display, class_title(info.display_names, name), *display.split(",")}
-        if wanted in {n.strip().casefold() for n in names if n.strip()}:
+        names = {name, display, class_title(info.display_names, name), *display.split(",")}
+        if wanted in {_folded(n) for n in names if n.strip()}:
             found.append(name)
     return found
+
+
+def _folded(text: str) -> str:
+    return unicodedata.normalize("NFC", text).strip().casefold()
 
 
 def class_label(info: DatasetInfo, name: str) -> int:

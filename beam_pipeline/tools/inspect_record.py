@@ -20,6 +20,7 @@ import collections
 import json
 import os
 import sys
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
@@ -74,18 +75,20 @@ def find_record(
     """(position, serialised Example, records read) of one record of a shard.
 
     By position (`index`, default 0; negative counts from the end) or by `image/filename`
-    (equal to `filename` or ending with `/filename`). Raises UsageError for a missing shard or an
-    index out of range, NotFoundError when no record has the name, CorruptRecordError.
+    (equal to `filename` or ending with `/filename`, in either Unicode form). Raises UsageError
+    for a missing shard or an index out of range, NotFoundError when no record has the name,
+    CorruptRecordError.
     """
     check_shard(shard)
     count = 0
     with open_file(shard) as stream:
         records = read_records(stream)
-        if filename is not None:
-            suffix = "/" + filename
+        if filename is not None:  # (in either Unicode form: `café` typed, stored decomposed)
+            wanted = unicodedata.normalize("NFC", filename)
             for count, record in enumerate(records, start=1):
-                name = stored_filename(record_features(record, shard, count - 1))
-                if name == filename or name.endswith(suffix):
+                stored = stored_filename(record_features(record, shard, count - 1))
+                name = unicodedata.normalize("NFC", stored)
+                if name == wanted or name.endswith("/" + wanted):
                     return count - 1, record, count
             raise NotFoundError(
                 f"no record of {shard} has image/filename {filename} or .../{filename} "
