@@ -64,12 +64,11 @@ from beam_pipeline.stages.labelling import (
 from beam_pipeline.stages.misplaced import misplaced_annotations
 from beam_pipeline.stages.writing import AssignShards, WriteShards
 from beam_pipeline.tree import layouts, planner
-from beam_pipeline.tree.fileio import (
+from beam_pipeline.tree.fileio import read_file, read_text
+from beam_pipeline.tree.folders import (
     TREE_ACCESS,
     classes_without_images,
     has_files,
-    read_file,
-    read_text,
     subdirectories,
 )
 from beam_pipeline.tree.locate import locate_tree

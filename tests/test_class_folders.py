@@ -13,8 +13,8 @@ from helpers import build, dead_letters, jpeg_bytes, png_bytes, read_split, writ
 
 from beam_pipeline.tools import build as build_tool
 from beam_pipeline.tools import verify
-from beam_pipeline.tree import fileio, folder_trees, layouts, locate
-from beam_pipeline.tree.fileio import has_files, subdirectories
+from beam_pipeline.tree import folder_trees, folders, layouts, locate
+from beam_pipeline.tree.folders import has_files, subdirectories
 from beam_pipeline.tree.layouts import LayoutError
 from loaders import dataset_info
 from schemas import BUILD_INFO_FILE, SCHEMA_VERSION
@@ -532,7 +532,7 @@ def test_a_folder_of_class_folder_trees_builds_a_class_each_and_names_the_trees(
         f"folders inside are the classes, pass one of {root}/flowers, {root}/pets as --input_dir"
     ) in capsys.readouterr().err.splitlines()
     # A class folder with an image of its own, or with one folder inside, is a class.
-    access = fileio.TREE_ACCESS
+    access = folders.TREE_ACCESS
     write(root / "pets" / "1.jpg", jpeg_bytes())
     assert folder_trees.plan_class_folders(str(root), ("train",), access).notes == ()
     (root / "pets" / "1.jpg").unlink()
@@ -604,7 +604,7 @@ def test_splits_named_in_lower_case_take_the_split_folders_of_any_case_and_name(
     # TRAIN/, VALIDATION/, TEST/ (TFRecorder's sample): built without --splits, but
     # `--splits train,val` was refused ("split 'train' has no folder").
     from beam_pipeline.tree import planner
-    from beam_pipeline.tree.fileio import TREE_ACCESS
+    from beam_pipeline.tree.folders import TREE_ACCESS
 
     root = photos(tmp_path / "photos", splits=("TRAIN", "VALIDATION", "TEST"), per_class=1)
     plan = planner.plan_discovery(str(root), layouts.CLASS_FOLDERS, ("train", "val"), TREE_ACCESS)

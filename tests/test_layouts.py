@@ -6,7 +6,7 @@ from helpers import CORPUS, ilsvrc_image, jpeg_bytes, write
 from beam_pipeline.core.entries import FileRef
 from beam_pipeline.core.rejections import Rejection
 from beam_pipeline.tree import layouts, locate, pairing, planner
-from beam_pipeline.tree.fileio import has_files, has_top_level_files, match, subdirectories
+from beam_pipeline.tree.folders import has_files, has_top_level_files, match, subdirectories
 from beam_pipeline.tree.layouts import TreeAccess
 
 VOC1 = CORPUS / "datumaro/voc_dataset/voc_dataset1"

@@ -29,7 +29,8 @@ from beam_pipeline.stages.labelling import (
 )
 from beam_pipeline.stages.writing import AssignShards, WriteShards, rank_members
 from beam_pipeline.tree import layouts, planner
-from beam_pipeline.tree.fileio import has_files, match, read_ahead, read_file
+from beam_pipeline.tree.fileio import read_ahead, read_file
+from beam_pipeline.tree.folders import has_files, match
 from beam_pipeline.tree.layouts import TreeAccess
 from beam_pipeline.tree.listing import file_version
 

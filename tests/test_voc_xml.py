@@ -8,7 +8,7 @@ from helpers import build, dead_letters, jpeg_bytes, png_bytes, read_split, writ
 
 from beam_pipeline.core.annotations import voc_xml
 from beam_pipeline.tree import locate, planner
-from beam_pipeline.tree.fileio import TREE_ACCESS, has_files, subdirectories
+from beam_pipeline.tree.folders import TREE_ACCESS, has_files, subdirectories
 from beam_pipeline.tree.layouts import VOC, VOC_XML, LayoutError
 from schemas import features as F
 

@@ -17,7 +17,7 @@ A plan (`DiscoveryPlan`, made by `planner.plan_discovery`) is a list of director
 (`ListingTask`s) and, for VOC, the split lists' image ids; `pairing` turns what the walks find
 into index entries; `refusals` holds the checks of a plan that would come out mislabelled.
 File-system access is injected (`has_files`, `match`, `read_text`) so these modules stay pure and
-testable; the pipeline passes `beam_pipeline.tree.fileio`'s.
+testable; the pipeline passes `beam_pipeline.tree.folders`'s.
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def _none(_: str) -> list[str]:
 
 @dataclasses.dataclass(frozen=True)
 class TreeAccess:
-    """The file-system questions a plan asks of a tree (`fileio.TREE_ACCESS` answers them; a
+    """The file-system questions a plan asks of a tree (`folders.TREE_ACCESS` answers them; a
     test may answer a few). `subdirectories` (names of a directory's subdirectories that hold
     files) serves messages: a missing split's names the splits that are there, and the splits
     not asked for are named. `has_top_level_files(directory, extension)` tells a CLS-LOC split

@@ -3,7 +3,7 @@ Pascal VOC, and, in a local folder that is none of them, class folders or images
 XML where they lie), the tree one level below it (a download folder), and, when there is none,
 the refusal that says where the tree is or why the folder is none (`LayoutError`).
 
-The file system is asked through `has_files` and `subdirectories` (`fileio`'s); the folder
+The file system is asked through `has_files` and `subdirectories` (`folders`'); the folder
 layouts are detected on local folders only, where `os` lists them.
 """
 
@@ -255,7 +255,7 @@ def locate_tree(
     no ILSVRC or VOC tree but folders of images is one of class folders
     (`find_class_folders`). Several candidates, or
     none, raise LayoutError naming them. `subdirectories` lists a local directory's
-    subdirectories that hold files (`fileio.subdirectories`; [] for object stores, where only
+    subdirectories that hold files (`folders.subdirectories`; [] for object stores, where only
     `root` itself is looked at).
     """
     root = root.rstrip("/") or "/"

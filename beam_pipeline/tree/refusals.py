@@ -9,6 +9,7 @@ import os
 import posixpath
 import re
 import shlex
+import stat
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 
@@ -233,6 +234,43 @@ def _refuse_year(split, year, years, folders, complete, ids) -> None:
             f"{images - xml} {background}. {fix}; if those images really hold no object, "
             "give each an XML without <object>"
         )
+
+
+def refuse_unlistable(path: str) -> None:
+    """LayoutError where the local `path` is a folder that cannot be listed, or lies below one
+    that cannot be entered: a build would take what it holds for missing (a split folder, the
+    annotations, VOC's lists) and build the rest without a word. Nothing for a path that is
+    not there, or not local (the callers say what is missing)."""
+    if not is_local(path):
+        return
+    try:
+        folder = stat.S_ISDIR(os.stat(path).st_mode)
+    except PermissionError:  # (a folder above it cannot be entered)
+        parent = posixpath.dirname(path.rstrip("/"))
+        if parent and parent != path:
+            refuse_unlistable(parent)
+            raise LayoutError(_unreadable(parent, "entered", "its execute bit is off")) from None
+        return
+    except OSError:
+        return
+    if not folder:
+        return
+    try:
+        with os.scandir(path) as entries:
+            first = next(entries, None)
+    except PermissionError as error:
+        raise LayoutError(_unreadable(path, "listed", str(error.strerror))) from None
+    try:
+        os.lstat(first.path) if first is not None else None
+    except PermissionError:
+        raise LayoutError(_unreadable(path, "entered", "its execute bit is off")) from None
+
+
+def _unreadable(folder: str, done: str, why: str) -> str:
+    return (
+        f"{folder} cannot be {done} ({why}): a build would take what it holds for missing. "
+        f"Make it readable (e.g. chmod -R a+rX {shlex.quote(folder)}), or build as its owner"
+    )
 
 
 def dangling_link(path: str, root: str) -> str | None:
