@@ -118,3 +118,24 @@ def test_a_folder_that_can_be_listed_but_not_entered_is_refused(tmp_path, monkey
     with pytest.raises(LayoutError) as error:
         build(root, tmp_path / "out")
     assert str(error.value) == refusal(root / "val", "entered", "its execute bit is off")
+
+
+def test_a_folder_where_an_image_s_xml_would_be_fails_the_build(tmp_path):
+    # `mkdir a_1.xml` where its XML was: the image was built as background, exit 0, nothing
+    # said (a pipe or a dangling link there failed the build, naming it).
+    from beam_pipeline.failures import BuildFailed
+
+    root = tmp_path / "det"
+    for number in range(3):
+        xml = voc_xml([("cat", 1, 1, 20, 20)], (32, 32))
+        ilsvrc_image(root, "train", f"a_{number}", jpeg_bytes(32, 32), xml)
+    folder = root / "Annotations/DET/train/a_1.xml"
+    folder.unlink()
+    folder.mkdir()
+    with pytest.raises(BuildFailed) as error:
+        build(root, tmp_path / "out", "--splits", "train")
+    assert str(error.value).startswith(
+        f"BUILD FAILED: the tree holds what the build cannot read: {folder} (not_a_regular_file: a "
+        "directory, not an XML file); the images inside, or those whose XML it is, would be "
+        "missing or labelled background."
+    )

@@ -313,6 +313,8 @@ def _scan(path: str, subdirectory) -> Iterator:
             if entry.is_dir() and is_skipped_folder(entry.name):
                 yield _skipped(entry.path)
             elif entry.is_dir():
+                if entry.name.lower().endswith(".xml"):  # (its image: background without it)
+                    yield Unlisted(entry.path, "not_a_regular_file", "a directory, not an XML file")
                 yield from subdirectory(entry.path)
             elif entry.is_file():
                 stat = entry.stat()
