@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import signal
+import sys
 import threading
 import time
 
@@ -240,6 +241,7 @@ def interrupts_remembered():
     _lost_event.clear()
     _stopped.clear()
     _within[0] += 1  # a build, told from the one before for `_end_workers_later`
+    _complete.clear()
     # A signal the process inherited as ignored (a script's background job: SIGINT) stays
     # ignored, as it was before the handler came (it stopped the build or not by when it came);
     # the handler is still set, for `_worker_lost`'s SIGINT.
@@ -251,7 +253,8 @@ def interrupts_remembered():
         yield
     finally:
         for number, handler in previous.items():
-            signal.signal(number, handler)
+            if number not in _complete:  # (`build_complete`'s stays)
+                signal.signal(number, handler)
         _ignored.clear()
         # After a lost worker, the runner's threads fail as their channels close, after the
         # build said why it failed: to the log, not after the console's last line.
@@ -260,6 +263,48 @@ def interrupts_remembered():
         )
         _interrupted.clear()
         _within[0] += 1
+
+
+# Whether a build runs in a process of its own (`commands.cli`), which ends when it does.
+OWN_PROCESS = [False]
+_complete: list[int] = []  # the signals `build_complete` took over
+
+
+def build_complete() -> None:
+    """The build has committed: in a process of its own, a Ctrl-C or SIGTERM from here lets
+    it say so and end, exit 0, within `_DONE_WITHIN_S` (it was "INTERRUPTED (Ctrl-C)", exit
+    130, of a build that `verify` finds whole, and a script's `build && train` stopped). A
+    signal the process inherited as ignored stays so."""
+    if not OWN_PROCESS[0]:
+        return
+
+    def done(signum, frame):
+        if not _ending:
+            _ending.append(signum)
+            threading.Thread(target=_end_done, name="end-after-commit", daemon=True).start()
+
+    for number in _STOPPING_SIGNALS:
+        if number not in _ignored:
+            signal.signal(number, done)
+            _complete.append(number)
+
+
+_ending: list[int] = []
+# How long a committed build's process may take to end after a stopping signal.
+_DONE_WITHIN_S = 10.0
+
+
+def _end_done() -> None:
+    time.sleep(_DONE_WITHIN_S)
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(0)
+
+
+def completed() -> bool:
+    """Whether the last build has committed and said so (`build_complete`), in this process."""
+    return bool(_complete)
 
 
 def stopping_signal() -> signal.Signals:

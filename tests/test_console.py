@@ -310,6 +310,31 @@ def test_ctrl_c_during_a_build_is_an_interruption(slow_tree, tmp_path, stop, cod
     assert not (out / "build_info.json").exists()
 
 
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_a_stopping_signal_after_the_summary_leaves_a_complete_build_exit_0(
+    small_tree, tmp_path, stop
+):
+    # In the ~0.3 s after the summary (Python tidying up), a Ctrl-C made the process say
+    # "INTERRUPTED (Ctrl-C)" or end by the signal: exit 130 or 143 of a build `verify` found
+    # whole, and a script's `build && train` stopped there.
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "beam_pipeline", "--input_dir", small_tree, "--output_dir", out],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    first = process.stdout.readline()  # (the summary comes at once, flushed)
+    assert first.startswith(f"Built {out}"), first
+    os.killpg(process.pid, stop)
+    rest, err = process.communicate(timeout=120)
+    assert process.returncode == 0, (first, rest, err)
+    assert "full log:" in rest and rest.rstrip().endswith(".log"), rest  # (the summary's end)
+    assert "INTERRUPTED" not in err, err
+    assert (out / "build_info.json").exists()
+
+
 @pytest.mark.parametrize(
     "stop, code, by", [(signal.SIGINT, 130, ""), (signal.SIGTERM, 143, " by SIGTERM")]
 )

@@ -18,6 +18,7 @@ from beam_pipeline.console import build_console as console
 from beam_pipeline.console import summary, tree_notes
 from beam_pipeline.failures import WorkerLost
 from beam_pipeline.interrupts import (
+    build_complete,
     interrupts_remembered,
     stopping_signal,
     worker_interrupted,
@@ -140,6 +141,7 @@ def _build(argv: list[str], out: console.BuildConsole) -> int:
     info = _execute(options, prepared, out, before)
     if isinstance(info, int):
         return info
+    build_complete()  # (committed: a Ctrl-C from here ends the process, exit 0)
     summary.print_summary(
         sys.stdout,
         info,
@@ -151,6 +153,7 @@ def _build(argv: list[str], out: console.BuildConsole) -> int:
         rejected=rejections_by_split(config.output_dir) if info.failures else None,
         kept=resume.kept_shards(config.output_dir, info, in_place),
     )
+    sys.stdout.flush()  # (said while the process still ends at once on a Ctrl-C)
     return 0
 
 

@@ -17,6 +17,8 @@ import threading
 import time
 from collections.abc import Sequence
 
+from beam_pipeline import interrupts
+
 # name → (module of `beam_pipeline.tools` with `main(argv) -> int`, what it does).
 COMMANDS = {
     "build": ("build", "build the TFRecords of a tree (the default command)"),
@@ -83,14 +85,20 @@ def cli(argv: Sequence[str] | None = None) -> int:
 
 def run(argv: Sequence[str] | None = None) -> int:
     """`python -m beam_pipeline` and `imagenet-tfrecords`: `cli`, in a process that ends after
-    a stopping signal even where a thread of the build cannot (`_end_after_signal`)."""
+    a stopping signal even where a thread of the build cannot (`_end_after_signal`); after a
+    committed build, one that ends with exit 0, whatever signal comes while Python tidies up
+    (its handlers gone, a Ctrl-C ended the process by SIGINT: 130 of a complete build)."""
     code = cli(argv)
     if code in _STOPPED:
+        _end_after_signal(code)
+    elif interrupts.completed():  # (a build committed: no signal ends it by the signal now)
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
         _end_after_signal(code)
     return code
 
 
-_STOPPED = (128 + signal.SIGINT, 128 + signal.SIGTERM)
+_STOPPING = (signal.SIGINT, signal.SIGTERM)
+_STOPPED = tuple(128 + number for number in _STOPPING)
 # How long the process may take to end after an interrupted command has said so.
 END_AFTER_SIGNAL_S = 10.0
 
@@ -133,6 +141,7 @@ def main(argv: Sequence[str] | None = None, *, cli: bool = False) -> int:
         from beam_pipeline.console.build_console import BuildConsole
 
         BuildConsole.park_stderr = True
+        interrupts.OWN_PROCESS[0] = True  # (a Ctrl-C after the commit: `build_complete`)
     if command != "build":
         # Beam's import logs "apitools not found" through the root logger, which would set up
         # a stderr handler on the way; the read-only commands print what they have to say.
