@@ -212,6 +212,22 @@ def test_the_index_budget_names_the_budget_that_builds_without_them():
     )  # 0.29 * 100 is 28.999999999999996 in floating point: 0.29 would fail again
 
 
+def test_the_budget_says_to_make_files_it_could_not_read_readable():
+    # An XML of mode 000 failed the index's budget, which named the budget that left its image
+    # out; that build failed again on the images of mode 000, found as they were read.
+    denied = Rejection(
+        "train", "/t/b.xml", DISCOVER, "read_error", "PermissionError: [Errno 13] Permission denied"
+    )
+    with pytest.raises(BuildFailed) as caught:
+        check_index_budget(spec(max_bad_fraction=0.01), {"train": 79}, [denied])
+    assert str(caught.value) == (
+        "BUILD FAILED: 1 of 80 images rejected before any image was read (1.25%), more than "
+        "--max_bad_fraction=0.01; reasons {'read_error': 1} (1 of them permission denied: make "
+        "them readable to keep them, e.g. chmod -R a+rX /t/b.xml); see /out/rejected.jsonl; to "
+        "build without them, rerun with --max_bad_fraction 0.02"
+    )
+
+
 def test_an_unread_directory_or_xml_fails_the_build_whatever_the_budget():
     # What they hide decides labels: a directory's images or XML, an XML file's objects.
     unread = [

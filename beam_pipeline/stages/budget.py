@@ -61,6 +61,12 @@ def over_budget_message(
         f"{bad} of {total} images rejected{when} ({bad / total:.2%}), more than "
         f"--max_bad_fraction={max_bad_fraction}; reasons {most_frequent(reasons)}"
     )
+    denied = [r.path for r in images if r.detail.startswith("PermissionError")]
+    if denied:  # (a budget that leaves them out would not cover those found as images are read)
+        message += (
+            f" ({len(denied)} of them permission denied: make them readable to keep them, "
+            f"e.g. chmod -R a+rX {shlex.quote(min(denied))})"
+        )
     if reasons[STRAY_JPEG_BYTES]:
         message += (
             f" ({reasons[STRAY_JPEG_BYTES]} {STRAY_JPEG_BYTES}: JPEGs whose scan ended before "
