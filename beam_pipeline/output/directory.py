@@ -201,7 +201,7 @@ def refuse_complete_build(output_dir: str, *, overwrite: bool) -> bool:
         staged = list_shard_files(output_dir, staged=True)
         hint = (
             f" (--overwrite --resume, with the flags of the rebuild that stopped, keeps the "
-            f"{len(staged)} shards it staged in {STAGING_DIR}/)"
+            f"{len(staged)} shard{'s' if len(staged) != 1 else ''} it staged in {STAGING_DIR}/)"
             if staged
             else ""
         )
