@@ -43,18 +43,28 @@ def was_interrupted(error: BaseException | None) -> bool:
 
 # What a full disk or quota says, as an OSError's number or in a worker process's text.
 _OUT_OF_SPACE = (errno.ENOSPC, errno.EDQUOT)
-_OUT_OF_SPACE_TEXT = re.compile(rf"\[Errno (?:{'|'.join(map(str, _OUT_OF_SPACE))})\]")
 
 
 def out_of_space(error: BaseException | None) -> bool:
     """Whether a failed run ran out of disk space (or quota): an OSError of it in the cause
     chain, or its `[Errno 28]` in the text the runner re-raised it as."""
+    return _of_errno(error, _OUT_OF_SPACE)
+
+
+def file_too_large(error: BaseException | None) -> bool:
+    """Whether a failed run wrote a file past the largest its file system holds (FAT32: 4 GiB)
+    or the process may write (`ulimit -f`): EFBIG, as `out_of_space` finds its numbers."""
+    return _of_errno(error, (errno.EFBIG,))
+
+
+def _of_errno(error: BaseException | None, numbers: tuple[int, ...]) -> bool:
+    text = re.compile(rf"\[Errno (?:{'|'.join(map(str, numbers))})\]")
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        if isinstance(error, OSError) and error.errno in _OUT_OF_SPACE:
+        if isinstance(error, OSError) and error.errno in numbers:
             return True
-        if _OUT_OF_SPACE_TEXT.search(str(error)):
+        if text.search(str(error)):
             return True
         error = error.__cause__ or error.__context__
     return False

@@ -4,6 +4,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -122,6 +123,29 @@ def test_full_output_location_fails_loudly_and_commits_nothing(tree, tmpfs, caps
     note = err.splitlines()[-2]  # what to do: a trial found only the error's text
     assert note.startswith(f"the disk of {out} is full: free space on it; nothing was committed")
     assert re.search(r"; rerun (the same command|with --resume to keep the \d+ shards?)", note)
+    assert not (out / BUILD_INFO_FILE).exists()
+
+
+def test_a_shard_past_the_largest_file_allowed_names_the_shard_size_flag(tree, tmp_path):
+    # FAT32 takes files of 4 GiB at most, `ulimit -f` less: "BUILD FAILED: ... File too large",
+    # and nothing said of what to change or of what was kept.
+    out = tmp_path / "out"
+    argv = ["--input_dir", tree, "--output_dir", out, "--num_shards", "1", "--splits", "train"]
+    command = shlex.join([sys.executable, "-m", "beam_pipeline", *map(str, argv)])
+    done = subprocess.run(  # (Python ignores SIGXFSZ: a write past the limit fails, EFBIG)
+        ["bash", "-c", f"ulimit -f 100 && exec {command}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "File too large" in failure_line(done.stderr)
+    note = done.stderr.splitlines()[-2]
+    assert note.startswith(
+        f"a shard grew past the largest file {out}'s file system takes (FAT32: 4 GiB), or the "
+        "process's limit (ulimit -f): a smaller --target_shard_mb makes smaller shards; "
+        "nothing was committed"
+    ), done.stderr
     assert not (out / BUILD_INFO_FILE).exists()
 
 

@@ -184,10 +184,16 @@ def _execute(
         if lost is not None and _whole_after_commit(output_dir, before):
             logger.warning("After the commit marker was written: %s; the build is whole", lost)
             return read_build_info(output_dir)
-        full = failures.out_of_space(error)
-        left = _what_is_left(output_dir, before, lost is not None or full)  # as interrupted
-        if full and left is not None:
+        full, large = failures.out_of_space(error), failures.file_too_large(error)
+        left = _what_is_left(output_dir, before, lost is not None or full or large)
+        if full and left is not None:  # (said as for an interrupted build)
             left = f"the disk of {output_dir} is full: free space on it; {left}"
+        elif large and left is not None:
+            left = (
+                f"a shard grew past the largest file {output_dir}'s file system takes (FAT32: "
+                f"4 GiB), or the process's limit (ulimit -f): a smaller --target_shard_mb makes "
+                f"smaller shards; {left}"
+            )
         elif _owner_file_gone(output_dir):  # (then a Beam rename error, or a missing shard)
             left = (
                 f"{output_dir} was deleted or moved while the build wrote to it (its marker "
