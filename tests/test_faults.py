@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from helpers import build, failure_line, write
+from helpers import build, dead_letters, failure_line, write
 
 from beam_pipeline.output import commit, directory
 from beam_pipeline.stages import writing
@@ -147,6 +147,26 @@ def test_a_shard_past_the_largest_file_allowed_names_the_shard_size_flag(tree, t
         "nothing was committed"
     ), done.stderr
     assert not (out / BUILD_INFO_FILE).exists()
+
+
+def test_a_file_larger_than_any_image_is_rejected_unread(tree, tmp_path):
+    # An 8 GiB file named .JPEG was read whole: a MemoryError with no words, or the kernel
+    # ending the build.
+    from beam_pipeline.tree.fileio import MAX_FILE_BYTES
+
+    root = tmp_path / "tree"
+    shutil.copytree(tree, root)
+    huge = root / "Data/DET/train/sample_train/huge.JPEG"
+    with open(huge, "wb") as stream:  # (sparse: no disk taken)
+        stream.truncate(MAX_FILE_BYTES + 1)
+    info = build(root, tmp_path / "out", "--splits", "train", "--max_bad_fraction", "0.1")
+    assert info.splits["train"].num_examples == 30
+    (rejected,) = dead_letters(tmp_path / "out")
+    assert (rejected["path"], rejected["reason"]) == (str(huge), "read_error")
+    assert rejected["detail"] == (
+        f"{MAX_FILE_BYTES + 1:,} bytes: larger than any image or XML a build reads "
+        f"({MAX_FILE_BYTES:,} bytes at most), not read"
+    )
 
 
 def built_with_a_change_after_one_shard(monkeypatch, argv: list[str], change) -> int:

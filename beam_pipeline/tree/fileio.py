@@ -43,19 +43,33 @@ def read_file(path: str, *, regular: bool = False) -> bytes:
         raise InputError("read_error", f"{type(error).__name__}: {error}") from None
 
 
+# No image a build takes (--max_pixels' default, 89 Mpx, of 16-bit RGBA: 715 MB raw) or XML
+# is larger: a file past it (a disk image, a video named .jpg) is not read into memory whole
+# (8 GiB of it was a MemoryError without a word, or the kernel ending the build).
+MAX_FILE_BYTES = 2 << 30
+
+
 def _read_regular_file(path: str) -> bytes:
     """A local regular file's bytes, opened without waiting (O_NONBLOCK: a pipe's open waits
-    for a writer) and read only once `fstat` says it is a regular file."""
+    for a writer) and read only once `fstat` says it is a regular file of at most
+    `MAX_FILE_BYTES`."""
     nonblocking = getattr(os, "O_NONBLOCK", 0)  # (POSIX; Windows has no pipes of this kind)
     descriptor = os.open(path, os.O_RDONLY | nonblocking)
     try:
-        mode = os.fstat(descriptor).st_mode
+        found = os.fstat(descriptor)
+        mode = found.st_mode
         if stat.S_ISDIR(mode):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
         if not stat.S_ISREG(mode):
             raise InputError(
                 "read_error",
                 "not a regular file: a device, socket or pipe (there since the tree was listed?)",
+            )
+        if found.st_size > MAX_FILE_BYTES:
+            raise InputError(
+                "read_error",
+                f"{found.st_size:,} bytes: larger than any image or XML a build reads "
+                f"({MAX_FILE_BYTES:,} bytes at most), not read",
             )
         if nonblocking:
             os.set_blocking(descriptor, True)
