@@ -64,6 +64,21 @@ def test_stray_bytes_after_the_data_and_no_end_are_never_stored():
     assert error.value.reason == "truncated_image"
 
 
+@pytest.mark.parametrize("progressive", [False, True])
+def test_bytes_after_the_end_marker_are_not_stored(progressive):
+    # A phone's Motion Photo: the JPEG, then its video (3 MB), stored with it byte for byte,
+    # not a word said: shards 5 times their pictures' size. An end marker inside the video
+    # does not end the picture there.
+    data = encoded(progressive=progressive)
+    video = b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)) * 40 + b"\xff\xd9\xff\xd8tail"
+    stored = normalise_image(data + video, DEFAULT)
+    assert stored.data == data
+    assert (decodes_in_every_reader(stored.data) == simplejpeg.decode_jpeg(data)).all()
+    assert normalise_image(data + b"\x00" * 7, DEFAULT).data == data  # padding
+    # A second image after the first ends with its own end marker (MPF's): kept as it is.
+    assert normalise_image(data + data, DEFAULT).data == data + data
+
+
 def test_a_progressive_scan_that_ended_early_is_refused_or_mended_and_checked_to_the_end():
     data = encoded(progressive=True)
     end = first_marker_after_data(data)

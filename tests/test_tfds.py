@@ -351,6 +351,23 @@ def test_a_build_killed_between_its_two_markers_is_named_and_upgrade_finishes_it
     assert verify.verify(str(copy)) == (4, [])
 
 
+def test_a_damaged_build_without_tfds_file_is_not_sent_to_upgrade(built, tree, tmp_path, capsys):
+    # The refusal said "upgrade writes it" of dataset_info.json, and upgrade then refused the
+    # damaged build_info.json ("rebuild it").
+    copy = shutil.copytree(built, tmp_path / "copy")
+    (copy / TFDS_INFO_FILE).unlink()
+    (copy / BUILD_INFO_FILE).write_text((copy / BUILD_INFO_FILE).read_text()[:2000])
+    assert commands.main(["--input_dir", str(tree), "--output_dir", str(copy)]) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            f"{copy} already holds a build whose build_info.json is damaged; pass --overwrite to "
+            "replace it"
+        )
+    )
+
+
 def test_a_schema_1_build_with_a_field_missing_is_named_damaged(built, tmp_path, capsys):
     # Its `dataset_info.json` was parsed without the checks build_info.json gets: `stats` and
     # `verify` ended in a KeyError traceback, and the loader raised a bare KeyError.

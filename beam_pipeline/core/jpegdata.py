@@ -22,6 +22,10 @@ data is checked as well. The mended copy is what is stored:
   they follow is found by that), the rest is checked, and the image is kept with a note
   (reported).
 
+Bytes after the end marker, which no decoder reads (a phone's Motion Photo video), are not
+stored either, where the data does not end with an end marker (`_through_end`: a second image
+after the first, MPF's, is kept).
+
 Everything else libjpeg warns about (data that ends early, bad Huffman codes, stray bytes before
 a restart marker, whose interval libjpeg skipped) is refused: the picture is grey or garbled.
 So is a file whose scans do not send every coefficient of every component to its last bit
@@ -102,7 +106,7 @@ def strict_decode(
                     "short at a scan's end and closed (decoded anyway, blurred or without a "
                     "colour)",
                 )
-            return CheckedJpeg(checked, pixels, note)
+            return CheckedJpeg(_through_end(checked), pixels, note)
         if "unsupported color conversion" in message.lower():
             raise UnsupportedConversion(message)
         mended = _mend(checked, message, keep_stray, colorspace, scaling)
@@ -111,6 +115,22 @@ def strict_decode(
         checked, mend_note = mended
         note = note or mend_note
     raise InputError("corrupt_image", f"JPEG: more than {_MAX_MENDS} runs of stray bytes")
+
+
+def _through_end(data: bytes) -> bytes:
+    """`data` up to its end marker (EOI): what follows (a phone's Motion Photo video, 3 MB of
+    it; padding) is no part of the picture, and was stored with it. Data that ends with an
+    end marker (nearly every JPEG; one with a second image after it, MPF's, too) is as it is,
+    without a walk of its scans."""
+    if data.endswith(b"\xff\xd9"):
+        return data
+    scans = _scans(data)
+    if not scans or scans[-1][2] != _EOI:
+        return data
+    end = scans[-1][1]
+    while data[end] == 0xFF:  # (fill bytes before the marker)
+        end += 1
+    return data[: end + 1]
 
 
 def _mend(

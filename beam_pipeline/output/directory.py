@@ -188,13 +188,13 @@ def refuse_complete_build(output_dir: str, *, overwrite: bool) -> bool:
     Raises:
       OutputExistsError: a complete build is there and `overwrite` is off.
     """
-    what = "a complete build"
+    what, damaged = "a complete build", False
     try:
         read_build_info(output_dir)
     except NoBuildError:
         return False
     except DamagedBuildError:
-        what = f"a build whose {BUILD_INFO_FILE} is damaged"
+        what, damaged = f"a build whose {BUILD_INFO_FILE} is damaged", True
     except ValueError:  # metadata this code cannot read (another schema): still a build
         pass
     if not overwrite:
@@ -205,7 +205,8 @@ def refuse_complete_build(output_dir: str, *, overwrite: bool) -> bool:
             if staged
             else ""
         )
-        if not staged and not FileSystems.exists(join(output_dir, TFDS_INFO_FILE)):
+        missing = not FileSystems.exists(join(output_dir, TFDS_INFO_FILE))
+        if not staged and not damaged and missing:
             hint = (  # a build stopped between its two metadata files: only TFDS's is missing
                 f"; its {TFDS_INFO_FILE} is missing (the build stopped as it committed): "
                 f"python -m beam_pipeline upgrade {output_dir} writes it"
