@@ -103,6 +103,21 @@ def tmpfs(tmp_path):
         subprocess.run(["umount", str(target)], check=False)
 
 
+def test_an_output_that_is_a_dangling_link_is_named_so(tree, tmp_path, capsys):
+    # It said "cannot write to OUT: [Errno 17] File exists: 'OUT'".
+    out, target = tmp_path / "out", tmp_path / "disk" / "builds"
+    out.symlink_to(target)
+    argv = ["--input_dir", str(tree), "--output_dir", str(out), "--splits", "train"]
+    assert build_tool.main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"error: cannot write to {out}: it is a link to {target}, which does not exist (make "
+        "that folder, or give another --output_dir)\n"
+    )
+    target.mkdir(parents=True)  # (the fix it names)
+    assert build_tool.main(argv) == 0
+    assert (target / BUILD_INFO_FILE).exists()
+
+
 def test_read_only_output_location_gives_a_clear_error(tree, tmpfs, capsys):
     out = tmpfs("ro,size=64k")
     code = build_tool.main(["--input_dir", str(tree), "--output_dir", str(out / "build")])

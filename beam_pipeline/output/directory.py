@@ -323,6 +323,11 @@ def unwritable_reason(output_dir: str) -> str | None:
     if not is_local(output_dir):
         return None
     path = os.path.abspath(output_dir)
+    if os.path.islink(path) and not os.path.exists(path):
+        return (
+            f"cannot write to {output_dir}: it is a link to {os.readlink(path)}, which does "
+            "not exist (make that folder, or give another --output_dir)"
+        )
     while not os.path.exists(path):
         path = os.path.dirname(path)
     if not os.path.isdir(path):
