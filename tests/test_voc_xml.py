@@ -198,3 +198,19 @@ def test_plan_counts_an_exports_xml_without_objects_as_background(tmp_path, caps
     ]
     info = build(root, tmp_path / "out")
     assert info.splits["train"].class_counts == (1, 1, 2)
+
+
+def test_a_folder_named_as_a_voc_year_without_its_lists_is_said_to_lack_them(tmp_path):
+    # A copy of VOC2007 that lost ImageSets/ built its test images into train without a word.
+    voc = tmp_path / "VOC2007"
+    for name in ("a", "b"):
+        write(voc / "JPEGImages" / f"{name}.jpg", jpeg_bytes())
+        write(voc / "Annotations" / f"{name}.xml", voc_xml([("cat", 1, 1, 9, 9)], (32, 32)))
+    plan = planner.plan_discovery(str(voc), VOC_XML, ("train",), TREE_ACCESS)
+    assert plan.notes == (
+        f"Note: {voc} is named as a Pascal VOC year but has no ImageSets/Main/ split lists: "
+        "built as an export of VOC XML, its images in the splits of its folders, or one train "
+        "split without them; VOC's own splits need its ImageSets/Main/<split>.txt",
+    )
+    renamed = voc.rename(tmp_path / "birds")
+    assert planner.plan_discovery(str(renamed), VOC_XML, ("train",), TREE_ACCESS).notes == ()

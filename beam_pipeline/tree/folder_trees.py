@@ -20,6 +20,8 @@ ROOT/images/<split>/X.jpg, ROOT/annotations/<split>/X.xml
 from __future__ import annotations
 
 import dataclasses
+import posixpath
+import re
 import shlex
 from collections.abc import Sequence
 
@@ -206,7 +208,21 @@ def plan_voc_xml(root: str, splits: Sequence[str], tree: TreeAccess) -> Discover
             tasks.append(ListingTask(ANNOTATIONS, join(directory, paired[1]), name, split, root))
         else:
             tasks.append(ListingTask(MIXED, directory, name, split, root))
-    return _plan(VOC_XML, root, splits, tasks, tree)
+    plan = _plan(VOC_XML, root, splits, tasks, tree)
+    if re.fullmatch(r"VOC\d{4}", posixpath.basename(root.rstrip("/")), re.IGNORECASE):
+        plan = dataclasses.replace(plan, notes=(*plan.notes, _voc_year_note(root)))
+    return plan
+
+
+def _voc_year_note(root: str) -> str:
+    """The line saying that a folder named as a VOC year, without its split lists
+    (`ImageSets/Main/`), is built as an export of VOC XML: a copy of VOC2007 that lost its
+    lists would put its test images into train."""
+    return (
+        f"Note: {root} is named as a Pascal VOC year but has no ImageSets/Main/ split lists: "
+        "built as an export of VOC XML, its images in the splits of its folders, or one train "
+        "split without them; VOC's own splits need its ImageSets/Main/<split>.txt"
+    )
 
 
 def _plan_inner_splits(
