@@ -139,3 +139,12 @@ def test_a_folder_where_an_image_s_xml_would_be_fails_the_build(tmp_path):
         "directory, not an XML file); the images inside, or those whose XML it is, would be "
         "missing or labelled background."
     )
+
+
+def test_lost_and_found_beside_split_folders_is_skipped_not_refused(tmp_path, monkeypatch):
+    # A dataset disk's root holds fsck's lost+found, which only root can list: refused as a
+    # folder the build cannot list, though it is never part of a dataset.
+    root = photos(tmp_path / "disk")
+    write(root / "lost+found" / "#1234", b"x")
+    lock(monkeypatch, root / "lost+found")
+    assert sorted(build(root, tmp_path / "out").splits) == ["train", "validation"]

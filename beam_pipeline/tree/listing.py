@@ -67,20 +67,26 @@ class Subdirectory:
 # Folders that tools and file servers leave inside a dataset, never part of it: hidden ones
 # (Jupyter's `.ipynb_checkpoints` holds copies of the images beside it, `.git`, `.cache`), and
 # the thumbnails a Synology NAS writes into every folder, and the `__MACOSX` folder of a zip
-# made on a Mac (`._` copies of every file). Entered, their images would be written twice, or,
-# as a class folder, become a class and shift every label after it.
+# made on a Mac (`._` copies of every file), and `fsck`'s `lost+found` at a disk's root (its
+# owner's alone: a build would be refused for the folder it cannot list). Entered, their images
+# would be written twice, or, as a class folder, become a class and shift every label after it.
 SYNOLOGY_THUMBNAILS = "@eaDir"
 MAC_ZIP_FORKS = "__MACOSX"
+LOST_AND_FOUND = "lost+found"
 
 
 def is_skipped_folder(name: str) -> bool:
     """Whether a folder of this name is left out of every listing (and reported)."""
-    return name.startswith(".") or name in (SYNOLOGY_THUMBNAILS, MAC_ZIP_FORKS)
+    return name.startswith(".") or name in (SYNOLOGY_THUMBNAILS, MAC_ZIP_FORKS, LOST_AND_FOUND)
 
 
 def _skipped(path: str) -> Unlisted:
     name = posixpath.basename(path)
-    what = {SYNOLOGY_THUMBNAILS: "a NAS's thumbnails", MAC_ZIP_FORKS: "a Mac zip's file forks"}
+    what = {
+        SYNOLOGY_THUMBNAILS: "a NAS's thumbnails",
+        MAC_ZIP_FORKS: "a Mac zip's file forks",
+        LOST_AND_FOUND: "fsck's recovered files",
+    }
     return Unlisted(
         path,
         "skipped_folder",
