@@ -148,3 +148,18 @@ def test_lost_and_found_beside_split_folders_is_skipped_not_refused(tmp_path, mo
     write(root / "lost+found" / "#1234", b"x")
     lock(monkeypatch, root / "lost+found")
     assert sorted(build(root, tmp_path / "out").splits) == ["train", "validation"]
+
+
+def test_a_folder_it_cannot_list_beside_the_tree_in_a_download_folder_is_passed_over(
+    tmp_path, monkeypatch
+):
+    # --input_dir a download folder holding the tree and another user's folder: the tree one
+    # level down was found before; then the locked folder beside it was refused.
+    download = tmp_path / "download"
+    for number in range(2):
+        xml = voc_xml([("cat", 1, 1, 20, 20)], (32, 32))
+        ilsvrc_image(download / "ILSVRC", "train", f"a_{number}", jpeg_bytes(32, 32), xml)
+    write(download / "private" / "notes.txt", b"x")
+    lock(monkeypatch, download / "private")
+    info = build(download, tmp_path / "out", "--splits", "train")
+    assert info.splits["train"].num_examples == 2

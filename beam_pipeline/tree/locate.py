@@ -89,8 +89,8 @@ def _tree_near(root: str, has_files: HasFiles, subdirectories: Callable[[str], l
         deeper = [
             join(root, name, inner)
             for name in subdirectories(root)[:_MAX_LOOKED_AT]
-            for inner in subdirectories(join(root, name))[:_MAX_LOOKED_AT]
-            if layouts_at(join(root, name, inner), has_files)
+            for inner in _probed(subdirectories, join(root, name))[:_MAX_LOOKED_AT]
+            if _probed(layouts_at, join(root, name, inner), has_files)
         ]
         if deeper:
             hint = f"; a tree lies two levels below it: pass {' or '.join(deeper)} as --input_dir"
@@ -310,18 +310,28 @@ def _trees_below(
     below = [
         (join(root, name), found)
         for name in names
-        for found in layouts_at(join(root, name), has_files)
+        for found in _probed(layouts_at, join(root, name), has_files)
         if found in wanted
     ]
     deeper = [
         (join(root, name, inner), found)
         for name in names[:_MAX_LOOKED_AT]
         if len(below) == 1 and join(root, name) != below[0][0]
-        for inner in subdirectories(join(root, name))[:_MAX_LOOKED_AT]
-        for found in layouts_at(join(root, name, inner), has_files)
+        for inner in _probed(subdirectories, join(root, name))[:_MAX_LOOKED_AT]
+        for found in _probed(layouts_at, join(root, name, inner), has_files)
         if found in wanted
     ]
     return below + deeper
+
+
+def _probed(ask: Callable[..., list], *args) -> list:
+    """`ask(*args)`, or [] where a folder it looks into cannot be listed: a folder beside the
+    tree in a download folder (another user's, `lost+found`) is no tree, and if it was the
+    one, none is found, which is said (`folders.subdirectories` refuses the tree's own)."""
+    try:
+        return ask(*args)
+    except LayoutError:
+        return []
 
 
 def _named_folders(
