@@ -92,7 +92,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     if code in _STOPPED:
         _end_after_signal(code)
     elif interrupts.completed():  # (a build committed: no signal ends it by the signal now)
-        signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
+        for number in _STOPPING:  # (ignored, not blocked: any thread may take a signal, and
+            signal.signal(number, signal.SIG_IGN)  # Python resets its handlers as it ends)
         _end_after_signal(code)
     return code
 
