@@ -60,6 +60,14 @@ def refusal(folder, done="listed", why="Permission denied"):
     )
 
 
+def det_tree(root, images=3):
+    """ROOT/Data/DET/train/a_N.JPEG, each with its XML (one cat)."""
+    for number in range(images):
+        xml = voc_xml([("cat", 1, 1, 20, 20)], (32, 32))
+        ilsvrc_image(root, "train", f"a_{number}", jpeg_bytes(32, 32), xml)
+    return root
+
+
 def photos(root):
     for split in ("train", "val"):
         for name in ("cat", "dog"):
@@ -86,10 +94,7 @@ def test_annotations_that_cannot_be_listed_are_refused_with_a_labels_file_too(
 ):
     # Annotations/ locked: "Annotations/DET/train is empty or missing", and with the
     # --labels_file that message asked for, every image unlabelled (label -1), exit 0.
-    root = tmp_path / "det"
-    for number in range(3):
-        xml = voc_xml([("cat", 1, 1, 20, 20)], (32, 32))
-        ilsvrc_image(root, "train", f"a_{number}", jpeg_bytes(32, 32), xml)
+    root = det_tree(tmp_path / "det")
     write(tmp_path / "labels.txt", b"cat\n")
     lock(monkeypatch, root / "Annotations")
     for flags in ((), ("--labels_file", tmp_path / "labels.txt")):
@@ -125,10 +130,7 @@ def test_a_folder_where_an_image_s_xml_would_be_fails_the_build(tmp_path):
     # said (a pipe or a dangling link there failed the build, naming it).
     from beam_pipeline.failures import BuildFailed
 
-    root = tmp_path / "det"
-    for number in range(3):
-        xml = voc_xml([("cat", 1, 1, 20, 20)], (32, 32))
-        ilsvrc_image(root, "train", f"a_{number}", jpeg_bytes(32, 32), xml)
+    root = det_tree(tmp_path / "det")
     folder = root / "Annotations/DET/train/a_1.xml"
     folder.unlink()
     folder.mkdir()
@@ -156,9 +158,7 @@ def test_a_folder_it_cannot_list_beside_the_tree_in_a_download_folder_is_passed_
     # --input_dir a download folder holding the tree and another user's folder: the tree one
     # level down was found before; then the locked folder beside it was refused.
     download = tmp_path / "download"
-    for number in range(2):
-        xml = voc_xml([("cat", 1, 1, 20, 20)], (32, 32))
-        ilsvrc_image(download / "ILSVRC", "train", f"a_{number}", jpeg_bytes(32, 32), xml)
+    det_tree(download / "ILSVRC", images=2)
     write(download / "private" / "notes.txt", b"x")
     lock(monkeypatch, download / "private")
     info = build(download, tmp_path / "out", "--splits", "train")

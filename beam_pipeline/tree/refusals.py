@@ -260,8 +260,10 @@ def refuse_unlistable(path: str) -> None:
             first = next(entries, None)
     except PermissionError as error:
         raise LayoutError(_unreadable(path, "listed", str(error.strerror))) from None
+    if first is None:
+        return
     try:
-        os.lstat(first.path) if first is not None else None
+        os.lstat(first.path)
     except PermissionError:
         raise LayoutError(_unreadable(path, "entered", "its execute bit is off")) from None
 
